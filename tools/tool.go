@@ -1,0 +1,202 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Class is a tool's effect class: how it stays safe when it may run again.
+// See DESIGN.md, "Effect classes".
+type Class string
+
+// The effect classes. Every tool declares exactly one.
+const (
+	ReadOnly   Class = "read_only"    // may run freely, also during planning
+	Idempotent Class = "idempotent"   // repeating it changes nothing more
+	Keyed      Class = "keyed"        // the provider deduplicates by our key
+	Lookup     Class = "lookup"       // can be searched before a write
+	AtMostOnce Class = "at_most_once" // never retried automatically
+)
+
+// Classes lists every valid class, safest first.
+var Classes = []Class{ReadOnly, Idempotent, Keyed, Lookup, AtMostOnce}
+
+// Valid reports whether c is one of the defined classes.
+func (c Class) Valid() bool {
+	for _, k := range Classes {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+// RetrySafe reports whether an attempt whose outcome is unknown may simply be
+// made again (read_only, idempotent, keyed within key_ttl).
+func (c Class) RetrySafe() bool { return c == ReadOnly || c == Idempotent || c == Keyed }
+
+// Approval is the tools file's approval rule for a tool.
+type Approval struct {
+	// Always requires a person for every call of the tool ("approval": "always").
+	Always bool `json:"always,omitempty"`
+	// Above requires a person when a numeric argument exceeds the limit
+	// ("approve_above": {"amount": 100}). Keys are top-level argument names.
+	Above map[string]json.Number `json:"above,omitempty"`
+}
+
+// Compensation names the tool that undoes an action and how to build its
+// arguments: a JSON object whose string values may be exactly "${input.PATH}"
+// (the original action's resolved arguments) or "${output.PATH}" (its output),
+// replaced by that value, type preserved.
+type Compensation struct {
+	Tool string          `json:"tool"`
+	Args json.RawMessage `json:"args"`
+}
+
+// Spec describes a tool. Zero durations mean "use the executor's default".
+type Spec struct {
+	Name         string          // registry name (for MCP tools "server.tool")
+	Description  string          // for the model
+	Class        Class           // effect class
+	InputSchema  json.RawMessage // JSON Schema of the arguments (an object schema)
+	OutputSchema json.RawMessage // optional JSON Schema of the output
+	Timeout      time.Duration   // per-call timeout
+	KeyTTL       time.Duration   // keyed: how long the provider remembers a key (0: forever)
+	// VisibilityLag is how long a created object may stay invisible to the lookup.
+	VisibilityLag time.Duration
+	Approval      Approval
+	Compensate    *Compensation
+}
+
+// Call is one invocation of a tool.
+type Call struct {
+	Key     string          // the action's idempotency key (always set by the executor)
+	RunID   string          // the run
+	Action  string          // the action id
+	Attempt int             // 1 for the first attempt
+	Args    json.RawMessage // resolved, validated arguments
+}
+
+// Tool is something the executor can call. Implementations must be safe for
+// concurrent use. A tool never touches the ledger.
+type Tool interface {
+	Spec() Spec
+	// Call performs the effect and returns its output (a JSON value). Errors are
+	// classified with Classify; return Permanent, RetryAfter, NotSent or InFlight
+	// to say what happened, anything else counts as "outcome unknown".
+	Call(ctx context.Context, call Call) (json.RawMessage, error)
+}
+
+// Looker is implemented by tools of class Lookup: it searches for the effect of
+// call (ideally by call.Key). found=false with a nil error is a trusted "not found"
+// only after the visibility rules of DESIGN.md hold; the executor checks them.
+type Looker interface {
+	Lookup(ctx context.Context, call Call) (output json.RawMessage, found bool, err error)
+}
+
+// Outcome is how a failed call is to be treated.
+type Outcome int
+
+const (
+	// Unknown: the request may have taken effect (timeout, reset, 5xx, 408).
+	Unknown Outcome = iota
+	// NotSentOutcome: nothing reached the other side; safe to retry for every class.
+	NotSentOutcome
+	// NotProcessed: the other side answered that it did not process the request
+	// and when to come back (429 or 503 with Retry-After). Safe to retry.
+	NotProcessed
+	// Definite: the other side answered that it did not and will not happen (4xx).
+	Definite
+	// KeyInFlight: a keyed provider says the key is being processed (409).
+	KeyInFlight
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case NotSentOutcome:
+		return "not_sent"
+	case NotProcessed:
+		return "not_processed"
+	case Definite:
+		return "definite"
+	case KeyInFlight:
+		return "key_in_flight"
+	default:
+		return "unknown"
+	}
+}
+
+// ControlError carries a tool's verdict about a failure to the executor.
+type ControlError struct {
+	Outcome Outcome
+	After   time.Duration // RetryAfter / KeyInFlight: wait at least this long
+	Err     error
+}
+
+func (e *ControlError) Error() string {
+	if e.Err == nil {
+		return e.Outcome.String()
+	}
+	return e.Err.Error()
+}
+
+func (e *ControlError) Unwrap() error { return e.Err }
+
+// Permanent marks err as a definite failure: it did not happen and retrying
+// will not help.
+func Permanent(err error) error { return &ControlError{Outcome: Definite, Err: err} }
+
+// RetryAfter marks err as "not processed, come back after d".
+func RetryAfter(d time.Duration, err error) error {
+	return &ControlError{Outcome: NotProcessed, After: d, Err: err}
+}
+
+// NotSent marks err as a failure before anything was sent.
+func NotSent(err error) error { return &ControlError{Outcome: NotSentOutcome, Err: err} }
+
+// InFlight marks err as "the provider is still processing this key" (HTTP 409
+// on a keyed call): retry later, and past a bound ask a person.
+func InFlight(d time.Duration, err error) error {
+	return &ControlError{Outcome: KeyInFlight, After: d, Err: err}
+}
+
+// Classify returns how the executor must treat err. Errors without a
+// ControlError in their chain are Unknown, except context.Canceled before
+// anything was sent, which the tool itself must mark NotSent.
+func Classify(err error) (Outcome, time.Duration) {
+	var ce *ControlError
+	if errors.As(err, &ce) {
+		return ce.Outcome, ce.After
+	}
+	return Unknown, 0
+}
+
+// ErrUnknownTool is returned (wrapped) for a tool name that is not registered.
+var ErrUnknownTool = errors.New("unknown tool")
+
+// ArgsError reports arguments that fail a tool's input schema.
+type ArgsError struct {
+	Tool     string
+	Problems []ArgProblem
+}
+
+// ArgProblem is one schema violation at a JSON path of the arguments ("/amount").
+type ArgProblem struct {
+	Path string `json:"path"`
+	Msg  string `json:"message"`
+}
+
+func (e *ArgsError) Error() string {
+	s := fmt.Sprintf("invalid arguments for tool %q:", e.Tool)
+	for _, p := range e.Problems {
+		path := p.Path
+		if path == "" {
+			path = "/"
+		}
+		s += fmt.Sprintf(" at %s: %s;", path, p.Msg)
+	}
+	return s[:len(s)-1]
+}
