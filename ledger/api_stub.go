@@ -17,7 +17,7 @@ import (
 // Errors callers test with errors.Is.
 var (
 	ErrNotFound     = errors.New("ledger: not found")
-	ErrConflict     = errors.New("ledger: conflict")             // a conditional write found another state (see *ConflictError)
+	ErrConflict     = errors.New("ledger: conflict") // a conditional write found another state (see *ConflictError)
 	ErrPlanMismatch = errors.New("ledger: run exists with a different plan")
 	ErrLocked       = errors.New("ledger: data directory is in use by another process")
 	ErrTooLarge     = errors.New("ledger: value too large")
@@ -34,7 +34,7 @@ type ConflictError struct {
 	Msg                  string
 }
 
-func (e *ConflictError) Error() string { panic("scaffold") }
+func (e *ConflictError) Error() string        { panic("scaffold") }
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // Clock gives the time; tests pin it.
@@ -122,8 +122,8 @@ type KeyRecord struct {
 	RunID     string          `json:"run_id"`
 	ActionID  string          `json:"action_id"`
 	Tool      string          `json:"tool"`
-	Args      json.RawMessage `json:"args"` // resolved arguments the key was derived from
-	State     Status          `json:"state"` // pending, claimed, succeeded, failed, needs_review, skipped, compensated
+	Args      json.RawMessage `json:"args"`    // resolved arguments the key was derived from
+	State     Status          `json:"state"`   // pending, claimed, succeeded, failed, needs_review, skipped, compensated
 	Attempt   int             `json:"attempt"` // number of the latest claim (0: never claimed)
 	Owner     string          `json:"owner"`   // incarnation of the latest claim
 	ClaimedAt time.Time       `json:"claimed_at"`
@@ -289,10 +289,10 @@ func NeedsReview(key string, n int, reason string) Op { panic("scaffold") }
 
 // Resolution is what a person decided for an action in needs_review.
 type Resolution struct {
-	Done   json.RawMessage // mark done with this output (validated by the caller)
-	Retry  bool            // back to pending: one more attempt (counts as approval of it)
-	Skip   bool            // skipped: dependents see no output
-	By     string          // who (free text, no secrets)
+	Done  json.RawMessage // mark done with this output (validated by the caller)
+	Retry bool            // back to pending: one more attempt (counts as approval of it)
+	Skip  bool            // skipped: dependents see no output
+	By    string          // who (free text, no secrets)
 }
 
 // Resolve applies a person's resolution to the action's current key, which must

@@ -1,0 +1,117 @@
+// Command docket plans agent actions with a language model and performs them
+// exactly once in effect. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errQuiet) {
+			fmt.Fprintln(os.Stderr, "docket:", err)
+		}
+	}
+	os.Exit(exitCode(err))
+}
+
+// Exit codes, a contract (DESIGN.md).
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitBad    = 2
+	exitPaused = 3
+	exitBusy   = 4
+)
+
+// exitError carries an exit code; its message (if any) is printed to stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+func (e *exitError) Unwrap() error { return e.err }
+
+// errQuiet is wrapped by exit errors whose message was already printed.
+var errQuiet = errors.New("quiet")
+
+// withCode wraps err with an exit code.
+func withCode(code int, err error) error { return &exitError{code: code, err: err} }
+
+// usageError is a bad-input error (exit 2).
+func usageError(format string, a ...any) error {
+	return withCode(exitBad, fmt.Errorf(format, a...))
+}
+
+// Env is what a command may touch of the outside world; tests supply their own.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// command is one subcommand: a struct with its own flag.FlagSet.
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+// commands maps a subcommand name to its constructor and a one-line summary.
+// Each subcommand's file registers itself in init.
+var commands = map[string]struct {
+	summary string
+	new     func(env Env) command
+}{}
+
+func register(name, summary string, mk func(env Env) command) {
+	commands[name] = struct {
+		summary string
+		new     func(env Env) command
+	}{summary, mk}
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	env := Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return withCode(exitBad, errQuiet)
+		}
+		return nil
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		usage(stderr)
+		return usageError("unknown command %q", args[0])
+	}
+	return c.new(env).Run(ctx, args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: docket <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'docket <command> -h' for a command's flags.")
+}
