@@ -5,6 +5,7 @@
 // tests in tooltest.
 //
 // Imports: the standard library, plan (for the Validator interface it
-// implements), invopop/jsonschema and santhosh-tekuri/jsonschema. Never ledger:
+// implements), invopop/jsonschema, santhosh-tekuri/jsonschema and gowebpki/jcs
+// (canonical schemas for Registry.Hash). Never ledger:
 // a tool never touches the ledger.
 package tools
