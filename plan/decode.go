@@ -76,12 +76,12 @@ func Decode(data []byte) (*Plan, error) {
 			}
 		}
 	}
-	if raw, ok := top["created_at"]; ok {
+	if _, ok := top["created_at"]; ok {
 		var v string
 		if msg := decodeString(top, "created_at", &v); msg != "" {
 			bad("created_at", msg)
 		} else if t, err := time.Parse(time.RFC3339Nano, v); err != nil {
-			bad("created_at", fmt.Sprintf("must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %s", quoteShort(string(raw))))
+			bad("created_at", fmt.Sprintf("must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %s", quoteShort(v)))
 		} else {
 			p.CreatedAt = t
 		}
