@@ -144,7 +144,7 @@ func TestResolvePreservesTypes(t *testing.T) {
 func TestResolveErrors(t *testing.T) {
 	t.Parallel()
 	outputs := map[string]json.RawMessage{
-		"a1": json.RawMessage(`{"id":"cus_1","items":[{"sku":"A"},{"sku":"B"}],"name":"Ann","deep":` + strings.Repeat("[", 60) + strings.Repeat("]", 60) + `,"huge":1e300}`),
+		"a1":  json.RawMessage(`{"id":"cus_1","items":[{"sku":"A"},{"sku":"B"}],"name":"Ann","deep":` + strings.Repeat("[", 60) + strings.Repeat("]", 60) + `,"huge":1e300}`),
 		"bad": json.RawMessage(`{"id":`),
 	}
 	tests := []struct {
