@@ -1,0 +1,307 @@
+package ledger
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Config opens a ledger. Zero values take the documented defaults (WithDefaults).
+type Config struct {
+	Dir    string       // data directory (required; created if missing)
+	Logger *slog.Logger // default: slog.Default(); component=ledger is added
+	Clock  Clock        // default: real time
+	// MaxOutputBytes bounds one recorded output (Succeed, Resolve Done) and a
+	// memo value; larger: ErrTooLarge. Default 17 MiB (16 MiB + headroom).
+	MaxOutputBytes int
+	// GCInterval is the period of the value-log GC ticker; default 5m.
+	GCInterval time.Duration
+	// MemTableSize is Badger's memtable size; default 8 MiB. With two
+	// memtables and small caches, an idle ledger stays well under 64 MiB RSS.
+	// It also bounds one commit: Badger refuses a transaction above 15% of it,
+	// so the committer splits batches below that.
+	MemTableSize int64
+	// SubscriberBuffer is how many live events a subscription may have queued
+	// before it ends with ErrLagged; default 4096.
+	SubscriberBuffer int
+	// AfterSync, when set, is called by the committer right after each durable
+	// sync and before any acknowledgement of the writes it covered (test hook).
+	AfterSync func()
+	// BeforeAck, when set, is called before each acknowledgement (test hook, lets
+	// a test assert that a sync happened first).
+	BeforeAck func()
+}
+
+// Defaults.
+const (
+	DefaultMaxOutputBytes   = 17 << 20
+	DefaultGCInterval       = 5 * time.Minute
+	DefaultMemTableSize     = 8 << 20
+	DefaultSubscriberBuffer = 4096
+	// eventInlineMax is the largest output inlined in an action.succeeded event.
+	eventInlineMax = 64 << 10
+	// valueThreshold: values at least this large go to Badger's value log;
+	// smaller ones stay in the LSM tree (and its WAL), so the common commit
+	// dirties only the WAL.
+	valueThreshold = 16 << 10
+)
+
+// WithDefaults returns cfg with zero fields set to their defaults.
+func (cfg Config) WithDefaults() Config {
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	cfg.MaxOutputBytes = cmp.Or(cfg.MaxOutputBytes, DefaultMaxOutputBytes)
+	cfg.GCInterval = cmp.Or(cfg.GCInterval, DefaultGCInterval)
+	cfg.MemTableSize = cmp.Or(cfg.MemTableSize, DefaultMemTableSize)
+	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, DefaultSubscriberBuffer)
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	switch {
+	case cfg.Dir == "":
+		return fmt.Errorf("%w: Config.Dir is required", ErrInvalid)
+	case cfg.MaxOutputBytes < 0 || cfg.MaxOutputBytes > 1<<30:
+		return fmt.Errorf("%w: MaxOutputBytes %d out of range (0..1 GiB)", ErrInvalid, cfg.MaxOutputBytes)
+	case cfg.MemTableSize < 1<<20 || cfg.MemTableSize > 1<<30:
+		return fmt.Errorf("%w: MemTableSize %d out of range (1 MiB..1 GiB)", ErrInvalid, cfg.MemTableSize)
+	case cfg.GCInterval < 0:
+		return fmt.Errorf("%w: negative GCInterval", ErrInvalid)
+	case cfg.SubscriberBuffer < 1:
+		return fmt.Errorf("%w: SubscriberBuffer must be positive", ErrInvalid)
+	}
+	return nil
+}
+
+// Ledger is the durable state of docket, in one Badger directory.
+type Ledger struct {
+	cfg         Config
+	log         *slog.Logger
+	db          *badger.DB
+	incarnation string
+
+	mu     sync.RWMutex // guards closed against Apply's enqueue
+	closed bool
+	reqCh  chan *request
+
+	committerDone chan struct{}
+	gcStop        chan struct{}
+	gcDone        chan struct{}
+
+	hub hub
+
+	// committer-owned state (only the committer goroutine touches these).
+	seqs map[string]uint64 // last committed event seq per run (loaded at first use)
+	// maxBatchSize/Count are the committer's budget per transaction (below
+	// Badger's own limits).
+	maxBatchSize, maxBatchCount int64
+	// testAck, when set (in-package tests), observes each acknowledgement:
+	// the commit that carried the request and the last commit that was synced.
+	testAck func(committedIn, synced uint64)
+}
+
+// Open opens (creating if needed) the data directory. Errors: ErrLocked (the
+// directory is held by another handle or process), ErrFormat (the directory
+// holds a newer or unknown format, or is not a docket ledger), ErrInvalid.
+func Open(ctx context.Context, cfg Config) (*Ledger, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "ledger")
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: creating data directory: %w", err)
+	}
+	opts := badgerOptions(cfg, log)
+	db, err := badger.Open(opts)
+	if err != nil && !isLockErr(err) && isMemtableErr(err) {
+		// Upstream badger#2207: the first open after a crash can fail once on
+		// a memtable file; a second open succeeds.
+		log.Warn("retrying open after memtable error", "err", err)
+		db, err = badger.Open(opts)
+	}
+	if err != nil {
+		if isLockErr(err) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, cfg.Dir)
+		}
+		return nil, fmt.Errorf("ledger: opening %s: %w", cfg.Dir, err)
+	}
+	if err := checkFormat(db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	var inc [8]byte
+	if _, err := rand.Read(inc[:]); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ledger: making incarnation id: %w", err)
+	}
+	l := &Ledger{
+		cfg:           cfg,
+		log:           log,
+		db:            db,
+		incarnation:   "inc_" + hex.EncodeToString(inc[:]),
+		reqCh:         make(chan *request, 1024),
+		committerDone: make(chan struct{}),
+		gcStop:        make(chan struct{}),
+		gcDone:        make(chan struct{}),
+		seqs:          make(map[string]uint64),
+		// Badger refuses a txn at 15% of the memtable; keep a margin for its
+		// per-entry overhead estimate.
+		maxBatchSize:  db.MaxBatchSize() * 3 / 4,
+		maxBatchCount: db.MaxBatchCount() * 3 / 4,
+	}
+	l.hub.init()
+	go l.commitLoop()
+	go l.gcLoop()
+	return l, nil
+}
+
+func badgerOptions(cfg Config, log *slog.Logger) badger.Options {
+	vlogSize := max(int64(64<<20), 2*int64(cfg.MaxOutputBytes)+(1<<20))
+	return badger.DefaultOptions(cfg.Dir).
+		WithLogger(badgerLogger{log: log}).
+		// Every commit is synced inside Badger before Commit returns (WAL,
+		// and the value log when a value went there); see doc.go.
+		WithSyncWrites(true).
+		// The committer is the only writer: no conflict tracking needed.
+		WithDetectConflicts(false).
+		WithMemTableSize(cfg.MemTableSize).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(12).
+		WithBaseTableSize(2 << 20).
+		WithBlockCacheSize(8 << 20).
+		WithIndexCacheSize(4 << 20).
+		WithNumCompactors(2).
+		WithValueThreshold(valueThreshold).
+		WithValueLogFileSize(vlogSize).
+		WithMetricsEnabled(false).
+		WithNumVersionsToKeep(1)
+}
+
+func isLockErr(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Another process is using this Badger database")
+}
+
+func isMemtableErr(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "memtable") || strings.Contains(s, ".mem")
+}
+
+// checkFormat writes the format version into an empty directory and refuses
+// a directory holding another version or other data.
+func checkFormat(db *badger.DB) error {
+	var have []byte
+	var empty bool
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(metaFormatKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			it := txn.NewIterator(badger.IteratorOptions{})
+			defer it.Close()
+			it.Rewind()
+			empty = !it.Valid()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		have, err = item.ValueCopy(nil)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: reading format version: %w", err)
+	}
+	switch {
+	case have != nil && string(have) == formatVersion:
+		return nil
+	case have != nil:
+		return fmt.Errorf("%w: directory has format %q, this build reads %q", ErrFormat, have, formatVersion)
+	case !empty:
+		return fmt.Errorf("%w: directory holds data but no docket format record", ErrFormat)
+	}
+	if err := db.Update(func(txn *badger.Txn) error {
+		return txn.Set(metaFormatKey, []byte(formatVersion))
+	}); err != nil {
+		return fmt.Errorf("ledger: writing format version: %w", err)
+	}
+	return nil
+}
+
+// Close stops the committer (after committing and acknowledging every write
+// already submitted), ends subscriptions and closes Badger. Later calls return
+// ErrClosed.
+func (l *Ledger) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	close(l.reqCh)
+	l.mu.Unlock()
+	<-l.committerDone
+	close(l.gcStop)
+	<-l.gcDone
+	l.hub.closeAll(ErrClosed)
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("ledger: closing badger: %w", err)
+	}
+	return nil
+}
+
+// Incarnation is this handle's random owner id, recorded in every claim.
+func (l *Ledger) Incarnation() string { return l.incarnation }
+
+func (l *Ledger) gcLoop() {
+	defer close(l.gcDone)
+	t := time.NewTicker(l.cfg.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.gcStop:
+			return
+		case <-t.C:
+		}
+		for i := 0; i < 16; i++ { // a bounded number of rewrites per tick
+			err := l.db.RunValueLogGC(0.5)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+				l.log.Warn("value log GC", "err", err)
+			}
+			break
+		}
+	}
+}
+
+// badgerLogger routes Badger's logging to slog: errors and warnings as such,
+// info and debug at debug level (Badger's own default prints INFO to stderr).
+type badgerLogger struct{ log *slog.Logger }
+
+func (b badgerLogger) logf(level slog.Level, format string, args ...any) {
+	if !b.log.Enabled(context.Background(), level) {
+		return
+	}
+	b.log.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(format, args...)), "source", "badger")
+}
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.logf(slog.LevelError, f, a...) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.logf(slog.LevelWarn, f, a...) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.logf(slog.LevelDebug, f, a...) }
+func (b badgerLogger) Debugf(f string, a ...any)   { b.logf(slog.LevelDebug-4, f, a...) }

@@ -1,0 +1,199 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors callers test with errors.Is.
+var (
+	ErrNotFound     = errors.New("ledger: not found")
+	ErrConflict     = errors.New("ledger: conflict") // a conditional write found another state (see *ConflictError)
+	ErrPlanMismatch = errors.New("ledger: run exists with a different plan")
+	ErrLocked       = errors.New("ledger: data directory is in use by another process")
+	ErrTooLarge     = errors.New("ledger: value too large")
+	ErrFormat       = errors.New("ledger: unknown or newer data format")
+	ErrClosed       = errors.New("ledger: closed")
+	// ErrInvalid reports an argument the ledger refuses (empty id, bad JSON, ...).
+	ErrInvalid = errors.New("ledger: invalid argument")
+)
+
+// ErrLagged ends a subscription whose reader fell behind; resubscribe with the
+// last seq it saw.
+var ErrLagged = errors.New("ledger: subscriber fell behind")
+
+// ConflictError is returned (errors.Is(err, ErrConflict)) when a conditional
+// write finds the record in another state. Current is the record as it is now
+// (the zero KeyRecord when the key has no record yet).
+type ConflictError struct {
+	RunID, ActionID, Key string
+	Op                   string    // "claim", "succeed", ...
+	Current              KeyRecord // the record that is in the way
+	Msg                  string
+}
+
+func (e *ConflictError) Error() string {
+	s := fmt.Sprintf("ledger: %s conflict on run %q action %q", e.Op, e.RunID, e.ActionID)
+	if e.Key != "" {
+		s += fmt.Sprintf(" key %s", e.Key)
+	}
+	if e.Msg != "" {
+		s += ": " + e.Msg
+	}
+	if e.Current.State != "" {
+		s += fmt.Sprintf(" (current state %s, attempt %d", e.Current.State, e.Current.Attempt)
+		if e.Current.Owner != "" {
+			s += ", owner " + e.Current.Owner
+		}
+		s += ")"
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Clock gives the time; tests pin it.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Status is an action status (DESIGN.md).
+type Status string
+
+const (
+	StatusPending     Status = "pending"
+	StatusApproved    Status = "approved"
+	StatusRejected    Status = "rejected"
+	StatusClaimed     Status = "claimed"
+	StatusSucceeded   Status = "succeeded"
+	StatusFailed      Status = "failed"
+	StatusNeedsReview Status = "needs_review"
+	StatusSkipped     Status = "skipped"
+	StatusCompensated Status = "compensated"
+)
+
+// RunStatus is a run status (DESIGN.md).
+type RunStatus string
+
+const (
+	RunPlanning         RunStatus = "planning"
+	RunAwaitingApproval RunStatus = "awaiting_approval"
+	RunRunning          RunStatus = "running"
+	RunPaused           RunStatus = "paused"
+	RunCompleted        RunStatus = "completed"
+	RunFailed           RunStatus = "failed"
+	RunCancelled        RunStatus = "cancelled"
+)
+
+func (s RunStatus) valid() bool {
+	switch s {
+	case RunPlanning, RunAwaitingApproval, RunRunning, RunPaused, RunCompleted, RunFailed, RunCancelled:
+		return true
+	}
+	return false
+}
+
+// Run is a run's header.
+type Run struct {
+	ID        string    `json:"run_id"`
+	Status    RunStatus `json:"status"`
+	Revision  int       `json:"revision"` // current plan revision, 1-based
+	Goal      string    `json:"goal"`
+	Policy    string    `json:"policy"`    // "all" | "safe" | "none"
+	PlanHash  string    `json:"plan_hash"` // plan.Hash of revision 1 (identity of the run)
+	ToolsHash string    `json:"tools_hash"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"` // last change of the run or of any of its actions
+	Error     string    `json:"error,omitempty"`
+}
+
+// Action is one action of a run's current revision: the row of the Run JSON.
+// Its execution state mirrors its current key's KeyRecord once it has a key.
+type Action struct {
+	RunID        string          `json:"-"`
+	ID           string          `json:"id"`
+	Tool         string          `json:"tool"`
+	Class        string          `json:"class"`
+	Key          string          `json:"key"` // "" until the action is claimed (args resolved)
+	Status       Status          `json:"status"`
+	Attempts     int             `json:"attempts"`
+	Args         json.RawMessage `json:"args"` // as planned (or edited); resolved once claimed
+	DependsOn    []string        `json:"depends_on"`
+	Output       json.RawMessage `json:"output"`
+	Error        string          `json:"error"`
+	ApprovedArgs json.RawMessage `json:"-"` // the args the approval was given for (nil: not approved)
+	Undo         bool            `json:"-"` // a compensating action "<id>.undo"
+}
+
+// KeyRecord is the execution truth for one idempotency key.
+type KeyRecord struct {
+	Key       string          `json:"key"`
+	RunID     string          `json:"run_id"`
+	ActionID  string          `json:"action_id"`
+	Tool      string          `json:"tool"`
+	Args      json.RawMessage `json:"args"`    // resolved arguments the key was derived from
+	State     Status          `json:"state"`   // pending, claimed, succeeded, failed, needs_review, skipped, compensated
+	Attempt   int             `json:"attempt"` // number of the latest claim (0: never claimed)
+	Owner     string          `json:"owner"`   // incarnation of the latest claim
+	ClaimedAt time.Time       `json:"claimed_at"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Retryable bool            `json:"retryable,omitempty"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// Event is one entry of a run's event log (DESIGN.md "Events").
+type Event struct {
+	Seq      uint64          `json:"seq"`
+	RunID    string          `json:"run_id"`
+	Type     string          `json:"type"`
+	ActionID string          `json:"action_id,omitempty"`
+	At       time.Time       `json:"at"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+// RunDoc is the Run JSON of DESIGN.md's contracts.
+type RunDoc struct {
+	Run     Run
+	Actions []Action
+}
+
+// MarshalJSON writes exactly the Run JSON shape: run_id, status, revision,
+// goal, policy, created_at, updated_at, actions, error. Times are RFC 3339 UTC;
+// depends_on is [] rather than null.
+func (d RunDoc) MarshalJSON() ([]byte, error) {
+	actions := make([]Action, len(d.Actions))
+	for i, a := range d.Actions {
+		if a.DependsOn == nil {
+			a.DependsOn = []string{}
+		}
+		if len(a.Args) == 0 {
+			a.Args = json.RawMessage("null")
+		}
+		actions[i] = a
+	}
+	return json.Marshal(struct {
+		RunID     string    `json:"run_id"`
+		Status    RunStatus `json:"status"`
+		Revision  int       `json:"revision"`
+		Goal      string    `json:"goal"`
+		Policy    string    `json:"policy"`
+		CreatedAt time.Time `json:"created_at"`
+		UpdatedAt time.Time `json:"updated_at"`
+		Actions   []Action  `json:"actions"`
+		Error     string    `json:"error"`
+	}{d.Run.ID, d.Run.Status, d.Run.Revision, d.Run.Goal, d.Run.Policy,
+		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error})
+}
+
+// ListOptions pages through runs, newest first.
+type ListOptions struct {
+	Status RunStatus // filter ("" = all)
+	After  string    // cursor returned by the previous page ("" = first page)
+	Limit  int       // default 50, max 1000
+}
