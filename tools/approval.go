@@ -355,3 +355,30 @@ func walkPath(v any, root string, path []string) (any, error) {
 	}
 	return cur, nil
 }
+
+// Check verifies the compensation's args template without data: a JSON object
+// whose strings containing "${" are exactly "${input[.PATH]}" or "${output[.PATH]}".
+func (c Compensation) Check() error {
+	return checkCompensationTemplate(c.Args)
+}
+
+// InputPaths lists the paths of the original arguments the template uses
+// ("${input.to.iban}" gives ["to", "iban"]), for checking against a schema.
+// It returns nil for a template that fails Check.
+func (c Compensation) InputPaths() [][]string {
+	tmpl, err := decodeNumbers(c.Args)
+	if err != nil {
+		return nil
+	}
+	var paths [][]string
+	_, err = fillTemplate(tmpl, "", func(_, root string, path []string) (any, error) {
+		if root == "input" && len(path) > 0 {
+			paths = append(paths, path)
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return nil
+	}
+	return paths
+}

@@ -147,19 +147,33 @@ func compileSchema(loc string, raw json.RawMessage) (*jsonschema.Schema, error) 
 	return sch, nil
 }
 
+// CheckSchema reports whether raw is a JSON Schema that compiles (draft
+// 2020-12 unless it says otherwise; external references are not loaded), with
+// a one-line message naming each failing place.
+func CheckSchema(raw json.RawMessage) error {
+	_, err := compileSchema("schema", raw)
+	return err
+}
+
 type noLoader struct{}
 
 func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("schema references %q: external references are not loaded", url)
 }
 
-// schemaErr shortens the compiler's message (it embeds our in-memory URL).
+// schemaErr turns the compiler's multi-line message into one line: each
+// failing place of the schema and what is wrong there.
 func schemaErr(err error) error {
-	msg := err.Error()
-	if i := strings.Index(msg, "mem:///"); i >= 0 {
-		msg = strings.ReplaceAll(msg, "mem:///", "")
+	var se *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &se) && errors.As(se.Err, &ve) {
+		var parts []string
+		for _, p := range schemaProblems(nil, nil, nil, ve) {
+			parts = append(parts, fmt.Sprintf("at %s: %s", cmpOr(p.Path, "/"), p.Msg))
+		}
+		return fmt.Errorf("not a valid JSON Schema: %s", strings.Join(parts, "; "))
 	}
-	return errors.New(msg)
+	return errors.New(strings.ReplaceAll(err.Error(), "mem:///", ""))
 }
 
 func compileInput(name string, raw json.RawMessage) (*jsonschema.Schema, error) {
@@ -250,7 +264,7 @@ func (r *Registry) ValidateOutput(tool string, output json.RawMessage) error {
 	if e.output == nil {
 		return nil
 	}
-	if problems := schemaProblems(e.output, v, nil); len(problems) > 0 {
+	if problems := schemaProblems(e.output, v, nil, nil); len(problems) > 0 {
 		return &ArgsError{Tool: tool, Problems: problems}
 	}
 	return nil
@@ -285,7 +299,7 @@ func validateArgs(tool string, sch *jsonschema.Schema, args json.RawMessage, all
 			}
 		})
 	}
-	problems = append(problems, schemaProblems(sch, v, refs)...)
+	problems = append(problems, schemaProblems(sch, v, refs, nil)...)
 	if len(problems) > 0 {
 		sort.SliceStable(problems, func(i, j int) bool { return problems[i].Path < problems[j].Path })
 		return &ArgsError{Tool: tool, Problems: problems}
@@ -327,14 +341,15 @@ func jsonKind(v any) string {
 
 // schemaProblems validates v and returns the failures not explained by a
 // reference located at one of refs.
-func schemaProblems(sch *jsonschema.Schema, v any, refs [][]string) []ArgProblem {
-	err := sch.Validate(v)
-	if err == nil {
-		return nil
-	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return []ArgProblem{{Path: "", Msg: err.Error()}}
+func schemaProblems(sch *jsonschema.Schema, v any, refs [][]string, ve *jsonschema.ValidationError) []ArgProblem {
+	if ve == nil {
+		err := sch.Validate(v)
+		if err == nil {
+			return nil
+		}
+		if !errors.As(err, &ve) {
+			return []ArgProblem{{Path: "", Msg: err.Error()}}
+		}
 	}
 	var problems []ArgProblem
 	seen := map[ArgProblem]bool{}

@@ -1,0 +1,30 @@
+// Package httptool loads declarative HTTP tools from a tools file (JSON,
+// version 1; DESIGN.md, "Tools file") and calls them.
+//
+// Each tool becomes a tools.Tool (a *Tool, or a *LookupTool that also
+// implements tools.Looker when it declares a lookup block). Loading refuses a
+// wrong file with every problem listed, each naming the tool and the field.
+// Decisions beyond DESIGN.md:
+//   - key_header is refused on a tool that is not keyed (a provider that
+//     deduplicates by a header makes the tool keyed; to send the key anyway use
+//     {{key}} in a header), and a keyed tool must send its key somewhere.
+//   - a lookup block is allowed on lookup tools and on keyed tools (used past
+//     key_ttl), refused on others.
+//   - environment variables are read once, at load; every one used must be set.
+//   - in a URL, {{env}} at the start or in the host is inserted verbatim (a base
+//     URL); arguments and {{key}} are path-segment-escaped in the path and
+//     query-escaped after "?", and refused in the scheme and host.
+//   - in a JSON body, a string exactly "{{.field}}" whose argument is absent
+//     drops its object member (null in an array); in text an absent argument
+//     renders as "".
+//   - responses are read up to Options.MaxResponseBytes (8 MiB by default);
+//     a larger 2xx response is an error whose outcome is unknown.
+//   - redirects are not followed; a 3xx answer, 409 on a tool that is not
+//     keyed, and 425 count as outcome unknown (a 303 after a POST may mean done).
+//
+// Environment values never appear in errors (they are redacted even from
+// response bodies quoted in errors), and a Tool's log value shows only its
+// name, class, method and URL template.
+//
+// Imports: the standard library, tools and santhosh-tekuri/jsonschema.
+package httptool

@@ -1,0 +1,462 @@
+package httptool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/docketrun/docket/tools"
+)
+
+var (
+	_ tools.Tool     = (*Tool)(nil)
+	_ tools.Looker   = (*LookupTool)(nil)
+	_ slog.LogValuer = (*Tool)(nil)
+)
+
+// Tool is an HTTP tool from a tools file. Safe for concurrent use. It holds
+// the environment values its templates use; they never appear in its errors
+// or in its log value.
+type Tool struct {
+	spec      tools.Spec
+	call      *request
+	output    string
+	keyHeader string
+	lookup    *lookupDef
+	env       map[string]string
+	client    *http.Client
+	now       func() time.Time
+	max       int64
+}
+
+// LookupTool is a Tool with a lookup block: it also implements tools.Looker.
+type LookupTool struct{ *Tool }
+
+func (d *toolDef) build(o Options) tools.Tool {
+	t := &Tool{spec: d.spec, call: d.call, output: d.output, keyHeader: d.keyHeader, lookup: d.lookup,
+		env: d.env, client: o.Client, now: o.Now, max: o.MaxResponseBytes}
+	if d.lookup != nil {
+		return &LookupTool{t}
+	}
+	return t
+}
+
+// Spec returns the tool's spec.
+func (t *Tool) Spec() tools.Spec { return t.spec }
+
+// LogValue describes the tool without any environment value.
+func (t *Tool) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("tool", t.spec.Name),
+		slog.String("class", string(t.spec.Class)),
+		slog.String("method", t.call.method),
+		slog.String("url", t.call.urlSrc),
+	)
+}
+
+// String describes the tool without any environment value.
+func (t *Tool) String() string {
+	return fmt.Sprintf("%s (%s %s %s)", t.spec.Name, t.spec.Class, t.call.method, t.call.urlSrc)
+}
+
+// GoString keeps environment values out of %#v.
+func (t *Tool) GoString() string { return "httptool.Tool{" + t.String() + "}" }
+
+// Call sends the request and classifies its failure (DESIGN.md): nothing
+// written → tools.NotSent; 429, or 503 with Retry-After → tools.RetryAfter;
+// 409 on a keyed tool → tools.InFlight; other 4xx except 408/409/425 →
+// tools.Permanent (with the response body, truncated); 408, 409 on other
+// tools, 425, 3xx (redirects are not followed), 5xx, timeouts, resets after
+// sending, unreadable or oversized 2xx bodies → a plain error (outcome unknown).
+func (t *Tool) Call(ctx context.Context, call tools.Call) (json.RawMessage, error) {
+	resp, body, err := t.do(ctx, t.call, call, true)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, t.statusError(t.call, resp, body)
+	}
+	out, err := selectOutput(resp.StatusCode, body, t.output, false)
+	if err != nil {
+		return nil, t.errorf(t.call, "%d response: %v (the request took effect; outcome recorded as unknown)", resp.StatusCode, err)
+	}
+	return out, nil
+}
+
+// Lookup runs the lookup block: found "nonempty" → a 2xx answer whose
+// selected value (after the lookup's output pointer; an array's first element)
+// is a non-empty array or object; an empty array or object, null, or 404 →
+// not found. found "status_200" → 200 is found, 404 not found. Other statuses
+// are errors classified as for Call.
+func (t *LookupTool) Lookup(ctx context.Context, call tools.Call) (json.RawMessage, bool, error) {
+	l := t.lookup
+	resp, body, err := t.do(ctx, l.req, call, false)
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, false, nil
+	case l.found == "status_200" && resp.StatusCode == http.StatusOK,
+		l.found == "nonempty" && resp.StatusCode >= 200 && resp.StatusCode <= 299:
+	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
+		return nil, false, t.errorf(l.req, "lookup answered %d (found: %s wants 200 or 404)", resp.StatusCode, l.found)
+	default:
+		return nil, false, t.statusError(l.req, resp, body)
+	}
+	out, err := selectOutput(resp.StatusCode, body, l.output, true)
+	if err != nil {
+		if errors.Is(err, errNothing) {
+			return nil, false, nil
+		}
+		return nil, false, t.errorf(l.req, "lookup %d response: %v", resp.StatusCode, err)
+	}
+	if l.found == "nonempty" && isEmpty(out) {
+		return nil, false, nil
+	}
+	return out, true, nil
+}
+
+var errNothing = errors.New("nothing selected")
+
+func isEmpty(v json.RawMessage) bool {
+	s := string(bytes.TrimSpace(v))
+	if s == "null" || s == "" {
+		return true
+	}
+	var x any
+	if json.Unmarshal(v, &x) != nil {
+		return true
+	}
+	switch x := x.(type) {
+	case map[string]any:
+		return len(x) == 0
+	case []any:
+		return len(x) == 0
+	}
+	return false
+}
+
+// do builds and sends one request and reads its body (up to the cap).
+func (t *Tool) do(ctx context.Context, r *request, call tools.Call, isCall bool) (*http.Response, []byte, error) {
+	args, err := decodeArgs(call.Args)
+	if err != nil {
+		return nil, nil, tools.Permanent(t.errorf(r, "arguments: %v", err))
+	}
+	d := &renderData{args: args, key: call.Key, env: t.env}
+	req, err := t.newRequest(ctx, r, d, isCall)
+	if err != nil {
+		return nil, nil, tools.Permanent(t.errorf(r, "building the request: %v", err))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, tools.NotSent(t.errorf(r, "not sent: %v", err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.spec.Timeout)
+	defer cancel()
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
+	req = req.WithContext(httptrace.WithClientTrace(ctx, trace))
+	resp, err := t.client.Do(req)
+	if err != nil {
+		inner := err
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			inner = ue.Err // url.Error's text holds the resolved URL
+		}
+		if !wrote.Load() {
+			return nil, nil, tools.NotSent(t.wrap(r, inner, "not sent"))
+		}
+		return nil, nil, t.wrap(r, inner, "sent, outcome unknown")
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, t.max+1))
+	if err != nil {
+		return nil, nil, t.wrap(r, err, fmt.Sprintf("%d response, reading the body (outcome unknown)", resp.StatusCode))
+	}
+	if int64(len(body)) > t.max {
+		if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+			return nil, nil, t.errorf(r, "%d response larger than the %d-byte cap (the request took effect; outcome unknown)", resp.StatusCode, t.max)
+		}
+		body = body[:t.max]
+	}
+	return resp, body, nil
+}
+
+func decodeArgs(raw json.RawMessage) (map[string]any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return map[string]any{}, nil
+	}
+	v, err := decodeNumbers(raw)
+	if err != nil {
+		return nil, fmt.Errorf("not valid JSON: %v", err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("must be a JSON object, got %s", jsonKind(v))
+	}
+	return m, nil
+}
+
+func (t *Tool) newRequest(ctx context.Context, r *request, d *renderData, isCall bool) (*http.Request, error) {
+	u := r.url.render(d)
+	var body io.Reader
+	var hasBody bool
+	switch {
+	case r.hasBody:
+		b, err := json.Marshal(renderBody(r.body, d))
+		if err != nil {
+			return nil, fmt.Errorf("body: %v", err)
+		}
+		body, hasBody = bytes.NewReader(b), true
+	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
+		b, err := json.Marshal(d.args)
+		if err != nil {
+			return nil, fmt.Errorf("body: %v", err)
+		}
+		body, hasBody = bytes.NewReader(b), true
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, errors.New("the URL does not parse once filled in")
+	}
+	for _, h := range r.headers {
+		v := h.value.render(d)
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, fmt.Errorf("header %s: value contains a line break", h.name)
+		}
+		req.Header.Set(h.name, v)
+	}
+	if isCall && t.keyHeader != "" {
+		req.Header.Set(t.keyHeader, d.key)
+	}
+	if hasBody && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "docket")
+	}
+	return req, nil
+}
+
+// renderBody fills a body template: a string that is exactly one action
+// becomes the value (an argument keeps its JSON type; an absent argument
+// drops its object member, or is null in an array); other strings are text.
+func renderBody(v any, d *renderData) any {
+	switch v := v.(type) {
+	case *template:
+		if p, ok := v.single(); ok && p.kind == fieldPart {
+			x, _ := d.lookupField(p.field)
+			return x
+		}
+		return v.render(d)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			if tm, ok := x.(*template); ok {
+				if p, ok := tm.single(); ok && p.kind == fieldPart {
+					if _, present := d.lookupField(p.field); !present {
+						continue
+					}
+				}
+			}
+			out[k] = renderBody(x, d)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = renderBody(x, d)
+		}
+		return out
+	}
+	return v
+}
+
+// statusError classifies a non-2xx answer.
+func (t *Tool) statusError(r *request, resp *http.Response, body []byte) error {
+	code := resp.StatusCode
+	snippet := truncate(body, 512)
+	base := t.errorf(r, "%s: %s", resp.Status, snippet)
+	switch {
+	case code == http.StatusTooManyRequests:
+		d, _ := retryAfter(resp.Header.Get("Retry-After"), t.now())
+		return tools.RetryAfter(d, base)
+	case code == http.StatusServiceUnavailable:
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), t.now()); ok {
+			return tools.RetryAfter(d, base)
+		}
+		return base
+	case code == http.StatusConflict && t.spec.Class == tools.Keyed && r == t.call:
+		d, _ := retryAfter(resp.Header.Get("Retry-After"), t.now())
+		return tools.InFlight(d, base)
+	case code == http.StatusRequestTimeout || code == http.StatusConflict || code == http.StatusTooEarly:
+		return base
+	case code >= 400 && code <= 499:
+		return tools.Permanent(base)
+	case code >= 300 && code <= 399:
+		// A 303 after a POST usually means "done, see there": the effect may exist.
+		return t.errorf(r, "%s (redirects are not followed; outcome unknown)", resp.Status)
+	}
+	return base // 5xx and anything unexpected: outcome unknown
+}
+
+// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		const maxSeconds = int64(1<<63-1) / int64(time.Second)
+		return time.Duration(min(n, maxSeconds)) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+func truncate(b []byte, n int) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		return s[:n] + "…(truncated)"
+	}
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
+
+// selectOutput turns a 2xx body into the recorded output: the value at
+// pointer (or the whole JSON body); a non-JSON body becomes
+// {"status": N, "body": "text"}. firstOfArray takes an array's first element.
+func selectOutput(status int, body []byte, pointer string, firstOfArray bool) (json.RawMessage, error) {
+	if !json.Valid(body) {
+		if pointer != "" {
+			return nil, fmt.Errorf("the body is not JSON, cannot select %s", pointer)
+		}
+		if firstOfArray {
+			if len(bytes.TrimSpace(body)) == 0 {
+				return nil, errNothing
+			}
+		}
+		return json.Marshal(map[string]any{"status": status, "body": string(body)})
+	}
+	if pointer == "" && !firstOfArray {
+		return append(json.RawMessage(nil), bytes.TrimSpace(body)...), nil
+	}
+	v, err := decodeNumbers(body)
+	if err != nil {
+		return nil, err
+	}
+	v, err = resolvePointer(v, pointer)
+	if err != nil {
+		return nil, err
+	}
+	if arr, ok := v.([]any); ok && firstOfArray {
+		if len(arr) == 0 {
+			return nil, errNothing
+		}
+		v = arr[0]
+	}
+	return json.Marshal(v)
+}
+
+// splitPointer parses an RFC 6901 JSON Pointer.
+func splitPointer(p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("bad JSON pointer %q: must be empty or start with \"/\"", p)
+	}
+	toks := strings.Split(p[1:], "/")
+	for i, tk := range toks {
+		for j := 0; j < len(tk); j++ {
+			if tk[j] == '~' && (j+1 >= len(tk) || (tk[j+1] != '0' && tk[j+1] != '1')) {
+				return nil, fmt.Errorf("bad JSON pointer %q: \"~\" must be followed by 0 or 1", p)
+			}
+		}
+		toks[i] = strings.ReplaceAll(strings.ReplaceAll(tk, "~1", "/"), "~0", "~")
+	}
+	return toks, nil
+}
+
+func resolvePointer(v any, p string) (any, error) {
+	toks, err := splitPointer(p)
+	if err != nil {
+		return nil, err
+	}
+	cur := v
+	for i, tk := range toks {
+		at := "/" + strings.Join(toks[:i+1], "/")
+		switch c := cur.(type) {
+		case map[string]any:
+			x, ok := c[tk]
+			if !ok {
+				return nil, fmt.Errorf("the response has nothing at %s", at)
+			}
+			cur = x
+		case []any:
+			n, err := strconv.Atoi(tk)
+			if err != nil || n < 0 || n >= len(c) || (len(tk) > 1 && tk[0] == '0') {
+				return nil, fmt.Errorf("the response has nothing at %s (array of %d)", at, len(c))
+			}
+			cur = c[n]
+		default:
+			return nil, fmt.Errorf("the response has nothing at %s (%s)", at, jsonKind(cur))
+		}
+	}
+	return cur, nil
+}
+
+// errorf makes an error naming the tool and the request as written in the
+// file (never as sent: the sent URL may hold environment values), with every
+// environment value the tool knows redacted from the text.
+func (t *Tool) errorf(r *request, format string, a ...any) error {
+	return &toolError{msg: t.redact(fmt.Sprintf("tool %q: %s %s: ", t.spec.Name, r.method, r.urlSrc) + fmt.Sprintf(format, a...))}
+}
+
+func (t *Tool) wrap(r *request, err error, what string) error {
+	return &toolError{msg: t.redact(fmt.Sprintf("tool %q: %s %s: %s: %v", t.spec.Name, r.method, r.urlSrc, what, err)), err: err}
+}
+
+// toolError is an error whose text was redacted; Unwrap keeps errors.Is
+// working (context.DeadlineExceeded, syscall errors).
+type toolError struct {
+	msg string
+	err error
+}
+
+func (e *toolError) Error() string { return e.msg }
+func (e *toolError) Unwrap() error { return e.err }
+
+// redact replaces every environment value (and its URL-escaped forms) in s.
+func (t *Tool) redact(s string) string {
+	for _, v := range t.env {
+		if len(v) < 3 {
+			continue // too short to tell from ordinary text
+		}
+		for _, form := range []string{v, url.QueryEscape(v), url.PathEscape(v)} {
+			s = strings.ReplaceAll(s, form, "[redacted]")
+		}
+	}
+	return s
+}
