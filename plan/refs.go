@@ -217,7 +217,11 @@ func lookup(r Ref, outputs map[string]json.RawMessage) ([]byte, error) {
 				return nil, fmt.Errorf("%w: %s: %s is an array, and %q is not an index (a decimal number without leading zeros)", ErrReference, r.Text, at(), seg)
 			}
 			if i >= len(a) {
-				return nil, fmt.Errorf("%w: %s: %s has only %d items", ErrReference, r.Text, at(), len(a))
+				items := "items"
+				if len(a) == 1 {
+					items = "item"
+				}
+				return nil, fmt.Errorf("%w: %s: %s has only %d %s", ErrReference, r.Text, at(), len(a), items)
 			}
 			cur = bytes.TrimSpace(a[i])
 		default:
