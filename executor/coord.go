@@ -1,0 +1,110 @@
+package executor
+
+import (
+	"sync"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// In-process coordination. Badger's directory lock means one process owns a
+// ledger, so a claim owned by this ledger handle's incarnation is in flight in
+// this process. These registries are shared by every Engine on the same
+// *ledger.Ledger, so two engines (or two drives of one engine) wait for each
+// other instead of polling.
+
+type inflightKey struct {
+	l   *ledger.Ledger
+	key string
+}
+
+var inflight = struct {
+	mu sync.Mutex
+	m  map[inflightKey]chan struct{}
+}{m: map[inflightKey]chan struct{}{}}
+
+// takeKey reserves key for the caller, who must call the returned release
+// after the key's outcome is recorded (or once it gives up the key). If another
+// goroutine of this process holds it, ok is false and wait is closed when it
+// lets go.
+func takeKey(l *ledger.Ledger, key string) (release func(), wait <-chan struct{}, ok bool) {
+	k := inflightKey{l, key}
+	inflight.mu.Lock()
+	defer inflight.mu.Unlock()
+	if ch, busy := inflight.m[k]; busy {
+		return nil, ch, false
+	}
+	ch := make(chan struct{})
+	inflight.m[k] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			inflight.mu.Lock()
+			delete(inflight.m, k)
+			inflight.mu.Unlock()
+			close(ch)
+		})
+	}, nil, true
+}
+
+// keyWaiter returns the channel of the in-process holder of key, if any.
+func keyWaiter(l *ledger.Ledger, key string) (<-chan struct{}, bool) {
+	inflight.mu.Lock()
+	defer inflight.mu.Unlock()
+	ch, ok := inflight.m[inflightKey{l, key}]
+	return ch, ok
+}
+
+// gate serializes a run's status changes (pause, cancel, resume, final status)
+// with new claims: claims hold claimMu for reading, status changes for
+// writing. So once Pause or Cancel returns, no drive of this process claims a
+// new action of the run.
+type gate struct {
+	refs    int
+	claimMu sync.RWMutex
+	// guarded by claimMu (read under R, written under W)
+	status         ledger.RunStatus
+	pausedByPerson bool // Pause was called while a drive was active
+}
+
+type gateKey struct {
+	l     *ledger.Ledger
+	runID string
+}
+
+var gates = struct {
+	mu sync.Mutex
+	m  map[gateKey]*gate
+}{m: map[gateKey]*gate{}}
+
+func acquireGate(l *ledger.Ledger, runID string) *gate {
+	gates.mu.Lock()
+	defer gates.mu.Unlock()
+	k := gateKey{l, runID}
+	g := gates.m[k]
+	if g == nil {
+		g = &gate{}
+		gates.m[k] = g
+	}
+	g.refs++
+	return g
+}
+
+func releaseGate(l *ledger.Ledger, runID string, g *gate) {
+	gates.mu.Lock()
+	defer gates.mu.Unlock()
+	g.refs--
+	if g.refs == 0 {
+		delete(gates.m, gateKey{l, runID})
+	}
+}
+
+// halted reports whether the run may not start new actions. Call with claimMu held.
+func (g *gate) halted() bool {
+	switch g.status {
+	case ledger.RunCancelled, ledger.RunCompleted:
+		return true
+	case ledger.RunPaused:
+		return g.pausedByPerson
+	}
+	return false
+}

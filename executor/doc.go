@@ -1,0 +1,34 @@
+// Package executor runs recorded plans so that every action happens exactly once
+// in effect. It is the library API that other Go programs and workflow engines
+// embed: build an Engine with New, then Run a plan under a run id, Resume it after
+// approvals, resolutions or a restart, Replay it with edits or Fork it.
+//
+// For every ready action (all its dependencies succeeded), in dependency order and
+// independent actions in parallel, the engine resolves references to earlier
+// outputs, validates the resolved arguments, derives the action's key
+// (plan.Key), claims the key durably in the ledger, calls the tool according to
+// its effect class (DESIGN.md "Effect classes") and records the outcome durably
+// before any dependent is claimed. A key that already succeeded returns its stored
+// output without calling the tool. When an outcome and a dependent's claim are
+// ready together they share one ledger.Apply call, so a chain costs one synced
+// commit per action.
+//
+// Decisions this package makes where DESIGN.md leaves room:
+//
+//   - A rejected action fails the run "cleanly": no new action starts, every
+//     action that was never claimed is skipped, and nothing is compensated (the
+//     reviewers let the earlier actions happen).
+//   - A definite failure (a 4xx, or retries of a call that was never sent running
+//     out) fails the run: no new action starts, never-claimed actions are skipped
+//     and the compensations of succeeded actions run in reverse completion order
+//     as actions "<id>.undo". Compensating actions need no approval.
+//   - An action a person resolves with Skip counts as done without output: its
+//     dependents are skipped and the run can still complete.
+//   - If an action waits for a person (needs_review) the run is paused, even when
+//     another action failed: once the person resolves it, Resume finishes the
+//     failure handling (including compensating the resolved action if it was
+//     marked done).
+//   - Cancel leaves never-claimed actions as they are (pending or approved).
+//
+// Imports: the standard library, plan, tools and ledger.
+package executor

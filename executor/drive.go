@@ -1,0 +1,748 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
+)
+
+// maxMergedOutput is the largest output whose Succeed shares an Apply call with
+// dependents' claims; a larger one may be refused (ErrTooLarge) and must not
+// take claims down with it.
+const maxMergedOutput = 1 << 20
+
+// node is one action of the run as this drive knows it.
+type node struct {
+	id       string
+	row      ledger.Action // latest known row (kept up to date from our own writes)
+	tool     tools.Tool
+	spec     tools.Spec
+	refs     []string // action ids referenced by the args
+	started  bool     // taken by this drive
+	done     bool     // this drive is finished with it (any outcome)
+	awaiting bool     // waits for a person's approval
+}
+
+// driver drives one run once: from a load of its rows until nothing more can
+// progress.
+type driver struct {
+	e     *Engine
+	runID string
+	g     *gate
+	pol   Policy
+	inc   string
+
+	mu         sync.Mutex
+	nodes      map[string]*node
+	order      []string // topological, ties in plan order (no undo rows)
+	undo       map[string]ledger.Action
+	inflight   int
+	failErr    string // first failure: no new action starts
+	rejected   bool   // the failure is a rejection (no compensation)
+	fatal      error  // the ledger failed: stop
+	firstClaim map[string]time.Time
+	resumed    bool
+
+	wake chan struct{}
+	wg   sync.WaitGroup
+}
+
+func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error) {
+	g := acquireGate(e.led, runID)
+	defer releaseGate(e.led, runID, g)
+	d := &driver{
+		e: e, runID: runID, g: g, inc: e.led.Incarnation(),
+		nodes: map[string]*node{}, undo: map[string]ledger.Action{},
+		firstClaim: map[string]time.Time{}, wake: make(chan struct{}, 1),
+	}
+	doc := func(err error) (ledger.RunDoc, error) {
+		dc, derr := e.led.Doc(context.WithoutCancel(ctx), runID)
+		if derr != nil && err == nil {
+			err = fmt.Errorf("executor: run %s: read run: %w", runID, derr)
+		}
+		return dc, err
+	}
+
+	g.claimMu.Lock()
+	run, err := e.led.GetRun(ctx, runID)
+	if err != nil {
+		g.claimMu.Unlock()
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: %w", runID, err)
+	}
+	g.status = run.Status
+	g.pausedByPerson = false // Run and Resume mean "continue"
+	g.claimMu.Unlock()
+	if run.Status == ledger.RunCancelled || run.Status == ledger.RunCompleted {
+		return doc(nil)
+	}
+	d.pol = Policy(run.Policy)
+	if !d.pol.valid() {
+		d.pol = PolicySafe
+	}
+	rows, err := e.led.Actions(ctx, runID)
+	if err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: read actions: %w", runID, err)
+	}
+	if err := d.load(rows); err != nil {
+		return doc(err)
+	}
+
+	d.schedule(ctx)
+	d.wg.Wait()
+	if err := d.fatalErr(); err != nil {
+		return doc(err)
+	}
+	if ctx.Err() != nil {
+		return doc(fmt.Errorf("executor: run %s: %w", runID, ctx.Err()))
+	}
+	if err := d.finish(ctx); err != nil {
+		return doc(err)
+	}
+	return doc(nil)
+}
+
+// load builds the nodes from the run's rows.
+func (d *driver) load(rows []ledger.Action) error {
+	var plain []ledger.Action
+	for _, r := range rows {
+		if r.Undo {
+			d.undo[r.ID] = r
+			continue
+		}
+		t, ok := d.e.reg.Get(r.Tool)
+		if !ok {
+			return &ActionError{RunID: d.runID, ActionID: r.ID, Key: r.Key, Op: "load",
+				Err: fmt.Errorf("%w: %q (the tools changed since the run started?)", tools.ErrUnknownTool, r.Tool)}
+		}
+		refs, err := plan.Refs(r.Args)
+		if err != nil {
+			return &ActionError{RunID: d.runID, ActionID: r.ID, Op: "load", Err: err}
+		}
+		n := &node{id: r.ID, row: r, tool: t, spec: t.Spec()}
+		for _, ref := range refs {
+			if !slices.Contains(n.refs, ref.Action) {
+				n.refs = append(n.refs, ref.Action)
+			}
+		}
+		d.nodes[r.ID] = n
+		plain = append(plain, r)
+		switch r.Status {
+		case ledger.StatusFailed:
+			d.failLocked(fmt.Sprintf("action %s failed: %s", r.ID, r.Error), false)
+		case ledger.StatusRejected:
+			d.failLocked(fmt.Sprintf("action %s was rejected", r.ID), true)
+		}
+	}
+	d.order = topo(plain)
+	return nil
+}
+
+// topo orders rows dependencies first, ties broken by position.
+func topo(rows []ledger.Action) []string {
+	pos := make(map[string]int, len(rows))
+	for i, r := range rows {
+		pos[r.ID] = i
+	}
+	done := make(map[string]bool, len(rows))
+	out := make([]string, 0, len(rows))
+	for len(out) < len(rows) {
+		progressed := false
+		for _, r := range rows {
+			if done[r.ID] {
+				continue
+			}
+			ready := true
+			for _, dep := range r.DependsOn {
+				if _, known := pos[dep]; known && !done[dep] {
+					ready = false
+					break
+				}
+			}
+			if ready {
+				done[r.ID] = true
+				out = append(out, r.ID)
+				progressed = true
+			}
+		}
+		if !progressed { // a cycle cannot be recorded; keep the rest in plan order
+			for _, r := range rows {
+				if !done[r.ID] {
+					done[r.ID] = true
+					out = append(out, r.ID)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// failLocked records the run's first failure. Call with d.mu held (or before
+// any goroutine starts).
+func (d *driver) failLocked(msg string, rejected bool) {
+	if d.failErr == "" {
+		d.failErr = msg
+		d.rejected = rejected
+	} else if !rejected {
+		d.rejected = false // a real failure also happened: compensate
+	}
+}
+
+func (d *driver) fail(msg string) {
+	d.mu.Lock()
+	d.failLocked(msg, false)
+	d.mu.Unlock()
+	d.poke()
+}
+
+func (d *driver) setFatal(err error) {
+	d.mu.Lock()
+	if d.fatal == nil {
+		d.fatal = err
+	}
+	d.mu.Unlock()
+	d.poke()
+}
+
+func (d *driver) fatalErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fatal
+}
+
+func (d *driver) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// schedule starts ready actions until nothing is in flight and nothing more can start.
+func (d *driver) schedule(ctx context.Context) {
+	for {
+		var acts []*act
+		if ctx.Err() == nil {
+			acts, _, _ = d.start(ctx, nil, nil, nil)
+		}
+		for _, a := range acts {
+			d.spawn(ctx, a)
+		}
+		d.mu.Lock()
+		idle := d.inflight == 0
+		stop := d.fatal != nil
+		d.mu.Unlock()
+		if idle && (len(acts) == 0 || stop) {
+			return
+		}
+		select {
+		case <-d.wake:
+		case <-ctx.Done():
+			// In-flight actions see the same context and finish; wait for them.
+			d.wg.Wait()
+			return
+		}
+	}
+}
+
+func (d *driver) spawn(ctx context.Context, a *act) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.work(ctx, a)
+	}()
+}
+
+// act is one action being performed under one key.
+type act struct {
+	n       *node
+	key     string
+	args    json.RawMessage // resolved and validated
+	attempt int             // attempt number of the claim we hold (0: none)
+	claimAt time.Time       // when our claim was recorded
+	release func()          // in-process reservation of the key
+	rec     *ledger.KeyRecord
+	fresh   bool        // first claim under this key is prepared (approval checked)
+	preOps  []ledger.Op // written together with the first claim (AddUndo)
+	undoOf  string      // compensating action: the id of the action it undoes
+	// lookupFrom, when set, means: look before calling, and trust "not found"
+	// only after lookupFrom + timeout + visibility_lag + skew margin.
+	lookupFrom time.Time
+	tries      int
+	began      time.Time
+	adopted    bool // output taken from an existing succeeded key
+}
+
+// prepared is what preparing a node yields.
+type prepared struct {
+	n      *node
+	a      *act
+	claim  bool        // claim attempt 1 in the batch
+	ops    []ledger.Op // other ops for the batch (edit for review, fail of bad args)
+	failed string      // resolving or validating failed (ops hold Claim+Fail)
+	await  bool
+	shown  json.RawMessage // resolved args written for the reviewer (await with an Edit op)
+}
+
+// start picks ready nodes (up to the free slots; finishing counts its own slot
+// as free), prepares them and writes lead (the outcome of finishing) together
+// with their claims in one Apply. It returns the acts to work on and the
+// results of lead.
+func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, out json.RawMessage) ([]*act, []ledger.Result, error) {
+	d.mu.Lock()
+	if finishing != nil {
+		d.inflight--
+	}
+	slots := d.e.cfg.Parallelism - d.inflight
+	var picks []*node
+	canStart := d.fatal == nil && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
+	if canStart {
+		for _, id := range d.order {
+			if len(picks) >= slots {
+				break
+			}
+			n := d.nodes[id]
+			if n.started || n.done || n.awaiting {
+				continue
+			}
+			if n.row.Status == ledger.StatusClaimed {
+				picks = append(picks, n) // claimed before: resolve its outcome even when failing
+				continue
+			}
+			if d.failErr != "" || (n.row.Status != ledger.StatusPending && n.row.Status != ledger.StatusApproved) {
+				continue
+			}
+			ready := true
+			for _, dep := range n.row.DependsOn {
+				dn := d.nodes[dep]
+				if dep == finishingID(finishing) {
+					continue
+				}
+				if dn == nil || dn.row.Status != ledger.StatusSucceeded {
+					ready = false
+					break
+				}
+			}
+			if ready {
+				picks = append(picks, n)
+			}
+		}
+		for _, n := range picks {
+			n.started = true
+		}
+		d.inflight += len(picks)
+	}
+	var outputs map[string]json.RawMessage
+	if len(picks) > 0 {
+		outputs = map[string]json.RawMessage{}
+		for _, n := range picks {
+			for _, r := range n.refs {
+				if r == finishingID(finishing) {
+					outputs[r] = out
+				} else if dn := d.nodes[r]; dn != nil && dn.row.Status == ledger.StatusSucceeded {
+					outputs[r] = dn.row.Output
+				}
+			}
+		}
+	}
+	d.mu.Unlock()
+
+	var preps []*prepared
+	for _, n := range picks {
+		preps = append(preps, d.prepare(ctx, n, outputs))
+	}
+	return d.commitStart(ctx, lead, preps)
+}
+
+func finishingID(a *act) string {
+	if a == nil {
+		return ""
+	}
+	return a.n.id
+}
+
+// unstart gives nodes back (they were picked but will not be worked on now).
+func (d *driver) unstart(ns []*node, awaiting bool) {
+	if len(ns) == 0 {
+		return
+	}
+	d.mu.Lock()
+	for _, n := range ns {
+		n.started = false
+		if awaiting {
+			n.awaiting = true
+		}
+		d.inflight--
+	}
+	d.mu.Unlock()
+}
+
+// prepare resolves a node's references, validates the resolved args, derives
+// the key and checks the approval.
+func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.RawMessage) *prepared {
+	p := &prepared{n: n}
+	row := n.row
+	if row.Status == ledger.StatusClaimed && row.Key != "" {
+		// Claimed before (a restart, or another drive): decide from its key record.
+		p.a = &act{n: n, key: row.Key, args: row.Args}
+		return p
+	}
+	resolved := row.Args
+	if len(n.refs) > 0 {
+		r, err := plan.Resolve(row.Args, outputs)
+		if err != nil {
+			return d.prepFail(n, fmt.Sprintf("resolve references: %v", err))
+		}
+		resolved = r
+	}
+	if err := d.e.reg.ValidateResolved(row.Tool, resolved); err != nil {
+		return d.prepFail(n, fmt.Sprintf("resolved arguments: %v", err))
+	}
+	key, err := plan.Key(d.runID, n.id, row.Tool, resolved)
+	if err != nil {
+		return d.prepFail(n, fmt.Sprintf("derive key: %v", err))
+	}
+	p.a = &act{n: n, key: key, args: resolved}
+	if row.Key == key && row.Attempts > 0 {
+		return p // attempted before under this key: decide from the record
+	}
+	if ok, why := d.approved(n, resolved); !ok {
+		// Maybe the key already succeeded (replay of an unchanged action).
+		if rec, err := d.e.led.Key(ctx, key); err == nil {
+			p.a.rec = &rec
+			return p
+		} else if !errors.Is(err, ledger.ErrNotFound) {
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: n.id, Key: key, Op: "read key", Err: err})
+			p.a = nil
+			p.await = true
+			return p
+		}
+		p.a = nil
+		p.await = true
+		if !jsonEqual(row.Args, resolved) {
+			// Show the reviewer what will be sent.
+			p.ops = append(p.ops, ledger.Edit(d.runID, n.id, resolved, "executor (references resolved)"))
+			p.shown = resolved
+		}
+		d.e.log.Debug("action waits for approval", "run_id", d.runID, "action_id", n.id, "reason", why)
+		return p
+	}
+	p.a.fresh = true
+	p.claim = true
+	return p
+}
+
+func (d *driver) prepFail(n *node, msg string) *prepared {
+	key, err := plan.Key(d.runID, n.id, n.row.Tool, n.row.Args)
+	if err != nil {
+		key = "" // cannot even derive one: fatal below
+	}
+	p := &prepared{n: n, failed: msg}
+	if key == "" {
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: n.id, Op: "prepare", Err: errors.New(msg)})
+		return p
+	}
+	p.a = &act{n: n, key: key, args: n.row.Args}
+	p.ops = []ledger.Op{
+		ledger.Claim(d.runID, n.id, n.row.Tool, key, n.row.Args, 1),
+		ledger.Fail(key, 1, msg, false, mustJSON(map[string]string{"outcome": "invalid_arguments"})),
+	}
+	return p
+}
+
+// approved reports whether an action may be claimed with these resolved args
+// without asking a person.
+func (d *driver) approved(n *node, resolved json.RawMessage) (bool, string) {
+	rule, why := tools.NeedsApproval(n.spec, resolved)
+	policyNeeds := d.pol == PolicyNone || (d.pol == PolicySafe && n.spec.Class == tools.AtMostOnce)
+	if !rule && !policyNeeds {
+		return true, ""
+	}
+	if why == "" {
+		why = fmt.Sprintf("policy %s", d.pol)
+	}
+	if n.row.ApprovedArgs == nil {
+		return false, why
+	}
+	if rule || n.spec.Class == tools.AtMostOnce {
+		// The approval binds the args the reviewer saw.
+		if !jsonEqual(n.row.ApprovedArgs, resolved) {
+			return false, "arguments changed since approval (references resolved): " + why
+		}
+	}
+	return true, ""
+}
+
+// commitStart writes lead with the prepared claims in one Apply.
+func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*prepared) ([]*act, []ledger.Result, error) {
+	type slot struct {
+		p     *prepared
+		first int // index of its first op
+		count int
+	}
+	var acts []*act
+	var ops []ledger.Op
+	ops = append(ops, lead...)
+	var slots []slot
+	var giveBack, awaitBack []*node
+
+	d.g.claimMu.RLock()
+	halted := d.g.halted()
+	d.mu.Lock()
+	failing := d.failErr != ""
+	d.mu.Unlock()
+	for _, p := range preps {
+		switch {
+		case p.await:
+			if len(p.ops) > 0 {
+				slots = append(slots, slot{p: p, first: len(ops), count: len(p.ops)})
+				ops = append(ops, p.ops...)
+			}
+			awaitBack = append(awaitBack, p.n)
+		case p.a == nil:
+			giveBack = append(giveBack, p.n)
+		case halted:
+			giveBack = append(giveBack, p.n)
+		case p.claim && failing:
+			giveBack = append(giveBack, p.n)
+		case p.claim || p.failed != "":
+			rel, _, ok := takeKey(d.e.led, p.a.key)
+			if !ok {
+				// Another goroutine of this process holds the key: wait for it in the worker.
+				p.claim = false
+				acts = append(acts, p.a)
+				continue
+			}
+			p.a.release = rel
+			if p.claim {
+				if h := d.e.cfg.Hooks.BeforeClaim; h != nil {
+					h(p.n.id)
+				}
+				slots = append(slots, slot{p: p, first: len(ops), count: 1})
+				ops = append(ops, ledger.Claim(d.runID, p.n.id, p.n.row.Tool, p.a.key, p.a.args, 1))
+			} else {
+				slots = append(slots, slot{p: p, first: len(ops), count: len(p.ops)})
+				ops = append(ops, p.ops...)
+			}
+		default:
+			acts = append(acts, p.a) // decide from the key record in the worker
+		}
+	}
+	if len(ops) == 0 {
+		d.g.claimMu.RUnlock()
+		d.unstart(giveBack, false)
+		d.unstart(awaitBack, true)
+		return acts, nil, nil
+	}
+	if len(slots) > 0 && !d.resumedDone() {
+		// Moving a paused or awaiting run to running needs the write lock.
+		d.g.claimMu.RUnlock()
+		if err := d.markRunning(ctx); err != nil {
+			d.setFatal(err)
+		}
+		d.g.claimMu.RLock()
+		if d.g.halted() {
+			// Paused or cancelled meanwhile: only lead goes through.
+			for _, s := range slots {
+				if s.p.a != nil && s.p.a.release != nil {
+					s.p.a.release()
+				}
+				if s.p.await {
+					continue
+				}
+				giveBack = append(giveBack, s.p.n)
+			}
+			ops = ops[:len(lead)]
+			slots = nil
+		}
+	}
+	var res []ledger.Result
+	var err error
+	if len(ops) > 0 {
+		res, err = d.e.led.Apply(context.WithoutCancel(ctx), ops...)
+	}
+	d.g.claimMu.RUnlock()
+	d.unstart(giveBack, false)
+	d.unstart(awaitBack, true)
+	if err != nil {
+		for _, s := range slots {
+			if s.p.a != nil && s.p.a.release != nil {
+				s.p.a.release()
+			}
+		}
+		d.mu.Lock()
+		for _, s := range slots {
+			if !s.p.await {
+				s.p.n.done = true
+				d.inflight--
+			}
+		}
+		for _, a := range acts {
+			a.n.done = true
+			d.inflight--
+		}
+		d.mu.Unlock()
+		d.setFatal(fmt.Errorf("executor: run %s: write claims: %w", d.runID, err))
+		return nil, nil, err
+	}
+	for _, s := range slots {
+		p := s.p
+		switch {
+		case p.await:
+			if r := res[s.first]; r.Err == nil {
+				d.updateRow(p.n, func(row *ledger.Action) {
+					row.Args = p.shown
+					row.ApprovedArgs = nil
+					row.Status = ledger.StatusPending
+				})
+			}
+		case p.failed != "":
+			r0, r1 := res[s.first], res[s.first+1]
+			p.a.release()
+			if r0.Err == nil && r1.Err == nil {
+				d.updateRow(p.n, func(row *ledger.Action) {
+					row.Status, row.Key, row.Attempts, row.Error = ledger.StatusFailed, p.a.key, 1, p.failed
+				})
+				d.e.log.Warn("action failed before its call", "run_id", d.runID, "action_id", p.n.id, "key", p.a.key, "error", p.failed)
+				d.mu.Lock()
+				d.failLocked(fmt.Sprintf("action %s failed: %s", p.n.id, p.failed), false)
+				p.n.done = true
+				d.inflight--
+				d.mu.Unlock()
+			} else {
+				// Someone else got there first: decide from its record.
+				p.a.release = nil
+				p.a.fresh = false
+				if cur := conflictRecord(r0.Err); cur != nil {
+					p.a.rec = cur
+				}
+				acts = append(acts, p.a)
+			}
+		default:
+			r := res[s.first]
+			if r.Err == nil {
+				d.claimed(p.a, 1, r.Key.ClaimedAt)
+				acts = append(acts, p.a)
+				continue
+			}
+			p.a.release()
+			p.a.release = nil
+			p.a.fresh = false
+			if cur := conflictRecord(r.Err); cur != nil {
+				p.a.rec = cur
+				acts = append(acts, p.a)
+				continue
+			}
+			d.mu.Lock()
+			p.n.done = true
+			d.inflight--
+			d.mu.Unlock()
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: p.n.id, Key: p.a.key, Op: "claim", Err: r.Err})
+		}
+	}
+	return acts, res[:len(lead)], nil
+}
+
+func conflictRecord(err error) *ledger.KeyRecord {
+	var ce *ledger.ConflictError
+	if errors.As(err, &ce) {
+		cur := ce.Current
+		return &cur
+	}
+	return nil
+}
+
+// claimed notes that we hold attempt n of a.key.
+func (d *driver) claimed(a *act, n int, at time.Time) {
+	a.attempt = n
+	a.claimAt = at
+	if a.began.IsZero() {
+		a.began = d.e.clock.Now()
+	}
+	d.mu.Lock()
+	if n == 1 {
+		d.firstClaim[a.key] = at
+	}
+	d.mu.Unlock()
+	d.updateRow(a.n, func(row *ledger.Action) {
+		row.Status, row.Key, row.Attempts, row.Args = ledger.StatusClaimed, a.key, n, a.args
+	})
+	if h := d.e.cfg.Hooks.AfterClaim; h != nil {
+		h(a.n.id)
+	}
+}
+
+func (d *driver) updateRow(n *node, f func(*ledger.Action)) {
+	d.mu.Lock()
+	f(&n.row)
+	d.mu.Unlock()
+}
+
+func (d *driver) resumedDone() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.resumed
+}
+
+// markRunning moves a paused or awaiting_approval run to running before its
+// first new claim in this drive.
+func (d *driver) markRunning(ctx context.Context) error {
+	d.g.claimMu.Lock()
+	defer d.g.claimMu.Unlock()
+	d.mu.Lock()
+	done := d.resumed
+	d.resumed = true
+	d.mu.Unlock()
+	if done {
+		return nil
+	}
+	switch d.g.status {
+	case ledger.RunPaused, ledger.RunAwaitingApproval:
+		if d.g.pausedByPerson {
+			return nil
+		}
+		res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.SetRunStatus(d.runID, ledger.RunRunning, "run.resumed", "", nil))
+		if err == nil {
+			err = res[0].Err
+		}
+		if err != nil {
+			return fmt.Errorf("executor: run %s: resume: %w", d.runID, err)
+		}
+		d.g.status = ledger.RunRunning
+		d.e.log.Info("run resumed", "run_id", d.runID)
+	}
+	return nil
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	if string(a) == string(b) {
+		return true
+	}
+	ca, err1 := plan.Canonical(a)
+	cb, err2 := plan.Canonical(b)
+	return err1 == nil && err2 == nil && string(ca) == string(cb)
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only called with maps of strings and numbers
+	}
+	return b
+}
+
+// errText shortens an error for events and rows.
+func errText(err error) string {
+	s := err.Error()
+	if len(s) > 2000 {
+		s = s[:2000] + "…"
+	}
+	return strings.ToValidUTF8(s, "?")
+}

@@ -1,0 +1,469 @@
+package executor
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
+)
+
+// Errors callers test with errors.Is.
+var (
+	ErrPlanMismatch  = ledger.ErrPlanMismatch                                                 // same run id, different plan
+	ErrToolsChanged  = errors.New("executor: tool definitions changed since the run started") // resume needs AcceptToolsChange
+	ErrInvalidPlan   = errors.New("executor: invalid plan")                                   // wraps plan.Errors / tools.ArgsError
+	ErrNotReviewable = errors.New("executor: action is not in a state that allows this")      // approve after claim, etc.
+)
+
+// ActionError says which run, action and key an error is about. It wraps the
+// cause; errors.Is(err, ErrNotReviewable) and ledger sentinels work through it.
+type ActionError struct {
+	RunID    string
+	ActionID string
+	Key      string // "" when the action has no key yet
+	Op       string // what was being done: "approve", "claim", "record outcome", ...
+	Err      error
+}
+
+func (e *ActionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "executor: %s: run %s action %s", e.Op, e.RunID, e.ActionID)
+	if e.Key != "" {
+		fmt.Fprintf(&b, " key %s", e.Key)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func (e *ActionError) Unwrap() error { return e.Err }
+
+// Policy is a run's approval policy (DESIGN.md): "safe" (default), "all", "none".
+type Policy string
+
+const (
+	PolicySafe Policy = "safe"
+	PolicyAll  Policy = "all"
+	PolicyNone Policy = "none"
+)
+
+func (p Policy) valid() bool { return p == PolicySafe || p == PolicyAll || p == PolicyNone }
+
+// RetryPolicy bounds automatic retries of retry-safe attempts.
+type RetryPolicy struct {
+	MaxAttempts int           // attempts per action within one drive, default 5
+	Base        time.Duration // first backoff, default 200ms (full jitter)
+	Max         time.Duration // cap per backoff, default 10s
+	MaxElapsed  time.Duration // total time across attempts, default 2m
+}
+
+// WithDefaults fills zero fields with their defaults.
+func (r RetryPolicy) WithDefaults() RetryPolicy {
+	r.MaxAttempts = cmp.Or(r.MaxAttempts, 5)
+	r.Base = cmp.Or(r.Base, 200*time.Millisecond)
+	r.Max = cmp.Or(r.Max, 10*time.Second)
+	r.MaxElapsed = cmp.Or(r.MaxElapsed, 2*time.Minute)
+	return r
+}
+
+// Hooks are test-only fault-injection points, called with the action id.
+// A nil hook does nothing.
+type Hooks struct {
+	BeforeClaim  func(actionID string) // before the claim is written
+	AfterClaim   func(actionID string) // claim durable, tool not yet called
+	AfterCall    func(actionID string) // tool returned (effect happened), outcome not yet recorded
+	AfterOutcome func(actionID string) // outcome durable
+}
+
+// Config builds an Engine. Zero values take documented defaults.
+type Config struct {
+	Ledger      *ledger.Ledger  // required
+	Tools       *tools.Registry // required
+	Clock       ledger.Clock    // default real time
+	Logger      *slog.Logger    // default slog.Default(); component=executor is added
+	Retry       RetryPolicy     // see RetryPolicy for defaults
+	Parallelism int             // independent actions in flight per run, default 8
+	CallTimeout time.Duration   // per-call timeout when the tool has none, default 30s
+	SkewMargin  time.Duration   // clock-skew margin for lookup "not found", default 2s
+	Hooks       Hooks
+
+	// Sleep waits d or until ctx ends (returning ctx.Err()). Backoffs and
+	// lookup visibility waits go through it so tests can advance a fake clock.
+	// Default: a real timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Rand draws backoff jitter. Default: a randomly seeded source. It is used
+	// under the engine's lock.
+	Rand *mrand.Rand
+	// InFlightPoll bounds how long a wait for an in-flight claim of this
+	// process sleeps between checks of the key when it has no signal to wait
+	// on, default 50ms.
+	InFlightPoll time.Duration
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func realSleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// WithDefaults returns cfg with every zero field set to its default.
+func (cfg Config) WithDefaults() Config {
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Retry = cfg.Retry.WithDefaults()
+	cfg.Parallelism = cmp.Or(cfg.Parallelism, 8)
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 30*time.Second)
+	cfg.SkewMargin = cmp.Or(cfg.SkewMargin, 2*time.Second)
+	if cfg.Sleep == nil {
+		cfg.Sleep = realSleep
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
+	}
+	cfg.InFlightPoll = cmp.Or(cfg.InFlightPoll, 50*time.Millisecond)
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	var errs []error
+	if cfg.Ledger == nil {
+		errs = append(errs, errors.New("Ledger is required"))
+	}
+	if cfg.Tools == nil {
+		errs = append(errs, errors.New("Tools is required"))
+	}
+	if cfg.Parallelism < 1 {
+		errs = append(errs, fmt.Errorf("Parallelism %d: must be at least 1", cfg.Parallelism))
+	}
+	if cfg.Retry.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("Retry.MaxAttempts %d: must be at least 1", cfg.Retry.MaxAttempts))
+	}
+	if cfg.Retry.Base < 0 || cfg.Retry.Max < cfg.Retry.Base || cfg.Retry.MaxElapsed < 0 {
+		errs = append(errs, fmt.Errorf("Retry: need 0 <= Base <= Max and MaxElapsed >= 0 (got %v, %v, %v)",
+			cfg.Retry.Base, cfg.Retry.Max, cfg.Retry.MaxElapsed))
+	}
+	if cfg.CallTimeout < 0 || cfg.SkewMargin < 0 || cfg.InFlightPoll < 0 {
+		errs = append(errs, errors.New("CallTimeout, SkewMargin and InFlightPoll must not be negative"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("executor: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Engine runs recorded plans. Safe for concurrent use; several engines (or
+// goroutines) may drive the same run: each key still takes effect once.
+type Engine struct {
+	cfg    Config
+	led    *ledger.Ledger
+	reg    *tools.Registry
+	clock  ledger.Clock
+	log    *slog.Logger
+	randMu sync.Mutex
+}
+
+// New validates cfg and returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{
+		cfg:   cfg,
+		led:   cfg.Ledger,
+		reg:   cfg.Tools,
+		clock: cfg.Clock,
+		log:   cfg.Logger.With("component", "executor"),
+	}, nil
+}
+
+// RunOptions are per-run settings used when the run is created.
+type RunOptions struct {
+	Policy            Policy // stored with the run at creation; default safe
+	AcceptToolsChange bool   // resume even if the tools changed since the run started
+}
+
+func (o *RunOptions) orDefault() RunOptions {
+	if o == nil {
+		return RunOptions{Policy: PolicySafe}
+	}
+	r := *o
+	r.Policy = cmp.Or(r.Policy, PolicySafe)
+	return r
+}
+
+// Run records p as run runID (or checks that the recorded plan is the same:
+// ErrPlanMismatch otherwise) and executes it until the run is completed, failed,
+// cancelled, paused (needs a person) or awaiting approval. It returns the Run
+// JSON document in every case; err is non-nil only when the run could not be
+// driven (bad plan, ledger error, context ended).
+func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (ledger.RunDoc, error) {
+	opts := o.orDefault()
+	if runID == "" {
+		return ledger.RunDoc{}, errors.New("executor: run: empty run id")
+	}
+	if !opts.Policy.valid() {
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: unknown approval policy %q (want all, safe or none)", runID, opts.Policy)
+	}
+	if p == nil {
+		return ledger.RunDoc{}, fmt.Errorf("%w: run %s: no plan", ErrInvalidPlan, runID)
+	}
+	if err := p.Validate(e.reg); err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("%w: run %s: %w", ErrInvalidPlan, runID, err)
+	}
+	pc := *p
+	pc.RunID = runID
+	hash, err := plan.Hash(&pc)
+	if err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("%w: run %s: %w", ErrInvalidPlan, runID, err)
+	}
+	rows, err := e.initialRows(&pc, opts.Policy)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	now := e.clock.Now().UTC()
+	stored, created, err := e.led.CreateRun(ctx, ledger.Run{
+		ID:        runID,
+		Status:    ledger.RunRunning,
+		Revision:  1,
+		Goal:      pc.Goal,
+		Policy:    string(opts.Policy),
+		PlanHash:  hash,
+		ToolsHash: e.reg.Hash(),
+		CreatedAt: now,
+		UpdatedAt: now,
+	}, &pc, rows)
+	if err != nil {
+		if errors.Is(err, ledger.ErrPlanMismatch) {
+			doc, _ := e.led.Doc(ctx, runID)
+			return doc, fmt.Errorf("executor: run %s: recorded plan differs from the given one (use replay to change it, or another run id): %w", runID, err)
+		}
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: record run: %w", runID, err)
+	}
+	if created {
+		e.log.Info("run created", "run_id", runID, "actions", len(rows), "policy", string(opts.Policy))
+	} else if err := e.checkTools(stored, opts); err != nil {
+		doc, _ := e.led.Doc(ctx, runID)
+		return doc, err
+	}
+	return e.drive(ctx, runID)
+}
+
+// Resume drives an existing run (after approvals, resolutions, a restart).
+func (e *Engine) Resume(ctx context.Context, runID string, o *RunOptions) (ledger.RunDoc, error) {
+	opts := o.orDefault()
+	run, err := e.led.GetRun(ctx, runID)
+	if err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("executor: resume run %s: %w", runID, err)
+	}
+	if err := e.checkTools(run, opts); err != nil {
+		doc, _ := e.led.Doc(ctx, runID)
+		return doc, err
+	}
+	return e.drive(ctx, runID)
+}
+
+func (e *Engine) checkTools(run ledger.Run, opts RunOptions) error {
+	if cur := e.reg.Hash(); run.ToolsHash != cur && !opts.AcceptToolsChange {
+		return fmt.Errorf("%w: run %s was started with tools %s, now %s: pass AcceptToolsChange (--accept-tools-change) to resume anyway",
+			ErrToolsChanged, run.ID, run.ToolsHash, cur)
+	}
+	return nil
+}
+
+// initialRows builds the ledger rows of a plan: class from the registry, status
+// approved when the policy and the tools file let the planned args through.
+func (e *Engine) initialRows(p *plan.Plan, pol Policy) ([]ledger.Action, error) {
+	rows := make([]ledger.Action, 0, len(p.Actions))
+	for _, a := range p.Actions {
+		t, ok := e.reg.Get(a.Tool)
+		if !ok {
+			return nil, fmt.Errorf("%w: action %s: %w: %q", ErrInvalidPlan, a.ID, tools.ErrUnknownTool, a.Tool)
+		}
+		spec := t.Spec()
+		row := ledger.Action{
+			RunID:     p.RunID,
+			ID:        a.ID,
+			Tool:      a.Tool,
+			Class:     string(spec.Class),
+			Status:    ledger.StatusPending,
+			Args:      a.Args,
+			DependsOn: a.DependsOn,
+		}
+		if !needsPerson(pol, spec, a.Args) {
+			row.Status = ledger.StatusApproved
+			row.ApprovedArgs = a.Args
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// needsPerson says whether an action with these args needs a person's approval
+// under the policy and the tools file's rules.
+func needsPerson(pol Policy, spec tools.Spec, args json.RawMessage) bool {
+	if need, _ := tools.NeedsApproval(spec, args); need {
+		return true
+	}
+	switch pol {
+	case PolicyNone:
+		return true
+	case PolicyAll:
+		return false
+	default:
+		return spec.Class == tools.AtMostOnce
+	}
+}
+
+// Replay records p as a new revision of runID (replay with edits) and drives it:
+// unchanged actions keep their keys and outputs; changed ones run.
+func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan) (ledger.RunDoc, error) {
+	if p == nil {
+		return ledger.RunDoc{}, fmt.Errorf("%w: replay run %s: no plan", ErrInvalidPlan, runID)
+	}
+	if err := p.Validate(e.reg); err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("%w: replay run %s: %w", ErrInvalidPlan, runID, err)
+	}
+	run, err := e.led.GetRun(ctx, runID)
+	if err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("executor: replay run %s: %w", runID, err)
+	}
+	pc := *p
+	pc.RunID = runID
+	rows, err := e.initialRows(&pc, Policy(cmp.Or(run.Policy, string(PolicySafe))))
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	rev, err := e.led.AddRevision(ctx, runID, &pc, rows)
+	if err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("executor: replay run %s: record revision: %w", runID, err)
+	}
+	e.log.Info("run replayed", "run_id", runID, "revision", rev)
+	return e.drive(ctx, runID)
+}
+
+// Fork starts newRunID with the current plan of runID: everything runs again.
+func (e *Engine) Fork(ctx context.Context, runID, newRunID string, o *RunOptions) (ledger.RunDoc, error) {
+	if newRunID == runID {
+		return ledger.RunDoc{}, fmt.Errorf("executor: fork run %s: the new run id must differ", runID)
+	}
+	p, err := e.led.Plan(ctx, runID, 0)
+	if err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("executor: fork run %s: %w", runID, err)
+	}
+	if o == nil {
+		run, err := e.led.GetRun(ctx, runID)
+		if err != nil {
+			return ledger.RunDoc{}, fmt.Errorf("executor: fork run %s: %w", runID, err)
+		}
+		o = &RunOptions{Policy: Policy(run.Policy)}
+	}
+	pc := *p
+	pc.RunID = newRunID
+	return e.Run(ctx, newRunID, &pc, o)
+}
+
+// UUID and Now are recorded helpers: derived once per (run, name), stored in
+// the ledger, returned unchanged on resume and replay.
+func (e *Engine) UUID(ctx context.Context, runID, name string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("executor: uuid %q for run %s: %w", name, runID, err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	id := fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+	v, _ := json.Marshal(id)
+	stored, err := e.led.Memo(ctx, runID, "uuid:"+name, v)
+	if err != nil {
+		return "", fmt.Errorf("executor: uuid %q for run %s: %w", name, runID, err)
+	}
+	var out string
+	if err := json.Unmarshal(stored, &out); err != nil {
+		return "", fmt.Errorf("executor: uuid %q for run %s: stored value: %w", name, runID, err)
+	}
+	return out, nil
+}
+
+// Now returns the time recorded for (run, name), recording the current time
+// the first time.
+func (e *Engine) Now(ctx context.Context, runID, name string) (time.Time, error) {
+	v, _ := json.Marshal(e.clock.Now().UTC().Format(time.RFC3339Nano))
+	stored, err := e.led.Memo(ctx, runID, "now:"+name, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("executor: now %q for run %s: %w", name, runID, err)
+	}
+	var s string
+	if err := json.Unmarshal(stored, &s); err != nil {
+		return time.Time{}, fmt.Errorf("executor: now %q for run %s: stored value: %w", name, runID, err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("executor: now %q for run %s: stored value: %w", name, runID, err)
+	}
+	return t.UTC(), nil
+}
+
+// DeriveRunID derives a run id from a plan when the caller gives none, so an
+// identical rerun resumes: "run_" + first 16 hex of the plan hash.
+func DeriveRunID(p *plan.Plan) (string, error) {
+	if p == nil {
+		return "", fmt.Errorf("%w: no plan", ErrInvalidPlan)
+	}
+	h, err := plan.Hash(p)
+	if err != nil {
+		return "", fmt.Errorf("executor: derive run id: %w", err)
+	}
+	h = strings.TrimPrefix(h, "sha256:")
+	if len(h) < 16 {
+		return "", fmt.Errorf("executor: derive run id: unexpected plan hash %q", h)
+	}
+	return "run_" + h[:16], nil
+}
+
+// backoff returns the wait before retry k (1-based): full jitter over
+// min(Max, Base*2^(k-1)), and at least floor (a server's Retry-After).
+func (e *Engine) backoff(k int, floor time.Duration) time.Duration {
+	r := e.cfg.Retry
+	ceil := r.Base
+	for i := 1; i < k && ceil < r.Max; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, r.Max)
+	var d time.Duration
+	if ceil > 0 {
+		e.randMu.Lock()
+		d = time.Duration(e.cfg.Rand.Int64N(int64(ceil) + 1))
+		e.randMu.Unlock()
+	}
+	return max(d, floor)
+}

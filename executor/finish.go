@@ -1,0 +1,259 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
+)
+
+// finish runs once nothing more can start: skips what will never run,
+// compensates after a failure and sets the run's status.
+func (d *driver) finish(ctx context.Context) error {
+	rows, err := d.e.led.Actions(ctx, d.runID)
+	if err != nil {
+		return fmt.Errorf("executor: run %s: read actions: %w", d.runID, err)
+	}
+	d.mu.Lock()
+	for _, r := range rows {
+		if r.Undo {
+			continue
+		}
+		switch r.Status {
+		case ledger.StatusFailed:
+			d.failLocked(fmt.Sprintf("action %s failed: %s", r.ID, r.Error), false)
+		case ledger.StatusRejected:
+			d.failLocked(fmt.Sprintf("action %s was rejected", r.ID), true)
+		}
+	}
+	failMsg, rejected := d.failErr, d.rejected
+	d.mu.Unlock()
+
+	byID := make(map[string]ledger.Action, len(rows))
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	var ops []ledger.Op
+	var skipped []string
+	if failMsg != "" {
+		for _, id := range d.order {
+			if r := byID[id]; reviewable(r) {
+				ops = append(ops, ledger.Skip(d.runID, id, "not started: the run failed ("+failMsg+")"))
+				skipped = append(skipped, id)
+			}
+		}
+	} else {
+		gone := map[string]bool{}
+		for _, r := range rows {
+			if r.Status == ledger.StatusSkipped {
+				gone[r.ID] = true
+			}
+		}
+		for _, id := range d.order {
+			r := byID[id]
+			if !reviewable(r) {
+				continue
+			}
+			for _, dep := range r.DependsOn {
+				if gone[dep] {
+					ops = append(ops, ledger.Skip(d.runID, id, "dependency "+dep+" was skipped"))
+					skipped = append(skipped, id)
+					gone[id] = true
+					break
+				}
+			}
+		}
+	}
+	if len(ops) > 0 {
+		res, err := d.e.led.Apply(ctx, ops...)
+		if err != nil {
+			return fmt.Errorf("executor: run %s: skip actions: %w", d.runID, err)
+		}
+		for i, r := range res {
+			if r.Err != nil && !errors.Is(r.Err, ledger.ErrConflict) {
+				return &ActionError{RunID: d.runID, ActionID: skipped[i], Op: "skip", Err: r.Err}
+			}
+		}
+	}
+	if failMsg != "" && !rejected {
+		if err := d.compensate(ctx, byID); err != nil {
+			return err
+		}
+		if err := d.fatalErr(); err != nil {
+			return err
+		}
+	}
+	return d.settle(ctx)
+}
+
+// compensate runs the compensations of succeeded actions in reverse completion
+// order, each as action "<id>.undo" with its own key.
+func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) error {
+	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
+	if err != nil {
+		return fmt.Errorf("executor: run %s: read events for compensation: %w", d.runID, err)
+	}
+	last := map[string]uint64{}
+	for _, ev := range evs {
+		if ev.Type == "action.succeeded" && ev.ActionID != "" {
+			last[ev.ActionID] = ev.Seq
+		}
+	}
+	var order []string
+	for id := range last {
+		if r, ok := byID[id]; ok && !r.Undo {
+			order = append(order, id)
+		}
+	}
+	slices.SortFunc(order, func(a, b string) int { return -cmpU(last[a], last[b]) }) // newest first
+
+	for _, id := range order {
+		if ctx.Err() != nil {
+			return fmt.Errorf("executor: run %s: compensation: %w", d.runID, ctx.Err())
+		}
+		row := byID[id]
+		if row.Status != ledger.StatusSucceeded {
+			continue
+		}
+		t, ok := d.e.reg.Get(row.Tool)
+		if !ok || t.Spec().Compensate == nil {
+			continue
+		}
+		comp := *t.Spec().Compensate
+		undoID := id + ".undo"
+		ur, exists := byID[undoID]
+		if exists && (ur.Status == ledger.StatusNeedsReview || ur.Status == ledger.StatusFailed ||
+			ur.Status == ledger.StatusSkipped) {
+			continue // a person decides, or it could not be undone
+		}
+		ct, ok := d.e.reg.Get(comp.Tool)
+		if !ok {
+			d.e.log.Error("compensating tool not registered", "run_id", d.runID, "action_id", id, "tool", comp.Tool)
+			continue
+		}
+		args, err := tools.CompensationArgs(comp, row.Args, row.Output)
+		if err != nil {
+			d.e.log.Error("cannot build compensation arguments", "run_id", d.runID, "action_id", id, "error", err)
+			continue
+		}
+		key, err := plan.Key(d.runID, undoID, comp.Tool, args)
+		if err != nil {
+			d.e.log.Error("cannot derive compensation key", "run_id", d.runID, "action_id", id, "error", err)
+			continue
+		}
+		spec := ct.Spec()
+		un := &node{id: undoID, tool: ct, spec: spec, row: ledger.Action{
+			RunID: d.runID, ID: undoID, Tool: comp.Tool, Class: string(spec.Class),
+			Status: ledger.StatusPending, Args: args, Undo: true,
+		}}
+		if exists {
+			un.row = ur
+		}
+		a := &act{n: un, key: key, args: args, undoOf: id}
+		if !exists {
+			a.preOps = []ledger.Op{ledger.AddUndo(d.runID, un.row)}
+		}
+		d.e.log.Info("compensating", "run_id", d.runID, "action_id", id, "undo", undoID, "key", key)
+		out, how := d.execute(ctx, a)
+		if how == endSucceeded {
+			d.record(ctx, a, ledger.Succeed(a.key, a.attempt, out), ledger.Compensated(d.runID, id))
+		}
+		d.release(a)
+		if err := d.fatalErr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// settle sets the run's status from its rows once this drive is done.
+func (d *driver) settle(ctx context.Context) error {
+	d.g.claimMu.Lock()
+	defer d.g.claimMu.Unlock()
+	if d.g.status == ledger.RunCancelled || (d.g.status == ledger.RunPaused && d.g.pausedByPerson) {
+		return nil
+	}
+	rows, err := d.e.led.Actions(ctx, d.runID)
+	if err != nil {
+		return fmt.Errorf("executor: run %s: read actions: %w", d.runID, err)
+	}
+	var needs, awaiting []string
+	failMsg := ""
+	open := 0
+	d.mu.Lock()
+	for _, r := range rows {
+		switch r.Status {
+		case ledger.StatusClaimed:
+			d.mu.Unlock()
+			return nil // another drive is performing it; it settles the run
+		case ledger.StatusNeedsReview:
+			needs = append(needs, r.ID)
+		case ledger.StatusFailed, ledger.StatusRejected:
+			if !r.Undo && failMsg == "" {
+				if r.Status == ledger.StatusRejected {
+					failMsg = fmt.Sprintf("action %s was rejected", r.ID)
+				} else {
+					failMsg = fmt.Sprintf("action %s failed: %s", r.ID, r.Error)
+				}
+			}
+		case ledger.StatusPending, ledger.StatusApproved:
+			if !r.Undo {
+				open++
+				if n := d.nodes[r.ID]; n != nil && n.awaiting && r.Attempts == 0 {
+					awaiting = append(awaiting, r.ID)
+				}
+			}
+		}
+	}
+	if failMsg == "" {
+		failMsg = d.failErr
+	}
+	d.mu.Unlock()
+
+	var st ledger.RunStatus
+	var ev, errMsg string
+	var data map[string]any
+	switch {
+	case len(needs) > 0:
+		st, ev, data = ledger.RunPaused, "run.paused", map[string]any{"reason": "needs_review", "actions": needs}
+	case failMsg != "":
+		st, ev, errMsg, data = ledger.RunFailed, "run.failed", failMsg, map[string]any{"error": failMsg}
+	case len(awaiting) > 0:
+		st, ev, data = ledger.RunAwaitingApproval, "run.awaiting_approval", map[string]any{"actions": awaiting}
+	case open == 0:
+		st, ev = ledger.RunCompleted, "run.completed"
+	default:
+		return nil // work left that this drive could not start (interrupted)
+	}
+	if st == d.g.status {
+		return nil
+	}
+	var raw []byte
+	if data != nil {
+		raw = mustJSON(data)
+	}
+	res, err := d.e.led.Apply(ctx, ledger.SetRunStatus(d.runID, st, ev, errMsg, raw))
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("executor: run %s: set status %s: %w", d.runID, st, err)
+	}
+	d.g.status = st
+	d.e.log.Info("run status", "run_id", d.runID, "status", string(st), "error", errMsg)
+	return nil
+}

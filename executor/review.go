@@ -1,0 +1,233 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+)
+
+// reviewable reports whether a row was never claimed (review may still change it).
+func reviewable(r ledger.Action) bool {
+	return !r.Undo && r.Attempts == 0 &&
+		(r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved)
+}
+
+func (e *Engine) rowsByID(ctx context.Context, runID, op string) (map[string]ledger.Action, []ledger.Action, error) {
+	rows, err := e.led.Actions(ctx, runID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("executor: %s: run %s: %w", op, runID, err)
+	}
+	m := make(map[string]ledger.Action, len(rows))
+	for _, r := range rows {
+		m[r.ID] = r
+	}
+	return m, rows, nil
+}
+
+// applyReview applies ops and turns conflicts into ErrNotReviewable errors
+// naming the action.
+func (e *Engine) applyReview(ctx context.Context, runID, op string, ids []string, ops []ledger.Op) error {
+	res, err := e.led.Apply(ctx, ops...)
+	if err != nil {
+		return fmt.Errorf("executor: %s: run %s: %w", op, runID, err)
+	}
+	var errs []error
+	for i, r := range res {
+		if r.Err == nil {
+			continue
+		}
+		if errors.Is(r.Err, ledger.ErrConflict) {
+			errs = append(errs, &ActionError{RunID: runID, ActionID: ids[i], Key: r.Key.Key, Op: op,
+				Err: fmt.Errorf("%w (%w)", ErrNotReviewable, r.Err)})
+			continue
+		}
+		errs = append(errs, &ActionError{RunID: runID, ActionID: ids[i], Op: op, Err: r.Err})
+	}
+	return errors.Join(errs...)
+}
+
+// Approve approves the given actions (all not-yet-claimed ones if none given),
+// as the reviewer saw them. It does not drive the run; call Resume.
+func (e *Engine) Approve(ctx context.Context, runID string, actionIDs []string, by string) error {
+	byID, rows, err := e.rowsByID(ctx, runID, "approve")
+	if err != nil {
+		return err
+	}
+	var ops []ledger.Op
+	var ids []string
+	if len(actionIDs) == 0 {
+		for _, r := range rows {
+			if reviewable(r) && r.Status == ledger.StatusPending {
+				ops = append(ops, ledger.Approve(runID, r.ID, r.Args, by))
+				ids = append(ids, r.ID)
+			}
+		}
+	} else {
+		for _, id := range actionIDs {
+			r, ok := byID[id]
+			if !ok {
+				return &ActionError{RunID: runID, ActionID: id, Op: "approve", Err: ledger.ErrNotFound}
+			}
+			if !reviewable(r) {
+				return &ActionError{RunID: runID, ActionID: id, Key: r.Key, Op: "approve",
+					Err: fmt.Errorf("%w: status %s after %d attempts", ErrNotReviewable, r.Status, r.Attempts)}
+			}
+			ops = append(ops, ledger.Approve(runID, r.ID, r.Args, by))
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return e.applyReview(ctx, runID, "approve", ids, ops)
+}
+
+// Reject rejects one action; the run fails cleanly when it gets there.
+func (e *Engine) Reject(ctx context.Context, runID, actionID, reason, by string) error {
+	byID, _, err := e.rowsByID(ctx, runID, "reject")
+	if err != nil {
+		return err
+	}
+	r, ok := byID[actionID]
+	if !ok {
+		return &ActionError{RunID: runID, ActionID: actionID, Op: "reject", Err: ledger.ErrNotFound}
+	}
+	if !reviewable(r) {
+		return &ActionError{RunID: runID, ActionID: actionID, Key: r.Key, Op: "reject",
+			Err: fmt.Errorf("%w: status %s after %d attempts", ErrNotReviewable, r.Status, r.Attempts)}
+	}
+	return e.applyReview(ctx, runID, "reject", []string{actionID}, []ledger.Op{ledger.Reject(runID, actionID, reason, by)})
+}
+
+// Edit changes a not-yet-claimed action's arguments (validated against the
+// tool's schema); its key changes accordingly.
+func (e *Engine) Edit(ctx context.Context, runID, actionID string, args json.RawMessage, by string) error {
+	p, err := e.led.Plan(ctx, runID, 0)
+	if err != nil {
+		return fmt.Errorf("executor: edit: run %s: %w", runID, err)
+	}
+	byID, _, err := e.rowsByID(ctx, runID, "edit")
+	if err != nil {
+		return err
+	}
+	r, ok := byID[actionID]
+	if !ok {
+		return &ActionError{RunID: runID, ActionID: actionID, Op: "edit", Err: ledger.ErrNotFound}
+	}
+	if !reviewable(r) {
+		return &ActionError{RunID: runID, ActionID: actionID, Key: r.Key, Op: "edit",
+			Err: fmt.Errorf("%w: status %s after %d attempts", ErrNotReviewable, r.Status, r.Attempts)}
+	}
+	// Check the edited action in the context of its plan (references must name
+	// dependencies, args must fit the schema).
+	pc := *p
+	pc.Actions = slices.Clone(p.Actions)
+	found := false
+	for i := range pc.Actions {
+		if pc.Actions[i].ID == actionID {
+			pc.Actions[i].Args = args
+			found = true
+		}
+	}
+	if !found {
+		return &ActionError{RunID: runID, ActionID: actionID, Op: "edit", Err: ledger.ErrNotFound}
+	}
+	if err := pc.Validate(e.reg); err != nil {
+		return &ActionError{RunID: runID, ActionID: actionID, Op: "edit", Err: fmt.Errorf("%w: %w", ErrInvalidPlan, err)}
+	}
+	return e.applyReview(ctx, runID, "edit", []string{actionID}, []ledger.Op{ledger.Edit(runID, actionID, args, by)})
+}
+
+// Resolve applies a person's decision to an action in needs_review. A Done
+// output is validated against the tool's output schema if it has one.
+func (e *Engine) Resolve(ctx context.Context, runID, actionID string, r ledger.Resolution) error {
+	n := 0
+	if r.Done != nil {
+		n++
+	}
+	if r.Retry {
+		n++
+	}
+	if r.Skip {
+		n++
+	}
+	if n != 1 {
+		return &ActionError{RunID: runID, ActionID: actionID, Op: "resolve",
+			Err: errors.New("give exactly one of done (with an output), retry or skip")}
+	}
+	byID, _, err := e.rowsByID(ctx, runID, "resolve")
+	if err != nil {
+		return err
+	}
+	row, ok := byID[actionID]
+	if !ok {
+		return &ActionError{RunID: runID, ActionID: actionID, Op: "resolve", Err: ledger.ErrNotFound}
+	}
+	if row.Status != ledger.StatusNeedsReview {
+		return &ActionError{RunID: runID, ActionID: actionID, Key: row.Key, Op: "resolve",
+			Err: fmt.Errorf("%w: status %s, not needs_review", ErrNotReviewable, row.Status)}
+	}
+	if r.Done != nil {
+		if !json.Valid(r.Done) {
+			return &ActionError{RunID: runID, ActionID: actionID, Key: row.Key, Op: "resolve",
+				Err: errors.New("done output is not valid JSON")}
+		}
+		if err := e.reg.ValidateOutput(row.Tool, r.Done); err != nil {
+			return &ActionError{RunID: runID, ActionID: actionID, Key: row.Key, Op: "resolve",
+				Err: fmt.Errorf("done output does not match the output schema of %s: %w", row.Tool, err)}
+		}
+		if _, err := plan.Canonical(r.Done); err != nil {
+			return &ActionError{RunID: runID, ActionID: actionID, Key: row.Key, Op: "resolve", Err: err}
+		}
+	}
+	return e.applyReview(ctx, runID, "resolve", []string{actionID}, []ledger.Op{ledger.Resolve(runID, actionID, r)})
+}
+
+// Pause, Cancel: a paused or cancelled run starts no new actions; in-flight ones
+// finish and are recorded. Resume continues a paused run.
+func (e *Engine) Pause(ctx context.Context, runID, by string) error {
+	return e.setStatusByPerson(ctx, runID, ledger.RunPaused, "run.paused", by)
+}
+
+// Cancel stops a run for good: no new action starts; in-flight ones finish and
+// are recorded.
+func (e *Engine) Cancel(ctx context.Context, runID, by string) error {
+	return e.setStatusByPerson(ctx, runID, ledger.RunCancelled, "run.cancelled", by)
+}
+
+func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.RunStatus, ev, by string) error {
+	g := acquireGate(e.led, runID)
+	defer releaseGate(e.led, runID, g)
+	g.claimMu.Lock()
+	defer g.claimMu.Unlock()
+	run, err := e.led.GetRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("executor: %s run %s: %w", st, runID, err)
+	}
+	switch run.Status {
+	case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
+		return fmt.Errorf("executor: %s run %s: %w: the run is %s", st, runID, ErrNotReviewable, run.Status)
+	}
+	if run.Status == st {
+		g.status = st
+		g.pausedByPerson = st == ledger.RunPaused
+		return nil
+	}
+	data, _ := json.Marshal(map[string]string{"by": by, "reason": "requested"})
+	res, err := e.led.Apply(ctx, ledger.SetRunStatus(runID, st, ev, "", data))
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("executor: %s run %s: %w", st, runID, err)
+	}
+	g.status = st
+	g.pausedByPerson = st == ledger.RunPaused
+	e.log.Info("run status set by a person", "run_id", runID, "status", string(st))
+	return nil
+}

@@ -1,0 +1,599 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/tools"
+)
+
+// end says how a worker finished with an action.
+type end int
+
+const (
+	endSucceeded end = iota // output to be recorded (or adopted)
+	endRecorded             // an outcome other than success was recorded (or the action is parked)
+	endStopped              // not started or interrupted; nothing more to do in this drive
+)
+
+// work performs a and, after each success, the actions that became ready with it.
+func (d *driver) work(ctx context.Context, a *act) {
+	for a != nil {
+		out, how := d.execute(ctx, a)
+		if how != endSucceeded {
+			d.release(a)
+			d.mu.Lock()
+			a.n.done = true
+			d.inflight--
+			d.mu.Unlock()
+			d.poke()
+			return
+		}
+		next := d.succeed(ctx, a, out)
+		if len(next) == 0 {
+			d.poke()
+			return
+		}
+		for _, b := range next[1:] {
+			d.spawn(ctx, b)
+		}
+		a = next[0]
+	}
+}
+
+func (d *driver) release(a *act) {
+	if a.release != nil {
+		a.release()
+		a.release = nil
+	}
+}
+
+// succeed records a's output together with the claims of the actions it makes
+// ready, and returns those.
+func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*act {
+	var lead []ledger.Op
+	mirrored := a.adopted && a.n.row.Key == a.key && a.n.row.Status == ledger.StatusSucceeded
+	if !mirrored {
+		lead = []ledger.Op{ledger.Succeed(a.key, a.attempt, out)}
+	}
+	d.mu.Lock()
+	a.n.done = true
+	d.mu.Unlock()
+	acts, res, err := d.start(ctx, lead, a, out)
+	if err != nil {
+		d.release(a)
+		return nil
+	}
+	if len(lead) > 0 && res[0].Err != nil {
+		// The output was not recorded. Claims written with it must not go ahead.
+		for _, b := range acts {
+			d.abandon(ctx, b, "not started: the output of "+a.n.id+" could not be recorded")
+			d.mu.Lock()
+			b.n.done = true
+			d.inflight--
+			d.mu.Unlock()
+		}
+		defer d.release(a)
+		err := res[0].Err
+		switch {
+		case errors.Is(err, ledger.ErrTooLarge):
+			d.park(ctx, a, fmt.Sprintf("the call succeeded but its output could not be recorded: %v", err))
+		case conflictRecord(err) != nil && conflictRecord(err).State == ledger.StatusSucceeded:
+			cur := conflictRecord(err)
+			d.setSucceeded(a, cur.Output)
+		default:
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: err})
+		}
+		return nil
+	}
+	d.setSucceeded(a, out)
+	d.release(a)
+	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
+		h(a.n.id)
+	}
+	d.e.log.Debug("action succeeded", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "adopted", a.adopted)
+	return acts
+}
+
+func (d *driver) setSucceeded(a *act, out json.RawMessage) {
+	d.updateRow(a.n, func(row *ledger.Action) {
+		row.Status, row.Key, row.Output, row.Error = ledger.StatusSucceeded, a.key, out, ""
+		if a.attempt > row.Attempts {
+			row.Attempts = a.attempt
+		}
+	})
+}
+
+// abandon gives up a claim we hold but will not act on: the key goes back to
+// pending (retryable) and a later attempt or drive decides again.
+func (d *driver) abandon(ctx context.Context, a *act, why string) {
+	if a.attempt > 0 {
+		d.record(ctx, a, ledger.Fail(a.key, a.attempt, why, true, mustJSON(map[string]string{"outcome": "not_sent"})))
+		d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusPending })
+	}
+	d.release(a)
+}
+
+// park records needs_review for the attempt we hold.
+func (d *driver) park(ctx context.Context, a *act, reason string) {
+	if d.record(ctx, a, ledger.NeedsReview(a.key, a.attempt, reason)) {
+		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusNeedsReview, reason })
+		d.e.log.Warn("action needs review", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "reason", reason)
+	}
+}
+
+// record writes ops for a (its outcome) durably, even when ctx has ended. It
+// reports whether every op went through.
+func (d *driver) record(ctx context.Context, a *act, ops ...ledger.Op) bool {
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ops...)
+	if err != nil {
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record outcome", Err: err})
+		return false
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record outcome", Err: r.Err})
+			return false
+		}
+	}
+	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
+		h(a.n.id)
+	}
+	return true
+}
+
+func (d *driver) timeout(s tools.Spec) time.Duration {
+	if s.Timeout > 0 {
+		return s.Timeout
+	}
+	return d.e.cfg.CallTimeout
+}
+
+// execute brings a to an end: it holds or takes the key's claim, then calls
+// the tool by its class, retrying what is safe to retry.
+func (d *driver) execute(ctx context.Context, a *act) (json.RawMessage, end) {
+	for {
+		if a.attempt == 0 {
+			out, how, held := d.acquire(ctx, a)
+			if !held {
+				return out, how
+			}
+		}
+		out, how, again := d.attemptCall(ctx, a)
+		if !again {
+			return out, how
+		}
+	}
+}
+
+// acquire takes the claim of a.key (held=true), or ends the action from what
+// its record says.
+func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how end, held bool) {
+	for {
+		if ctx.Err() != nil {
+			return nil, endStopped, false
+		}
+		if a.release == nil {
+			rel, wait, ok := takeKey(d.e.led, a.key)
+			if !ok {
+				// Another goroutine of this process is performing this key: wait
+				// for its outcome, then look at the record.
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return nil, endStopped, false
+				}
+				a.rec = nil
+				continue
+			}
+			a.release = rel
+			a.rec = nil // re-read now that no one in this process holds it
+		}
+		if a.fresh && a.rec == nil {
+			// First claim under this key, approval already checked.
+			a.fresh = false
+			if ok, how := d.claim(ctx, a, 1, time.Time{}); ok || how != endSucceeded {
+				return nil, how, ok
+			}
+			continue // a.rec set from the conflict
+		}
+		rec := a.rec
+		if rec == nil {
+			r, err := d.e.led.Key(ctx, a.key)
+			switch {
+			case errors.Is(err, ledger.ErrNotFound):
+				if ok, how := d.claim(ctx, a, 1, time.Time{}); ok || how != endSucceeded {
+					return nil, how, ok
+				}
+				continue
+			case err != nil:
+				if ctx.Err() != nil {
+					return nil, endStopped, false
+				}
+				d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "read key", Err: err})
+				return nil, endStopped, false
+			}
+			rec = &r
+		}
+		a.rec = nil
+		spec := a.n.spec
+		switch rec.State {
+		case ledger.StatusSucceeded, ledger.StatusCompensated:
+			a.attempt = rec.Attempt
+			a.adopted = true
+			return rec.Output, endSucceeded, false
+		case ledger.StatusNeedsReview:
+			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key = ledger.StatusNeedsReview, a.key })
+			return nil, endRecorded, false
+		case ledger.StatusFailed:
+			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key, row.Error = ledger.StatusFailed, a.key, rec.Error })
+			if a.undoOf == "" {
+				d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, rec.Error))
+			}
+			return nil, endRecorded, false
+		case ledger.StatusSkipped:
+			d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
+			return nil, endRecorded, false
+		case ledger.StatusClaimed, ledger.StatusPending:
+			// Claimed by a process that is gone (we hold the in-process
+			// reservation, so no goroutine here owns it), or pending after a
+			// failed attempt or a person's "retry".
+			stale := rec.State == ledger.StatusClaimed
+			next := rec.Attempt + 1
+			var lookFrom time.Time
+			switch spec.Class {
+			case tools.AtMostOnce:
+				if stale {
+					a.attempt = rec.Attempt
+					d.park(ctx, a, fmt.Sprintf("outcome unknown: attempt %d was claimed by a process that is gone (at-most-once: not retried)", rec.Attempt))
+					return nil, endRecorded, false
+				}
+			case tools.Lookup:
+				lookFrom = rec.ClaimedAt
+			case tools.Keyed:
+				if d.pastKeyTTL(ctx, a, rec) {
+					if _, ok := a.n.tool.(tools.Looker); ok {
+						lookFrom = rec.ClaimedAt
+					} else if stale {
+						a.attempt = rec.Attempt
+						d.park(ctx, a, fmt.Sprintf("outcome unknown and the provider's key_ttl (%v) has passed since the first claim: a new call could repeat the effect", spec.KeyTTL))
+						return nil, endRecorded, false
+					} else {
+						d.needsReviewPending(ctx, a, rec)
+						return nil, endRecorded, false
+					}
+				}
+			}
+			if rec.Attempt == 0 {
+				next = 1
+			}
+			if ok, how := d.claim(ctx, a, next, lookFrom); ok || how != endSucceeded {
+				return nil, how, ok
+			}
+			continue
+		default:
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim",
+				Err: fmt.Errorf("unexpected key state %q", rec.State)})
+			return nil, endStopped, false
+		}
+	}
+}
+
+// needsReviewPending parks a keyed action whose key is pending after an
+// unknown outcome once key_ttl has passed: claim it and park the claim.
+func (d *driver) needsReviewPending(ctx context.Context, a *act, rec *ledger.KeyRecord) {
+	if ok, _ := d.claim(ctx, a, rec.Attempt+1, time.Time{}); ok {
+		d.park(ctx, a, fmt.Sprintf("the provider's key_ttl (%v) has passed since the first claim: a new call could repeat the effect", a.n.spec.KeyTTL))
+	}
+}
+
+// claim writes the claim of attempt n. ok: we hold it. Otherwise how is
+// endSucceeded with a.rec set when the claim met another record (decide again),
+// or the action is stopped.
+func (d *driver) claim(ctx context.Context, a *act, n int, lookFrom time.Time) (ok bool, how end) {
+	if h := d.e.cfg.Hooks.BeforeClaim; h != nil {
+		h(a.n.id)
+	}
+	if !d.resumedDone() {
+		if err := d.markRunning(ctx); err != nil {
+			d.setFatal(err)
+			return false, endStopped
+		}
+	}
+	ops := append(a.preOps, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
+	d.g.claimMu.RLock()
+	if d.g.halted() {
+		d.g.claimMu.RUnlock()
+		return false, endStopped
+	}
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ops...)
+	d.g.claimMu.RUnlock()
+	if err != nil {
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
+		return false, endStopped
+	}
+	for _, r := range res[:len(ops)-1] {
+		if r.Err != nil {
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
+			return false, endStopped
+		}
+	}
+	a.preOps = nil
+	r := res[len(ops)-1]
+	if r.Err != nil {
+		if cur := conflictRecord(r.Err); cur != nil {
+			a.rec = cur
+			return false, endSucceeded
+		}
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
+		return false, endStopped
+	}
+	a.lookupFrom = lookFrom
+	d.claimed(a, n, r.Key.ClaimedAt)
+	return true, endSucceeded
+}
+
+// pastKeyTTL reports whether a keyed action's provider may have forgotten the key.
+func (d *driver) pastKeyTTL(ctx context.Context, a *act, rec *ledger.KeyRecord) bool {
+	ttl := a.n.spec.KeyTTL
+	if ttl <= 0 {
+		return false
+	}
+	first := d.firstClaimAt(ctx, a.key)
+	if first.IsZero() {
+		if rec != nil && rec.Attempt <= 1 && !rec.ClaimedAt.IsZero() {
+			first = rec.ClaimedAt
+		} else {
+			return true // unknown: assume the worst
+		}
+	}
+	return d.e.clock.Now().Sub(first) > ttl
+}
+
+// firstClaimAt returns when attempt 1 of key was claimed: from this drive, or
+// from the run's events (action.claimed {"attempt":1,"key"}).
+func (d *driver) firstClaimAt(ctx context.Context, key string) time.Time {
+	d.mu.Lock()
+	t, ok := d.firstClaim[key]
+	d.mu.Unlock()
+	if ok {
+		return t
+	}
+	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
+	if err != nil {
+		return time.Time{}
+	}
+	for _, ev := range evs {
+		if ev.Type != "action.claimed" {
+			continue
+		}
+		var data struct {
+			Attempt int    `json:"attempt"`
+			Key     string `json:"key"`
+		}
+		if json.Unmarshal(ev.Data, &data) == nil && data.Key == key && data.Attempt == 1 {
+			d.mu.Lock()
+			d.firstClaim[key] = ev.At
+			d.mu.Unlock()
+			return ev.At
+		}
+	}
+	return time.Time{}
+}
+
+// attemptCall performs the attempt we hold (lookup first when required). again:
+// a retry was claimed (or must be decided from a.rec: a.attempt is 0).
+func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, how end, again bool) {
+	spec := a.n.spec
+	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: a.attempt, Args: a.args}
+	if !a.lookupFrom.IsZero() {
+		out, found, how := d.lookupPhase(ctx, a, call)
+		if how != endSucceeded {
+			return nil, how, false
+		}
+		if found {
+			return out, endSucceeded, false
+		}
+	}
+	if ctx.Err() != nil {
+		d.abandon(ctx, a, "interrupted before the call")
+		return nil, endStopped, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.timeout(spec))
+	out, err := a.n.tool.Call(cctx, call)
+	cancel()
+	a.tries++
+	if h := d.e.cfg.Hooks.AfterCall; h != nil {
+		h(a.n.id)
+	}
+	if err == nil {
+		if !json.Valid(out) {
+			// A call that answered with garbage did happen: do not retry it.
+			d.park(ctx, a, fmt.Sprintf("tool %s returned invalid JSON output", spec.Name))
+			return nil, endRecorded, false
+		}
+		return out, endSucceeded, false
+	}
+	outcome, after := tools.Classify(err)
+	msg := errText(err)
+	log := d.e.log.With("run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "outcome", outcome.String())
+
+	switch outcome {
+	case tools.Definite:
+		if d.record(ctx, a, ledger.Fail(a.key, a.attempt, msg, false, mustJSON(map[string]string{"outcome": outcome.String()}))) {
+			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, msg })
+			log.Warn("action failed", "error", msg)
+			if a.undoOf == "" {
+				d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, msg))
+			}
+		}
+		return nil, endRecorded, false
+	case tools.NotSentOutcome, tools.NotProcessed:
+		if !d.canRetry(a, after) {
+			final := fmt.Sprintf("gave up after %d attempts (%s): %s", a.tries, outcome, msg)
+			if d.record(ctx, a, ledger.Fail(a.key, a.attempt, final, false, mustJSON(map[string]string{"outcome": outcome.String()}))) {
+				d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, final })
+				log.Warn("action failed", "error", final)
+				if a.undoOf == "" {
+					d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, final))
+				}
+			}
+			return nil, endRecorded, false
+		}
+		return d.retry(ctx, a, outcome, after, msg, a.lookupFrom)
+	case tools.KeyInFlight:
+		if !d.canRetry(a, after) {
+			d.park(ctx, a, fmt.Sprintf("the provider still reports the key in flight after %d attempts: %s", a.tries, msg))
+			return nil, endRecorded, false
+		}
+		return d.retry(ctx, a, outcome, after, msg, a.lookupFrom)
+	}
+
+	// Unknown outcome: the effect may have happened. By class.
+	switch spec.Class {
+	case tools.AtMostOnce:
+		d.park(ctx, a, "outcome unknown (at-most-once: not retried): "+msg)
+		return nil, endRecorded, false
+	case tools.Keyed:
+		if d.pastKeyTTL(ctx, a, nil) {
+			if _, ok := a.n.tool.(tools.Looker); !ok {
+				d.park(ctx, a, fmt.Sprintf("outcome unknown and the provider's key_ttl (%v) has passed: %s", spec.KeyTTL, msg))
+				return nil, endRecorded, false
+			}
+			if !d.canRetry(a, 0) {
+				break
+			}
+			return d.retry(ctx, a, outcome, 0, msg, a.claimAt)
+		}
+		if !d.canRetry(a, 0) {
+			break
+		}
+		return d.retry(ctx, a, outcome, 0, msg, time.Time{})
+	case tools.Lookup:
+		if !d.canRetry(a, 0) {
+			break
+		}
+		return d.retry(ctx, a, outcome, 0, msg, a.claimAt)
+	default: // read_only, idempotent
+		if !d.canRetry(a, 0) {
+			break
+		}
+		return d.retry(ctx, a, outcome, 0, msg, time.Time{})
+	}
+	d.park(ctx, a, fmt.Sprintf("outcome unknown after %d attempts: %s", a.tries, msg))
+	return nil, endRecorded, false
+}
+
+// canRetry applies the retry budget of one drive: attempts and elapsed time.
+func (d *driver) canRetry(a *act, after time.Duration) bool {
+	r := d.e.cfg.Retry
+	if a.tries >= r.MaxAttempts {
+		return false
+	}
+	return d.e.clock.Now().Sub(a.began)+after <= r.MaxElapsed
+}
+
+// retry records the failed attempt (retryable, visible as
+// action.attempt_failed), waits the backoff and claims the next attempt.
+// lookFrom, when set, makes the next attempt look before it calls.
+func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after time.Duration, msg string, lookFrom time.Time) (json.RawMessage, end, bool) {
+	wait := d.e.backoff(a.tries, after)
+	data := mustJSON(map[string]any{"outcome": outcome.String(), "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
+	if !d.record(ctx, a, ledger.Fail(a.key, a.attempt, msg, true, data)) {
+		return nil, endStopped, false
+	}
+	d.e.log.Info("attempt failed, retrying", "run_id", d.runID, "action_id", a.n.id, "key", a.key,
+		"attempt", a.attempt, "outcome", outcome.String(), "retry_in", wait)
+	prev := a.attempt
+	d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusPending, msg })
+	if err := d.e.cfg.Sleep(ctx, wait); err != nil {
+		return nil, endStopped, false
+	}
+	a.attempt = 0
+	ok, how := d.claim(ctx, a, prev+1, lookFrom)
+	if ok {
+		return nil, endSucceeded, true
+	}
+	if how == endSucceeded {
+		return nil, endSucceeded, true // decide from a.rec
+	}
+	return nil, how, false
+}
+
+// lookupPhase runs the lookup before an attempt. found: record its output. Not
+// found is trusted only once the previous claim is older than the tool's
+// timeout + visibility_lag + skew margin; until then it waits and looks again.
+func (d *driver) lookupPhase(ctx context.Context, a *act, call tools.Call) (json.RawMessage, bool, end) {
+	spec := a.n.spec
+	looker, ok := a.n.tool.(tools.Looker)
+	if !ok {
+		return nil, false, endSucceeded
+	}
+	trustAt := a.lookupFrom.Add(d.timeout(spec) + spec.VisibilityLag + d.e.cfg.SkewMargin)
+	noted := false
+	errTries := 0
+	for {
+		lctx, cancel := context.WithTimeout(ctx, d.timeout(spec))
+		out, found, err := looker.Lookup(lctx, call)
+		cancel()
+		if err != nil {
+			errTries++
+			if ctx.Err() != nil {
+				d.abandon(ctx, a, "interrupted during the lookup")
+				return nil, false, endStopped
+			}
+			if errTries >= d.e.cfg.Retry.MaxAttempts {
+				d.park(ctx, a, fmt.Sprintf("lookup failed %d times: %s", errTries, errText(err)))
+				return nil, false, endRecorded
+			}
+			wait := d.e.backoff(errTries, 0)
+			d.note(ctx, a, map[string]any{"attempt": a.attempt, "phase": "lookup", "outcome": "lookup_error",
+				"error": errText(err), "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
+			if err := d.e.cfg.Sleep(ctx, wait); err != nil {
+				d.abandon(ctx, a, "interrupted during the lookup")
+				return nil, false, endStopped
+			}
+			continue
+		}
+		if found {
+			if !json.Valid(out) {
+				d.park(ctx, a, "lookup found the effect but returned invalid JSON")
+				return nil, false, endRecorded
+			}
+			d.e.log.Info("lookup found the effect; not calling again", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt)
+			return out, true, endSucceeded
+		}
+		now := d.e.clock.Now()
+		if !now.Before(trustAt) {
+			a.lookupFrom = time.Time{}
+			return nil, false, endSucceeded
+		}
+		wait := trustAt.Sub(now)
+		if !noted {
+			noted = true
+			d.note(ctx, a, map[string]any{"attempt": a.attempt, "phase": "lookup", "outcome": "not_found_yet",
+				"reason": "not found, but an earlier attempt may still commit or become visible; waiting before writing",
+				"retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
+			d.e.log.Info("lookup not found yet; waiting for visibility", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "wait", wait)
+		}
+		if err := d.e.cfg.Sleep(ctx, wait); err != nil {
+			d.abandon(ctx, a, "interrupted while waiting for the lookup to become trustworthy")
+			return nil, false, endStopped
+		}
+	}
+}
+
+// note appends an informational action.attempt_failed event (no state change).
+func (d *driver) note(ctx context.Context, a *act, data map[string]any) {
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.Note(d.runID, "action.attempt_failed", a.n.id, mustJSON(data)))
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		d.e.log.Warn("could not record a note", "run_id", d.runID, "action_id", a.n.id, "error", err)
+	}
+}
