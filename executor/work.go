@@ -576,7 +576,7 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, call tools.Call) (json
 		if !noted {
 			noted = true
 			d.note(ctx, a, map[string]any{"attempt": a.attempt, "phase": "lookup", "outcome": "not_found_yet",
-				"reason": "not found, but an earlier attempt may still commit or become visible; waiting before writing",
+				"reason":   "not found, but an earlier attempt may still commit or become visible; waiting before writing",
 				"retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
 			d.e.log.Info("lookup not found yet; waiting for visibility", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "wait", wait)
 		}
