@@ -3,11 +3,16 @@ package main
 import (
 	"errors"
 	"flag"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
 )
 
 // exitCode maps an error to the process exit code (DESIGN.md contracts).
 // Package-level sentinel errors (ledger.ErrLocked → 4, plan/tools input errors
-// → 2, ...) are mapped here as the packages land.
+// → 2, ...) are mapped by exitMappers.
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
@@ -29,4 +34,34 @@ func exitCode(err error) int {
 
 // exitMappers let packages' sentinel errors choose exit codes; each command
 // file may append one in init.
-var exitMappers []func(error) (int, bool)
+var exitMappers = []func(error) (int, bool){packageErrorCode}
+
+// packageErrorCode maps the errors of the packages cmd wires together:
+// a data directory held by another process is "busy" (4); a plan that is
+// invalid, differs from the one recorded under the same run id, was made for
+// other tool definitions, names an unknown run, or asks for a transition the
+// action's state does not allow, or carries an id the ledger refuses, is
+// "bad input" (2).
+func packageErrorCode(err error) (int, bool) {
+	switch {
+	case errors.Is(err, ledger.ErrLocked):
+		return exitBusy, true
+	case errors.Is(err, executor.ErrPlanMismatch),
+		errors.Is(err, executor.ErrInvalidPlan),
+		errors.Is(err, executor.ErrToolsChanged),
+		errors.Is(err, executor.ErrNotReviewable),
+		errors.Is(err, ledger.ErrNotFound),
+		errors.Is(err, ledger.ErrInvalid),
+		errors.Is(err, tools.ErrUnknownTool):
+		return exitBad, true
+	}
+	var pe plan.Errors
+	if errors.As(err, &pe) {
+		return exitBad, true
+	}
+	var ae *tools.ArgsError
+	if errors.As(err, &ae) {
+		return exitBad, true
+	}
+	return 0, false
+}

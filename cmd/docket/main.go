@@ -11,18 +11,23 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/docketrun/docket/executor"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, errQuiet) {
-			fmt.Fprintln(os.Stderr, "docket:", err)
-		}
+	os.Exit(report(err, os.Stderr))
+}
+
+// report prints err (unless it was already printed) and returns the exit code.
+func report(err error, stderr io.Writer) int {
+	if err != nil && !errors.Is(err, errQuiet) {
+		fmt.Fprintln(stderr, "docket:", err)
 	}
-	os.Exit(exitCode(err))
+	return exitCode(err)
 }
 
 // Exit codes, a contract (DESIGN.md).
@@ -65,6 +70,12 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
+	// Hooks are the executor's fault-injection points. Only tests and the
+	// demo's crashing child set them; zero does nothing.
+	Hooks executor.Hooks
+	// Tune, when set, adjusts every executor config a command builds (tests:
+	// a smaller clock-skew margin so a lookup's "not found" is trusted sooner).
+	Tune func(*executor.Config)
 }
 
 // command is one subcommand: a struct with its own flag.FlagSet.
@@ -87,7 +98,12 @@ func register(name, summary string, mk func(env Env) command) {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	env := Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}
+	return runEnv(ctx, args, Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv})
+}
+
+// runEnv runs one command line with env (tests set hooks through it).
+func runEnv(ctx context.Context, args []string, env Env) error {
+	stderr := env.Stderr
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {

@@ -322,9 +322,9 @@ type ToolsOptions struct {
 
 // ToolsFile returns a tools file (DESIGN.md "Tools file", version 1) that
 // describes every system of w, one tool per system:
-// catalogue.price (read_only), crm.create_contact (lookup),
-// payments.create_invoice (keyed), settings.put (idempotent),
-// email.send (at_most_once).
+// catalogue_price (read_only), crm_create_contact (lookup),
+// payments_create_invoice (keyed), settings_put (idempotent),
+// email_send (at_most_once).
 func (w *World) ToolsFile(o ToolsOptions) []byte {
 	timeout := o.Timeout
 	if timeout == "" {
@@ -338,7 +338,7 @@ func (w *World) ToolsFile(o ToolsOptions) []byte {
 		"version": 1,
 		"tools": []any{
 			map[string]any{
-				"name":         "catalogue.price",
+				"name":         "catalogue_price",
 				"description":  "Look up the price of a subscription plan.",
 				"effect":       "read_only",
 				"input_schema": obj(map[string]any{"plan": str}, "plan"),
@@ -346,7 +346,7 @@ func (w *World) ToolsFile(o ToolsOptions) []byte {
 				"timeout":      timeout,
 			},
 			map[string]any{
-				"name":         "crm.create_contact",
+				"name":         "crm_create_contact",
 				"description":  "Create a customer contact in the CRM.",
 				"effect":       "lookup",
 				"input_schema": obj(map[string]any{"company": str, "email": str}, "company", "email"),
@@ -364,7 +364,7 @@ func (w *World) ToolsFile(o ToolsOptions) []byte {
 				"timeout":        timeout,
 			},
 			map[string]any{
-				"name":        "payments.create_invoice",
+				"name":        "payments_create_invoice",
 				"description": "Invoice a customer. The payments API deduplicates by Idempotency-Key.",
 				"effect":      "keyed",
 				"input_schema": obj(map[string]any{
@@ -379,7 +379,7 @@ func (w *World) ToolsFile(o ToolsOptions) []byte {
 				"timeout":    timeout,
 			},
 			map[string]any{
-				"name":        "settings.put",
+				"name":        "settings_put",
 				"description": "Set an account's settings (replaces them).",
 				"effect":      "idempotent",
 				"input_schema": obj(map[string]any{
@@ -394,7 +394,7 @@ func (w *World) ToolsFile(o ToolsOptions) []byte {
 				"timeout": timeout,
 			},
 			map[string]any{
-				"name":        "email.send",
+				"name":        "email_send",
 				"description": "Send an email from a template. Cannot be deduplicated or searched.",
 				"effect":      "at_most_once",
 				"input_schema": obj(map[string]any{
@@ -423,18 +423,18 @@ func OnboardingPlan() []byte {
 	return []byte(`{
   "goal": "` + OnboardingGoal + `",
   "actions": [
-    {"id": "price", "tool": "catalogue.price", "args": {"plan": "pro"},
+    {"id": "price", "tool": "catalogue_price", "args": {"plan": "pro"},
      "why": "the invoice amount comes from the catalogue"},
-    {"id": "contact", "tool": "crm.create_contact",
+    {"id": "contact", "tool": "crm_create_contact",
      "args": {"company": "ACME", "email": "billing@acme.example"}, "depends_on": ["price"]},
-    {"id": "invoice", "tool": "payments.create_invoice",
+    {"id": "invoice", "tool": "payments_create_invoice",
      "args": {"customer": "${contact.output.id}", "amount": "${price.output.amount}",
               "currency": "${price.output.currency}", "reference": "onboarding-acme"},
      "depends_on": ["price", "contact"]},
-    {"id": "settings", "tool": "settings.put",
+    {"id": "settings", "tool": "settings_put",
      "args": {"account": "${contact.output.id}", "settings": {"plan": "pro", "invoice": "${invoice.output.id}"}},
      "depends_on": ["contact", "invoice"]},
-    {"id": "welcome", "tool": "email.send",
+    {"id": "welcome", "tool": "email_send",
      "args": {"to": "billing@acme.example", "template": "welcome-pack", "contact_id": "${contact.output.id}"},
      "depends_on": ["contact", "settings"]}
   ]

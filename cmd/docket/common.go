@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
+)
+
+// defaultDataDir is where every command keeps its ledger unless --data says otherwise.
+const defaultDataDir = "./docket-data"
+
+// newFlags makes a command's FlagSet; errors and -h go to stderr.
+func newFlags(name, usageLine string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: docket %s\n", usageLine)
+		if hasFlags(fs) {
+			fmt.Fprintln(stderr, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// parseArgs parses flags placed anywhere among args (before, between or after
+// the positional arguments) and returns the positional arguments in order.
+// Everything after "--" is positional. A parse error was already printed by
+// the FlagSet: it comes back as a quiet exit 2 (a quiet exit 0 for -h).
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, withCode(exitOK, errQuiet)
+			}
+			return nil, withCode(exitBad, errQuiet)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// openLedger opens the data directory. A directory held by another process
+// comes back as exit 4 with a message saying what to do.
+func openLedger(ctx context.Context, dir string, stderr io.Writer) (*ledger.Ledger, error) {
+	if dir == "" {
+		return nil, usageError("--data must not be empty")
+	}
+	l, err := ledger.Open(ctx, ledger.Config{Dir: dir, Logger: cliLogger(stderr)})
+	if errors.Is(err, ledger.ErrLocked) {
+		return nil, withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it; retry when it is done: %w", dir, err))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening data directory %s: %w", dir, err)
+	}
+	return l, nil
+}
+
+// cliLogger is the logger commands give to the libraries: warnings and errors
+// on stderr, as text.
+func cliLogger(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// readPlan reads and strictly decodes a plan file. Every problem is reported,
+// as bad input (exit 2).
+func readPlan(path string) (*plan.Plan, error) {
+	if path == "" {
+		return nil, usageError("--plan FILE is required")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError("reading plan: %v", err)
+	}
+	p, err := plan.Decode(data)
+	if err != nil {
+		return nil, withCode(exitBad, describeProblems("plan "+path+" is invalid", err))
+	}
+	return p, nil
+}
+
+// checkPlan validates the plan's arguments against the tools' schemas,
+// reporting every problem (exit 2).
+func checkPlan(p *plan.Plan, path string, reg *tools.Registry) error {
+	if err := p.Validate(reg); err != nil {
+		return withCode(exitBad, describeProblems("plan "+path+" does not fit the tools", err))
+	}
+	return nil
+}
+
+// describeProblems lists plan problems one per line under a heading.
+func describeProblems(heading string, err error) error {
+	var pe plan.Errors
+	if !errors.As(err, &pe) || len(pe) == 0 {
+		return fmt.Errorf("%s: %w", heading, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (%d %s):", heading, len(pe), plural(len(pe), "problem", "problems"))
+	for _, p := range pe {
+		b.WriteString("\n  ")
+		switch {
+		case p.Action != "" && p.Field != "":
+			fmt.Fprintf(&b, "action %s, %s: ", p.Action, p.Field)
+		case p.Action != "":
+			fmt.Fprintf(&b, "action %s: ", p.Action)
+		case p.Field != "":
+			fmt.Fprintf(&b, "%s: ", p.Field)
+		}
+		b.WriteString(p.Msg)
+	}
+	return problemsError{msg: b.String(), err: err}
+}
+
+type problemsError struct {
+	msg string
+	err error
+}
+
+func (e problemsError) Error() string { return e.msg }
+func (e problemsError) Unwrap() error { return e.err }
+
+// newEngine builds the executor for a command, applying env's test hooks.
+func newEngine(env Env, l *ledger.Ledger, reg *tools.Registry) (*executor.Engine, error) {
+	cfg := executor.Config{
+		Ledger: l,
+		Tools:  reg,
+		Logger: cliLogger(env.Stderr),
+		Hooks:  env.Hooks,
+	}
+	if env.Tune != nil {
+		env.Tune(&cfg)
+	}
+	e, err := executor.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting the executor: %w", err)
+	}
+	return e, nil
+}
+
+// parsePolicy checks an --approve value.
+func parsePolicy(s string) (executor.Policy, error) {
+	switch p := executor.Policy(s); p {
+	case executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
+		return p, nil
+	}
+	return "", usageError("--approve must be all, safe or none, not %q", s)
+}
+
+// writeDoc prints the Run JSON on w, indented, with a final newline.
+func writeDoc(w io.Writer, doc ledger.RunDoc) error {
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the run: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// refusalDoc is the Run JSON printed when a command could not drive the run
+// at all (bad input, busy data directory): the run's own record was not read,
+// so it carries the request and the reason.
+func refusalDoc(runID, goal string, policy executor.Policy, status ledger.RunStatus, err error) ledger.RunDoc {
+	return ledger.RunDoc{
+		Run: ledger.Run{
+			ID:     runID,
+			Status: status,
+			Goal:   goal,
+			Policy: string(policy),
+			Error:  err.Error(),
+		},
+		Actions: []ledger.Action{},
+	}
+}
+
+// runOutcome turns a run's status into the command's result: completed → nil
+// (exit 0); paused or awaiting approval → exit 3 with what the person can do;
+// failed or cancelled → exit 1.
+func runOutcome(doc ledger.RunDoc, dataDir string) error {
+	r := doc.Run
+	switch r.Status {
+	case ledger.RunCompleted:
+		return nil
+	case ledger.RunPaused, ledger.RunAwaitingApproval:
+		return withCode(exitPaused, errors.New(waitingMessage(doc, dataDir)))
+	case ledger.RunFailed, ledger.RunCancelled:
+		msg := fmt.Sprintf("run %s %s", r.ID, r.Status)
+		if r.Error != "" {
+			msg += ": " + r.Error
+		}
+		return withCode(exitFailed, errors.New(msg))
+	default:
+		return withCode(exitFailed, fmt.Errorf("run %s stopped while %s; run the same command again to continue it", r.ID, r.Status))
+	}
+}
+
+// waitingMessage says which actions wait for a person and which command
+// moves each on.
+func waitingMessage(doc ledger.RunDoc, dataDir string) string {
+	r := doc.Run
+	var review, approve []string
+	for _, a := range doc.Actions {
+		switch a.Status {
+		case ledger.StatusNeedsReview:
+			review = append(review, a.ID)
+		case ledger.StatusPending:
+			approve = append(approve, a.ID)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s is %s: waiting for a person", r.ID, r.Status)
+	if r.Error != "" {
+		fmt.Fprintf(&b, " (%s)", r.Error)
+	}
+	data := ""
+	if dataDir != defaultDataDir {
+		data = " --data " + dataDir
+	}
+	for _, id := range review {
+		fmt.Fprintf(&b, "\n  %s: outcome unknown; check the external system, then: docket resolve%s --tools FILE %s %s (--done OUTPUT_JSON | --retry | --skip)", id, data, r.ID, id)
+	}
+	if len(review) == 0 && len(approve) > 0 {
+		fmt.Fprintf(&b, "\n  to approve: docket approve%s --tools FILE %s %s   (or reject one: docket reject%s --tools FILE %s ACTION)",
+			data, r.ID, strings.Join(approve, " "), data, r.ID)
+	}
+	return b.String()
+}
+
+// reviewer names the person acting through the CLI, for the ledger's "by"
+// fields (a user name, never a secret).
+func reviewer(env Env) string {
+	if u := env.Getenv("USER"); u != "" {
+		return "cli:" + u
+	}
+	return "cli"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/docketrun/docket/executor"
+)
+
+func init() {
+	register("replay", "record an edited plan as the next revision of a run and perform what changed", func(env Env) command { return &replayCmd{env: env} })
+	register("fork", "start a new run from a run's plan: everything runs again, on purpose", func(env Env) command { return &forkCmd{env: env} })
+}
+
+// replayCmd is `docket replay RUN --plan FILE`.
+type replayCmd struct{ env Env }
+
+func (c *replayCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("replay", "replay [--data DIR] --tools FILE RUN --plan FILE", c.env.Stderr)
+	f := addRunFlags(fs)
+	planPath := fs.String("plan", "", "the edited plan (JSON)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usageError("replay needs exactly one run id")
+	}
+	runID := pos[0]
+	p, err := readPlan(*planPath)
+	if err != nil {
+		return err
+	}
+	s, err := f.open(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := checkPlan(p, *planPath, s.tools); err != nil {
+		return err
+	}
+	doc, err := s.engine.Replay(ctx, runID, p)
+	return finish(c.env, doc, notFound(toolsChanged(err, runID), runID), *f.data)
+}
+
+// forkCmd is `docket fork RUN [--run-id NEW]`.
+type forkCmd struct{ env Env }
+
+func (c *forkCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("fork", "fork [--data DIR] --tools FILE RUN [--run-id NEW] [--approve all|safe|none]", c.env.Stderr)
+	f := addRunFlags(fs)
+	newID := fs.String("run-id", "", "id of the new run (default: a new random id, printed; pass it again to resume the fork)")
+	approve := fs.String("approve", "", "approval policy of the new run (default: the original run's)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usageError("fork needs exactly one run id")
+	}
+	runID := pos[0]
+	var policy executor.Policy
+	if *approve != "" {
+		if policy, err = parsePolicy(*approve); err != nil {
+			return err
+		}
+	}
+	if *newID == runID {
+		return usageError("--run-id of a fork must differ from the run it forks (to run the same run again, use docket run)")
+	}
+	s, err := f.open(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	orig, err := s.ledger.GetRun(ctx, runID)
+	if err != nil {
+		return notFound(fmt.Errorf("reading run %s: %w", runID, err), runID)
+	}
+	if policy == "" {
+		policy = executor.Policy(orig.Policy)
+	}
+	if *newID == "" {
+		*newID, err = newRunID()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.env.Stderr, "docket: forking run %s as run %s\n", runID, *newID)
+	}
+	doc, err := s.engine.Fork(ctx, runID, *newID, &executor.RunOptions{Policy: policy, AcceptToolsChange: *f.acceptTools})
+	return finish(c.env, doc, notFound(toolsChanged(err, *newID), runID), *f.data)
+}
+
+// newRunID returns a fresh random run id ("run_" + 16 hex digits).
+func newRunID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("making a run id: %w", err)
+	}
+	return "run_" + hex.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/tools"
+)
+
+func init() {
+	register("approve", "approve actions of a run (all waiting ones by default) and continue it", func(env Env) command { return &approveCmd{env: env} })
+	register("reject", "reject an action of a run; the run then ends without it", func(env Env) command { return &rejectCmd{env: env} })
+	register("resolve", "settle an action whose outcome is unknown (--done, --retry or --skip) and continue the run", func(env Env) command { return &resolveCmd{env: env} })
+}
+
+// session is what a command that acts on a recorded run holds open: the
+// ledger, the tools and an engine over both.
+type session struct {
+	ledger *ledger.Ledger
+	tools  *tools.Registry
+	engine *executor.Engine
+}
+
+func (s *session) close() { s.ledger.Close() }
+
+// runFlags are the flags shared by the commands that continue a run.
+type runFlags struct {
+	data        *string
+	tools       *string
+	acceptTools *bool
+}
+
+func addRunFlags(fs *flag.FlagSet) runFlags {
+	return runFlags{
+		data:        fs.String("data", defaultDataDir, "data directory (the ledger)"),
+		tools:       fs.String("tools", "", "tools file the run's actions are performed with (required: the run continues)"),
+		acceptTools: fs.Bool("accept-tools-change", false, "continue even though the tool definitions changed since the run started"),
+	}
+}
+
+// open loads the tools and opens the ledger and an engine.
+func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
+	reg, err := loadTools(*f.tools, env)
+	if err != nil {
+		return nil, err
+	}
+	l, err := openLedger(ctx, *f.data, env.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := newEngine(env, l, reg)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return &session{ledger: l, tools: reg, engine: eng}, nil
+}
+
+// resume continues the run, prints its Run JSON and returns the result its
+// status calls for.
+func (f runFlags) resume(ctx context.Context, env Env, s *session, runID string) error {
+	doc, err := s.engine.Resume(ctx, runID, &executor.RunOptions{AcceptToolsChange: *f.acceptTools})
+	return finish(env, doc, toolsChanged(err, runID), *f.data)
+}
+
+// finish prints doc (when there is one) and turns err or the run's status into
+// the command's result.
+func finish(env Env, doc ledger.RunDoc, err error, dataDir string) error {
+	if doc.Run.ID != "" {
+		if werr := writeDoc(env.Stdout, doc); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return runOutcome(doc, dataDir)
+}
+
+// notFound rewrites ledger.ErrNotFound into a message naming the run.
+func notFound(err error, runID string) error {
+	if errors.Is(err, ledger.ErrNotFound) {
+		return withCode(exitBad, fmt.Errorf("no run %s (or no such action in it) in this data directory: %w", runID, err))
+	}
+	return err
+}
+
+// approveCmd is `docket approve RUN [ACTION...]`.
+type approveCmd struct{ env Env }
+
+func (c *approveCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("approve", "approve [--data DIR] --tools FILE RUN [ACTION...]", c.env.Stderr)
+	f := addRunFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 {
+		fs.Usage()
+		return usageError("approve needs the run id")
+	}
+	runID, actions := pos[0], pos[1:]
+	s, err := f.open(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.engine.Approve(ctx, runID, actions, reviewer(c.env)); err != nil {
+		return notFound(fmt.Errorf("approving %s: %w", describeTargets(runID, actions), err), runID)
+	}
+	return f.resume(ctx, c.env, s, runID)
+}
+
+func describeTargets(runID string, actions []string) string {
+	if len(actions) == 0 {
+		return "every waiting action of run " + runID
+	}
+	return "action " + strings.Join(actions, ", ") + " of run " + runID
+}
+
+// rejectCmd is `docket reject RUN ACTION [--reason R]`.
+type rejectCmd struct{ env Env }
+
+func (c *rejectCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("reject", "reject [--data DIR] --tools FILE RUN ACTION [--reason R]", c.env.Stderr)
+	f := addRunFlags(fs)
+	reason := fs.String("reason", "", "why (recorded with the rejection)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return usageError("reject needs the run id and one action id")
+	}
+	runID, action := pos[0], pos[1]
+	s, err := f.open(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.engine.Reject(ctx, runID, action, *reason, reviewer(c.env)); err != nil {
+		return notFound(fmt.Errorf("rejecting action %s of run %s: %w", action, runID, err), runID)
+	}
+	return f.resume(ctx, c.env, s, runID)
+}
+
+// resolveCmd is `docket resolve RUN ACTION (--done OUTPUT_JSON | --retry | --skip)`.
+type resolveCmd struct{ env Env }
+
+func (c *resolveCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("resolve", "resolve [--data DIR] --tools FILE RUN ACTION (--done OUTPUT_JSON | --retry | --skip)", c.env.Stderr)
+	f := addRunFlags(fs)
+	done := fs.String("done", "", "the action did happen: record this JSON as its output")
+	retry := fs.Bool("retry", false, "the action did not happen: try it once more (counts as approval of that attempt)")
+	skip := fs.Bool("skip", false, "leave the action out: dependents get no output")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return usageError("resolve needs the run id and one action id")
+	}
+	runID, action := pos[0], pos[1]
+	r := ledger.Resolution{Retry: *retry, Skip: *skip, By: reviewer(c.env)}
+	n := 0
+	for _, chosen := range []bool{isSet(fs, "done"), *retry, *skip} {
+		if chosen {
+			n++
+		}
+	}
+	if n != 1 {
+		return usageError("resolve needs exactly one of --done OUTPUT_JSON, --retry or --skip")
+	}
+	if isSet(fs, "done") {
+		if !json.Valid([]byte(*done)) {
+			return usageError("--done must be the action's output as JSON, e.g. '{\"id\":\"inv_1\"}'; got %q", *done)
+		}
+		r.Done = json.RawMessage(*done)
+	}
+	s, err := f.open(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.engine.Resolve(ctx, runID, action, r); err != nil {
+		return notFound(fmt.Errorf("resolving action %s of run %s: %w", action, runID, err), runID)
+	}
+	return f.resume(ctx, c.env, s, runID)
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+)
+
+func init() {
+	register("run", "record a plan and perform it exactly once in effect", func(env Env) command { return &runCmd{env: env} })
+}
+
+// runCmd is `docket run`: it records the plan (or checks that the recorded one
+// is identical), executes it and prints the Run JSON on stdout whatever the
+// exit code.
+type runCmd struct {
+	env Env
+}
+
+const runUsage = "run [--data DIR] --tools FILE (--plan FILE | --goal TEXT) [--run-id ID] [--approve all|safe|none] [--accept-tools-change]"
+
+func (c *runCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("run", runUsage, c.env.Stderr)
+	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
+	planPath := fs.String("plan", "", "plan file (JSON) to record and perform")
+	goal := fs.String("goal", "", "goal to plan with the model (needs the planner)")
+	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
+	approve := fs.String("approve", string(executor.PolicySafe), "approval policy stored with a new run: all, safe or none")
+	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
+
+	pos, err := parseArgs(fs, args)
+	if err != nil && exitCode(err) == exitOK {
+		return nil // -h
+	}
+	policy := executor.Policy(*approve)
+	doc, err := func() (ledger.RunDoc, error) {
+		if err != nil {
+			return ledger.RunDoc{}, err
+		}
+		if len(pos) > 0 {
+			return ledger.RunDoc{}, usageError("run takes no positional arguments (got %q); see docket run -h", pos)
+		}
+		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools)
+	}()
+	if doc.Run.ID == "" && err != nil {
+		status := ledger.RunFailed
+		if exitCode(err) == exitBusy {
+			// Another process holds the data directory, most likely driving
+			// this very run: it is not known to have failed.
+			status = ledger.RunRunning
+		}
+		doc = refusalDoc(*runID, *goal, policy, status, err)
+	}
+	if werr := writeDoc(c.env.Stdout, doc); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return err
+	}
+	return runOutcome(doc, *data)
+}
+
+// exec does the work of `docket run`. It sets *runID once it is known, so the
+// refusal document names the run.
+func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal string, runID *string, policy executor.Policy, acceptTools bool) (ledger.RunDoc, error) {
+	if _, err := parsePolicy(string(policy)); err != nil {
+		return ledger.RunDoc{}, err
+	}
+	switch {
+	case planPath != "" && goal != "":
+		return ledger.RunDoc{}, usageError("give either --plan FILE or --goal TEXT, not both")
+	case goal != "":
+		return ledger.RunDoc{}, usageError("planning from a goal needs the planner, which is not built yet (issue 5); write the plan and pass --plan FILE")
+	case planPath == "":
+		return ledger.RunDoc{}, usageError("--plan FILE is required (see docket run -h)")
+	}
+	if toolsPath == "" {
+		return ledger.RunDoc{}, usageError("--tools FILE is required")
+	}
+	p, err := readPlan(planPath)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	reg, err := loadTools(toolsPath, c.env)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	if err := checkPlan(p, planPath, reg); err != nil {
+		return ledger.RunDoc{}, err
+	}
+	if *runID == "" {
+		id, err := executor.DeriveRunID(p)
+		if err != nil {
+			return ledger.RunDoc{}, withCode(exitBad, err)
+		}
+		*runID = id
+	}
+	l, err := openLedger(ctx, data, c.env.Stderr)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	defer l.Close()
+	eng, err := newEngine(c.env, l, reg)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	doc, err := eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+	if errors.Is(err, executor.ErrPlanMismatch) {
+		if doc.Run.ID == "" {
+			// Show the run that holds the id, as it is.
+			if stored, derr := l.Doc(ctx, *runID); derr == nil {
+				doc = stored
+			}
+		}
+		err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: pass a new --run-id to run this plan as a new run, or use docket replay to record it as a revision of that run (%w)", *runID, err))
+	}
+	return doc, toolsChanged(err, *runID)
+}
+
+// toolsChanged explains executor.ErrToolsChanged (exit 2) and what to do about it.
+func toolsChanged(err error, runID string) error {
+	if errors.Is(err, executor.ErrToolsChanged) {
+		return withCode(exitBad, fmt.Errorf("the tool definitions changed since run %s started; check the change and pass --accept-tools-change to resume with the new ones (%w)", runID, err))
+	}
+	return err
+}
