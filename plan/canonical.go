@@ -66,7 +66,9 @@ func canonicalString(what, s string) ([]byte, error) {
 // Callers pass the resolved arguments (after Resolve), exactly as validated
 // and recorded: Key only hashes, it does not look for references. The
 // arguments must pass Canonical's checks (a number beyond ±2^53 is refused),
-// and runID, actionID and tool must be valid UTF-8.
+// and runID, actionID and tool must be valid UTF-8. actionID is not held to
+// the plan id alphabet: the executor derives compensation keys from
+// "<id>.undo".
 //
 // "dk1_" is a version: the derivation must never change under it. A new
 // derivation needs a new prefix ("dk2_").

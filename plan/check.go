@@ -100,6 +100,9 @@ func (c *checker) err() error {
 //
 // A plan has at most MaxActions actions.
 func (p *Plan) Check() error {
+	if p == nil {
+		return Errors{{Msg: "no plan (nil)"}}
+	}
 	c := newChecker(p)
 	c.run()
 	return c.err()
@@ -110,6 +113,9 @@ func (p *Plan) Check() error {
 // Problem with Field "args" and its text as the message. A nil v runs Check
 // only.
 func (p *Plan) Validate(v Validator) error {
+	if p == nil {
+		return Errors{{Msg: "no plan (nil)"}}
+	}
 	c := newChecker(p)
 	c.run()
 	if v != nil {
@@ -329,6 +335,9 @@ func (c *checker) checkRefs(index map[string]int, deps [][]int, refs [][]foundRe
 // plan that passes Check; for one that does not, unknown dependencies are
 // ignored and actions caught in cycles come last, in position order.
 func (p *Plan) Order() []string {
+	if p == nil {
+		return nil
+	}
 	index := make(map[string]int, len(p.Actions))
 	for i, a := range p.Actions {
 		if _, dup := index[a.ID]; !dup {
@@ -407,6 +416,9 @@ func (h *intHeap) Pop() any {
 // Action returns the action with the given id (the first one, should the
 // plan hold duplicates).
 func (p *Plan) Action(id string) (Action, bool) {
+	if p == nil {
+		return Action{}, false
+	}
 	for _, a := range p.Actions {
 		if a.ID == id {
 			return a, true

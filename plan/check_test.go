@@ -63,6 +63,23 @@ func TestCheckProgrammaticPlan(t *testing.T) {
 	})
 }
 
+func TestNilPlan(t *testing.T) {
+	t.Parallel()
+	var p *Plan
+	if err := p.Check(); err == nil {
+		t.Error("Check of a nil plan succeeded")
+	}
+	if err := p.Validate(nil); err == nil {
+		t.Error("Validate of a nil plan succeeded")
+	}
+	if got := p.Order(); got != nil {
+		t.Errorf("Order of a nil plan = %q", got)
+	}
+	if _, ok := p.Action("a1"); ok {
+		t.Error("Action found in a nil plan")
+	}
+}
+
 func TestCheckCycles(t *testing.T) {
 	t.Parallel()
 	// Two separate cycles and an action stuck behind one: each cycle is
