@@ -25,7 +25,7 @@
 //
 // Action ids use the alphabet [A-Za-z0-9_-], 1 to [MaxIDLength] bytes, so
 // that they can never contain '.', whitespace or "${" and references stay
-// unambiguous. Tool names are non-empty. Args are required and must be a JSON
+// unambiguous. Tool names are non-empty valid UTF-8, at most 256 bytes. Args are required and must be a JSON
 // object. depends_on names other actions of the same plan, each at most once.
 //
 // # References
@@ -47,8 +47,9 @@
 //
 // [Canonical] is RFC 8785 (JCS) via github.com/gowebpki/jcs: object keys
 // sorted, no insignificant whitespace, numbers in ECMAScript form (1, 1.0 and
-// 1e0 all become 1). Numbers are never decoded through float64 by this
-// package; they are checked as text first. JCS represents numbers as IEEE 754
+// 1e0 all become 1). This package never decodes a number through float64:
+// numbers are checked as text, and only the canonicalizer turns them into
+// doubles to print them, after that check. JCS represents numbers as IEEE 754
 // doubles, so any number whose magnitude exceeds 2^53 (9007199254740992) is
 // refused, integral or not (beyond 2^53 a double cannot keep every integer,
 // let alone a fraction): send big ids as strings. Numbers within that range
