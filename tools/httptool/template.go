@@ -128,8 +128,8 @@ func (t *template) hasKey() bool {
 
 // renderData is what a template is rendered with.
 type renderData struct {
-	args map[string]any   // decoded arguments (numbers as json.Number)
-	key  string           // action key
+	args map[string]any    // decoded arguments (numbers as json.Number)
+	key  string            // action key
 	env  map[string]string // values read at load
 }
 

@@ -116,6 +116,9 @@ func (t *LookupTool) Lookup(ctx context.Context, call tools.Call) (json.RawMessa
 		return nil, false, t.statusError(l.req, resp, body)
 	}
 	out, err := selectOutput(resp.StatusCode, body, l.output, true)
+	if errors.Is(err, errNothing) && l.found == "status_200" {
+		out, err = selectOutput(resp.StatusCode, body, l.output, false) // 200 is found, even if empty
+	}
 	if err != nil {
 		if errors.Is(err, errNothing) {
 			return nil, false, nil
@@ -214,13 +217,13 @@ func (t *Tool) newRequest(ctx context.Context, r *request, d *renderData, isCall
 	var hasBody bool
 	switch {
 	case r.hasBody:
-		b, err := json.Marshal(renderBody(r.body, d))
+		b, err := marshal(renderBody(r.body, d))
 		if err != nil {
 			return nil, fmt.Errorf("body: %v", err)
 		}
 		body, hasBody = bytes.NewReader(b), true
 	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
-		b, err := json.Marshal(d.args)
+		b, err := marshal(d.args)
 		if err != nil {
 			return nil, fmt.Errorf("body: %v", err)
 		}
@@ -250,6 +253,17 @@ func (t *Tool) newRequest(ctx context.Context, r *request, d *renderData, isCall
 		req.Header.Set("User-Agent", "docket")
 	}
 	return req, nil
+}
+
+// marshal encodes v without HTML escaping ("&" stays "&").
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }
 
 // renderBody fills a body template: a string that is exactly one action
@@ -357,7 +371,7 @@ func selectOutput(status int, body []byte, pointer string, firstOfArray bool) (j
 				return nil, errNothing
 			}
 		}
-		return json.Marshal(map[string]any{"status": status, "body": string(body)})
+		return marshal(map[string]any{"status": status, "body": string(body)})
 	}
 	if pointer == "" && !firstOfArray {
 		return append(json.RawMessage(nil), bytes.TrimSpace(body)...), nil
@@ -376,7 +390,7 @@ func selectOutput(status int, body []byte, pointer string, firstOfArray bool) (j
 		}
 		v = arr[0]
 	}
-	return json.Marshal(v)
+	return marshal(v)
 }
 
 // splitPointer parses an RFC 6901 JSON Pointer.
