@@ -635,6 +635,9 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 			p.a.release()
 			p.a.release = nil
 			p.a.fresh = false
+			if r.Action.ID == p.n.id {
+				d.updateRow(p.n, func(row *ledger.Action) { *row = r.Action }) // e.g. linked to a succeeded key
+			}
 			if cur := conflictRecord(r.Err); cur != nil {
 				p.a.rec = cur
 				acts = append(acts, p.a)

@@ -41,7 +41,7 @@ func (d *driver) finish(ctx context.Context) error {
 	var skipped []string
 	if failMsg != "" {
 		for _, id := range d.order {
-			if r := byID[id]; reviewable(r) {
+			if r := byID[id]; r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved {
 				ops = append(ops, ledger.Skip(d.runID, id, "not started: the run failed ("+failMsg+")"))
 				skipped = append(skipped, id)
 			}

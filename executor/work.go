@@ -56,8 +56,7 @@ func (d *driver) release(a *act) {
 // ready, and returns those.
 func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*act {
 	var lead []ledger.Op
-	mirrored := a.adopted && a.n.row.Key == a.key && a.n.row.Status == ledger.StatusSucceeded
-	if !mirrored {
+	if !(a.adopted && d.linked(a)) {
 		lead = []ledger.Op{ledger.Succeed(a.key, a.attempt, out)}
 	}
 	d.mu.Lock()
@@ -220,11 +219,37 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			rec = &r
 		}
 		a.rec = nil
+		if rec.Key != a.key {
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim",
+				Err: fmt.Errorf("the action is held under another key %q (state %q)", rec.Key, rec.State)})
+			return nil, endStopped, false
+		}
 		spec := a.n.spec
+		if rec.State == ledger.StatusClaimed && rec.Owner == d.inc {
+			// Claimed by this process, yet no goroutine holds it (we have the
+			// reservation): its outcome was never recorded. Close that attempt
+			// as unknown and continue as after a crash.
+			a.attempt = rec.Attempt
+			if spec.Class == tools.AtMostOnce {
+				d.park(ctx, a, fmt.Sprintf("outcome unknown: attempt %d of this process was never recorded (at-most-once: not retried)", rec.Attempt))
+				return nil, endRecorded, false
+			}
+			if !d.record(ctx, a, ledger.Fail(a.key, rec.Attempt, "outcome of this attempt was never recorded", true,
+				mustJSON(map[string]string{"outcome": tools.Unknown.String()}))) {
+				return nil, endStopped, false
+			}
+			a.attempt = 0
+			cp := *rec
+			cp.State = ledger.StatusPending
+			rec = &cp
+		}
 		switch rec.State {
 		case ledger.StatusSucceeded, ledger.StatusCompensated:
 			a.attempt = rec.Attempt
 			a.adopted = true
+			if !d.linked(a) {
+				d.link(ctx, a, rec)
+			}
 			return rec.Output, endSucceeded, false
 		case ledger.StatusNeedsReview:
 			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key = ledger.StatusNeedsReview, a.key })
@@ -280,6 +305,28 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 				Err: fmt.Errorf("unexpected key state %q", rec.State)})
 			return nil, endStopped, false
 		}
+	}
+}
+
+// linked reports whether the action's row already mirrors its key's outcome.
+func (d *driver) linked(a *act) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := a.n.row
+	return r.Key == a.key && (r.Status == ledger.StatusSucceeded || r.Status == ledger.StatusCompensated)
+}
+
+// link points the current revision's row at a key that already has an
+// outcome (replay of an unchanged action): a claim of such a key conflicts
+// and links the row.
+func (d *driver) link(ctx context.Context, a *act, rec *ledger.KeyRecord) {
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, rec.Attempt+1))
+	if err != nil {
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "link row to key", Err: err})
+		return
+	}
+	if r := res[0]; r.Action.ID == a.n.id {
+		d.updateRow(a.n, func(row *ledger.Action) { *row = r.Action })
 	}
 }
 
