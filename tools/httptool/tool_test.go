@@ -45,7 +45,7 @@ func (b *bundle) requests() []seen {
 // setup starts a fake API answering with handler (after recording the
 // request) and loads toolsJSON (a JSON array of tool definitions) with
 // BASE=the server's URL and TOKEN=secret.
-func setup(t *testing.T, toolsJSON string, handler http.HandlerFunc, opts ...func(*Options)) *bundle {
+func setup(t testing.TB, toolsJSON string, handler http.HandlerFunc, opts ...func(*Options)) *bundle {
 	t.Helper()
 	b := &bundle{tools: map[string]tools.Tool{}}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
