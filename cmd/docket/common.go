@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -200,13 +201,13 @@ func refusalDoc(runID, goal string, policy executor.Policy, status ledger.RunSta
 // runOutcome turns a run's status into the command's result: completed → nil
 // (exit 0); paused or awaiting approval → exit 3 with what the person can do;
 // failed or cancelled → exit 1.
-func runOutcome(doc ledger.RunDoc, dataDir string) error {
+func runOutcome(doc ledger.RunDoc, dataDir, toolsPath string) error {
 	r := doc.Run
 	switch r.Status {
 	case ledger.RunCompleted:
 		return nil
 	case ledger.RunPaused, ledger.RunAwaitingApproval:
-		return withCode(exitPaused, errors.New(waitingMessage(doc, dataDir)))
+		return withCode(exitPaused, errors.New(waitingMessage(doc, dataDir, toolsPath)))
 	case ledger.RunFailed, ledger.RunCancelled:
 		msg := fmt.Sprintf("run %s %s", r.ID, r.Status)
 		if r.Error != "" {
@@ -220,7 +221,7 @@ func runOutcome(doc ledger.RunDoc, dataDir string) error {
 
 // waitingMessage says which actions wait for a person and which command
 // moves each on.
-func waitingMessage(doc ledger.RunDoc, dataDir string) string {
+func waitingMessage(doc ledger.RunDoc, dataDir, toolsPath string) string {
 	r := doc.Run
 	var review, approve []string
 	for _, a := range doc.Actions {
@@ -240,11 +241,12 @@ func waitingMessage(doc ledger.RunDoc, dataDir string) string {
 	if dataDir != defaultDataDir {
 		data = " --data " + dataDir
 	}
+	data += " --tools " + cmp.Or(toolsPath, "FILE")
 	for _, id := range review {
-		fmt.Fprintf(&b, "\n  %s: outcome unknown; check the external system, then: docket resolve%s --tools FILE %s %s (--done OUTPUT_JSON | --retry | --skip)", id, data, r.ID, id)
+		fmt.Fprintf(&b, "\n  %s: outcome unknown; check the external system, then: docket resolve%s %s %s (--done OUTPUT_JSON | --retry | --skip)", id, data, r.ID, id)
 	}
 	if len(review) == 0 && len(approve) > 0 {
-		fmt.Fprintf(&b, "\n  to approve: docket approve%s --tools FILE %s %s   (or reject one: docket reject%s --tools FILE %s ACTION)",
+		fmt.Fprintf(&b, "\n  to approve: docket approve%s %s %s   (or reject one: docket reject%s %s ACTION)",
 			data, r.ID, strings.Join(approve, " "), data, r.ID)
 	}
 	return b.String()

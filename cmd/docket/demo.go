@@ -266,7 +266,7 @@ func (d *demo) crashChild(ctx context.Context) error {
 	var ee *exec.ExitError
 	if errors.As(werr, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			d.say("   child %d: killed by %s", cmd.Process.Pid, ws.Signal())
+			d.say("   child %d: dead (%v): it recorded nothing more", cmd.Process.Pid, ws.Signal())
 			return nil
 		}
 	}

@@ -43,7 +43,7 @@ func (c *replayCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	doc, err := s.engine.Replay(ctx, runID, p)
-	return finish(c.env, doc, notFound(toolsChanged(err, runID), runID), *f.data)
+	return finish(c.env, doc, notFound(toolsChanged(err, runID), runID), *f.data, *f.tools)
 }
 
 // forkCmd is `docket fork RUN [--run-id NEW]`.
@@ -92,7 +92,7 @@ func (c *forkCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.env.Stderr, "docket: forking run %s as run %s\n", runID, *newID)
 	}
 	doc, err := s.engine.Fork(ctx, runID, *newID, &executor.RunOptions{Policy: policy, AcceptToolsChange: *f.acceptTools})
-	return finish(c.env, doc, notFound(toolsChanged(err, *newID), runID), *f.data)
+	return finish(c.env, doc, notFound(toolsChanged(err, *newID), runID), *f.data, *f.tools)
 }
 
 // newRunID returns a fresh random run id ("run_" + 16 hex digits).

@@ -66,12 +66,12 @@ func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
 // status calls for.
 func (f runFlags) resume(ctx context.Context, env Env, s *session, runID string) error {
 	doc, err := s.engine.Resume(ctx, runID, &executor.RunOptions{AcceptToolsChange: *f.acceptTools})
-	return finish(env, doc, toolsChanged(err, runID), *f.data)
+	return finish(env, doc, toolsChanged(err, runID), *f.data, *f.tools)
 }
 
 // finish prints doc (when there is one) and turns err or the run's status into
 // the command's result.
-func finish(env Env, doc ledger.RunDoc, err error, dataDir string) error {
+func finish(env Env, doc ledger.RunDoc, err error, dataDir, toolsPath string) error {
 	if doc.Run.ID != "" {
 		if werr := writeDoc(env.Stdout, doc); werr != nil && err == nil {
 			err = werr
@@ -80,7 +80,7 @@ func finish(env Env, doc ledger.RunDoc, err error, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	return runOutcome(doc, dataDir)
+	return runOutcome(doc, dataDir, toolsPath)
 }
 
 // notFound rewrites ledger.ErrNotFound into a message naming the run.

@@ -61,7 +61,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return runOutcome(doc, *data)
+	return runOutcome(doc, *data, *toolsPath)
 }
 
 // exec does the work of `docket run`. It sets *runID once it is known, so the

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/docketrun/docket/internal/demoworld"
+)
+
+// TestDemo runs `docket demo` as the README's first command does: it must
+// crash its child, resume, approve and end with every effect exactly once.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	r := inproc(t, "demo", "--data", t.TempDir())
+	wantCode(t, r, exitOK)
+	for _, w := range []string{"sending SIGKILL", "dead (killed)", "action.claimed", "run.completed", "Every effect happened exactly once"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Fatalf("demo output lacks %q\n%s", w, r)
+		}
+	}
+	for _, name := range demoworld.OnboardingEffects {
+		if !strings.Contains(r.stdout, name) {
+			t.Fatalf("demo output does not report %s\n%s", name, r)
+		}
+	}
+}
+
+// TestApproveAndReject: under the default policy (safe) the at_most_once
+// email waits for a person (exit 3); approving it finishes the run (exit 0),
+// rejecting it ends the run without the email (exit 1).
+func TestApproveAndReject(t *testing.T) {
+	t.Parallel()
+	for _, decide := range []string{"approve", "reject"} {
+		t.Run(decide, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			args := b.runArgs(b.plan(t, "onboard", string(demoworld.OnboardingPlan())))
+			first := inproc(t, args...)
+			wantCode(t, first, exitPaused)
+			d := doc(t, first)
+			if d.Status != "awaiting_approval" && d.Status != "paused" {
+				t.Fatalf("status %q, want awaiting_approval\n%s", d.Status, first)
+			}
+			if s := d.action("welcome").Status; s != "pending" {
+				t.Fatalf("welcome is %q, want pending (waiting for approval)\n%s", s, first)
+			}
+			if !strings.Contains(first.stderr, "docket approve") || !strings.Contains(first.stderr, "welcome") {
+				t.Fatalf("stderr should say how to approve welcome:\n%s", first)
+			}
+			if n := b.world.Effect("email/billing@acme.example/welcome-pack"); n != 0 {
+				t.Fatalf("the email went out before approval (%d)", n)
+			}
+			for _, name := range demoworld.OnboardingEffects[:3] {
+				if n := b.world.Effect(name); n != 1 {
+					t.Fatalf("%s = %d before the email, want 1", name, n)
+				}
+			}
+
+			var second result
+			if decide == "approve" {
+				second = inproc(t, "approve", "--data", b.data, "--tools", b.tools, d.RunID, "welcome")
+				wantCode(t, second, exitOK)
+				if d := doc(t, second); d.Status != "completed" || d.action("welcome").Status != "succeeded" {
+					t.Fatalf("after approval: %+v", d)
+				}
+			} else {
+				second = inproc(t, "reject", d.RunID, "welcome", "--reason", "not this week", "--data", b.data, "--tools", b.tools)
+				wantCode(t, second, exitFailed)
+				if d := doc(t, second); d.Status != "failed" || d.action("welcome").Status != "rejected" {
+					t.Fatalf("after rejection: %+v", d)
+				}
+			}
+			want := 0
+			if decide == "approve" {
+				want = 1
+			}
+			if n := b.world.Effect("email/billing@acme.example/welcome-pack"); n != want {
+				t.Fatalf("emails sent: %d, want %d", n, want)
+			}
+			for _, name := range demoworld.OnboardingEffects[:3] {
+				if n := b.world.Effect(name); n != 1 {
+					t.Fatalf("%s = %d, want exactly once", name, n)
+				}
+			}
+			// Deciding again is refused: the action is no longer waiting.
+			again := inproc(t, decide, "--data", b.data, "--tools", b.tools, d.RunID, "welcome")
+			if again.code != exitBad && again.code != exitOK && again.code != exitFailed {
+				t.Fatalf("deciding twice: %s", again)
+			}
+			if n := b.world.Effect("email/billing@acme.example/welcome-pack"); n != want {
+				t.Fatalf("deciding twice changed the emails sent: %d, want %d", n, want)
+			}
+		})
+	}
+}
+
+// TestReplayAndFork: replaying an edited plan runs only the changed action;
+// forking runs everything again under a new run id.
+func TestReplayAndFork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	planA := crashPlan(crashClasses[2]) // keyed "t", then keyed "next"
+	first := inproc(t, b.runArgs(b.plan(t, "a", planA), "--run-id", "orig", "--approve", "all")...)
+	wantCode(t, first, exitOK)
+
+	edited := strings.Replace(planA, `"amount": 5`, `"amount": 6`, 1)
+	replay := inproc(t, "replay", "orig", "--plan", b.plan(t, "edited", edited), "--data", b.data, "--tools", b.tools)
+	wantCode(t, replay, exitOK)
+	d := doc(t, replay)
+	if d.RunID != "orig" || d.Revision != 2 || d.Status != "completed" {
+		t.Fatalf("replay: %+v", d)
+	}
+	if d.action("t").Key != doc(t, first).action("t").Key {
+		t.Fatalf("replay changed the key of an unchanged action")
+	}
+	if n := b.world.Effect("payments/ref-t"); n != 1 {
+		t.Fatalf("replay re-ran the unchanged action: %d", n)
+	}
+	if n := b.world.Effect("payments/ref-next"); n != 2 {
+		t.Fatalf("replay should run the edited action once more: %d effects, want 2", n)
+	}
+
+	fork := inproc(t, "fork", "orig", "--run-id", "copy", "--data", b.data, "--tools", b.tools)
+	wantCode(t, fork, exitOK)
+	f := doc(t, fork)
+	if f.RunID != "copy" || f.Status != "completed" || f.Policy != "all" {
+		t.Fatalf("fork: %+v", f)
+	}
+	if n := b.world.Effect("payments/ref-t"); n != 2 {
+		t.Fatalf("a fork runs everything again: ref-t %d, want 2", n)
+	}
+	if f.action("t").Key == d.action("t").Key {
+		t.Fatalf("a fork must use new keys")
+	}
+}
