@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -131,5 +132,65 @@ func TestReplayAndFork(t *testing.T) {
 	}
 	if f.action("t").Key == d.action("t").Key {
 		t.Fatalf("a fork must use new keys")
+	}
+}
+
+// TestToolsChanged: resuming a run whose tool definitions changed is refused
+// (exit 2, saying what to do) until --accept-tools-change is given.
+func TestToolsChanged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	args := b.runArgs(b.plan(t, "onboard", string(demoworld.OnboardingPlan())))
+	wantCode(t, inproc(t, args...), exitPaused) // the email waits for approval
+
+	if err := os.WriteFile(b.tools, b.world.ToolsFile(demoworld.ToolsOptions{Timeout: "3s"}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	changed := inproc(t, args...)
+	wantCode(t, changed, exitBad)
+	doc(t, changed)
+	if !strings.Contains(changed.stderr, "--accept-tools-change") {
+		t.Fatalf("the refusal should say how to accept the change:\n%s", changed)
+	}
+	accepted := inproc(t, append(args, "--accept-tools-change")...)
+	wantCode(t, accepted, exitPaused)
+	if d := doc(t, accepted); d.action("welcome").Status != "pending" {
+		t.Fatalf("after accepting the change: %+v", d)
+	}
+	for _, name := range demoworld.OnboardingEffects[:3] {
+		if n := b.world.Effect(name); n != 1 {
+			t.Fatalf("%s = %d, want exactly once", name, n)
+		}
+	}
+}
+
+// TestResolveSkip: a person who decides to leave out an action whose outcome
+// is unknown skips it; nothing is sent again.
+func TestResolveSkip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := crashClasses[4] // at_most_once
+	args := b.runArgs(b.plan(t, "plan", crashPlan(c)), "--approve", "all")
+	if r := child(t, "after_call:t", args...); !r.killed {
+		t.Fatalf("never reached the crash point:\n%s", r)
+	}
+	paused := child(t, "", args...)
+	wantCode(t, paused, exitPaused)
+	skip := inproc(t, "resolve", "--data", b.data, "--tools", b.tools, doc(t, paused).RunID, "t", "--skip")
+	d := doc(t, skip)
+	if d.action("t").Status != "skipped" {
+		t.Fatalf("t is %q, want skipped\n%s", d.action("t").Status, skip)
+	}
+	// The dependent cannot run without t's output: it is skipped too, and the
+	// run ends, completed, with nothing left to do.
+	wantCode(t, skip, exitOK)
+	if d.Status != "completed" || d.action("next").Status != "skipped" {
+		t.Fatalf("run %s, next %s; want completed and skipped\n%s", d.Status, d.action("next").Status, skip)
+	}
+	if n := b.world.Effect(c.effect); n != 1 {
+		t.Fatalf("emails: %d, want the one sent before the crash", n)
+	}
+	if n := b.world.Effect("payments/ref-next"); n != 0 {
+		t.Fatalf("the skipped dependent took effect %d times", n)
 	}
 }
