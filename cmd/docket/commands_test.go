@@ -79,6 +79,7 @@ func TestRunBadInput(t *testing.T) {
 		{"plan that does not fit the tools", b.runArgs(misfit), []string{"does not fit the tools", "no_such_tool", "amount"}},
 		{"invalid tools file", []string{"run", "--data", b.data, "--tools", badTools, "--plan", good}, []string{"sometimes"}},
 		{"stray argument", append(b.runArgs(good), "extra"), []string{"no positional arguments"}},
+		{"unknown flag", append(b.runArgs(good), "--frobnicate"), []string{"flag provided but not defined"}},
 	} {
 		r := inproc(t, c.args...)
 		if r.code != exitBad {

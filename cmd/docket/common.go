@@ -186,13 +186,17 @@ func writeDoc(w io.Writer, doc ledger.RunDoc) error {
 // at all (bad input, busy data directory): the run's own record was not read,
 // so it carries the request and the reason.
 func refusalDoc(runID, goal string, policy executor.Policy, status ledger.RunStatus, err error) ledger.RunDoc {
+	msg := err.Error()
+	if errors.Is(err, errQuiet) {
+		msg = "invalid command line (the problem is on stderr; see -h)"
+	}
 	return ledger.RunDoc{
 		Run: ledger.Run{
 			ID:     runID,
 			Status: status,
 			Goal:   goal,
 			Policy: string(policy),
-			Error:  err.Error(),
+			Error:  msg,
 		},
 		Actions: []ledger.Action{},
 	}
