@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 
 	"github.com/docketrun/docket/executor"
 )
@@ -64,4 +68,58 @@ func parseCrashSpec(spec string) (point, action string, err error) {
 		return "", "", fmt.Errorf("crash spec %q: want POINT:ACTION", spec)
 	}
 	return point, action, nil
+}
+
+// crashChild is a docket child process that may stop at its crash point and
+// say so on stderr; its parent then kills it there with SIGKILL.
+type crashChild struct {
+	cmd  *exec.Cmd
+	pipe io.ReadCloser
+	sc   *bufio.Scanner
+}
+
+// startCrashChild starts cmd (its Stdout set by the caller) and reads its
+// stderr line by line.
+func startCrashChild(cmd *exec.Cmd) (*crashChild, error) {
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	return &crashChild{cmd: cmd, pipe: pipe, sc: bufio.NewScanner(pipe)}, nil
+}
+
+// untilCrashPoint passes each stderr line to seen until the child reports its
+// crash point (reached, with "POINT ACTION") or closes stderr (it is ending).
+func (c *crashChild) untilCrashPoint(seen func(line string)) (reached bool, where string) {
+	for c.sc.Scan() {
+		line := c.sc.Text()
+		if rest, ok := strings.CutPrefix(line, crashMarker); ok {
+			return true, strings.TrimSpace(rest)
+		}
+		seen(line)
+	}
+	return false, ""
+}
+
+// kill sends SIGKILL: the child stops where it is, recording nothing more.
+func (c *crashChild) kill() error { return c.cmd.Process.Signal(syscall.SIGKILL) }
+
+// wait copies the rest of stderr to rest and waits for the child to end.
+func (c *crashChild) wait(rest io.Writer) error {
+	io.Copy(rest, c.pipe)
+	return c.cmd.Wait()
+}
+
+// deathSignal says which signal ended a child, from its Wait error.
+func deathSignal(err error) (syscall.Signal, bool) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ws.Signal(), true
+		}
+	}
+	return 0, false
 }

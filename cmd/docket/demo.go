@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -234,43 +232,30 @@ func (d *demo) crashChild(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, exe, "demo")
 	cmd.Env = append(os.Environ(), demoChildEnv+"="+string(spec))
 	cmd.Stdout = io.Discard // it never gets to print its Run JSON
-	stderr, err := cmd.StderrPipe()
+	c, err := startCrashChild(cmd)
 	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the child: %w", err)
 	}
-	reached := false
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, crashMarker) {
-			reached = true
-			d.say("   child %d: reached the crash point (%s); sending SIGKILL", cmd.Process.Pid, strings.TrimSpace(strings.TrimPrefix(line, crashMarker)))
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				return fmt.Errorf("killing the child: %w", err)
-			}
-			break
+	reached, where := c.untilCrashPoint(func(line string) { d.say("   child | %s", line) })
+	if reached {
+		d.say("   child %d: reached the crash point (%s); sending SIGKILL", cmd.Process.Pid, where)
+		if err := c.kill(); err != nil {
+			return fmt.Errorf("killing the child: %w", err)
 		}
-		d.say("   child | %s", line)
 	}
-	io.Copy(io.Discard, stderr)
-	werr := cmd.Wait()
+	werr := c.wait(io.Discard)
 	if ctx.Err() != nil {
 		return fmt.Errorf("the child did not reach the crash point in time: %w", ctx.Err())
 	}
 	if !reached {
 		return fmt.Errorf("the child ended (%v) without reaching the crash point %s", werr, demoCrash)
 	}
-	var ee *exec.ExitError
-	if errors.As(werr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			d.say("   child %d: dead (%v): it recorded nothing more", cmd.Process.Pid, ws.Signal())
-			return nil
-		}
+	sig, ok := deathSignal(werr)
+	if !ok || sig != syscall.SIGKILL {
+		return fmt.Errorf("the child was not killed by the signal: %v", werr)
 	}
-	return fmt.Errorf("the child was not killed by the signal: %v", werr)
+	d.say("   child %d: dead (%v): it recorded nothing more", cmd.Process.Pid, sig)
+	return nil
 }
 
 // printEvents prints the run's events that were not printed yet.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -101,12 +100,10 @@ func inproc(t *testing.T, args ...string) result {
 // proc is a docket child process (this test binary) under the test's control.
 type proc struct {
 	args   []string
-	cmd    *exec.Cmd
+	c      *crashChild
 	cancel context.CancelFunc
 	out    bytes.Buffer
 	errb   strings.Builder
-	pipe   io.ReadCloser
-	sc     *bufio.Scanner
 }
 
 // start starts docket with args as a child. With crash = "POINT:ACTION" the
@@ -115,34 +112,24 @@ func start(t *testing.T, crash string, args ...string) *proc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	p := &proc{args: args, cancel: cancel}
-	p.cmd = exec.CommandContext(ctx, os.Args[0], args...)
-	p.cmd.Env = append(os.Environ(), asDocketEnv+"=1", skewEnv+"="+testSkew.String())
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asDocketEnv+"=1", skewEnv+"="+testSkew.String())
 	if crash != "" {
-		p.cmd.Env = append(p.cmd.Env, crashAtEnv+"="+crash)
+		cmd.Env = append(cmd.Env, crashAtEnv+"="+crash)
 	}
-	p.cmd.Stdout = &p.out
+	cmd.Stdout = &p.out
 	var err error
-	if p.pipe, err = p.cmd.StderrPipe(); err != nil {
+	if p.c, err = startCrashChild(cmd); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p.sc = bufio.NewScanner(p.pipe)
 	return p
 }
 
 // waitMarker reads the child's stderr until it reports its crash point (true)
 // or closes stderr (false: it is ending).
 func (p *proc) waitMarker() bool {
-	for p.sc.Scan() {
-		line := p.sc.Text()
-		p.errb.WriteString(line + "\n")
-		if strings.HasPrefix(line, crashMarker) {
-			return true
-		}
-	}
-	return false
+	reached, _ := p.c.untilCrashPoint(func(line string) { p.errb.WriteString(line + "\n") })
+	return reached
 }
 
 // finish kills the child with SIGKILL if kill is set, waits for it and
@@ -152,20 +139,19 @@ func (p *proc) finish(t *testing.T, kill bool) result {
 	t.Helper()
 	defer p.cancel()
 	if kill {
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := p.c.kill(); err != nil {
 			t.Fatalf("killing the child: %v", err)
 		}
 	}
-	io.Copy(&p.errb, p.pipe)
-	werr := p.cmd.Wait()
+	werr := p.c.wait(&p.errb)
 	res := result{args: p.args, killed: kill, stdout: p.out.String(), stderr: p.errb.String()}
 	var ee *exec.ExitError
 	switch {
 	case werr == nil:
 	case errors.As(werr, &ee):
 		res.code = ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && (!kill || ws.Signal() != syscall.SIGKILL) {
-			t.Fatalf("child died of %v without being killed by the test:\n%s", ws.Signal(), res)
+		if sig, ok := deathSignal(werr); ok && (!kill || sig != syscall.SIGKILL) {
+			t.Fatalf("child died of %v without being killed by the test:\n%s", sig, res)
 		}
 	default:
 		t.Fatalf("waiting for the child: %v", werr)
