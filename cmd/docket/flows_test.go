@@ -95,9 +95,9 @@ func TestApproveAndReject(t *testing.T) {
 	}
 }
 
-// TestReplayAndFork: replaying an edited plan runs only the changed action;
-// forking runs everything again under a new run id.
-func TestReplayAndFork(t *testing.T) {
+// TestReplay: replaying an edited plan records revision 2 of the same run
+// and runs only the changed action (the unchanged one keeps its key).
+func TestReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	planA := crashPlan(crashClasses[2]) // keyed "t", then keyed "next"
@@ -111,15 +111,24 @@ func TestReplayAndFork(t *testing.T) {
 	if d.RunID != "orig" || d.Revision != 2 || d.Status != "completed" {
 		t.Fatalf("replay: %+v", d)
 	}
-	if d.action("t").Key != doc(t, first).action("t").Key {
-		t.Fatalf("replay changed the key of an unchanged action")
+	if k := d.action("t").Key; k == "" || k != doc(t, first).action("t").Key {
+		t.Fatalf("replay should keep the key of the unchanged action: %q, was %q\n%s", k, doc(t, first).action("t").Key, replay)
 	}
 	if n := b.world.Effect("payments/ref-t"); n != 1 {
 		t.Fatalf("replay re-ran the unchanged action: %d", n)
 	}
 	if n := b.world.Effect("payments/ref-next"); n != 2 {
-		t.Fatalf("replay should run the edited action once more: %d effects, want 2", n)
+		t.Fatalf("replay should run the edited action once more: %d effects, want 2\n%s", n, replay)
 	}
+}
+
+// TestFork: forking runs everything again under a new run id and new keys,
+// with the original run's policy.
+func TestFork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := inproc(t, b.runArgs(b.plan(t, "a", crashPlan(crashClasses[2])), "--run-id", "orig", "--approve", "all")...)
+	wantCode(t, first, exitOK)
 
 	fork := inproc(t, "fork", "orig", "--run-id", "copy", "--data", b.data, "--tools", b.tools)
 	wantCode(t, fork, exitOK)
@@ -130,8 +139,18 @@ func TestReplayAndFork(t *testing.T) {
 	if n := b.world.Effect("payments/ref-t"); n != 2 {
 		t.Fatalf("a fork runs everything again: ref-t %d, want 2", n)
 	}
-	if f.action("t").Key == d.action("t").Key {
+	if f.action("t").Key == doc(t, first).action("t").Key {
 		t.Fatalf("a fork must use new keys")
+	}
+
+	// Without --run-id the fork gets a new id, said on stderr.
+	again := inproc(t, "fork", "orig", "--data", b.data, "--tools", b.tools)
+	wantCode(t, again, exitOK)
+	if g := doc(t, again); g.RunID == "orig" || g.RunID == "copy" || !strings.Contains(again.stderr, g.RunID) {
+		t.Fatalf("fork without --run-id: run %q\n%s", g.RunID, again)
+	}
+	if n := b.world.Effect("payments/ref-t"); n != 3 {
+		t.Fatalf("a second fork runs everything again: ref-t %d, want 3", n)
 	}
 }
 
