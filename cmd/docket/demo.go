@@ -185,8 +185,12 @@ func (d *demo) run(ctx context.Context) error {
 
 	d.say("")
 	d.say("5. The run, and the world's own counters:")
-	if err := writeRunSummary(d.out, doc); err != nil {
+	var summary strings.Builder
+	if err := writeRunSummary(&summary, doc); err != nil {
 		return err
+	}
+	for _, line := range strings.Split(strings.TrimRight(summary.String(), "\n"), "\n") {
+		d.say("   %s", line)
 	}
 	d.say("")
 	bad := 0
