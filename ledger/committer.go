@@ -67,7 +67,9 @@ type batch struct {
 }
 
 func (l *Ledger) newBatch() *batch {
-	return &batch{l: l, txn: l.db.NewTransaction(true), base: newOverlay(), cur: newOverlay()}
+	// A read-only snapshot: it sees every commit that finished; the batch in
+	// flight (if any) is consulted through l.inflight first.
+	return &batch{l: l, txn: l.db.NewTransaction(false), base: newOverlay(), cur: newOverlay()}
 }
 
 // estimate mirrors Badger's own accounting of a transaction's size: key plus
@@ -88,7 +90,50 @@ func (b *batch) lookup(key []byte) (*entry, bool) {
 	if e, ok := b.base.m[string(key)]; ok {
 		return e, true
 	}
+	if f := b.l.inflight; f != nil {
+		if e, ok := f.b.base.m[string(key)]; ok {
+			return e, true
+		}
+	}
+	if e, ok := b.l.cache.m[string(key)]; ok {
+		return e, true
+	}
 	return nil, false
+}
+
+// recordCache holds recently written or read committed records, decoded, so
+// the committer (the only writer, hence always in step with the store) mostly
+// skips Badger reads and JSON decoding for the records an action touches
+// twice (claim, then outcome). Bounded by value bytes: when full it is
+// emptied. Cleared after a failed commit.
+type recordCache struct {
+	m    map[string]*entry
+	size int64
+}
+
+const recordCacheBytes = 4 << 20
+const recordCacheMaxValue = 2 << 10
+
+func (c *recordCache) add(e *entry) {
+	switch e.key[0] {
+	case kindEvent, kindPlan, kindIndex:
+		return // never read back by the committer
+	}
+	if len(e.val) > recordCacheMaxValue {
+		delete(c.m, string(e.key))
+		return
+	}
+	if c.size > recordCacheBytes {
+		clear(c.m)
+		c.size = 0
+	}
+	c.m[string(e.key)] = e
+	c.size += int64(len(e.key) + len(e.val) + 64)
+}
+
+// cacheRead remembers a committed record read from Badger.
+func (b *batch) cacheRead(key []byte, obj any, val []byte) {
+	b.l.cache.add(&entry{key: key, obj: obj, val: val})
 }
 
 // getRaw returns the committed value of key (a copy), or found=false.
@@ -124,17 +169,25 @@ func (b *batch) run(runID string) (storedRun, bool, error) {
 	if _, err := decode(raw, &r); err != nil {
 		return r, false, fmt.Errorf("ledger: run %q: %w", runID, err)
 	}
+	b.cacheRead(k, r, raw)
 	return r, true, nil
 }
 
 func (b *batch) putRun(r storedRun) error {
+	prev, existed, err := b.run(r.ID)
+	if err != nil {
+		return err
+	}
 	v, err := encode(r, nil)
 	if err != nil {
 		return err
 	}
 	b.put(runKey(r.ID), r, v)
-	// The list index carries the status so that a filtered listing reads no headers.
-	b.put(indexKey(r.CreatedAt.UnixNano(), r.ID), nil, []byte(r.Status))
+	// The list index carries the status so that a filtered listing reads no
+	// headers; it is rewritten only when the status changes.
+	if !existed || prev.Status != r.Status {
+		b.put(indexKey(r.CreatedAt.UnixNano(), r.ID), nil, []byte(r.Status))
+	}
 	return nil
 }
 
@@ -151,6 +204,7 @@ func (b *batch) row(runID string, rev int, actionID string) (storedRow, bool, er
 	if _, err := decode(raw, &r); err != nil {
 		return r, false, fmt.Errorf("ledger: row %q/%q: %w", runID, actionID, err)
 	}
+	b.cacheRead(k, r, raw)
 	return r, true, nil
 }
 
@@ -169,6 +223,9 @@ func (b *batch) keyRun(key string) (string, bool, error) {
 		return string(e.val), true, nil
 	}
 	raw, ok, err := b.getRaw(k)
+	if ok {
+		b.cacheRead(k, nil, raw)
+	}
 	return string(raw), ok, err
 }
 
@@ -185,6 +242,7 @@ func (b *batch) keyRec(runID, key string) (KeyRecord, bool, error) {
 	if err != nil {
 		return rec, false, fmt.Errorf("ledger: key %s: %w", key, err)
 	}
+	b.cacheRead(k, rec, raw)
 	return rec, true, nil
 }
 
@@ -208,6 +266,11 @@ func (b *batch) lastSeq(runID string) (uint64, error) {
 	if s, ok := b.base.seqs[runID]; ok {
 		return s, nil
 	}
+	if f := b.l.inflight; f != nil {
+		if s, ok := f.b.base.seqs[runID]; ok {
+			return s, nil
+		}
+	}
 	if s, ok := b.l.seqs[runID]; ok {
 		return s, nil
 	}
@@ -215,7 +278,7 @@ func (b *batch) lastSeq(runID string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Committed state: safe to cache now.
+	// Committed state, and no batch in flight wrote to this run: safe to cache.
 	b.l.seqs[runID] = s
 	return s, nil
 }
@@ -319,122 +382,189 @@ func (l *Ledger) submit(ctx context.Context, req *request) error {
 	return nil
 }
 
-// commitLoop is the single writer: it takes every request waiting, evaluates
-// them in order into one transaction, commits (Badger syncs before Commit
-// returns), and only then acknowledges them.
+// commitLoop evaluates requests in arrival order into a batch (one
+// transaction) and hands the batch to the writer goroutine, which commits it
+// (Badger syncs before Commit returns) and only then acknowledges its
+// requests. While the writer commits batch k, every request that arrives is
+// evaluated into batch k+1 on top of batch k's writes; batch k+1 is handed
+// over as soon as batch k is durable (group commit with one batch in flight),
+// and fails as a whole if batch k failed.
 func (l *Ledger) commitLoop() {
 	defer close(l.committerDone)
-	var commits, synced uint64
-	for {
-		first, ok := <-l.reqCh
-		if !ok {
-			return
-		}
-		pending := []*request{first}
-		open := true
-	drain:
-		for len(pending) < 4096 {
-			select {
-			case r, ok := <-l.reqCh:
-				if !ok {
-					open = false
-					break drain
-				}
-				pending = append(pending, r)
-			default:
-				break drain
-			}
-		}
-		b := l.newBatch()
-		var in []*request
-		for i := 0; i < len(pending); {
-			r := pending[i]
-			results, err := b.evalRequest(r)
-			if err == nil && b.fits() {
-				b.accept()
-				r.results = results
-				in = append(in, r)
-				i++
-				continue
-			}
-			b.cur = newOverlay()
-			if err == nil && len(in) > 0 {
-				// Does not fit with the others: commit them, then retry it alone.
-				commits++
-				synced = l.commit(b, in, commits, synced)
-				b, in = l.newBatch(), nil
-				continue
-			}
-			if err == nil {
-				err = fmt.Errorf("%w: the ops of one Apply exceed one transaction (%d bytes estimated, limit %d)",
-					ErrTooLarge, b.cur.size, l.maxBatchSize)
-			}
-			r.err = err
-			l.ack(r, synced)
-			i++
-		}
-		if len(in) > 0 {
-			commits++
-			synced = l.commit(b, in, commits, synced)
-		} else {
-			b.txn.Discard()
-		}
-		if !open {
-			return
+	writes := make(chan *flight, 1)
+	writerDone := make(chan struct{})
+	go l.writer(writes, writerDone)
+	defer func() {
+		close(writes)
+		<-writerDone
+	}()
+	var b *batch
+	var in []*request
+	flush := func() { // only with nothing in flight
+		if b != nil {
+			l.handOff(writes, b, in)
+			b, in = nil, nil
 		}
 	}
-}
-
-// commit writes the batch, and acknowledges its requests after the sync.
-func (l *Ledger) commit(b *batch, in []*request, n, synced uint64) uint64 {
-	defer b.txn.Discard()
-	var err error
-	if len(b.base.order) > 0 {
-		for _, k := range b.base.order {
-			e := b.base.m[k]
-			if err = b.txn.SetEntry(badger.NewEntry(e.key, e.val)); err != nil {
+	settled := func(err error) {
+		l.finish(err)
+		if err != nil && b != nil {
+			// b was evaluated on top of writes that did not commit.
+			b.txn.Discard()
+			err = fmt.Errorf("ledger: commit: an earlier commit failed: %w", err)
+			for _, r := range in {
+				r.err, r.results = err, nil
+				l.ack(r, 0, 0)
+			}
+			b, in = nil, nil
+		}
+		flush()
+	}
+	reqCh := l.reqCh
+	for reqCh != nil || b != nil || l.inflight != nil {
+		if l.inflight == nil && b != nil {
+			flush()
+			continue
+		}
+		var done chan error
+		if l.inflight != nil {
+			done = l.inflight.done
+		}
+		select {
+		case err := <-done:
+			settled(err)
+		case r, ok := <-reqCh:
+			if !ok {
+				reqCh = nil
+				continue
+			}
+			for {
+				if b == nil {
+					b = l.newBatch()
+				}
+				results, err := b.evalRequest(r)
+				if err == nil && b.fits() {
+					b.accept()
+					r.results = results
+					in = append(in, r)
+					break
+				}
+				b.cur = newOverlay()
+				if err == nil && len(in) > 0 {
+					// It does not fit with the others: commit them first.
+					if l.inflight != nil {
+						settled(<-l.inflight.done)
+					} else {
+						flush()
+					}
+					if l.inflight != nil {
+						settled(<-l.inflight.done)
+					}
+					continue
+				}
+				if err == nil {
+					err = fmt.Errorf("%w: the ops of one Apply exceed one transaction (%d bytes estimated, limit %d)",
+						ErrTooLarge, b.cur.size, l.maxBatchSize)
+				}
+				r.err = err
+				l.ack(r, 0, 0)
 				break
 			}
 		}
-		if err == nil {
-			err = b.txn.Commit() // SyncWrites: synced before it returns
-		}
-		if err == nil {
-			synced = n
-			if l.cfg.AfterSync != nil {
-				l.cfg.AfterSync()
-			}
-		}
 	}
-	if err != nil {
-		// The store may hold part of it: forget cached seqs, reload on next use.
-		clear(l.seqs)
-		err = fmt.Errorf("ledger: commit: %w", translate(err))
-		for _, r := range in {
-			r.err, r.results = err, nil
-			l.ack(r, synced)
-		}
-		return synced
-	}
-	for r, s := range b.base.seqs {
-		l.seqs[r] = s
-	}
-	l.hub.publish(b.base.events)
-	for _, r := range in {
-		if len(b.base.order) > 0 {
-			r.committedIn = n
-		}
-		l.ack(r, synced)
-	}
-	return synced
 }
 
-func (l *Ledger) ack(r *request, synced uint64) {
+// flight is a batch handed to the writer.
+type flight struct {
+	b    *batch
+	in   []*request
+	done chan error
+}
+
+// handOff gives b to the writer (nothing may be in flight). Requests without
+// writes are acknowledged at once: the state they read is durable.
+func (l *Ledger) handOff(writes chan<- *flight, b *batch, in []*request) {
+	b.txn.Discard()
+	if len(b.base.order) == 0 {
+		for _, r := range in {
+			l.ack(r, 0, 0)
+		}
+		return
+	}
+	f := &flight{b: b, in: in, done: make(chan error, 1)}
+	l.inflight = f
+	writes <- f
+}
+
+// finish folds the result of the batch in flight into the committer's caches.
+func (l *Ledger) finish(err error) {
+	f := l.inflight
+	l.inflight = nil
+	if err != nil {
+		// The store may hold part of it: forget cached seqs and records,
+		// reload on next use.
+		clear(l.seqs)
+		clear(l.cache.m)
+		l.cache.size = 0
+		return
+	}
+	for r, s := range f.b.base.seqs {
+		l.seqs[r] = s
+	}
+	for _, k := range f.b.base.order {
+		l.cache.add(f.b.base.m[k])
+	}
+}
+
+// writer commits batches in order and acknowledges their requests after the
+// sync.
+func (l *Ledger) writer(writes <-chan *flight, done chan<- struct{}) {
+	defer close(done)
+	var n uint64
+	for f := range writes {
+		n++
+		err := l.write(f.b)
+		if err != nil {
+			err = fmt.Errorf("ledger: commit: %w", translate(err))
+			for _, r := range f.in {
+				r.err, r.results = err, nil
+				l.ack(r, 0, n-1)
+			}
+			f.done <- err
+			continue
+		}
+		if l.cfg.AfterSync != nil {
+			l.cfg.AfterSync()
+		}
+		l.hub.publish(f.b.base.events)
+		for _, r := range f.in {
+			l.ack(r, n, n)
+		}
+		f.done <- nil
+	}
+}
+
+func (l *Ledger) write(b *batch) error {
+	txn := l.db.NewTransaction(true)
+	defer txn.Discard()
+	for _, k := range b.base.order {
+		e := b.base.m[k]
+		if err := txn.SetEntry(badger.NewEntry(e.key, e.val)); err != nil {
+			return err
+		}
+	}
+	return txn.Commit() // SyncWrites: synced before it returns
+}
+
+// ack acknowledges a request. committedIn is the commit that carried its
+// writes (0: none), synced the last commit known durable.
+func (l *Ledger) ack(r *request, committedIn, synced uint64) {
+	r.committedIn = committedIn
 	if l.cfg.BeforeAck != nil {
 		l.cfg.BeforeAck()
 	}
 	if l.testAck != nil {
-		l.testAck(r.committedIn, synced)
+		l.testAck(committedIn, synced)
 	}
 	close(r.done)
 }

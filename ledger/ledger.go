@@ -103,7 +103,9 @@ type Ledger struct {
 	hub hub
 
 	// committer-owned state (only the committer goroutine touches these).
-	seqs map[string]uint64 // last committed event seq per run (loaded at first use)
+	seqs     map[string]uint64 // last committed event seq per run (loaded at first use)
+	cache    recordCache
+	inflight *flight // batch handed to the writer, not yet settled
 	// maxBatchSize/Count are the committer's budget per transaction (below
 	// Badger's own limits).
 	maxBatchSize, maxBatchCount int64
@@ -160,6 +162,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		gcStop:        make(chan struct{}),
 		gcDone:        make(chan struct{}),
 		seqs:          make(map[string]uint64),
+		cache:         recordCache{m: make(map[string]*entry)},
 		// Badger refuses a txn at 15% of the memtable; keep a margin for its
 		// per-entry overhead estimate.
 		maxBatchSize:  db.MaxBatchSize() * 3 / 4,
