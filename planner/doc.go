@@ -1,0 +1,74 @@
+// Package planner turns a goal, or a conversation, into a validated plan with a
+// language model over any OpenAI-compatible chat-completions endpoint (OpenAI,
+// Azure OpenAI, Ollama, vLLM, llama.cpp's server, LM Studio), using
+// github.com/sashabaranov/go-openai.
+//
+// # The planning loop (ModeTools)
+//
+// Every registered tool is offered to the model as a function. Tools of class
+// read_only run at once while the model thinks (DESIGN.md, "Side effects come
+// last"): their results go back to the model and into the plan's transcript,
+// and they touch no ledger record. A call to a tool of any other class is not
+// executed: it becomes a queued plan action ("a1", "a2", ...) and the model
+// receives a placeholder result carrying references it can pass to later calls
+// ("${a1.output}", "${a1.output.id}"). A reference in a call's arguments makes
+// the action depend on the referenced one; calls made in one message are
+// independent of each other. When the model replies without tool calls, the
+// queued actions are the plan.
+//
+// A call that cannot be queued (unknown tool, arguments that are not JSON or do
+// not fit the tool's schema, a reference to an action that does not exist yet)
+// is answered with the problem as its tool result; each reply holding such a
+// call uses one of Config.MaxRepairs repairs. The finished plan is validated as
+// a whole (plan.Validate against the registry) before it is returned; a plan
+// that is still invalid is never returned, only a *PlanningError listing every
+// problem.
+//
+// # Tool definitions
+//
+// Definitions are sent in the strict form (strict: true, every object
+// additionalProperties: false, every property required, optional properties
+// made nullable). Nulls the model sends for optional properties are dropped
+// before validation, so arguments are recorded as if the model had left them
+// out. A tool whose schema cannot be expressed strictly without changing its
+// meaning (free-form objects, additionalProperties schemas, $ref, oneOf/allOf,
+// conditionals) is sent with strict: false and its schema unchanged. Registry
+// names are mapped to the alphabet the API allows ([a-zA-Z0-9_-], at most 64
+// bytes: "crm.create" becomes "crm_create", a name that collides or is too
+// long gets a short hash suffix) and mapped back in every reply.
+//
+// # Structured output (ModeJSONSchema)
+//
+// For models without tool calling, the planner asks for one JSON object
+// {"actions": [...]} with response_format json_schema, whose items are one
+// branch per tool (tool name as an enum, its strict argument schema). Nothing
+// runs while such a model thinks. Problems go back as a user message for a
+// bounded number of repairs.
+//
+// # The wire
+//
+// 429, 408 and 5xx answers, connection failures, unreadable bodies and
+// per-request timeouts (Config.Timeout) are retried with exponential backoff
+// and full jitter, honouring Retry-After; other 4xx answers fail at once with
+// a *ModelError. A reply cut off by its token limit (finish_reason "length"),
+// stopped by a content filter or refused is never turned into a plan. Invalid
+// JSON arguments, unknown tool names, duplicate or missing tool call ids,
+// content next to tool calls (kept as the actions' "why") and empty replies
+// are handled as documented on Plan. Replies are not streamed.
+//
+// # Recording
+//
+// Plan is pure: it records nothing. PlanRun plans a run once: when the ledger
+// already holds the run's plan it is returned without calling the model;
+// otherwise the new plan goes to the executor, which records it durably before
+// any action is claimed. A crash while thinking therefore leaves nothing
+// recorded, and the next attempt plans again. The plan carries its provenance
+// in Meta (model, prompt hash over the system prompt and the tool definitions,
+// tools hash, token usage, rounds, repairs) and the whole model exchange in
+// Transcript. The API key never appears in either, in errors or in logs: the
+// exchange records bodies, never headers, and any text holding the key is
+// redacted.
+//
+// Imports: the standard library, github.com/sashabaranov/go-openai, and
+// docket's plan, tools, ledger and executor packages.
+package planner

@@ -1,0 +1,174 @@
+package planner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// maxReplyBytes bounds one HTTP response body from the model.
+const maxReplyBytes = 32 << 20
+
+// attempt is one HTTP request to the model, as recorded in the exchange.
+// Headers are never recorded (the request's carry the API key).
+type attempt struct {
+	Round      int             `json:"round"`
+	Attempt    int             `json:"attempt"`
+	Status     int             `json:"status,omitempty"`
+	DurationMS int64           `json:"duration_ms"`
+	RetryAfter string          `json:"retry_after,omitempty"`
+	Response   json.RawMessage `json:"response,omitempty"` // the body, when it is JSON
+	Body       string          `json:"body,omitempty"`     // the body (clipped), when it is not
+	Error      string          `json:"error,omitempty"`
+
+	header http.Header
+	body   []byte
+}
+
+// exchange is the whole model exchange of one planning: what was asked (the
+// request parameters once, the final conversation) and every answer.
+type exchange struct {
+	Model      string                         `json:"model"`
+	Mode       Mode                           `json:"mode"`
+	PromptHash string                         `json:"prompt_hash"`
+	Params     json.RawMessage                `json:"params"` // the request without its messages
+	Messages   []openai.ChatCompletionMessage `json:"messages"`
+	Attempts   []*attempt                     `json:"attempts"`
+	Usage      openai.Usage                   `json:"usage"`
+}
+
+type attemptKey struct{}
+
+// recordingTransport reads each response to the model into memory (bounded)
+// so the exchange can keep the exact body, and notes the status and headers.
+type recordingTransport struct {
+	base http.RoundTripper
+}
+
+func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	at, _ := req.Context().Value(attemptKey{}).(*attempt)
+	resp, err := t.base.RoundTrip(req)
+	if at == nil || err != nil {
+		return resp, err
+	}
+	at.Status = resp.StatusCode
+	at.header = resp.Header
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes+1))
+	resp.Body.Close()
+	if rerr != nil {
+		return nil, fmt.Errorf("reading the reply: %w", rerr)
+	}
+	if len(body) > maxReplyBytes {
+		return nil, fmt.Errorf("reply larger than %d bytes", maxReplyBytes)
+	}
+	at.body = body
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	return resp, nil
+}
+
+// wrapClient returns a client like c whose transport records attempts.
+func wrapClient(c *http.Client) *http.Client {
+	base := c.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	wc := *c
+	wc.Transport = &recordingTransport{base: base}
+	return &wc
+}
+
+// finish fills the attempt's recorded body.
+func (a *attempt) finish(redact func(string) string) {
+	if len(a.body) == 0 {
+		return
+	}
+	b := []byte(redact(string(a.body)))
+	if json.Valid(b) {
+		var buf bytes.Buffer
+		if json.Compact(&buf, b) == nil {
+			a.Response = buf.Bytes()
+			return
+		}
+	}
+	a.Body = clip(string(b), 4096)
+}
+
+// retryAfter reads Retry-After (seconds or an HTTP date) or OpenAI's
+// retry-after-ms from the attempt's answer; 0 when absent or unreadable.
+func (a *attempt) retryAfter(now time.Time) time.Duration {
+	if a.header == nil {
+		return 0
+	}
+	if ms := a.header.Get("Retry-After-Ms"); ms != "" {
+		if v, err := strconv.ParseFloat(ms, 64); err == nil && v >= 0 {
+			a.RetryAfter = ms + "ms"
+			return time.Duration(v * float64(time.Millisecond))
+		}
+	}
+	ra := strings.TrimSpace(a.header.Get("Retry-After"))
+	if ra == "" {
+		return 0
+	}
+	a.RetryAfter = ra
+	if secs, err := strconv.ParseFloat(ra, 64); err == nil && secs >= 0 {
+		return time.Duration(secs * float64(time.Second))
+	}
+	if t, err := http.ParseTime(ra); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// redactor replaces the API key, in whatever JSON escaping, by [REDACTED].
+func redactor(key string) func(string) string {
+	if key == "" {
+		return func(s string) string { return s }
+	}
+	forms := []string{key}
+	if q, err := json.Marshal(key); err == nil {
+		if e := string(q[1 : len(q)-1]); e != key {
+			forms = append(forms, e)
+		}
+	}
+	return func(s string) string {
+		for _, f := range forms {
+			if strings.Contains(s, f) {
+				s = strings.ReplaceAll(s, f, "[REDACTED]")
+			}
+		}
+		return s
+	}
+}
+
+// errAPIInBody is a 200 answer whose body is an API error object (some
+// servers answer errors that way).
+func errorInBody(body []byte) (string, bool) {
+	var v struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &v) != nil || len(v.Error) == 0 || string(v.Error) == "null" {
+		return "", false
+	}
+	var e openai.APIError
+	if json.Unmarshal(v.Error, &e) == nil && e.Message != "" {
+		return e.Message, true
+	}
+	return clip(string(v.Error), 300), true
+}
+
+// isTimeout reports whether err is the attempt's own deadline.
+func isTimeout(err error, attemptCtx, parent context.Context) bool {
+	return parent.Err() == nil && (errors.Is(attemptCtx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded))
+}

@@ -1,0 +1,770 @@
+package planner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
+)
+
+// ErrBadRequest is wrapped by errors about the Request itself (nothing to
+// plan from).
+var ErrBadRequest = errors.New("planner: bad request")
+
+// Planner turns goals and conversations into plans. Safe for concurrent use.
+type Planner struct {
+	cfg        Config
+	client     *openai.Client
+	log        *slog.Logger
+	redact     func(string) string
+	names      nameMap
+	specs      map[string]tools.Spec // by registry name
+	shapes     map[string]*shape     // by registry name: nulls to drop
+	defs       []openai.Tool         // ModeTools
+	format     *openai.ChatCompletionResponseFormat
+	system     string
+	params     json.RawMessage // the request without messages, for the exchange
+	promptHash string
+}
+
+// Request is what to plan: a goal, a conversation, or both (the goal is then
+// appended to the conversation as the user's message).
+type Request struct {
+	Goal string
+	// Messages is the conversation so far (user, assistant and tool
+	// messages; a leading system message is appended to the planner's own).
+	// Result.Messages continues it.
+	Messages []openai.ChatCompletionMessage
+}
+
+// Result is a valid plan and how it was made.
+type Result struct {
+	// Plan passed plan.Validate against the registry. Its Meta holds the
+	// provenance and its Transcript the exchange; Goal is the request's goal
+	// (or the last user message).
+	Plan    *plan.Plan
+	Usage   openai.Usage
+	Rounds  int // model turns
+	Repairs int // replies with problems the model fixed
+	// Reply is the model's closing text (a summary, or an answer when there
+	// is nothing to do).
+	Reply string
+	// Messages is the conversation after planning, without the planner's
+	// system prompt: append the execution results (ResultsMessage) and the
+	// next user message to continue a chat.
+	Messages []openai.ChatCompletionMessage
+	// Exchange is the whole model exchange, redacted (see the package doc);
+	// the same bytes as Plan.Transcript.
+	Exchange json.RawMessage
+	// FromLedger is set by PlanRun when the plan was already recorded and the
+	// model was not called.
+	FromLedger bool
+}
+
+// New checks cfg and prepares the tool definitions.
+func New(cfg Config) (*Planner, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	p := &Planner{
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "planner"),
+		redact: redactor(cfg.APIKey),
+		specs:  map[string]tools.Spec{},
+		shapes: map[string]*shape{},
+	}
+	p.client = openai.NewClientWithConfig(p.clientConfig())
+
+	names := cfg.Tools.Names()
+	p.names = mapNames(names)
+	specs := make([]tools.Spec, 0, len(names))
+	strictAll := true
+	var branches []any
+	for _, n := range names {
+		s, _ := cfg.Tools.Spec(n)
+		specs = append(specs, s)
+		p.specs[n] = s
+		schema, sh, strict, err := strictSchema(s.InputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tool %s: %v", ErrConfig, n, err)
+		}
+		if !strict {
+			strictAll = false
+			p.log.Debug("tool schema sent without strict mode", "tool", n)
+		}
+		p.shapes[n] = sh
+		p.defs = append(p.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: p.names.toWire[n], Description: toolDescription(s), Strict: strict, Parameters: schema,
+		}})
+		branches = append(branches, actionBranch(p.names.toWire[n], schema))
+	}
+	switch cfg.Mode {
+	case ModeTools:
+		p.system = orDefault(cfg.SystemPrompt, toolsPrompt)
+	case ModeJSONSchema:
+		p.system = orDefault(cfg.SystemPrompt, jsonPrompt+jsonToolList(specs, p.names))
+		p.format = planFormat(branches, strictAll)
+	}
+	req := p.request(nil)
+	params, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding the request: %v", ErrConfig, err)
+	}
+	p.params = params
+	p.promptHash = hashOf(p.system, params)
+	p.log.Debug("planner ready", "config", cfg, "tools", len(names), "prompt_hash", p.promptHash)
+	return p, nil
+}
+
+func orDefault(a, b string) string {
+	if strings.TrimSpace(a) != "" {
+		return a
+	}
+	return b
+}
+
+func hashOf(parts ...any) string {
+	h := sha256.New()
+	for _, part := range parts {
+		var b []byte
+		switch v := part.(type) {
+		case string:
+			b = []byte(v)
+		case json.RawMessage:
+			b = v
+			if c, err := plan.Canonical(v); err == nil {
+				b = c
+			}
+		}
+		fmt.Fprintf(h, "%d:", len(b))
+		h.Write(b)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// clientConfig builds go-openai's configuration: OpenAI-compatible by
+// default, Azure's deployment API for a classic Azure resource URL.
+func (p *Planner) clientConfig() openai.ClientConfig {
+	cfg := p.cfg
+	var cc openai.ClientConfig
+	u, _ := url.Parse(cfg.BaseURL)
+	azure := u != nil && (strings.HasSuffix(u.Hostname(), ".openai.azure.com") || strings.HasSuffix(u.Hostname(), ".cognitiveservices.azure.com")) &&
+		!strings.Contains(u.Path, "/v1")
+	if azure {
+		cc = openai.DefaultAzureConfig(cfg.APIKey, cfg.BaseURL)
+		cc.APIVersion = cfg.APIVersion
+	} else {
+		cc = openai.DefaultConfig(cfg.APIKey)
+		cc.BaseURL = cfg.BaseURL
+	}
+	cc.HTTPClient = wrapClient(cfg.HTTPClient)
+	return cc
+}
+
+// reasoningModel: OpenAI's reasoning models refuse max_tokens.
+func reasoningModel(m string) bool {
+	for _, pre := range []string{"o1", "o3", "o4", "gpt-5"} {
+		if strings.HasPrefix(m, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// request builds one chat-completions request.
+func (p *Planner) request(msgs []openai.ChatCompletionMessage) openai.ChatCompletionRequest {
+	r := openai.ChatCompletionRequest{Model: p.cfg.Model, Messages: msgs}
+	if reasoningModel(p.cfg.Model) {
+		r.MaxCompletionTokens = p.cfg.MaxTokens
+	} else {
+		r.MaxTokens = p.cfg.MaxTokens
+	}
+	if t := p.cfg.Temperature; t != nil {
+		// go-openai omits a zero temperature; the smallest positive float32
+		// asks for the same greedy decoding and is sent.
+		r.Temperature = max(*t, math.SmallestNonzeroFloat32)
+	}
+	switch p.cfg.Mode {
+	case ModeTools:
+		r.Tools = p.defs
+	case ModeJSONSchema:
+		r.ResponseFormat = p.format
+	}
+	return r
+}
+
+// session is the state of one planning.
+type session struct {
+	p        *Planner
+	msgs     []openai.ChatCompletionMessage // index 0: the system prompt
+	actions  []plan.Action
+	usage    openai.Usage
+	rounds   int
+	repairs  int
+	problems []Problem // of the last reply that had any
+	ex       exchange
+	callIDs  map[string]bool
+	reply    string
+	idBase   int // action ids continue after those of earlier turns of a chat
+}
+
+// Plan asks the model for a plan and returns it validated. It records
+// nothing; read_only tools may run (they have no effect by definition).
+//
+// Errors: ErrBadRequest (no goal and no user message), *ModelError (the
+// endpoint failed for good), *PlanningError (the model did not produce a valid
+// plan: truncated, filtered, refused, out of rounds or tokens, or still
+// invalid after Config.MaxRepairs repairs), or the context's error.
+//
+// Wire-level handling: a tool call without an id, or with an id already used
+// in the conversation, gets a fresh id in the conversation sent back; a
+// message with both content and tool calls keeps the content as the actions'
+// "why"; a reply with neither content nor tool calls is answered with a
+// reminder and counts as a repair; a 200 answer carrying an error object is a
+// *ModelError; arguments that are not one JSON object, unknown tool names and
+// invalid arguments are answered with the problem as the tool result.
+func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
+	s, err := p.newSession(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.loop(ctx); err != nil {
+		return nil, err
+	}
+	return s.result(req)
+}
+
+func (p *Planner) newSession(req Request) (*session, error) {
+	sys := p.system
+	msgs := make([]openai.ChatCompletionMessage, 0, len(req.Messages)+4)
+	msgs = append(msgs, openai.ChatCompletionMessage{})
+	for i, m := range req.Messages {
+		if i == 0 && m.Role == openai.ChatMessageRoleSystem {
+			sys += "\n\n" + m.Content
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	msgs[0] = openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: sys}
+	if g := strings.TrimSpace(req.Goal); g != "" {
+		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: req.Goal})
+	}
+	hasUser := false
+	ids := map[string]bool{}
+	for _, m := range msgs {
+		hasUser = hasUser || m.Role == openai.ChatMessageRoleUser
+		for _, c := range m.ToolCalls {
+			ids[c.ID] = true
+		}
+	}
+	if !hasUser {
+		return nil, fmt.Errorf("%w: nothing to plan: give a goal or a conversation with a user message", ErrBadRequest)
+	}
+	return &session{
+		p:       p,
+		msgs:    msgs,
+		callIDs: ids,
+		idBase:  lastActionNumber(msgs),
+		ex:      exchange{Model: p.cfg.Model, Mode: p.cfg.Mode, PromptHash: p.promptHash, Params: p.params},
+	}, nil
+}
+
+// lastActionNumber finds the highest action number N of the placeholders
+// ("action_id": "aN") in the conversation, so that a new turn's ids do not
+// reuse those of an earlier turn's plan.
+func lastActionNumber(msgs []openai.ChatCompletionMessage) int {
+	last := 0
+	for _, m := range msgs {
+		if m.Role != openai.ChatMessageRoleTool || !strings.Contains(m.Content, `"queued":true`) {
+			continue
+		}
+		var ph struct {
+			Queued   bool   `json:"queued"`
+			ActionID string `json:"action_id"`
+		}
+		if json.Unmarshal([]byte(m.Content), &ph) != nil || !ph.Queued || !strings.HasPrefix(ph.ActionID, "a") {
+			continue
+		}
+		if n, err := strconv.Atoi(ph.ActionID[1:]); err == nil && n > last && n < 1<<30 {
+			last = n
+		}
+	}
+	return last
+}
+
+func (s *session) fail(reason Reason, format string, a ...any) *PlanningError {
+	return &PlanningError{Reason: reason, Msg: s.p.redact(fmt.Sprintf(format, a...)), Problems: s.problems, Rounds: s.rounds, Repairs: s.repairs}
+}
+
+// loop runs model turns until the model finishes a plan.
+func (s *session) loop(ctx context.Context) error {
+	cfg := s.p.cfg
+	maxRepairs := max(cfg.MaxRepairs, 0)
+	for {
+		if s.rounds >= cfg.MaxRounds {
+			return s.fail(ReasonRounds, "no finished plan after %d model turns (MaxRounds)", s.rounds)
+		}
+		s.rounds++
+		resp, err := s.send(ctx)
+		if err != nil {
+			return err
+		}
+		s.usage.PromptTokens += resp.Usage.PromptTokens
+		s.usage.CompletionTokens += resp.Usage.CompletionTokens
+		s.usage.TotalTokens += resp.Usage.TotalTokens
+		if s.usage.TotalTokens > cfg.TokenBudget {
+			return s.fail(ReasonTokens, "used %d tokens, more than the budget of %d (TokenBudget)", s.usage.TotalTokens, cfg.TokenBudget)
+		}
+		var msg openai.ChatCompletionMessage
+		var finish openai.FinishReason
+		if len(resp.Choices) > 0 {
+			msg, finish = resp.Choices[0].Message, resp.Choices[0].FinishReason
+		}
+		switch finish {
+		case openai.FinishReasonLength:
+			return s.fail(ReasonTruncated, "the model's reply was cut off at its token limit (max tokens %d) in round %d; a truncated plan is never used: raise the limit (--max-tokens) or narrow the goal", cfg.MaxTokens, s.rounds)
+		case openai.FinishReasonContentFilter:
+			return s.fail(ReasonContentFilter, "the provider's content filter stopped the model's reply in round %d", s.rounds)
+		}
+		if r := strings.TrimSpace(msg.Refusal); r != "" {
+			return s.fail(ReasonRefused, "the model refused: %s", clip(r, 500))
+		}
+		if msg.FunctionCall != nil && len(msg.ToolCalls) == 0 { // the legacy single-call form
+			msg.ToolCalls = []openai.ToolCall{{Type: openai.ToolTypeFunction, Function: *msg.FunctionCall}}
+			msg.FunctionCall = nil
+		}
+		var problems []Problem
+		done := false
+		switch {
+		case cfg.Mode == ModeTools && len(msg.ToolCalls) > 0:
+			problems = s.handleCalls(ctx, msg)
+		case strings.TrimSpace(msg.Content) == "" && (cfg.Mode == ModeJSONSchema || len(s.actions) == 0):
+			problems = []Problem{{Round: s.rounds, Msg: "the model's reply was empty"}}
+			s.msgs = append(s.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser,
+				Content: "[docket] Your reply was empty. Make the tool calls the goal needs, or reply with a short text if nothing needs doing."})
+			if s.repairs >= maxRepairs {
+				s.problems = problems
+				return s.fail(ReasonEmpty, "the model replied with nothing usable")
+			}
+		case cfg.Mode == ModeJSONSchema:
+			problems = s.structured(msg)
+			done = len(problems) == 0
+		default:
+			s.msgs = append(s.msgs, assistantText(msg))
+			s.reply = strings.TrimSpace(msg.Content)
+			done = true
+		}
+		if done {
+			return nil
+		}
+		if len(problems) > 0 {
+			s.problems = problems
+			if s.repairs >= maxRepairs {
+				return s.fail(ReasonInvalid, "the model's calls were still invalid after %d repairs", s.repairs)
+			}
+			s.repairs++
+		}
+	}
+}
+
+func assistantText(m openai.ChatCompletionMessage) openai.ChatCompletionMessage {
+	return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: m.Content}
+}
+
+// handleCalls answers every tool call of one assistant message: read_only
+// calls run now, the others become queued actions; problems are answered too.
+func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMessage) []Problem {
+	p := s.p
+	round := s.rounds
+	calls := make([]openai.ToolCall, len(msg.ToolCalls))
+	copy(calls, msg.ToolCalls)
+	for i := range calls {
+		c := &calls[i]
+		if c.ID == "" || s.callIDs[c.ID] {
+			old := c.ID
+			c.ID = s.freshID(round, i)
+			p.log.Debug("tool call id replaced", "old", old, "new", c.ID, "round", round)
+		}
+		s.callIDs[c.ID] = true
+		c.Type = openai.ToolTypeFunction
+		c.Index = nil
+	}
+	s.msgs = append(s.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content, ToolCalls: calls})
+	why := clip(strings.TrimSpace(msg.Content), 500)
+
+	results := make([]string, len(calls))
+	var problems []Problem
+	reject := func(i int, pr Problem) {
+		pr.Round, pr.Call, pr.Tool = round, calls[i].ID, calls[i].Function.Name
+		problems = append(problems, pr)
+		b, _ := marshalNoEscape(map[string]string{"error": "rejected, not queued: " + pr.Msg})
+		results[i] = string(b)
+	}
+	type job struct {
+		i    int
+		spec tools.Spec
+		args json.RawMessage
+	}
+	var reads []job
+	queuedBefore := len(s.actions)
+	for i, c := range calls {
+		name, ok := p.names.registryName(c.Function.Name)
+		if !ok {
+			reject(i, Problem{Msg: fmt.Sprintf("unknown tool %q; the tools are: %s", c.Function.Name, strings.Join(p.wireNames(), ", "))})
+			continue
+		}
+		spec := p.specs[name]
+		args, err := normalizeArgs(c.Function.Arguments, p.shapes[name])
+		if err != nil {
+			reject(i, Problem{Field: "args", Msg: err.Error()})
+			continue
+		}
+		refs, err := plan.Refs(args)
+		if err != nil {
+			reject(i, Problem{Field: "args", Msg: err.Error()})
+			continue
+		}
+		if spec.Class == tools.ReadOnly {
+			if len(refs) > 0 {
+				reject(i, Problem{Field: "args", Msg: fmt.Sprintf("%s is read-only and runs now, before any queued action has run, so it cannot use %s; use values you know", c.Function.Name, refs[0].Text)})
+				continue
+			}
+			if err := p.cfg.Tools.ValidateResolved(name, args); err != nil {
+				reject(i, Problem{Field: "args", Msg: argsMessage(err)})
+				continue
+			}
+			reads = append(reads, job{i, spec, args})
+			continue
+		}
+		if err := p.cfg.Tools.ValidateArgs(name, args); err != nil {
+			reject(i, Problem{Field: "args", Msg: argsMessage(err)})
+			continue
+		}
+		deps, msgText := s.dependencies(refs, queuedBefore)
+		if msgText != "" {
+			reject(i, Problem{Field: "args", Msg: msgText})
+			continue
+		}
+		id := fmt.Sprintf("a%d", s.idBase+len(s.actions)+1)
+		s.actions = append(s.actions, plan.Action{ID: id, Tool: name, Args: args, DependsOn: deps, Why: why})
+		results[i] = placeholder(id, spec)
+	}
+	if len(reads) > 0 {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, j := range reads {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				results[j.i] = p.runReadOnly(ctx, j.spec, j.args)
+			}()
+		}
+		wg.Wait()
+	}
+	for i, c := range calls {
+		s.msgs = append(s.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: c.ID, Content: results[i]})
+	}
+	return problems
+}
+
+func (s *session) freshID(round, i int) string {
+	for n := 0; ; n++ {
+		id := fmt.Sprintf("call_docket_%d_%d", round, i)
+		if n > 0 {
+			id += fmt.Sprintf("_%d", n)
+		}
+		if !s.callIDs[id] {
+			return id
+		}
+	}
+}
+
+// dependencies turns references into depends_on: each must name an action
+// queued by an earlier message.
+func (s *session) dependencies(refs []plan.Ref, queuedBefore int) ([]string, string) {
+	var deps []string
+	for _, r := range refs {
+		idx := -1
+		for k, a := range s.actions {
+			if a.ID == r.Action {
+				idx = k
+				break
+			}
+		}
+		switch {
+		case idx < 0:
+			return nil, fmt.Sprintf("%s names no queued action (queued so far: %s); only queued actions have outputs to reference, read-only results are values you can use directly", r.Text, s.queuedList())
+		case idx >= queuedBefore:
+			return nil, fmt.Sprintf("%s names an action queued in this same message; calls in one message are independent: make this call in a later message", r.Text)
+		}
+		if !contains(deps, r.Action) {
+			deps = append(deps, r.Action)
+		}
+	}
+	return deps, ""
+}
+
+func (s *session) queuedList() string {
+	if len(s.actions) == 0 {
+		return "none"
+	}
+	ids := make([]string, len(s.actions))
+	for i, a := range s.actions {
+		ids[i] = a.ID
+	}
+	return strings.Join(ids, ", ")
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Planner) wireNames() []string {
+	out := make([]string, 0, len(p.names.fromWire))
+	for _, n := range p.cfg.Tools.Names() {
+		out = append(out, p.names.toWire[n])
+	}
+	return out
+}
+
+// argsMessage renders a validation error for the model: every path and problem.
+func argsMessage(err error) string {
+	var ae *tools.ArgsError
+	if errors.As(err, &ae) && len(ae.Problems) > 0 {
+		parts := make([]string, len(ae.Problems))
+		for i, pr := range ae.Problems {
+			path := pr.Path
+			if path == "" {
+				path = "/"
+			}
+			parts[i] = path + ": " + pr.Msg
+		}
+		return "invalid arguments: " + strings.Join(parts, "; ")
+	}
+	return err.Error()
+}
+
+// runReadOnly performs a read_only call while planning. Its result (or error)
+// is the tool result the model sees.
+func (p *Planner) runReadOnly(ctx context.Context, spec tools.Spec, args json.RawMessage) string {
+	t, ok := p.cfg.Tools.Get(spec.Name)
+	if !ok {
+		return `{"error":"tool not registered"}`
+	}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := t.Call(cctx, tools.Call{Action: "planning", Attempt: 1, Args: args})
+	if err != nil {
+		p.log.Debug("read-only call failed while planning", "tool", spec.Name, "err", p.redact(err.Error()))
+		b, _ := marshalNoEscape(map[string]string{"error": p.redact(clip(err.Error(), 2000))})
+		return string(b)
+	}
+	res := p.redact(string(out))
+	if len(res) > p.cfg.MaxToolResultBytes {
+		b, _ := marshalNoEscape(map[string]any{"truncated": true, "bytes": len(res), "partial": clip(res, p.cfg.MaxToolResultBytes)})
+		return string(b)
+	}
+	return res
+}
+
+// send makes one model request, retrying what is safe to retry.
+func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, error) {
+	p := s.p
+	cfg := p.cfg
+	req := p.request(s.msgs)
+	for n := 1; ; n++ {
+		at := &attempt{Round: s.rounds, Attempt: n}
+		actx, cancel := context.WithTimeout(context.WithValue(ctx, attemptKey{}, at), cfg.Timeout)
+		start := time.Now()
+		resp, err := p.client.CreateChatCompletion(actx, req)
+		timedOut := err != nil && isTimeout(err, actx, ctx)
+		cancel()
+		at.DurationMS = time.Since(start).Milliseconds()
+		at.finish(p.redact)
+		s.ex.Attempts = append(s.ex.Attempts, at)
+		if err == nil {
+			if msg, bad := errorInBody(at.body); bad && len(resp.Choices) == 0 {
+				at.Error = msg
+				return resp, &ModelError{Status: at.Status, Attempts: n, Msg: "the server answered with an error: " + msg}
+			}
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return resp, fmt.Errorf("planner: waiting for the model: %w", ctx.Err())
+		}
+		status, msg, retry := classify(err, at, timedOut, cfg.Timeout)
+		msg = p.redact(msg)
+		at.Error = msg
+		if !retry {
+			return resp, &ModelError{Status: status, Attempts: n, Msg: msg}
+		}
+		if n > cfg.MaxRetries {
+			return resp, &ModelError{Status: status, Attempts: n, Msg: msg}
+		}
+		wait := backoff(cfg.RetryBase, cfg.RetryMax, n)
+		if ra := at.retryAfter(time.Now()); ra > 0 {
+			if ra > cfg.RetryMax {
+				return resp, &ModelError{Status: status, Attempts: n, After: ra, Msg: fmt.Sprintf("%s; the server asks to retry after %s, longer than RetryMax %s", msg, ra, cfg.RetryMax)}
+			}
+			wait = ra
+		}
+		p.log.Debug("retrying model request", "round", s.rounds, "attempt", n, "status", status, "wait", wait, "err", msg)
+		if err := cfg.Sleep(ctx, wait); err != nil {
+			return resp, fmt.Errorf("planner: waiting to retry the model: %w", err)
+		}
+	}
+}
+
+// classify says what a failed request was and whether to retry it.
+func classify(err error, at *attempt, timedOut bool, timeout time.Duration) (status int, msg string, retry bool) {
+	var apiErr *openai.APIError
+	var reqErr *openai.RequestError
+	switch {
+	case timedOut:
+		return 0, fmt.Sprintf("no answer within %s (Timeout)", timeout), true
+	case errors.As(err, &apiErr):
+		status, msg = apiErr.HTTPStatusCode, apiErr.Message
+		if apiErr.Code != nil {
+			msg = fmt.Sprintf("%s (code %v)", msg, apiErr.Code)
+		}
+	case errors.As(err, &reqErr):
+		status = reqErr.HTTPStatusCode
+		msg = fmt.Sprintf("%s: %s", reqErr.HTTPStatus, clip(strings.TrimSpace(string(reqErr.Body)), 300))
+	case at.Status >= 200 && at.Status < 300:
+		return at.Status, "unreadable reply: " + err.Error(), true
+	default:
+		return 0, err.Error(), true // no answer: connection refused, reset, ...
+	}
+	retry = status == 408 || status == 429 || status >= 500
+	return status, msg, retry
+}
+
+// backoff is full jitter over an exponential: uniform in [0, min(max, base·2^(n-1))].
+func backoff(base, maxWait time.Duration, n int) time.Duration {
+	d := base << min(n-1, 20)
+	if d <= 0 || d > maxWait {
+		d = maxWait
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// result assembles the validated plan and its provenance.
+func (s *session) result(req Request) (*Result, error) {
+	p := s.p
+	pl := &plan.Plan{Goal: goalOf(req, s.msgs), Actions: s.actions}
+	if pl.Actions == nil {
+		pl.Actions = []plan.Action{}
+	}
+	if err := pl.Validate(p.cfg.Tools); err != nil {
+		s.problems = planProblems(err)
+		return nil, s.fail(ReasonInvalid, "the finished plan does not validate")
+	}
+	s.ex.Messages = s.msgs
+	s.ex.Usage = s.usage
+	ex, err := json.Marshal(&s.ex)
+	if err != nil {
+		return nil, fmt.Errorf("planner: encoding the exchange: %w", err)
+	}
+	ex = []byte(p.redact(string(ex)))
+	hash, err := plan.Hash(pl)
+	if err != nil {
+		return nil, fmt.Errorf("planner: hashing the plan: %w", err)
+	}
+	pl.ID = "plan_" + strings.TrimPrefix(hash, "sha256:")[:16]
+	pl.CreatedAt = p.cfg.Now().UTC()
+	pl.Transcript = ex
+	pl.Meta = map[string]string{
+		"planner":           "docket-planner/1",
+		"model":             p.cfg.Model,
+		"mode":              string(p.cfg.Mode),
+		"prompt_hash":       p.promptHash,
+		"tools_hash":        p.cfg.Tools.Hash(),
+		"prompt_tokens":     fmt.Sprint(s.usage.PromptTokens),
+		"completion_tokens": fmt.Sprint(s.usage.CompletionTokens),
+		"total_tokens":      fmt.Sprint(s.usage.TotalTokens),
+		"rounds":            fmt.Sprint(s.rounds),
+		"repairs":           fmt.Sprint(s.repairs),
+	}
+	if served := s.servedModel(); served != "" && served != p.cfg.Model {
+		pl.Meta["served_model"] = served
+	}
+	return &Result{
+		Plan: pl, Usage: s.usage, Rounds: s.rounds, Repairs: s.repairs, Reply: s.reply,
+		Messages: s.msgs[1:], Exchange: ex,
+	}, nil
+}
+
+// servedModel is the model name the last successful answer reported.
+func (s *session) servedModel() string {
+	for i := len(s.ex.Attempts) - 1; i >= 0; i-- {
+		if r := s.ex.Attempts[i].Response; len(r) > 0 {
+			var v struct {
+				Model string `json:"model"`
+			}
+			if json.Unmarshal(r, &v) == nil && v.Model != "" {
+				return v.Model
+			}
+		}
+	}
+	return ""
+}
+
+// goalOf is the request's goal, or the last user message.
+func goalOf(req Request, msgs []openai.ChatCompletionMessage) string {
+	if g := strings.TrimSpace(req.Goal); g != "" {
+		return req.Goal
+	}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == openai.ChatMessageRoleUser {
+			if msgs[i].Content != "" {
+				return msgs[i].Content
+			}
+			for _, part := range msgs[i].MultiContent {
+				if part.Text != "" {
+					return part.Text
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// planProblems converts plan.Errors (or any error) into Problems.
+func planProblems(err error) []Problem {
+	var pe plan.Errors
+	if errors.As(err, &pe) {
+		out := make([]Problem, len(pe))
+		for i, pr := range pe {
+			out[i] = Problem{Action: pr.Action, Field: pr.Field, Msg: pr.Msg}
+		}
+		return out
+	}
+	return []Problem{{Msg: err.Error()}}
+}

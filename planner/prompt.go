@@ -1,0 +1,105 @@
+package planner
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/docketrun/docket/tools"
+)
+
+const toolsPrompt = `You are the planner of docket, which performs tool calls for the user exactly once, after a review.
+
+How your tool calls are handled:
+- Tools whose description starts with [read-only] run immediately and you see their results. Use them to look things up before you decide.
+- Every other tool call is NOT performed now. It is queued as a plan action and you receive a placeholder naming its action id (a1, a2, ...). The whole plan is reviewed and then performed.
+- A queued action's output does not exist yet. To pass it to a later call, use the string "${a1.output}" or "${a1.output.FIELD}" (for example "${a1.output.id}") as the whole value of an argument, never inside other text. The later call then runs after a1.
+- Calls made together in one message are independent: never reference an action queued in the same message. Make the dependent call in a later message.
+- Queue each intended side effect once. Do not repeat a call to check it: it has not run yet.
+- If a call is rejected, read the problem, and make a corrected call.
+- When the plan is complete, reply with a short summary for the user and make no more tool calls. If nothing needs doing, say so without calling tools.`
+
+const jsonPrompt = `You are the planner of docket, which performs tool calls for the user exactly once, after a review.
+
+Reply with one JSON object and nothing else: {"actions": [...]}. Each action is {"id", "tool", "args", "depends_on", "why"}:
+- "id": a1, a2, ... in order; "tool": one of the tools listed below; "args": the tool's arguments, matching its schema.
+- To use an earlier action's output, write the string "${a1.output}" or "${a1.output.FIELD}" as the whole value of an argument (never inside other text), and list a1 in "depends_on".
+- "why": a short reason. Queue each intended side effect once. If nothing needs doing, reply {"actions": []}.
+
+Tools:
+`
+
+// toolDescription is what the model reads about a tool: its effect class first.
+func toolDescription(s tools.Spec) string {
+	var tag string
+	if s.Class == tools.ReadOnly {
+		tag = "[read-only] Runs now; you see the result."
+	} else {
+		tag = fmt.Sprintf("[%s] Not run now: queued as a plan action, performed after review.", s.Class)
+	}
+	if d := strings.TrimSpace(s.Description); d != "" {
+		return tag + " " + d
+	}
+	return tag
+}
+
+// jsonToolList lists the tools for the structured-output prompt.
+func jsonToolList(specs []tools.Spec, names nameMap) string {
+	var b strings.Builder
+	for _, s := range specs {
+		fmt.Fprintf(&b, "- %s: %s\n  input schema: %s\n", names.toWire[s.Name], toolDescription(s), compactJSON(s.InputSchema))
+	}
+	return b.String()
+}
+
+func compactJSON(raw json.RawMessage) string {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return string(raw)
+	}
+	b, _ := marshalNoEscape(v)
+	return string(b)
+}
+
+// placeholder is the tool result the model receives for a queued action.
+func placeholder(id string, s tools.Spec) string {
+	m := map[string]any{
+		"queued":    true,
+		"action_id": id,
+		"output":    "${" + id + ".output}",
+		"note": fmt.Sprintf("Not performed yet: queued as plan action %s, performed after review. "+
+			"Pass \"${%s.output}\" or \"${%s.output.FIELD}\" as the whole value of an argument of a later call to use its result.", id, id, id),
+	}
+	if fields := outputFields(s.OutputSchema); len(fields) > 0 {
+		f := make(map[string]string, len(fields))
+		for _, name := range fields {
+			f[name] = "${" + id + ".output." + name + "}"
+		}
+		m["fields"] = f
+	}
+	b, _ := marshalNoEscape(m)
+	return string(b)
+}
+
+// outputFields lists the top-level properties of an output schema that a
+// reference can address (no '.', '{' or '}'), sorted.
+func outputFields(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var s struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return nil
+	}
+	var out []string
+	for k := range s.Properties {
+		if k != "" && !strings.ContainsAny(k, ".{}$") {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

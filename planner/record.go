@@ -1,0 +1,128 @@
+package planner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+)
+
+// RunResult is what PlanRun did: the plan (planned now or read back) and the
+// run as the executor left it.
+type RunResult struct {
+	*Result
+	Doc ledger.RunDoc
+}
+
+// PlanRun plans run runID once and hands the plan to the executor.
+//
+// When the ledger already holds a plan for runID (an earlier PlanRun recorded
+// it, perhaps in a process that crashed afterwards), that plan is used and the
+// model is not called (Result.FromLedger). Otherwise Plan runs; nothing is
+// written while the model thinks, so a crash then leaves nothing recorded and
+// the next attempt plans again. The plan then goes to eng.Run, which records
+// it durably (revision 1, with Meta and Transcript) before it claims any
+// action, and drives the run under o (its policy is stored when the run is
+// created: PolicyNone makes every action wait for a person, as docket chat
+// does). eng must have been built over l and the planner's registry.
+//
+// It returns the RunResult whenever a plan exists (Doc is the run as far as
+// it got; the zero RunDoc if recording failed) together with eng.Run's error,
+// and a nil RunResult with planning errors (see Plan).
+func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l *ledger.Ledger, runID string, req Request, o *executor.RunOptions) (*RunResult, error) {
+	if eng == nil || l == nil {
+		return nil, fmt.Errorf("%w: PlanRun needs an executor engine and its ledger", ErrConfig)
+	}
+	res, err := p.Recorded(ctx, l, runID)
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		return nil, err
+	}
+	if res == nil {
+		if res, err = p.Plan(ctx, req); err != nil {
+			return nil, err
+		}
+		res.Plan.RunID = runID
+	}
+	doc, err := eng.Run(ctx, runID, res.Plan, o)
+	return &RunResult{Result: res, Doc: doc}, err
+}
+
+// Recorded returns the plan recorded for runID as a Result with FromLedger
+// set (Usage, Rounds, Repairs and Exchange read back from its Meta and
+// Transcript), or an error wrapping ledger.ErrNotFound when the run has no
+// plan yet. It never calls the model.
+func (p *Planner) Recorded(ctx context.Context, l *ledger.Ledger, runID string) (*Result, error) {
+	if strings.TrimSpace(runID) == "" {
+		return nil, fmt.Errorf("%w: empty run id", ErrBadRequest)
+	}
+	// Revision 1 is the plan the run was created with, the one whose hash is
+	// the run's identity (later revisions are replays).
+	pl, err := l.Plan(ctx, runID, 1)
+	if err != nil {
+		return nil, fmt.Errorf("planner: reading the plan of run %s: %w", runID, err)
+	}
+	res := &Result{Plan: pl, Exchange: pl.Transcript, FromLedger: true}
+	fmt.Sscan(pl.Meta["prompt_tokens"], &res.Usage.PromptTokens)
+	fmt.Sscan(pl.Meta["completion_tokens"], &res.Usage.CompletionTokens)
+	fmt.Sscan(pl.Meta["total_tokens"], &res.Usage.TotalTokens)
+	fmt.Sscan(pl.Meta["rounds"], &res.Rounds)
+	fmt.Sscan(pl.Meta["repairs"], &res.Repairs)
+	var ex exchange
+	if len(pl.Transcript) > 0 && json.Unmarshal(pl.Transcript, &ex) == nil && len(ex.Messages) > 0 {
+		res.Messages = ex.Messages[1:]
+		for i := len(ex.Messages) - 1; i > 0; i-- {
+			if m := ex.Messages[i]; m.Role == openai.ChatMessageRoleAssistant && len(m.ToolCalls) == 0 {
+				res.Reply = m.Content
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+// GoalRunID derives the run id of a goal planned without an explicit id, so
+// that rerunning the same goal with the same tools resumes the same run
+// (DESIGN.md: "derived from ... the goal and the tools file's hash"):
+// "run_" + the first 16 hex digits of sha256 over both.
+func GoalRunID(req Request, toolsHash string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "docket-goal-run/1\x00%d:%s\x00%d:%s", len(req.Goal), req.Goal, len(toolsHash), toolsHash)
+	for _, m := range req.Messages {
+		b, _ := json.Marshal(m)
+		fmt.Fprintf(h, "\x00%d:%s", len(b), b)
+	}
+	return "run_" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// maxResultBytes bounds one action's output in ResultsMessage.
+const maxResultBytes = 8 << 10
+
+// ResultsMessage reports executed actions back into a conversation (as a user
+// message, which every chat template accepts mid-conversation), so the next
+// turn can build on their outputs.
+func ResultsMessage(runID string, actions []ledger.Action) openai.ChatCompletionMessage {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[docket] Results of run %s (the plan you made was reviewed and performed):", runID)
+	if len(actions) == 0 {
+		b.WriteString(" no actions.")
+	}
+	for _, a := range actions {
+		fmt.Fprintf(&b, "\n- %s (%s): %s", a.ID, a.Tool, a.Status)
+		if len(a.Output) > 0 {
+			fmt.Fprintf(&b, ", output: %s", clip(string(a.Output), maxResultBytes))
+		}
+		if a.Error != "" {
+			fmt.Fprintf(&b, ", error: %s", clip(a.Error, 1000))
+		}
+	}
+	b.WriteString("\nAction ids and references of that plan do not carry over: in this turn, use these values directly.")
+	return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: b.String()}
+}

@@ -1,0 +1,385 @@
+package planner
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/docketrun/docket/plan"
+)
+
+// maxWireName is the longest function name the chat-completions API accepts.
+const maxWireName = 64
+
+// nameMap maps registry names to the names the model sees and back.
+type nameMap struct {
+	toWire   map[string]string
+	fromWire map[string]string
+}
+
+// mapNames gives every registry name a wire name in [a-zA-Z0-9_-]{1,64}.
+// A valid name is kept as is; others have every other character replaced by
+// '_'; a name that then collides, or had to be cut, gets "_" and 8 hex digits
+// of its sha256. The result depends only on the set of names.
+func mapNames(names []string) nameMap {
+	names = slices.Clone(names)
+	sort.Strings(names)
+	m := nameMap{toWire: make(map[string]string, len(names)), fromWire: make(map[string]string, len(names))}
+	var changed []string
+	for _, n := range names {
+		if validWireName(n) {
+			m.toWire[n], m.fromWire[n] = n, n
+		} else {
+			changed = append(changed, n)
+		}
+	}
+	for _, n := range changed {
+		w := sanitizeName(n)
+		if len(w) > maxWireName || m.fromWire[w] != "" || w == "" {
+			sum := sha256.Sum256([]byte(n))
+			suffix := "_" + hex.EncodeToString(sum[:4])
+			w = w[:min(len(w), maxWireName-len(suffix))] + suffix
+			for i := 4; m.fromWire[w] != ""; i++ { // a collision of hash prefixes: lengthen
+				suffix = "_" + hex.EncodeToString(sum[:i+1])
+				w = w[:min(len(w), maxWireName-len(suffix))] + suffix
+			}
+		}
+		m.toWire[n], m.fromWire[w] = w, n
+	}
+	return m
+}
+
+// registryName maps a name from the model back. The model may also answer
+// with the registry name itself when that is unambiguous.
+func (m nameMap) registryName(wire string) (string, bool) {
+	if n, ok := m.fromWire[wire]; ok {
+		return n, true
+	}
+	if _, ok := m.toWire[wire]; ok { // not another tool's wire name: checked above
+		return wire, true
+	}
+	return "", false
+}
+
+func validWireName(s string) bool {
+	if s == "" || len(s) > maxWireName {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !wireByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func wireByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+func sanitizeName(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if wireByte(s[i]) {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		b.WriteByte('_')
+		i += size
+	}
+	return b.String()
+}
+
+// shape records, for one schema node, which object properties were optional
+// in the original schema (and were made nullable and required for strict
+// mode), so that a null the model sends there can be dropped. nil: nothing to
+// drop anywhere below.
+type shape struct {
+	optional map[string]bool
+	props    map[string]*shape
+	items    *shape
+}
+
+// unsupported keywords make a schema non-strict: strict mode cannot express
+// them, or expressing them would need null-dropping the planner cannot do
+// unambiguously.
+var unsupported = []string{
+	"$ref", "$defs", "definitions", "$dynamicRef", "oneOf", "allOf", "not", "if", "then", "else",
+	"patternProperties", "dependentRequired", "dependentSchemas", "dependencies",
+	"unevaluatedProperties", "unevaluatedItems", "propertyNames", "prefixItems", "contains",
+	"additionalItems",
+}
+
+// strictSchema converts an input schema (an object schema) to the strict form.
+// ok is false when the schema cannot be made strict without changing its
+// meaning; then the original is to be sent with strict: false.
+func strictSchema(raw json.RawMessage) (out json.RawMessage, sh *shape, ok bool, err error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, nil, false, fmt.Errorf("decoding input schema: %w", err)
+	}
+	root, isObj := v.(map[string]any)
+	if !isObj {
+		return raw, nil, false, nil
+	}
+	delete(root, "$schema")
+	delete(root, "$id")
+	sh, ok = strictify(root)
+	if !ok {
+		return raw, nil, false, nil
+	}
+	out, err = marshalNoEscape(root)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return out, sh, true, nil
+}
+
+// strictify rewrites node in place. It returns the node's shape and whether
+// the node could be made strict.
+func strictify(node map[string]any) (*shape, bool) {
+	for _, k := range unsupported {
+		if _, has := node[k]; has {
+			return nil, false
+		}
+	}
+	if alts, has := node["anyOf"]; has {
+		list, isList := alts.([]any)
+		if !isList {
+			return nil, false
+		}
+		for _, a := range list {
+			m, isMap := a.(map[string]any)
+			if !isMap {
+				return nil, false
+			}
+			sh, ok := strictify(m)
+			if !ok || sh != nil { // nulls inside a branch could not be dropped unambiguously
+				return nil, false
+			}
+		}
+	}
+	types := typeSet(node["type"])
+	_, hasProps := node["properties"]
+	if types["object"] || hasProps {
+		if ap, has := node["additionalProperties"]; has && ap != false {
+			return nil, false
+		}
+		props, isMap := node["properties"].(map[string]any)
+		if !isMap {
+			if hasProps || node["additionalProperties"] != false {
+				return nil, false // a free-form object: strict mode would forbid every key
+			}
+			props = map[string]any{}
+			node["properties"] = props
+		}
+		req := map[string]bool{}
+		if list, isList := node["required"].([]any); isList {
+			for _, r := range list {
+				if s, isStr := r.(string); isStr {
+					req[s] = true
+				}
+			}
+		} else if _, has := node["required"]; has {
+			return nil, false
+		}
+		var sh shape
+		keys := make([]string, 0, len(props))
+		for k, pv := range props {
+			pm, isMap := pv.(map[string]any)
+			if !isMap {
+				return nil, false
+			}
+			child, ok := strictify(pm)
+			if !ok {
+				return nil, false
+			}
+			if child != nil {
+				if sh.props == nil {
+					sh.props = map[string]*shape{}
+				}
+				sh.props[k] = child
+			}
+			if !req[k] {
+				props[k] = nullable(pm)
+				if sh.optional == nil {
+					sh.optional = map[string]bool{}
+				}
+				sh.optional[k] = true
+			}
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		all := make([]any, len(keys))
+		for i, k := range keys {
+			all[i] = k
+		}
+		node["required"] = all
+		node["additionalProperties"] = false
+		if sh.optional == nil && sh.props == nil {
+			return nil, true
+		}
+		return &sh, true
+	}
+	if types["array"] {
+		items, has := node["items"]
+		if !has {
+			return nil, false
+		}
+		im, isMap := items.(map[string]any)
+		if !isMap {
+			return nil, false
+		}
+		child, ok := strictify(im)
+		if !ok {
+			return nil, false
+		}
+		if child != nil {
+			return &shape{items: child}, true
+		}
+		return nil, true
+	}
+	if _, has := node["items"]; has {
+		return nil, false // items without "type": "array" is ambiguous
+	}
+	return nil, true
+}
+
+func typeSet(t any) map[string]bool {
+	set := map[string]bool{}
+	switch t := t.(type) {
+	case string:
+		set[t] = true
+	case []any:
+		for _, e := range t {
+			if s, ok := e.(string); ok {
+				set[s] = true
+			}
+		}
+	}
+	return set
+}
+
+// nullable returns a schema accepting everything s accepts, and null.
+func nullable(s map[string]any) map[string]any {
+	if enum, has := s["enum"].([]any); has {
+		if !slices.Contains(enum, any(nil)) {
+			s["enum"] = append(enum, nil)
+		}
+		if _, hasType := s["type"]; hasType {
+			s["type"] = withNull(s["type"])
+		}
+		return s
+	}
+	_, hasConst := s["const"]
+	_, hasAnyOf := s["anyOf"]
+	if t, has := s["type"]; has && !hasConst && !hasAnyOf {
+		s["type"] = withNull(t)
+		return s
+	}
+	return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
+}
+
+func withNull(t any) any {
+	switch t := t.(type) {
+	case string:
+		if t == "null" {
+			return t
+		}
+		return []any{t, "null"}
+	case []any:
+		if slices.Contains(t, any("null")) {
+			return t
+		}
+		return append(t, "null")
+	}
+	return t
+}
+
+// dropNulls removes, in place, every null the model sent for a property that
+// was optional in the original schema.
+func dropNulls(v any, sh *shape) {
+	if sh == nil {
+		return
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		for k, val := range v {
+			if val == nil && sh.optional[k] {
+				delete(v, k)
+				continue
+			}
+			if child := sh.props[k]; child != nil {
+				dropNulls(val, child)
+			}
+		}
+	case []any:
+		if sh.items != nil {
+			for _, e := range v {
+				dropNulls(e, sh.items)
+			}
+		}
+	}
+}
+
+// normalizeArgs turns the model's argument text into the recorded form:
+// compact JSON with the nulls of optional properties removed. The text must
+// be one JSON object.
+func normalizeArgs(text string, sh *shape) (json.RawMessage, error) {
+	raw := []byte(strings.TrimSpace(text))
+	if len(raw) == 0 {
+		raw = []byte("{}") // some servers send "" for a call without arguments
+	}
+	if _, err := plan.Canonical(raw); err != nil {
+		return nil, fmt.Errorf("arguments %s: %w", clip(string(raw), 200), err)
+	}
+	if raw[0] != '{' {
+		return nil, fmt.Errorf("arguments must be a JSON object, got %s", clip(string(raw), 80))
+	}
+	if sh == nil || !bytes.Contains(raw, []byte("null")) {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+		}
+		return buf.Bytes(), nil
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+	}
+	dropNulls(v, sh)
+	return marshalNoEscape(v)
+}
+
+func marshalNoEscape(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
