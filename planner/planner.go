@@ -315,7 +315,6 @@ func (s *session) fail(reason Reason, format string, a ...any) *PlanningError {
 // loop runs model turns until the model finishes a plan.
 func (s *session) loop(ctx context.Context) error {
 	cfg := s.p.cfg
-	maxRepairs := max(cfg.MaxRepairs, 0)
 	for {
 		if s.rounds >= cfg.MaxRounds {
 			return s.fail(ReasonRounds, "no finished plan after %d model turns (MaxRounds)", s.rounds)
@@ -325,62 +324,73 @@ func (s *session) loop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.usage.PromptTokens += resp.Usage.PromptTokens
-		s.usage.CompletionTokens += resp.Usage.CompletionTokens
-		s.usage.TotalTokens += resp.Usage.TotalTokens
-		if s.usage.TotalTokens > cfg.TokenBudget {
-			return s.fail(ReasonTokens, "used %d tokens, more than the budget of %d (TokenBudget)", s.usage.TotalTokens, cfg.TokenBudget)
-		}
-		var msg openai.ChatCompletionMessage
-		var finish openai.FinishReason
-		if len(resp.Choices) > 0 {
-			msg, finish = resp.Choices[0].Message, resp.Choices[0].FinishReason
-		}
-		switch finish {
-		case openai.FinishReasonLength:
-			return s.fail(ReasonTruncated, "the model's reply was cut off at its token limit (max tokens %d) in round %d; a truncated plan is never used: raise the limit (--max-tokens) or narrow the goal", cfg.MaxTokens, s.rounds)
-		case openai.FinishReasonContentFilter:
-			return s.fail(ReasonContentFilter, "the provider's content filter stopped the model's reply in round %d", s.rounds)
-		}
-		if r := strings.TrimSpace(msg.Refusal); r != "" {
-			return s.fail(ReasonRefused, "the model refused: %s", clip(r, 500))
-		}
-		if msg.FunctionCall != nil && len(msg.ToolCalls) == 0 { // the legacy single-call form
-			msg.ToolCalls = []openai.ToolCall{{Type: openai.ToolTypeFunction, Function: *msg.FunctionCall}}
-			msg.FunctionCall = nil
-		}
-		var problems []Problem
-		done := false
-		switch {
-		case cfg.Mode == ModeTools && len(msg.ToolCalls) > 0:
-			problems = s.handleCalls(ctx, msg)
-		case strings.TrimSpace(msg.Content) == "" && (cfg.Mode == ModeJSONSchema || len(s.actions) == 0):
-			problems = []Problem{{Round: s.rounds, Msg: "the model's reply was empty"}}
-			s.msgs = append(s.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser,
-				Content: "[docket] Your reply was empty. Make the tool calls the goal needs, or reply with a short text if nothing needs doing."})
-			if s.repairs >= maxRepairs {
-				s.problems = problems
-				return s.fail(ReasonEmpty, "the model replied with nothing usable")
-			}
-		case cfg.Mode == ModeJSONSchema:
-			problems = s.structured(msg)
-			done = len(problems) == 0
-		default:
-			s.msgs = append(s.msgs, assistantText(msg))
-			s.reply = strings.TrimSpace(msg.Content)
-			done = true
-		}
-		if done {
-			return nil
-		}
-		if len(problems) > 0 {
-			s.problems = problems
-			if s.repairs >= maxRepairs {
-				return s.fail(ReasonInvalid, "the model's calls were still invalid after %d repairs", s.repairs)
-			}
-			s.repairs++
+		done, err := s.absorb(ctx, resp)
+		if err != nil || done {
+			return err
 		}
 	}
+}
+
+// absorb takes one reply of the model: it ends planning (done, or an error),
+// or answers the reply in the conversation for the next turn.
+func (s *session) absorb(ctx context.Context, resp openai.ChatCompletionResponse) (done bool, err error) {
+	cfg := s.p.cfg
+	maxRepairs := max(cfg.MaxRepairs, 0)
+	s.usage.PromptTokens += resp.Usage.PromptTokens
+	s.usage.CompletionTokens += resp.Usage.CompletionTokens
+	s.usage.TotalTokens += resp.Usage.TotalTokens
+	if s.usage.TotalTokens > cfg.TokenBudget {
+		return false, s.fail(ReasonTokens, "used %d tokens, more than the budget of %d (TokenBudget)", s.usage.TotalTokens, cfg.TokenBudget)
+	}
+	var msg openai.ChatCompletionMessage
+	var finish openai.FinishReason
+	if len(resp.Choices) > 0 {
+		msg, finish = resp.Choices[0].Message, resp.Choices[0].FinishReason
+	}
+	switch finish {
+	case openai.FinishReasonLength:
+		return false, s.fail(ReasonTruncated, "the model's reply was cut off at its token limit (max tokens %d) in round %d; a truncated plan is never used: raise the limit (--max-tokens) or narrow the goal", cfg.MaxTokens, s.rounds)
+	case openai.FinishReasonContentFilter:
+		return false, s.fail(ReasonContentFilter, "the provider's content filter stopped the model's reply in round %d", s.rounds)
+	}
+	if r := strings.TrimSpace(msg.Refusal); r != "" {
+		return false, s.fail(ReasonRefused, "the model refused: %s", clip(r, 500))
+	}
+	if msg.FunctionCall != nil && len(msg.ToolCalls) == 0 { // the legacy single-call form
+		msg.ToolCalls = []openai.ToolCall{{Type: openai.ToolTypeFunction, Function: *msg.FunctionCall}}
+		msg.FunctionCall = nil
+	}
+	var problems []Problem
+	switch {
+	case cfg.Mode == ModeTools && len(msg.ToolCalls) > 0:
+		problems = s.handleCalls(ctx, msg)
+	case strings.TrimSpace(msg.Content) == "" && (cfg.Mode == ModeJSONSchema || len(s.actions) == 0):
+		s.problems = []Problem{{Round: s.rounds, Msg: "the model's reply was empty"}}
+		if s.repairs >= maxRepairs {
+			return false, s.fail(ReasonEmpty, "the model replied with nothing usable")
+		}
+		s.msgs = append(s.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser,
+			Content: "[docket] Your reply was empty. Make the tool calls the goal needs, or reply with a short text if nothing needs doing."})
+		s.repairs++
+		return false, nil
+	case cfg.Mode == ModeJSONSchema:
+		problems = s.structured(msg)
+		if len(problems) == 0 {
+			return true, nil
+		}
+	default:
+		s.msgs = append(s.msgs, assistantText(msg))
+		s.reply = strings.TrimSpace(msg.Content)
+		return true, nil
+	}
+	if len(problems) > 0 {
+		s.problems = problems
+		if s.repairs >= maxRepairs {
+			return false, s.fail(ReasonInvalid, "the model's calls were still invalid after %d repairs", s.repairs)
+		}
+		s.repairs++
+	}
+	return false, nil
 }
 
 func assistantText(m openai.ChatCompletionMessage) openai.ChatCompletionMessage {
