@@ -174,12 +174,12 @@ func BenchmarkSequentialActions(b *testing.B) {
 }
 
 // BenchmarkConcurrentActions64: 64 callers in flight, each driving its own
-// chain; rounds alternate 64x8 concurrent actions, 40 sequential actions and
+// chain; rounds alternate 64x32 concurrent actions, 40 sequential actions and
 // 100 iterations of the raw loop. Reports throughput against the sequential
 // rate of the same run, and the p99 latency of one Apply against the raw
 // loop's p99.
 func BenchmarkConcurrentActions64(b *testing.B) {
-	const workers, perRound = 64, 8
+	const workers, perRound = 64, 32
 	l, dir := benchLedger(b)
 	runs := make([]*actionRun, workers)
 	for w := range runs {
@@ -188,10 +188,12 @@ func BenchmarkConcurrentActions64(b *testing.B) {
 	seq := newActionRun(b, l, "seq", output(200))
 	var work, seqWork time.Duration
 	var seqN, total int
+	var reqs, commits uint64
 	var lat, raw []time.Duration
 	var mu sync.Mutex
 	b.ResetTimer()
 	for total < b.N {
+		st0 := l.Stats()
 		t0 := time.Now()
 		var wg sync.WaitGroup
 		for w := 0; w < workers; w++ {
@@ -217,6 +219,9 @@ func BenchmarkConcurrentActions64(b *testing.B) {
 		wg.Wait()
 		work += time.Since(t0)
 		total += workers * perRound
+		st1 := l.Stats()
+		reqs += st1.Requests - st0.Requests
+		commits += st1.Commits - st0.Commits
 		t0 = time.Now()
 		for i := 0; i < 40; i++ {
 			if !seq.step(b) {
@@ -237,6 +242,7 @@ func BenchmarkConcurrentActions64(b *testing.B) {
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99_ms")
 	b.ReportMetric(float64(rawP99.Microseconds())/1000, "raw_p99_ms")
 	b.ReportMetric(float64(p99)/float64(rawP99), "p99_ratio")
+	b.ReportMetric(float64(reqs)/float64(commits), "applies/commit")
 }
 
 // fillRun records n succeeded actions (1 KiB outputs) in run id, in big Applies.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -191,29 +192,99 @@ func (b *batch) putRun(r storedRun) error {
 	return nil
 }
 
+// row returns a row of a revision: its row record if the row changed since
+// the revision was recorded, else its initial state from the revision's rows
+// blob.
 func (b *batch) row(runID string, rev int, actionID string) (storedRow, bool, error) {
 	k := rowKey(runID, rev, actionID)
 	if e, ok := b.lookup(k); ok {
 		return e.obj.(storedRow), true, nil
 	}
 	raw, ok, err := b.getRaw(k)
-	if !ok || err != nil {
+	if err != nil {
 		return storedRow{}, false, err
 	}
-	var r storedRow
-	if _, err := decode(raw, &r); err != nil {
-		return r, false, fmt.Errorf("ledger: row %q/%q: %w", runID, actionID, err)
+	if ok {
+		r, err := decodeRow(raw)
+		if err != nil {
+			return r, false, fmt.Errorf("ledger: row %q/%q: %w", runID, actionID, err)
+		}
+		b.cacheRead(k, r, raw)
+		return r, true, nil
 	}
-	b.cacheRead(k, r, raw)
-	return r, true, nil
+	blob, err := b.initialRows(runID, rev)
+	if err != nil || blob == nil {
+		return storedRow{}, false, err
+	}
+	i, ok := blob.index[actionID]
+	if !ok {
+		return storedRow{}, false, nil
+	}
+	return blob.rows[i], true, nil
+}
+
+// rowsBlob is a revision's rows as recorded, decoded and indexed.
+type rowsBlob struct {
+	rows  []storedRow
+	index map[string]int
+}
+
+func newRowsBlob(rows []storedRow) *rowsBlob {
+	b := &rowsBlob{rows: rows, index: make(map[string]int, len(rows))}
+	for i, r := range rows {
+		b.index[r.ID] = i
+	}
+	return b
+}
+
+func decodeRowsBlob(v []byte) (*rowsBlob, error) {
+	rows, err := decodeRows(v)
+	if err != nil {
+		return nil, err
+	}
+	return newRowsBlob(rows), nil
+}
+
+// blobCache keeps decoded rows blobs of recent revisions for the committer,
+// bounded by their number of rows (emptied when full).
+type blobCache struct {
+	m    map[string]*rowsBlob
+	rows int
+}
+
+const blobCacheRows = 200_000
+
+func (c *blobCache) add(key string, b *rowsBlob) {
+	if c.rows+len(b.rows) > blobCacheRows {
+		clear(c.m)
+		c.rows = 0
+	}
+	c.m[key] = b
+	c.rows += len(b.rows)
+}
+
+func (b *batch) initialRows(runID string, rev int) (*rowsBlob, error) {
+	k := rowsBlobKey(runID, rev)
+	if e, ok := b.lookup(k); ok {
+		return e.obj.(*rowsBlob), nil
+	}
+	if rb, ok := b.l.blobs.m[string(k)]; ok {
+		return rb, nil
+	}
+	raw, ok, err := b.getRaw(k)
+	if !ok || err != nil {
+		return nil, err
+	}
+	rb, err := decodeRowsBlob(raw)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: rows of run %q revision %d: %w", runID, rev, err)
+	}
+	b.l.blobs.add(string(k), rb)
+	return rb, nil
 }
 
 func (b *batch) putRow(runID string, rev int, r storedRow) error {
-	v, err := encode(r, nil)
-	if err != nil {
-		return err
-	}
-	b.put(rowKey(runID, rev, r.ID), r, v)
+	b.put(rowKey(runID, rev, r.ID), r, encodeRow(r))
 	return nil
 }
 
@@ -449,6 +520,7 @@ func (l *Ledger) commitLoop() {
 					in = append(in, r)
 					break
 				}
+				size := b.cur.size
 				b.cur = newOverlay()
 				if err == nil && len(in) > 0 {
 					// It does not fit with the others: commit them first.
@@ -464,7 +536,7 @@ func (l *Ledger) commitLoop() {
 				}
 				if err == nil {
 					err = fmt.Errorf("%w: the ops of one Apply exceed one transaction (%d bytes estimated, limit %d)",
-						ErrTooLarge, b.cur.size, l.maxBatchSize)
+						ErrTooLarge, size, l.maxBatchSize)
 				}
 				r.err = err
 				l.ack(r, 0, 0)
@@ -506,6 +578,8 @@ func (l *Ledger) finish(err error) {
 		clear(l.seqs)
 		clear(l.cache.m)
 		l.cache.size = 0
+		clear(l.blobs.m)
+		l.blobs.rows = 0
 		return
 	}
 	for r, s := range f.b.base.seqs {
@@ -533,6 +607,9 @@ func (l *Ledger) writer(writes <-chan *flight, done chan<- struct{}) {
 			f.done <- err
 			continue
 		}
+		l.stats.commits.Add(1)
+		l.stats.requests.Add(uint64(len(f.in)))
+		l.stats.entries.Add(uint64(len(f.b.base.order)))
 		if l.cfg.AfterSync != nil {
 			l.cfg.AfterSync()
 		}
@@ -591,4 +668,19 @@ func (b *batch) evalRequest(r *request) ([]Result, error) {
 		results[i] = res
 	}
 	return results, nil
+}
+
+// Stats counts the committer's work since Open.
+type Stats struct {
+	Commits  uint64 // durable commits (one sync each)
+	Requests uint64 // Apply calls (and CreateRun, AddRevision, Memo) carried by them
+	Entries  uint64 // records written by them
+}
+
+type stats struct{ commits, requests, entries atomic.Uint64 }
+
+// Stats returns the committer's counters: Requests/Commits is the average
+// group-commit batch.
+func (l *Ledger) Stats() Stats {
+	return Stats{Commits: l.stats.commits.Load(), Requests: l.stats.requests.Load(), Entries: l.stats.entries.Load()}
 }

@@ -57,15 +57,18 @@
 //	h\0<run>                         run header (Run + row count)
 //	t\0<^created_ns BE8><run>        list index, newest first; value = status
 //	p\0<run>\0<rev BE4>              plan revision (JSON, immutable)
-//	a\0<run>\0<rev BE4><action id>   row of a revision (output not stored here)
+//	b\0<run>\0<rev BE4>              a revision's initial rows, one record
+//	a\0<run>\0<rev BE4><action id>   a row once it changed (output not stored here)
 //	x\0<run>\0<key>                  key record (output stored here, once)
 //	k\0<key>                         key -> run id
 //	e\0<run>\0<seq BE8>              event
 //	m\0<run>\0<name>                 memo
 //
-// Records are a tag byte, a uvarint length, JSON metadata, then the raw JSON of
-// a large field (a key record's output, an event's data) so reading never
-// re-parses outputs.
+// Records start with an encoding tag byte. Runs, key records and events are a
+// uvarint length, JSON metadata, then the raw JSON of their large field (a key
+// record's output, an event's data), so reading never re-parses outputs. Rows,
+// the most numerous records a resume reads, use a compact binary encoding
+// (rowenc.go).
 //
 // # Action state machine (DESIGN.md)
 //

@@ -140,3 +140,31 @@ func TestRecordEncoding(t *testing.T) {
 		}
 	}
 }
+
+func TestRowEncoding(t *testing.T) {
+	rows := []storedRow{
+		{ID: "a1", Tool: "t", Class: "keyed", Key: "dk1_x", Status: StatusClaimed, Attempts: 3,
+			Args: json.RawMessage(`{"a":1}`), DependsOn: []string{"a0", "b"}, Error: "e",
+			ApprovedArgs: json.RawMessage(`{}`), Undo: true, Ord: 7},
+		{ID: "a2", Status: StatusPending},
+	}
+	for _, r := range rows {
+		got, err := decodeRow(encodeRow(r))
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(r) {
+			t.Fatalf("row round trip:\n got  %+v (%v)\n want %+v", got, err, r)
+		}
+	}
+	got, err := decodeRows(encodeRows(rows))
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(rows) || got[1].Args != nil || got[1].DependsOn != nil {
+		t.Fatalf("rows round trip %+v, %v", got, err)
+	}
+	enc := encodeRow(rows[0])
+	for i := 0; i < len(enc); i++ {
+		if _, err := decodeRow(enc[:i]); err == nil {
+			t.Fatalf("truncated row of %d/%d bytes decoded", i, len(enc))
+		}
+	}
+	if _, err := decodeRows([]byte{encRows, 0xff, 0xff, 0xff, 0x0f}); err == nil {
+		t.Fatal("rows blob with a huge count decoded")
+	}
+}

@@ -15,7 +15,8 @@ const (
 	kindRun    = 'h' // h\0<run>                       -> run header
 	kindIndex  = 't' // t\0<^created BE8><run>         -> run status (ListRuns, newest first)
 	kindPlan   = 'p' // p\0<run>\0<rev BE4>            -> plan JSON (immutable)
-	kindRow    = 'a' // a\0<run>\0<rev BE4><action id> -> row
+	kindRow    = 'a' // a\0<run>\0<rev BE4><action id> -> row (once changed)
+	kindRows   = 'b' // b\0<run>\0<rev BE4>            -> the revision's initial rows
 	kindKeyRec = 'x' // x\0<run>\0<key>                -> key record
 	kindKeyIdx = 'k' // k\0<key>                       -> run id
 	kindEvent  = 'e' // e\0<run>\0<seq BE8>            -> event
@@ -55,6 +56,10 @@ func planKey(runID string, rev int) []byte {
 
 func rowPrefix(runID string, rev int) []byte {
 	return binary.BigEndian.AppendUint32(runPrefix(kindRow, runID), uint32(rev))
+}
+
+func rowsBlobKey(runID string, rev int) []byte {
+	return binary.BigEndian.AppendUint32(runPrefix(kindRows, runID), uint32(rev))
 }
 
 func rowKey(runID string, rev int, actionID string) []byte {

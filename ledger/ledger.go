@@ -100,11 +100,13 @@ type Ledger struct {
 	gcStop        chan struct{}
 	gcDone        chan struct{}
 
-	hub hub
+	hub   hub
+	stats stats
 
 	// committer-owned state (only the committer goroutine touches these).
 	seqs     map[string]uint64 // last committed event seq per run (loaded at first use)
 	cache    recordCache
+	blobs    blobCache
 	inflight *flight // batch handed to the writer, not yet settled
 	// maxBatchSize/Count are the committer's budget per transaction (below
 	// Badger's own limits).
@@ -163,6 +165,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		gcDone:        make(chan struct{}),
 		seqs:          make(map[string]uint64),
 		cache:         recordCache{m: make(map[string]*entry)},
+		blobs:         blobCache{m: make(map[string]*rowsBlob)},
 		// Badger refuses a txn at 15% of the memtable; keep a margin for its
 		// per-entry overhead estimate.
 		maxBatchSize:  db.MaxBatchSize() * 3 / 4,

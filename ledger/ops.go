@@ -291,7 +291,9 @@ func (b *batch) evalOp(o Op) (Result, error) {
 	return errResult(fmt.Errorf("%w: unknown op", ErrInvalid)), nil
 }
 
-// touch updates the run header's UpdatedAt.
+// touch rewrites the run header with a new UpdatedAt. Ops that only append
+// events do not rewrite the header: readers take the later of the header's
+// UpdatedAt and the run's last event (see readRun).
 func (b *batch) touch(run storedRun) error {
 	run.UpdatedAt = b.l.now()
 	return b.putRun(run)
@@ -422,9 +424,6 @@ func (b *batch) claim(o Op) (Result, error) {
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
 		return Result{}, err
 	}
-	if err := b.touch(run); err != nil {
-		return Result{}, err
-	}
 	if err := b.event(o.runID, "action.claimed", o.actionID, obj("attempt", o.n, "key", o.key)); err != nil {
 		return Result{}, err
 	}
@@ -546,9 +545,6 @@ func (b *batch) outcome(o Op) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if err := b.touch(run); err != nil {
-		return Result{}, err
-	}
 	if err := b.event(runID, evType, rec.ActionID, data); err != nil {
 		return Result{}, err
 	}
@@ -627,9 +623,6 @@ func (b *batch) resolve(o Op) (Result, error) {
 	}
 	row.Status, row.Error = want, rec.Error
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
-		return Result{}, err
-	}
-	if err := b.touch(run); err != nil {
 		return Result{}, err
 	}
 	if err := b.event(o.runID, "action.resolved", o.actionID, data); err != nil {
@@ -742,9 +735,6 @@ func (b *batch) review(o Op) (Result, error) {
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
 		return Result{}, err
 	}
-	if err := b.touch(run); err != nil {
-		return Result{}, err
-	}
 	if err := b.event(o.runID, evType, o.actionID, data); err != nil {
 		return Result{}, err
 	}
@@ -819,9 +809,9 @@ func (b *batch) runEvent(o Op) (Result, error) {
 			return Result{}, nil
 		}
 		run.Status, run.Error = o.status, o.msg
-	}
-	if err := b.touch(run); err != nil {
-		return Result{}, err
+		if err := b.touch(run); err != nil {
+			return Result{}, err
+		}
 	}
 	if o.eventType != "" {
 		if err := b.event(o.runID, o.eventType, o.actionID, o.data); err != nil {
@@ -852,7 +842,11 @@ func checkRows(rows []Action) error {
 }
 
 // putRows writes a revision's rows and their action.approved events.
+// putRows records a revision's initial rows as one blob (so that a plan of
+// any size is one record: large ones go to the value log); rows that change
+// later get their own row records, which take precedence.
 func (b *batch) putRows(runID string, rev int, rows []Action) error {
+	stored := make([]storedRow, len(rows))
 	for i, a := range rows {
 		r := rowFromAction(a, i)
 		r.Key, r.Attempts, r.Error, r.Undo = "", 0, "", false
@@ -862,10 +856,9 @@ func (b *batch) putRows(runID string, rev int, rows []Action) error {
 		if r.Status == StatusApproved && r.ApprovedArgs == nil {
 			r.ApprovedArgs = r.Args
 		}
-		if err := b.putRow(runID, rev, r); err != nil {
-			return err
-		}
+		stored[i] = r
 	}
+	b.put(rowsBlobKey(runID, rev), newRowsBlob(stored), encodeRows(stored))
 	for _, a := range rows {
 		if a.Status == StatusApproved {
 			if err := b.event(runID, "action.approved", a.ID, obj("by", "policy")); err != nil {

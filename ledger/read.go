@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -155,6 +156,22 @@ func readRun(txn *badger.Txn, runID string) (storedRun, error) {
 	if !ok {
 		return r, fmt.Errorf("%w: run %q", ErrNotFound, runID)
 	}
+	// Every change of a run's actions appends an event; the header is only
+	// rewritten for run-level changes. UpdatedAt is the later of the two.
+	prefix := runPrefix(kindEvent, runID)
+	it := txn.NewIterator(badger.IteratorOptions{Reverse: true, Prefix: prefix, PrefetchValues: false})
+	defer it.Close()
+	it.Seek(append(bytes.Clone(prefix), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	if it.ValidForPrefix(prefix) {
+		var ev Event
+		err := it.Item().Value(func(v []byte) error { _, err := decode(v, &ev); return err })
+		if err != nil {
+			return r, fmt.Errorf("ledger: reading events of run %q: %w", runID, err)
+		}
+		if ev.At.After(r.UpdatedAt) {
+			r.UpdatedAt = ev.At
+		}
+	}
 	return r, nil
 }
 
@@ -270,22 +287,44 @@ func (l *Ledger) Actions(ctx context.Context, runID string) ([]Action, error) {
 }
 
 func readActions(txn *badger.Txn, r storedRun) ([]Action, error) {
-	rows := make([]storedRow, 0, r.Rows)
+	var rows []storedRow
+	ok, err := getDecoded(txn, rowsBlobKey(r.ID, r.Revision), func(v []byte) (err error) {
+		rows, err = decodeRows(v)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: reading rows of run %q: %w", r.ID, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: rows of run %q revision %d", ErrNotFound, r.ID, r.Revision)
+	}
+	index := make(map[string]int, len(rows))
+	for i, row := range rows {
+		index[row.ID] = i
+	}
+	// Rows that changed since the revision was recorded (and compensating rows).
 	prefix := rowPrefix(r.ID, r.Revision)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-	keyed := 0
 	for it.Rewind(); it.Valid(); it.Next() {
 		var row storedRow
-		if err := it.Item().Value(func(v []byte) error { _, err := decode(v, &row); return err }); err != nil {
+		if err := it.Item().Value(func(v []byte) (err error) { row, err = decodeRow(v); return err }); err != nil {
 			it.Close()
 			return nil, fmt.Errorf("ledger: reading rows of run %q: %w", r.ID, err)
 		}
+		if i, ok := index[row.ID]; ok {
+			rows[i] = row
+		} else {
+			index[row.ID] = len(rows)
+			rows = append(rows, row)
+		}
+	}
+	it.Close()
+	keyed := 0
+	for _, row := range rows {
 		if row.Key != "" {
 			keyed++
 		}
-		rows = append(rows, row)
 	}
-	it.Close()
 	slices.SortFunc(rows, func(a, b storedRow) int { return a.Ord - b.Ord })
 	outputs := make(map[string]json.RawMessage, keyed)
 	if keyed > 0 {
@@ -304,12 +343,10 @@ func readActions(txn *badger.Txn, r storedRun) ([]Action, error) {
 				if !want[key] {
 					continue
 				}
-				v, err := item.ValueCopy(nil)
-				if err == nil {
-					var rec KeyRecord
-					rec, err = decodeKeyRec(v)
-					outputs[key] = rec.Output
-				}
+				err := item.Value(func(v []byte) (err error) {
+					outputs[key], err = keyRecOutput(v)
+					return err
+				})
 				if err != nil {
 					it.Close()
 					return nil, fmt.Errorf("ledger: reading key records of run %q: %w", r.ID, err)
