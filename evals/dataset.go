@@ -534,6 +534,15 @@ func (t *specTool) Call(context.Context, tools.Call) (json.RawMessage, error) {
 	return nil, tools.Permanent(fmt.Errorf("evals: tool %s is only described by a dataset, it cannot be called", t.spec.Name))
 }
 
+// specLooker is a lookup-class tool known only by its definition.
+type specLooker struct{ specTool }
+
+var _ tools.Looker = (*specLooker)(nil)
+
+func (t *specLooker) Lookup(context.Context, tools.Call) (json.RawMessage, bool, error) {
+	return nil, false, tools.Permanent(fmt.Errorf("evals: tool %s is only described by a dataset, it cannot be searched", t.spec.Name))
+}
+
 func inlineRegistry(defs []ToolDef) (*tools.Registry, []fieldMsg) {
 	var ps []fieldMsg
 	ts := make([]tools.Tool, 0, len(defs))
@@ -557,7 +566,11 @@ func inlineRegistry(defs []ToolDef) (*tools.Registry, []fieldMsg) {
 			ps = append(ps, fieldMsg{f + ".approval", fmt.Sprintf("must be \"always\" or absent, not %q", d.Approval)})
 		}
 		s.Approval.Above = d.ApproveAbove
-		ts = append(ts, &specTool{spec: s})
+		if d.Effect == tools.Lookup {
+			ts = append(ts, &specLooker{specTool{spec: s}})
+		} else {
+			ts = append(ts, &specTool{spec: s})
+		}
 	}
 	if len(ps) > 0 {
 		return nil, ps

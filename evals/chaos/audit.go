@@ -187,7 +187,9 @@ func auditRun(doc *runDoc, w *Audit, retries map[string]int) RunAudit {
 		if extra > 0 {
 			unexplained := min(extra, b.unsettled)
 			out.LostUnexplained += unexplained
-			out.Duplicates[svc] += extra - unexplained
+			if extra > unexplained {
+				out.Duplicates[svc] += extra - unexplained
+			}
 			find("%s %s: %d effects in the world %v, %d actions succeeded (%v)", svc, id, len(have), have, b.succeeded, b.actions)
 		}
 		inWorld := map[string]bool{}
@@ -220,8 +222,13 @@ func auditRun(doc *runDoc, w *Audit, retries map[string]int) RunAudit {
 		out.LostUnexplained += len(world[name])
 		find("%s: %d effects in the world %v that no action of the ledger explains", name, len(world[name]), world[name])
 	}
-	for acct, s := range w.Settings {
-		if buckets["settings/"+acct] == nil {
+	accts := make([]string, 0, len(w.Settings))
+	for acct := range w.Settings {
+		accts = append(accts, acct)
+	}
+	sort.Strings(accts)
+	for _, acct := range accts {
+		if s := w.Settings[acct]; buckets["settings/"+acct] == nil {
 			out.LostUnexplained += s.Changes
 			find("settings/%s: set in the world, no action of the ledger explains it", acct)
 		}

@@ -48,6 +48,9 @@ type Config struct {
 	Faults Faults
 	// Progress, when set, receives a line now and then.
 	Progress io.Writer
+	// OnResult, when set, is called after each run's result is recorded
+	// (tests use it to interrupt an experiment at a known point).
+	OnResult func(RunResult)
 }
 
 // state is what RunsDir keeps about an experiment (chaos.json), so that it
@@ -145,6 +148,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				}
 				if err := h.record(r); err != nil {
 					r.Error = err.Error()
+				}
+				if cfg.OnResult != nil {
+					cfg.OnResult(r)
 				}
 			}
 		}(i)
