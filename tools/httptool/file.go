@@ -55,6 +55,24 @@ type MCPTool struct {
 	VisibilityLag time.Duration
 	Approval      tools.Approval
 	Compensate    *tools.Compensation
+	// Output is a JSON Pointer selecting the recorded output from the call's
+	// result ("" : the whole result).
+	Output string
+	// Lookup declares another tool of the same server that finds the effect
+	// of a call (effect "lookup", or "keyed" past key_ttl).
+	Lookup *MCPLookup
+}
+
+// MCPLookup is an MCP tool's lookup: call Tool (a tool of the same server)
+// with Args, a JSON object whose strings may be exactly "${input}" or
+// "${input.PATH}" (the original call's arguments, type kept); the value that
+// Output selects from its result is found when it is a non-empty array or
+// object ("nonempty", the only Found rule) and is then recorded as the output.
+type MCPLookup struct {
+	Tool   string
+	Args   json.RawMessage
+	Found  string
+	Output string
 }
 
 // Options configures Parse beyond the file itself. Every field is optional.
@@ -824,7 +842,34 @@ func (p *parser) compensate(raw json.RawMessage, where string, props schemaProps
 }
 
 var serverFields = []string{"name", "command", "args", "env", "url", "headers", "trust_annotations", "tools"}
-var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate"}
+var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup"}
+var mcpLookupFields = []string{"tool", "args", "found", "output"}
+
+// mcpLookup parses an MCP tool's lookup block.
+func (p *parser) mcpLookup(raw json.RawMessage, where string) *MCPLookup {
+	m := p.object(raw, where, mcpLookupFields, []string{"tool", "found"})
+	if m == nil {
+		return nil
+	}
+	l := &MCPLookup{Tool: p.str(m, where, "tool"), Args: m["args"], Found: p.str(m, where, "found")}
+	if _, ok := m["tool"]; ok && (l.Tool == "" || strings.ContainsAny(l.Tool, " \t\n")) {
+		p.add(join(where, "tool"), "must name a tool of the same server")
+	}
+	if _, ok := m["found"]; ok && l.Found != "nonempty" {
+		p.add(join(where, "found"), `must be "nonempty", got %q`, l.Found)
+	}
+	if l.Args == nil {
+		l.Args = json.RawMessage(`{}`)
+	}
+	c := tools.Compensation{Tool: l.Tool, Args: l.Args}
+	if err := c.Check(); err != nil {
+		p.add(join(where, "args"), "%v", err)
+	} else if bytes.Contains(l.Args, []byte("${output")) {
+		p.add(join(where, "args"), "a lookup may use only ${input...}: it runs before there is an output")
+	}
+	l.Output = p.pointer(m, where, "output")
+	return l
+}
 
 func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
 	p.tool = ""
@@ -900,6 +945,15 @@ func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
 			}
 			if c, ok := tm["compensate"]; ok {
 				t.Compensate = p.compensate(c, join(tw, "compensate"), nil)
+			}
+			t.Output = p.pointer(tm, tw, "output")
+			if l, ok := tm["lookup"]; ok {
+				t.Lookup = p.mcpLookup(l, join(tw, "lookup"))
+				if t.Effect != tools.Lookup && t.Effect != tools.Keyed {
+					p.add(join(tw, "lookup"), "a lookup is allowed only with effect %q or %q", tools.Lookup, tools.Keyed)
+				}
+			} else if t.Effect == tools.Lookup {
+				p.add(join(tw, "lookup"), "missing (effect %q needs a lookup)", tools.Lookup)
 			}
 			s.Tools[name] = t
 		}
