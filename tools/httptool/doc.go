@@ -14,9 +14,9 @@
 //   - in a URL, {{env}} at the start or in the host is inserted verbatim (a base
 //     URL); arguments and {{key}} are path-segment-escaped in the path and
 //     query-escaped after "?", and refused in the scheme and host.
-//   - in a JSON body, a string exactly "{{.field}}" whose argument is absent
-//     drops its object member (null in an array); in text an absent argument
-//     renders as "".
+//   - an absent argument: in a JSON body, a string exactly "{{.field}}" drops
+//     its object member (null in an array); in a URL query, a parameter whose
+//     value is exactly {{.field}} is left out; elsewhere it renders as "".
 //   - responses are read up to Options.MaxResponseBytes (8 MiB by default);
 //     a larger 2xx response is an error whose outcome is unknown.
 //   - redirects are not followed; a 3xx answer, 409 on a tool that is not

@@ -30,7 +30,13 @@ type File struct {
 	Tools []tools.Tool
 	// MCPServers are the file's mcp_servers entries, checked but not connected.
 	MCPServers []MCPServer
+
+	client *http.Client
 }
+
+// CloseIdleConnections closes the idle connections of the HTTP client the
+// file's tools share (when done with them, or in tests).
+func (f *File) CloseIdleConnections() { f.client.CloseIdleConnections() }
 
 // MCPServer is one mcp_servers entry, kept for the MCP connector.
 type MCPServer struct {
@@ -290,7 +296,7 @@ func (p *parser) file(data []byte) *File {
 		}
 		return nil
 	}
-	f := &File{}
+	f := &File{client: p.opts.Client}
 	if raw, ok := top["version"]; ok {
 		if err := json.Unmarshal(raw, &f.Version); err != nil || f.Version != 1 {
 			p.add("version", "unsupported version %s (want 1)", raw)
@@ -704,7 +710,7 @@ func (p *parser) checkURL(r *request, where string, env map[string]string) {
 			return // reported already
 		}
 	}
-	s := r.url.render(&renderData{args: args, key: "k", env: env})
+	s := r.url.renderURL(&renderData{args: args, key: "k", env: env})
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:

@@ -239,6 +239,28 @@ func TestURLEscapingContexts(t *testing.T) {
 	if got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
+	absent, err := parseURLTemplate(`https://h.example/a/{{.p}}?q={{.q}}&limit={{.limit}}&x=pre{{.limit}}#f{{.limit}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for args, want := range map[string]string{
+		`{"q":"a","limit":5,"p":"x"}`: "https://h.example/a/x?q=a&limit=5&x=pre5#f5",
+		`{"q":"a"}`:                   "https://h.example/a/?q=a&x=pre#f",
+		`{"limit":0}`:                 "https://h.example/a/?limit=0&x=pre0#f0",
+		`{"q":""}`:                    "https://h.example/a/?q=&x=pre#f",
+	} {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(args), &m); err != nil {
+			t.Fatal(err)
+		}
+		if got := absent.renderURL(&renderData{args: m}); got != want {
+			t.Errorf("%s: got %s, want %s", args, got, want)
+		}
+	}
+	only, _ := parseURLTemplate(`https://h.example/?limit={{.limit}}`)
+	if got := only.renderURL(&renderData{args: map[string]any{}}); got != "https://h.example/" {
+		t.Errorf("only parameter absent: %s", got)
+	}
 	for _, bad := range []string{"https://{{.h}}.example/", "{{.base}}/x", "http://x{{key}}/"} {
 		if _, err := parseURLTemplate(bad); err == nil {
 			t.Errorf("%s accepted", bad)

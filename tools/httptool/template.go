@@ -182,7 +182,11 @@ func (t *template) render(d *renderData) string {
 		case envPart:
 			s = d.env[p.env]
 		case fieldPart:
-			v, _ := d.lookupField(p.field)
+			v, ok := d.lookupField(p.field)
+			if !ok && p.esc == escQuery {
+				b.WriteByte(absentMark) // see dropAbsent
+				continue
+			}
 			s = text(v)
 		}
 		switch p.esc {
@@ -194,6 +198,40 @@ func (t *template) render(d *renderData) string {
 		b.WriteString(s)
 	}
 	return b.String()
+}
+
+// absentMark stands for an absent argument in a URL query while rendering;
+// it cannot come from a value (query escaping turns a NUL into %00).
+const absentMark = 0
+
+// renderURL renders a URL template. In the query, a parameter whose value is
+// exactly an absent argument ("&limit={{.limit}}" without limit) is left out;
+// an absent argument inside other text is empty.
+func (t *template) renderURL(d *renderData) string {
+	s := t.render(d)
+	if strings.IndexByte(s, absentMark) < 0 {
+		return s
+	}
+	q := strings.IndexByte(s, '?')
+	if q < 0 {
+		return strings.ReplaceAll(s, "\x00", "")
+	}
+	base, query, frag := s[:q], s[q+1:], ""
+	if h := strings.IndexByte(query, '#'); h >= 0 {
+		query, frag = query[:h], query[h:]
+	}
+	var kept []string
+	for _, param := range strings.Split(query, "&") {
+		if k, v, ok := strings.Cut(param, "="); ok && v == "\x00" && k != "" {
+			continue
+		}
+		kept = append(kept, strings.ReplaceAll(param, "\x00", ""))
+	}
+	out := base
+	if len(kept) > 0 {
+		out += "?" + strings.Join(kept, "&")
+	}
+	return out + strings.ReplaceAll(frag, "\x00", "")
 }
 
 // fields returns every argument path the template names.

@@ -212,7 +212,7 @@ func decodeArgs(raw json.RawMessage) (map[string]any, error) {
 }
 
 func (t *Tool) newRequest(ctx context.Context, r *request, d *renderData, isCall bool) (*http.Request, error) {
-	u := r.url.render(d)
+	u := r.url.renderURL(d)
 	var body io.Reader
 	var hasBody bool
 	switch {

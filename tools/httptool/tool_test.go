@@ -66,6 +66,7 @@ func setup(t testing.TB, toolsJSON string, handler http.HandlerFunc, opts ...fun
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(f.CloseIdleConnections)
 	for _, tl := range f.Tools {
 		b.tools[tl.Spec().Name] = tl
 	}
