@@ -305,6 +305,10 @@ func openMaybeGzip(path string) (io.ReadCloser, error) {
 	}{z, f}, nil
 }
 
+// OpenFile opens a dataset, plans or leaderboard file, decompressing it when
+// its name ends in ".gz".
+func OpenFile(path string) (io.ReadCloser, error) { return openMaybeGzip(path) }
+
 // eachLine calls fn with every non-blank line of r and its 1-based number.
 func eachLine(r io.Reader, fn func(line int, data []byte) bool) error {
 	br := bufio.NewReaderSize(r, 1<<16)

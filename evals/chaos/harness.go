@@ -44,6 +44,10 @@ type Config struct {
 	LagDeclared *time.Duration
 	// ProtectedOnly skips the unprotected workload.
 	ProtectedOnly bool
+	// Only, when set, runs just these plans of the workload (by number, as
+	// RunResult.N and the run ids name them): a regression test replays the
+	// runs where a seed found a problem. Actions is then ignored.
+	Only []int
 	// Faults are the world's fault rates (zero = DefaultFaults).
 	Faults Faults
 	// Progress, when set, receives a line now and then.
@@ -63,6 +67,7 @@ type state struct {
 	LagDeclared   time.Duration `json:"lag_declared"`
 	ProtectedOnly bool          `json:"protected_only"`
 	Faults        Faults        `json:"faults"`
+	Only          []int         `json:"only,omitempty"`
 	Epoch         int           `json:"epoch"`          // sessions started (run ids of an interrupted session are not reused)
 	ElapsedBefore time.Duration `json:"elapsed_before"` // wall time of earlier sessions
 }
@@ -215,7 +220,7 @@ func (h *harness) open() error {
 			lag = *c.LagDeclared
 		}
 		h.st = state{Seed: c.Seed, Actions: c.Actions, Timeout: c.Timeout, Lag: c.Lag, LagDeclared: lag,
-			ProtectedOnly: c.ProtectedOnly, Faults: c.Faults}
+			ProtectedOnly: c.ProtectedOnly, Faults: c.Faults, Only: c.Only}
 	}
 	if err := h.saveState(); err != nil {
 		return err
@@ -270,20 +275,29 @@ func (h *harness) pending() []job {
 	for _, r := range h.results {
 		done[job{r.Mode, r.N}] = true
 	}
+	modes := []string{Protected, Unprotected}
+	if h.st.ProtectedOnly {
+		modes = modes[:1]
+	}
 	var todo []job
-	total := 0
-	for n := 0; total < h.st.Actions; n++ {
-		_, size := GeneratePlan(h.st.Seed, n)
-		total += size
-		modes := []string{Protected, Unprotected}
-		if h.st.ProtectedOnly {
-			modes = modes[:1]
-		}
+	add := func(n int) {
 		for _, m := range modes {
 			if j := (job{m, n}); !done[j] {
 				todo = append(todo, j)
 			}
 		}
+	}
+	if len(h.st.Only) > 0 {
+		for _, n := range h.st.Only {
+			add(n)
+		}
+		return todo
+	}
+	total := 0
+	for n := 0; total < h.st.Actions; n++ {
+		_, size := GeneratePlan(h.st.Seed, n)
+		total += size
+		add(n)
 	}
 	return todo
 }
@@ -359,7 +373,7 @@ const (
 )
 
 // killProb is the chance that the k-th command of a run is killed.
-var killProb = []float64{0.9, 0.65, 0.4, 0.25, 0.15, 0.1}
+var killProb = []float64{1, 0.75, 0.5, 0.3, 0.2, 0.1}
 
 // killFor draws the kill of a run's step-th command: none, a timed kill, or
 // a kill at a crash point of one of the plan's actions. It depends only on
