@@ -53,7 +53,7 @@ func FuzzTemplate(f *testing.F) {
 			t.Fatalf("literal template %q rendered as %q", s, out)
 		}
 		if u, err := parseURLTemplate(s); err == nil {
-			_ = u.render(d)
+			_ = u.renderURL(d)
 		}
 	})
 }
