@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/tools/mcptool"
+)
+
+func init() {
+	register("step", "one workflow-engine step: a request on stdin, the Run JSON on stdout; re-send to continue", func(env Env) command { return &stepCmd{env: env} })
+}
+
+// stepCmd is `docket step`, the language-neutral way to run docket as a step
+// of another workflow engine (DESIGN.md contracts). The request on stdin
+// carries the step's identity as the run id, a plan or a goal, and an
+// approval policy:
+//
+//	{"run_id": "ID", "plan": {...} | "goal": "TEXT", "approve": "safe"|"all"|"none"}
+//
+// Sending the same request again continues the same run: after a crash or a
+// timeout it resumes from the ledger and repeats no effect; while the run
+// waits for a person it answers "paused" (exit 3), so the host can poll by
+// re-sending; once the run is done it returns the same result (exit 0 or 1)
+// without calling any tool. A request with only the run id continues an
+// existing run. The policy is stored when the run is created; a later
+// request cannot change it.
+type stepCmd struct {
+	env Env
+}
+
+const stepUsage = "step [--data DIR] --tools FILE < request.json   (request: {\"run_id\", \"plan\"? | \"goal\"?, \"approve\"?})"
+
+// maxStepRequest bounds the request read from stdin.
+const maxStepRequest = 8 << 20
+
+// stepRequest is the request on stdin.
+type stepRequest struct {
+	RunID   string          `json:"run_id"`
+	Goal    string          `json:"goal,omitempty"`
+	Plan    json.RawMessage `json:"plan,omitempty"`
+	Approve string          `json:"approve,omitempty"`
+}
+
+func (c *stepCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("step", stepUsage, c.env.Stderr)
+	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
+	pos, err := parseArgs(fs, args)
+	if err != nil && exitCode(err) == exitOK {
+		return nil // -h
+	}
+	var req stepRequest
+	doc, err := func() (ledger.RunDoc, error) {
+		if err != nil {
+			return ledger.RunDoc{}, err
+		}
+		if len(pos) > 0 {
+			return ledger.RunDoc{}, usageError("step takes no positional arguments (got %q): the request comes on stdin", pos)
+		}
+		if req, err = readStepRequest(c.env.Stdin); err != nil {
+			return ledger.RunDoc{}, err
+		}
+		return c.exec(ctx, *data, *toolsPath, req)
+	}()
+	if doc.Run.ID == "" && err != nil {
+		status := ledger.RunFailed
+		if code := exitCode(err); code == exitBusy || code == exitFailed {
+			// Busy, or a tool server out of reach: the run is not known to
+			// have failed; the same request later continues it.
+			status = ledger.RunRunning
+		}
+		doc = refusalDoc(req.RunID, req.Goal, executor.Policy(req.Approve), status, err)
+	}
+	if werr := writeDoc(c.env.Stdout, doc); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return err
+	}
+	return runOutcome(doc, *data, *toolsPath)
+}
+
+// readStepRequest decodes the request strictly: unknown fields, a missing run
+// id, both a plan and a goal, or trailing data are bad input.
+func readStepRequest(r io.Reader) (stepRequest, error) {
+	var req stepRequest
+	if r == nil {
+		return req, usageError("step reads its request on stdin, which is not available")
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxStepRequest+1))
+	if err != nil {
+		return req, usageError("reading the request from stdin: %v", err)
+	}
+	if len(data) > maxStepRequest {
+		return req, usageError("the request on stdin is larger than %d bytes", maxStepRequest)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return req, usageError(`step needs a request on stdin: {"run_id": "ID", "plan": {...} | "goal": "TEXT", "approve": "safe"}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, usageError("the request on stdin is not valid (want {\"run_id\", \"plan\"? | \"goal\"?, \"approve\"?}): %v", err)
+	}
+	if dec.More() {
+		return req, usageError("the request on stdin has data after the JSON object")
+	}
+	switch {
+	case req.RunID == "":
+		return req, usageError(`the request needs "run_id": the step's identity in the host engine, so that re-sending it continues the same run`)
+	case req.Goal != "" && len(req.Plan) > 0:
+		return req, usageError(`give either "plan" or "goal" in the request, not both`)
+	}
+	if req.Approve == "" {
+		req.Approve = string(executor.PolicySafe)
+	}
+	if _, err := parsePolicy(req.Approve); err != nil {
+		return req, usageError(`"approve" must be all, safe or none, not %q`, req.Approve)
+	}
+	return req, nil
+}
+
+func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequest) (ledger.RunDoc, error) {
+	var p *plan.Plan
+	if len(req.Plan) > 0 {
+		var err error
+		if p, err = plan.Decode(req.Plan); err != nil {
+			return ledger.RunDoc{}, withCode(exitBad, describeProblems("the request's plan is invalid", err))
+		}
+	}
+	reg, closeTools, err := loadToolsMCP(ctx, toolsPath, c.env)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	defer closeTools()
+	if p != nil {
+		if err := checkPlan(p, "in the request", reg); err != nil {
+			return ledger.RunDoc{}, err
+		}
+	}
+	l, err := openLedger(ctx, data, c.env.Stderr)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	defer l.Close()
+	eng, err := newEngine(c.env, l, reg)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	opts := &executor.RunOptions{Policy: executor.Policy(req.Approve)}
+
+	existing, derr := l.Doc(ctx, req.RunID)
+	exists := derr == nil
+	if derr != nil && !errors.Is(derr, ledger.ErrNotFound) {
+		return ledger.RunDoc{}, fmt.Errorf("reading run %s: %w", req.RunID, derr)
+	}
+	var doc ledger.RunDoc
+	switch {
+	case p != nil:
+		doc, err = eng.Run(ctx, req.RunID, p, opts)
+		if errors.Is(err, executor.ErrPlanMismatch) {
+			if doc.Run.ID == "" && exists {
+				doc = existing
+			}
+			err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: a step's run id must identify one plan (derive it from the host's step identity and the plan's version) (%w)", req.RunID, err))
+		}
+	case exists:
+		if req.Goal != "" && existing.Run.Goal != "" && existing.Run.Goal != req.Goal {
+			return existing, withCode(exitBad, fmt.Errorf("run %s was started with another goal (%q): a step's run id must identify one goal", req.RunID, existing.Run.Goal))
+		}
+		// Planned already (or only continuing): the model is not called again.
+		doc, err = eng.Resume(ctx, req.RunID, nil)
+	case req.Goal != "":
+		doc, err = c.planGoal(ctx, eng, l, reg, req, opts)
+	default:
+		return ledger.RunDoc{}, withCode(exitBad, fmt.Errorf(`run %s does not exist: the first request for a step needs "plan" or "goal"`, req.RunID))
+	}
+	return doc, toolsChanged(err, req.RunID)
+}
+
+// planGoal plans a new run from the goal with the model (OPENAI_BASE_URL,
+// OPENAI_API_KEY, OPENAI_MODEL) and drives it. A crash while the model thinks
+// records nothing; the re-sent request plans again.
+func (c *stepCmd) planGoal(ctx context.Context, eng *executor.Engine, l *ledger.Ledger, reg *tools.Registry, req stepRequest, opts *executor.RunOptions) (ledger.RunDoc, error) {
+	cfg := planner.ConfigFromEnv(c.env.Getenv)
+	cfg.Tools = reg
+	cfg.Logger = cliLogger(c.env.Stderr)
+	pl, err := planner.New(cfg)
+	if err != nil {
+		return ledger.RunDoc{}, withCode(exitBad, fmt.Errorf("planning the goal needs a model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL): %w", err))
+	}
+	res, err := pl.PlanRun(ctx, eng, l, req.RunID, planner.Request{Goal: req.Goal}, opts)
+	if res == nil {
+		if err == nil {
+			err = errors.New("the planner returned no plan")
+		}
+		return ledger.RunDoc{}, fmt.Errorf("planning run %s: %w", req.RunID, err)
+	}
+	return res.Doc, err
+}
+
+// loadToolsMCP loads a tools file like loadTools and also connects to its
+// MCP servers, whose tools join the registry as "server.tool". The returned
+// function stops the servers; call it when the command ends. A server that
+// cannot be reached is exit 1 (retry later); a file or tool definition that
+// is wrong is exit 2.
+func loadToolsMCP(ctx context.Context, path string, env Env) (*tools.Registry, func(), error) {
+	nop := func() {}
+	if path == "" {
+		return nil, nop, usageError("--tools FILE is required")
+	}
+	f, err := httptool.Load(path, env.Getenv)
+	var le *httptool.LoadError
+	if errors.As(err, &le) {
+		return nil, nop, withCode(exitBad, err)
+	}
+	if err != nil {
+		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+	}
+	all := append([]tools.Tool(nil), f.Tools...)
+	closeSet := nop
+	if len(f.MCPServers) > 0 {
+		set, err := mcptool.Connect(ctx, f.MCPServers, &mcptool.Options{Env: env.Getenv, Logger: cliLogger(env.Stderr)})
+		if err != nil {
+			return nil, nop, withCode(exitFailed, fmt.Errorf("tools file %s: %w", path, err))
+		}
+		closeSet = func() {
+			if err := set.Close(); err != nil {
+				fmt.Fprintf(env.Stderr, "docket: warning: %v\n", err)
+			}
+		}
+		all = append(all, set.Tools()...)
+	}
+	reg, err := tools.NewRegistry(all...)
+	if err != nil {
+		closeSet()
+		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+	}
+	return reg, closeSet, nil
+}
