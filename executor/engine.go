@@ -368,7 +368,29 @@ func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan) (ledger
 		return ledger.RunDoc{}, fmt.Errorf("executor: replay run %s: record revision: %w", runID, err)
 	}
 	e.log.Info("run replayed", "run_id", runID, "revision", rev)
+	// The new revision runs whatever the old one ended as (run.replayed says so).
+	if err := e.reopen(ctx, runID); err != nil {
+		return ledger.RunDoc{}, err
+	}
 	return e.drive(ctx, runID)
+}
+
+// reopen moves a finished run back to running for a new revision.
+func (e *Engine) reopen(ctx context.Context, runID string) error {
+	g := acquireGate(e.led, runID)
+	defer releaseGate(e.led, runID, g)
+	g.claimMu.Lock()
+	defer g.claimMu.Unlock()
+	res, err := e.led.Apply(ctx, ledger.SetRunStatus(runID, ledger.RunRunning, "", "", nil))
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("executor: replay run %s: %w", runID, err)
+	}
+	g.status = ledger.RunRunning
+	g.pausedByPerson = false
+	return nil
 }
 
 // Fork starts newRunID with the current plan of runID: everything runs again.

@@ -245,3 +245,12 @@ var objSchema = json.RawMessage(`{"type":"object"}`)
 func spec(name string, class tools.Class) tools.Spec {
 	return tools.Spec{Name: name, Description: name, Class: class, InputSchema: objSchema}
 }
+
+func (b *bundle) doc(runID string) ledger.RunDoc {
+	b.t.Helper()
+	d, err := b.led.Doc(context.Background(), runID)
+	if err != nil {
+		b.t.Fatalf("Doc: %v", err)
+	}
+	return d
+}
