@@ -245,8 +245,8 @@ func BenchmarkConcurrentActions64(b *testing.B) {
 	b.ReportMetric(float64(reqs)/float64(commits), "applies/commit")
 }
 
-// fillRun records n succeeded actions (1 KiB outputs) in run id, in big Applies.
-func fillRun(tb testing.TB, l *ledger.Ledger, id string, n int) {
+// fillRun records n succeeded actions (outputs of outBytes) in run id, in big Applies.
+func fillRun(tb testing.TB, l *ledger.Ledger, id string, n, outBytes int) {
 	ctx := context.Background()
 	p := &plan.Plan{Goal: id}
 	for i := 1; i <= n; i++ {
@@ -260,7 +260,7 @@ func fillRun(tb testing.TB, l *ledger.Ledger, id string, n int) {
 	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: id}, p, rows); err != nil {
 		tb.Fatal(err)
 	}
-	out := output(1024)
+	out := output(outBytes)
 	const chunk = 100
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -292,9 +292,9 @@ func fillRun(tb testing.TB, l *ledger.Ledger, id string, n int) {
 	wg.Wait()
 }
 
-// BenchmarkResumeScan loads the rows of a run with 10,000 recorded actions.
-// With LEDGER_BENCH_BIG=1, 1,000,000 actions of 100 other runs are recorded
-// first (slow: minutes; opt-in).
+// BenchmarkResumeScan loads the rows of a run with 10,000 recorded actions
+// (1 KiB outputs). With LEDGER_BENCH_BIG=1, 1,000,000 actions of 100 other
+// runs (128-byte outputs) are recorded first (slow: minutes; opt-in).
 func BenchmarkResumeScan(b *testing.B) {
 	l, _ := benchLedger(b)
 	others := 0
@@ -302,9 +302,9 @@ func BenchmarkResumeScan(b *testing.B) {
 		others = 100
 	}
 	for r := 0; r < others; r++ {
-		fillRun(b, l, fmt.Sprintf("other%03d", r), 10000)
+		fillRun(b, l, fmt.Sprintf("other%03d", r), 10000, 128)
 	}
-	fillRun(b, l, "target", 10000)
+	fillRun(b, l, "target", 10000, 1024)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		acts, err := l.Actions(context.Background(), "target")
