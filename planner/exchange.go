@@ -32,6 +32,7 @@ type attempt struct {
 
 	header http.Header
 	body   []byte
+	dur    time.Duration
 }
 
 // exchange is the whole model exchange of one planning: what was asked (the
@@ -94,11 +95,8 @@ func (a *attempt) finish(redact func(string) string) {
 	}
 	b := []byte(redact(string(a.body)))
 	if json.Valid(b) {
-		var buf bytes.Buffer
-		if json.Compact(&buf, b) == nil {
-			a.Response = buf.Bytes()
-			return
-		}
+		a.Response = b // compacted when the exchange is encoded
+		return
 	}
 	a.Body = clip(string(b), 4096)
 }

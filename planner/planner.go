@@ -35,6 +35,7 @@ type Planner struct {
 	names      nameMap
 	specs      map[string]tools.Spec // by registry name
 	shapes     map[string]*shape     // by registry name: nulls to drop
+	fields     map[string][]string   // by registry name: output fields for placeholders
 	defs       []openai.Tool         // ModeTools
 	format     *openai.ChatCompletionResponseFormat
 	system     string
@@ -71,6 +72,11 @@ type Result struct {
 	// Exchange is the whole model exchange, redacted (see the package doc);
 	// the same bytes as Plan.Transcript.
 	Exchange json.RawMessage
+	// ModelTime is the time spent in model requests (go-openai encoding the
+	// request, the HTTP exchange, decoding the reply), retries included but
+	// not the waits between them: the rest of the planning's duration is the
+	// planner's own.
+	ModelTime time.Duration
 	// FromLedger is set by PlanRun when the plan was already recorded and the
 	// model was not called.
 	FromLedger bool
@@ -88,6 +94,7 @@ func New(cfg Config) (*Planner, error) {
 		redact: redactor(cfg.APIKey),
 		specs:  map[string]tools.Spec{},
 		shapes: map[string]*shape{},
+		fields: map[string][]string{},
 	}
 	p.client = openai.NewClientWithConfig(p.clientConfig())
 
@@ -109,6 +116,7 @@ func New(cfg Config) (*Planner, error) {
 			p.log.Debug("tool schema sent without strict mode", "tool", n)
 		}
 		p.shapes[n] = sh
+		p.fields[n] = outputFields(s.OutputSchema)
 		p.defs = append(p.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
 			Name: p.names.toWire[n], Description: toolDescription(s), Strict: strict, Parameters: schema,
 		}})
@@ -211,17 +219,18 @@ func (p *Planner) request(msgs []openai.ChatCompletionMessage) openai.ChatComple
 
 // session is the state of one planning.
 type session struct {
-	p        *Planner
-	msgs     []openai.ChatCompletionMessage // index 0: the system prompt
-	actions  []plan.Action
-	usage    openai.Usage
-	rounds   int
-	repairs  int
-	problems []Problem // of the last reply that had any
-	ex       exchange
-	callIDs  map[string]bool
-	reply    string
-	idBase   int // action ids continue after those of earlier turns of a chat
+	p         *Planner
+	msgs      []openai.ChatCompletionMessage // index 0: the system prompt
+	actions   []plan.Action
+	usage     openai.Usage
+	rounds    int
+	repairs   int
+	problems  []Problem // of the last reply that had any
+	ex        exchange
+	callIDs   map[string]bool
+	reply     string
+	idBase    int           // action ids continue after those of earlier turns of a chat
+	modelTime time.Duration // inside go-openai's CreateChatCompletion
 }
 
 // Plan asks the model for a plan and returns it validated. It records
@@ -440,12 +449,7 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 			continue
 		}
 		spec := p.specs[name]
-		args, err := normalizeArgs(c.Function.Arguments, p.shapes[name])
-		if err != nil {
-			reject(i, Problem{Field: "args", Msg: err.Error()})
-			continue
-		}
-		refs, err := plan.Refs(args)
+		args, refs, err := normalizeArgs(c.Function.Arguments, p.shapes[name])
 		if err != nil {
 			reject(i, Problem{Field: "args", Msg: err.Error()})
 			continue
@@ -473,7 +477,7 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 		}
 		id := fmt.Sprintf("a%d", s.idBase+len(s.actions)+1)
 		s.actions = append(s.actions, plan.Action{ID: id, Tool: name, Args: args, DependsOn: deps, Why: why})
-		results[i] = placeholder(id, spec)
+		results[i] = placeholder(id, p.fields[name])
 	}
 	if len(reads) > 0 {
 		var wg sync.WaitGroup
@@ -616,11 +620,16 @@ func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, erro
 		resp, err := p.client.CreateChatCompletion(actx, req)
 		timedOut := err != nil && isTimeout(err, actx, ctx)
 		cancel()
-		at.DurationMS = time.Since(start).Milliseconds()
+		at.dur = time.Since(start)
+		at.DurationMS = at.dur.Milliseconds()
 		at.finish(p.redact)
 		s.ex.Attempts = append(s.ex.Attempts, at)
+		s.modelTime += at.dur
 		if err == nil {
-			if msg, bad := errorInBody(at.body); bad && len(resp.Choices) == 0 {
+			if len(resp.Choices) > 0 {
+				return resp, nil
+			}
+			if msg, bad := errorInBody(at.body); bad {
 				at.Error = msg
 				return resp, &ModelError{Status: at.Status, Attempts: n, Msg: "the server answered with an error: " + msg}
 			}
@@ -692,7 +701,10 @@ func (s *session) result(req Request) (*Result, error) {
 	if pl.Actions == nil {
 		pl.Actions = []plan.Action{}
 	}
-	if err := pl.Validate(p.cfg.Tools); err != nil {
+	// Every action's arguments were validated against its tool when it was
+	// queued (ModeTools) or decoded (ModeJSONSchema); what is left to check is
+	// the plan as a whole: ids, dependencies, references, cycles.
+	if err := pl.Check(); err != nil {
 		s.problems = planProblems(err)
 		return nil, s.fail(ReasonInvalid, "the finished plan does not validate")
 	}
@@ -703,11 +715,8 @@ func (s *session) result(req Request) (*Result, error) {
 		return nil, fmt.Errorf("planner: encoding the exchange: %w", err)
 	}
 	ex = []byte(p.redact(string(ex)))
-	hash, err := plan.Hash(pl)
-	if err != nil {
-		return nil, fmt.Errorf("planner: hashing the plan: %w", err)
-	}
-	pl.ID = "plan_" + strings.TrimPrefix(hash, "sha256:")[:16]
+	sum := sha256.Sum256(ex) // this planning's document id: the exchange it came from
+	pl.ID = "plan_" + hex.EncodeToString(sum[:8])
 	pl.CreatedAt = p.cfg.Now().UTC()
 	pl.Transcript = ex
 	pl.Meta = map[string]string{
@@ -727,7 +736,7 @@ func (s *session) result(req Request) (*Result, error) {
 	}
 	return &Result{
 		Plan: pl, Usage: s.usage, Rounds: s.rounds, Repairs: s.repairs, Reply: s.reply,
-		Messages: s.msgs[1:], Exchange: ex,
+		Messages: s.msgs[1:], Exchange: ex, ModelTime: s.modelTime,
 	}, nil
 }
 

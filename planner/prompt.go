@@ -62,23 +62,39 @@ func compactJSON(raw json.RawMessage) string {
 	return string(b)
 }
 
-// placeholder is the tool result the model receives for a queued action.
-func placeholder(id string, s tools.Spec) string {
-	m := map[string]any{
-		"queued":    true,
-		"action_id": id,
-		"output":    "${" + id + ".output}",
-		"note": fmt.Sprintf("Not performed yet: queued as plan action %s, performed after review. "+
-			"Pass \"${%s.output}\" or \"${%s.output.FIELD}\" as the whole value of an argument of a later call to use its result.", id, id, id),
-	}
-	if fields := outputFields(s.OutputSchema); len(fields) > 0 {
-		f := make(map[string]string, len(fields))
-		for _, name := range fields {
-			f[name] = "${" + id + ".output." + name + "}"
+// placeholder is the tool result the model receives for a queued action:
+// the references it can use, one per top-level output field when the tool
+// declares an output schema.
+func placeholder(id string, fields []string) string {
+	var b strings.Builder
+	b.Grow(300 + 40*len(fields))
+	b.WriteString(`{"queued":true,"action_id":"`)
+	b.WriteString(id)
+	b.WriteString(`","output":"${`)
+	b.WriteString(id)
+	b.WriteString(`.output}"`)
+	if len(fields) > 0 {
+		b.WriteString(`,"fields":{`)
+		for i, f := range fields {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			q := jsonString(f)
+			b.WriteString(q)
+			b.WriteString(`:"${`)
+			b.WriteString(id)
+			b.WriteString(`.output.`)
+			b.WriteString(q[1 : len(q)-1])
+			b.WriteString(`}"`)
 		}
-		m["fields"] = f
+		b.WriteByte('}')
 	}
-	b, _ := marshalNoEscape(m)
+	fmt.Fprintf(&b, `,"note":"Not performed yet: queued as plan action %s, performed after review. Pass \"${%s.output}\" or \"${%s.output.FIELD}\" as the whole value of an argument of a later call to use its result."}`, id, id, id)
+	return b.String()
+}
+
+func jsonString(s string) string {
+	b, _ := marshalNoEscape(s)
 	return string(b)
 }
 

@@ -333,34 +333,42 @@ func dropNulls(v any, sh *shape) {
 }
 
 // normalizeArgs turns the model's argument text into the recorded form:
-// compact JSON with the nulls of optional properties removed. The text must
-// be one JSON object.
-func normalizeArgs(text string, sh *shape) (json.RawMessage, error) {
+// compact JSON with the nulls of optional properties removed, and lists its
+// references. The text must be one JSON object that plan's strict scanner
+// accepts (no duplicate keys, no number beyond ±2^53, no string containing
+// "${" that is not exactly one reference).
+func normalizeArgs(text string, sh *shape) (json.RawMessage, []plan.Ref, error) {
 	raw := []byte(strings.TrimSpace(text))
 	if len(raw) == 0 {
 		raw = []byte("{}") // some servers send "" for a call without arguments
 	}
-	if _, err := plan.Canonical(raw); err != nil {
-		return nil, fmt.Errorf("arguments %s: %w", clip(string(raw), 200), err)
-	}
 	if raw[0] != '{' {
-		return nil, fmt.Errorf("arguments must be a JSON object, got %s", clip(string(raw), 80))
+		if !json.Valid(raw) {
+			return nil, nil, fmt.Errorf("arguments are not valid JSON: %s", clip(string(raw), 200))
+		}
+		return nil, nil, fmt.Errorf("arguments must be a JSON object, got %s", clip(string(raw), 80))
+	}
+	refs, err := plan.Refs(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arguments %s: %w", clip(string(raw), 200), err)
 	}
 	if sh == nil || !bytes.Contains(raw, []byte("null")) {
 		var buf bytes.Buffer
+		buf.Grow(len(raw))
 		if err := json.Compact(&buf, raw); err != nil {
-			return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+			return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 		}
-		return buf.Bytes(), nil
+		return buf.Bytes(), refs, nil
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil {
-		return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+		return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 	}
 	dropNulls(v, sh)
-	return marshalNoEscape(v)
+	out, err := marshalNoEscape(v)
+	return out, refs, err
 }
 
 func marshalNoEscape(v any) (json.RawMessage, error) {

@@ -123,7 +123,7 @@ func TestNormalizeArgs(t *testing.T) {
 		{`{"x":1e300}`, "", "out of range"},
 	}
 	for _, tc := range cases {
-		got, err := normalizeArgs(tc.in, sh)
+		got, _, err := normalizeArgs(tc.in, sh)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("normalizeArgs(%s) err = %v, want %q", tc.in, err, tc.err)

@@ -116,17 +116,15 @@ func (p *Planner) decodeStructured(content string) ([]plan.Action, []Problem) {
 			problems = append(problems, Problem{Action: sa.ID, Tool: sa.Tool, Field: "tool", Msg: fmt.Sprintf("unknown tool %q; the tools are: %s", sa.Tool, strings.Join(p.wireNames(), ", "))})
 			continue
 		}
-		args, err := normalizeArgs(string(sa.Args), p.shapes[name])
+		args, refs, err := normalizeArgs(string(sa.Args), p.shapes[name])
 		if err != nil {
 			problems = append(problems, Problem{Action: sa.ID, Tool: sa.Tool, Field: "args", Msg: err.Error()})
 			continue
 		}
 		deps := append([]string(nil), sa.DependsOn...)
-		if refs, err := plan.Refs(args); err == nil {
-			for _, r := range refs {
-				if !contains(deps, r.Action) {
-					deps = append(deps, r.Action)
-				}
+		for _, r := range refs {
+			if !contains(deps, r.Action) {
+				deps = append(deps, r.Action)
 			}
 		}
 		actions = append(actions, plan.Action{ID: sa.ID, Tool: name, Args: args, DependsOn: deps, Why: clip(strings.TrimSpace(sa.Why), 500)})
