@@ -152,4 +152,3 @@ func (s *neverCommits) Lookup(ctx context.Context, c tools.Call) (json.RawMessag
 	s.lastLookupAt = s.clock.Now()
 	return nil, false, nil
 }
-
