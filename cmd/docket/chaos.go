@@ -70,14 +70,14 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 		}
 		*seed = binary.LittleEndian.Uint64(b[:]) >> 1
 	}
-	exe, err := os.Executable()
+	docket, err := chaosDocket()
 	if err != nil {
-		return fmt.Errorf("finding the docket binary to start children: %w", err)
+		return err
 	}
 	cfg := chaos.Config{
 		Seed:          *seed,
 		Actions:       *actions,
-		Docket:        chaos.Docket{Exe: exe},
+		Docket:        docket,
 		RunsDir:       *runsDir,
 		Resume:        *resume,
 		Workers:       *workers,
@@ -94,6 +94,16 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	}
 	rep, err := chaos.Run(ctx, cfg)
 	return c.report(rep, *asJSON, err)
+}
+
+// chaosDocket says how the harness starts docket children: this binary.
+// The command tests replace it with the test binary acting as docket.
+var chaosDocket = func() (chaos.Docket, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return chaos.Docket{}, fmt.Errorf("finding the docket binary to start children: %w", err)
+	}
+	return chaos.Docket{Exe: exe}, nil
 }
 
 // report prints the report and maps it to the exit code: 0 when the

@@ -479,6 +479,9 @@ func (h *harness) runJob(ctx context.Context, worker int, j job) RunResult {
 		switch {
 		case o.code == 2:
 			return fail(fmt.Errorf("run %s: bad input: %s", runID, o))
+		case len(d.Actions) == 0:
+			// A refusal (the run's record was not read): say why.
+			return fail(fmt.Errorf("run %s: docket printed no actions (%s, exit %d): %s", runID, d.Status, o.code, o))
 		case d.Status == "completed" || d.Status == "failed":
 		case d.Status == "paused":
 			continue

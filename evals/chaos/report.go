@@ -18,6 +18,7 @@ type Report struct {
 	Lag            string       `json:"leads_lag_max"`
 	LagDeclared    string       `json:"leads_visibility_lag_declared"`
 	Workers        int          `json:"workers"`
+	Only           []int        `json:"only_plans,omitempty"`
 	ElapsedSeconds float64      `json:"elapsed_seconds"`
 	Modes          []ModeReport `json:"workloads"`
 }
@@ -107,6 +108,7 @@ func (h *harness) report(elapsed time.Duration) *Report {
 		Lag:            h.st.Lag.String(),
 		LagDeclared:    h.st.LagDeclared.String(),
 		Workers:        h.cfg.Workers,
+		Only:           h.st.Only,
 		ElapsedSeconds: elapsed.Seconds(),
 		Modes:          summarize(h.results),
 	}
@@ -180,8 +182,12 @@ func summarize(results []RunResult) []ModeReport {
 
 // WriteTable prints the report for people: the workloads side by side.
 func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "docket chaos: seed %d, %d actions per workload, tool timeout %s, leads lag up to %s (declared %s), %d workers, %s\n\n",
-		r.Seed, r.Actions, r.Timeout, r.Lag, r.LagDeclared, r.Workers, (time.Duration(r.ElapsedSeconds * float64(time.Second))).Round(time.Second))
+	size := fmt.Sprintf("%d actions per workload", r.Actions)
+	if len(r.Only) > 0 {
+		size = fmt.Sprintf("plans %v", r.Only)
+	}
+	fmt.Fprintf(w, "docket chaos: seed %d, %s, tool timeout %s, leads lag up to %s (declared %s), %d workers, %s\n\n",
+		r.Seed, size, r.Timeout, r.Lag, r.LagDeclared, r.Workers, (time.Duration(r.ElapsedSeconds * float64(time.Second))).Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := "\t"
 	for _, m := range r.Modes {

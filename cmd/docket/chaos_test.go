@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/evals/chaos"
+)
+
+// In this test binary the harness starts the test binary itself as docket
+// (TestMain runs it as docket with asDocketEnv), for the world and for every
+// child; the children use the executor's default clock-skew margin.
+func init() {
+	chaosDocket = func() (chaos.Docket, error) { return testDocket(), nil }
+}
+
+func testDocket() chaos.Docket {
+	return chaos.Docket{Exe: os.Args[0], Env: []string{asDocketEnv + "=1"}}
+}
+
+// chaosSeed is the seed of a chaos test: DOCKET_CHAOS_SEED, else random. It
+// is printed so a failure can be replayed.
+func chaosSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano()) >> 1
+	if s := os.Getenv("DOCKET_CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("seed %d (rerun with DOCKET_CHAOS_SEED=%d)", seed, seed)
+	return seed
+}
+
+// runChaos runs an experiment and logs its table.
+func runChaos(t *testing.T, ctx context.Context, cfg chaos.Config) *chaos.Report {
+	t.Helper()
+	cfg.Docket = testDocket()
+	start := time.Now()
+	rep, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("seed %d: %v", cfg.Seed, err)
+	}
+	var b strings.Builder
+	rep.WriteTable(&b)
+	t.Logf("seed %d, %s:\n%s", cfg.Seed, time.Since(start).Round(time.Second), b.String())
+	return rep
+}
+
+// wantKept checks that the protected workload kept the promise.
+func wantKept(t *testing.T, seed uint64, rep *chaos.Report, minActions, minKills int) {
+	t.Helper()
+	p := rep.Mode(chaos.Protected)
+	if p == nil {
+		t.Fatalf("seed %d: no protected workload in the report", seed)
+	}
+	for _, e := range p.Errors {
+		t.Errorf("seed %d: the harness could not finish a run: %s", seed, e)
+	}
+	for _, f := range p.Findings {
+		t.Errorf("seed %d: %s", seed, f)
+	}
+	if p.Duplicates.Total != 0 || p.Lost != 0 || p.AtMostOnceReexec != 0 {
+		t.Errorf("seed %d: protected workload: %d duplicates %+v, %d lost, %d at-most-once re-executions; want none",
+			seed, p.Duplicates.Total, p.Duplicates, p.Lost, p.AtMostOnceReexec)
+	}
+	if p.Actions < minActions || p.Kills < minKills {
+		t.Errorf("seed %d: %d actions and %d kills, want at least %d and %d", seed, p.Actions, p.Kills, minActions, minKills)
+	}
+	if !rep.OK() {
+		t.Errorf("seed %d: the report is not OK", seed)
+	}
+}
+
+// wantUnprotectedDuplicates checks that the harness sees what switching the
+// protections off costs: without keys, lookups and at-most-once pauses, kills
+// and faults duplicate effects and re-execute emails.
+func wantUnprotectedDuplicates(t *testing.T, seed uint64, rep *chaos.Report) {
+	t.Helper()
+	u := rep.Mode(chaos.Unprotected)
+	if u == nil {
+		t.Fatalf("seed %d: no unprotected workload in the report", seed)
+	}
+	if len(u.Errors) > 0 {
+		t.Errorf("seed %d: the harness could not finish unprotected runs: %q", seed, u.Errors)
+	}
+	if u.Duplicates.Total == 0 || u.AtMostOnceReexec == 0 || u.PersonResolvedByClass["at_most_once"] != 0 {
+		t.Errorf("seed %d: unprotected workload: %+v duplicates, %d email re-executions, person %v; the harness should see duplicates and re-executions there",
+			seed, u.Duplicates, u.AtMostOnceReexec, u.PersonResolvedByClass)
+	}
+}
+
+// TestChaosSmall is the always-on chaos run: a few hundred actions per
+// workload, real SIGKILLs, 0 duplicates and 0 lost with the protections on.
+func TestChaosSmall(t *testing.T) {
+	seed := chaosSeed(t)
+	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 300})
+	wantKept(t, seed, rep, 300, 25)
+	wantUnprotectedDuplicates(t, seed, rep)
+}
+
+// TestChaos is the normal suite's chaos run: at least 2,000 actions and 200
+// kills, 0 duplicates and 0 lost with the protections on, side by side with
+// the same workload unprotected.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestChaosSmall runs a smaller experiment")
+	}
+	seed := chaosSeed(t)
+	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 2000})
+	wantKept(t, seed, rep, 2000, 200)
+	wantUnprotectedDuplicates(t, seed, rep)
+}
+
+// TestChaosVisibilityLag: leads become visible to searches up to 5s late. With
+// visibility_lag declared 5s there is no duplicate; declared 0s, a lookup
+// after an unknown outcome trusts "not found" after the timeout (1s) plus
+// the clock-skew margin (2s), so leads that lag longer are created twice,
+// and the report says so. Faults that leave outcomes unknown after a commit
+// are frequent here, so that enough lookups race the lag.
+func TestChaosVisibilityLag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: several seconds of lag per lookup")
+	}
+	seed := chaosSeed(t)
+	faults := chaos.Faults{CommitDrop: 0.3, CommitThen500: 0.1, Late: 0.05}
+	enough, tooSmall := 5*time.Second, time.Duration(0)
+	for _, c := range []struct {
+		declared *time.Duration
+		ok       bool
+	}{{&enough, true}, {&tooSmall, false}} {
+		t.Run("declared_"+c.declared.String(), func(t *testing.T) {
+			rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 250, Lag: 5 * time.Second,
+				LagDeclared: c.declared, ProtectedOnly: true, Faults: faults, Workers: 6})
+			p := rep.Mode(chaos.Protected)
+			if len(p.Errors) > 0 {
+				t.Fatalf("seed %d: unfinished runs: %q", seed, p.Errors)
+			}
+			if c.ok {
+				wantKept(t, seed, rep, 250, 25)
+				return
+			}
+			if p.Duplicates.Leads == 0 {
+				t.Errorf("seed %d: visibility_lag declared 0s under a 5s lag: no duplicate lead; the lag race was not exercised", seed)
+			}
+			if other := p.Duplicates.Total - p.Duplicates.Leads; other != 0 || p.Lost != 0 {
+				t.Errorf("seed %d: duplicates outside leads (%+v) or lost (%d)", seed, p.Duplicates, p.Lost)
+			}
+			if rep.OK() {
+				t.Errorf("seed %d: a report with duplicates says OK", seed)
+			}
+		})
+	}
+}
+
+// TestChaosResume interrupts an experiment after a few runs (the harness and
+// its children die with the context), resumes it from its runs directory, and
+// checks that every run was done once, the interrupted ones again under new
+// run ids, and that nothing was duplicated or lost.
+func TestChaosResume(t *testing.T) {
+	seed := chaosSeed(t)
+	dir := filepath.Join(t.TempDir(), "runs")
+	ctx, cancel := context.WithCancel(context.Background())
+	var results atomic.Int32
+	cfg := chaos.Config{Seed: seed, Actions: 80, RunsDir: dir, Workers: 2, OnResult: func(chaos.RunResult) {
+		if results.Add(1) == 3 {
+			cancel()
+		}
+	}}
+	cfg.Docket = testDocket()
+	if _, err := chaos.Run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "--resume") {
+		t.Fatalf("seed %d: an interrupted experiment should say how to resume; got %v", seed, err)
+	}
+	cancel()
+	lines, err := os.ReadFile(filepath.Join(dir, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := bytes.Count(lines, []byte("\n"))
+	if before < 3 {
+		t.Fatalf("%d results recorded before the interruption", before)
+	}
+
+	rep := runChaos(t, context.Background(), chaos.Config{RunsDir: dir, Resume: true, Workers: 2})
+	if rep.Seed != seed {
+		t.Fatalf("resumed with seed %d, want the stored %d", rep.Seed, seed)
+	}
+	wantKept(t, seed, rep, 80, 1)
+	lines, _ = os.ReadFile(filepath.Join(dir, "results.jsonl"))
+	var ids []string
+	seen := map[string]bool{}
+	for _, l := range bytes.Split(bytes.TrimSpace(lines), []byte("\n")) {
+		var r chaos.RunResult
+		if err := json.Unmarshal(l, &r); err != nil {
+			t.Fatal(err)
+		}
+		k := r.Mode + "/" + strconv.Itoa(r.N)
+		if seen[k] {
+			t.Fatalf("run %s recorded twice", k)
+		}
+		seen[k] = true
+		ids = append(ids, r.RunID)
+	}
+	resumed := slices.ContainsFunc(ids, func(id string) bool { return strings.HasSuffix(id, "-e1") })
+	if !resumed || len(ids) <= before {
+		t.Fatalf("after resuming: runs %v (%d before); want new runs under epoch 1", ids, before)
+	}
+	if _, err := chaos.Run(context.Background(), chaos.Config{RunsDir: dir, Docket: testDocket()}); err == nil {
+		t.Fatalf("starting a new experiment over a stored one should be refused")
+	}
+}
+
+// TestChaosCommand runs `docket chaos` itself: --json prints the report,
+// exit 0 when the protected workload kept the promise; bad flags are exit 2;
+// chaos agrees with this binary's crash hooks.
+func TestChaosCommand(t *testing.T) {
+	if chaos.CrashMarker != crashMarker || !slices.Equal(chaos.CrashPoints, crashPoints) {
+		t.Fatalf("chaos crash marker/points %q %v differ from the binary's %q %v", chaos.CrashMarker, chaos.CrashPoints, crashMarker, crashPoints)
+	}
+	seed := chaosSeed(t)
+	r := inproc(t, "chaos", "--seed", strconv.FormatUint(seed, 10), "--actions", "40", "--json", "--workers", "2")
+	wantCode(t, r, exitOK)
+	var rep chaos.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, r)
+	}
+	if rep.Seed != seed || len(rep.Modes) != 2 || rep.Modes[0].Actions < 40 || !strings.Contains(r.stderr, "seed "+strconv.FormatUint(seed, 10)) {
+		t.Fatalf("report %+v\n%s", rep, r)
+	}
+	table := inproc(t, "chaos", "--seed", strconv.FormatUint(seed, 10), "--actions", "10", "--protected-only")
+	wantCode(t, table, exitOK)
+	for _, want := range []string{"protected", "duplicates: payments (keyed)", "at-most-once automatic re-executions", "mean / p99"} {
+		if !strings.Contains(table.stdout, want) {
+			t.Fatalf("table lacks %q:\n%s", want, table.stdout)
+		}
+	}
+	for _, bad := range [][]string{{"chaos", "--resume"}, {"chaos", "--actions", "0"}, {"chaos", "extra"}} {
+		wantCode(t, inproc(t, bad...), exitBad)
+	}
+}
+
+// TestChaosRegressionLookupTrustWindow replays the runs where seed 2 found
+// duplicate leads: plans 21 and 35 of `docket chaos --seed 2 --actions 2000`.
+// Known executor bug: a lookup's "not found" is trusted from the previous
+// attempt's claim time (executor/work.go: lookFrom = rec.ClaimedAt after a
+// restart, a.claimAt for an in-process retry), but an attempt that first
+// waited in its own lookup phase sends its write up to timeout +
+// visibility_lag + skew margin after its claim. Run 21: attempt 2 (claimed
+// 06.019) waited 3.9s, created the lead at ~10.0 and was killed after the
+// call; attempt 3 (10.678) trusted "not found" from 06.019+4s while the lead
+// (lag 0.99s) was not visible yet, and created it again. Run 35: the same in
+// one process: attempt 4 (claimed 32.524) waited 3.8s, its create at ~36.5
+// committed and dropped the connection, the retry's lookup (36.65) trusted
+// "not found" from 32.524+4s before the lead (lag 0.22s) showed, and created
+// it again.
+func TestChaosRegressionLookupTrustWindow(t *testing.T) {
+	if os.Getenv("DOCKET_CHAOS_KNOWN_BUGS") == "" {
+		t.Skip("known bug: executor trusts a lookup's \"not found\" from the previous claim, not from its write (seed 2, runs 21 and 35); set DOCKET_CHAOS_KNOWN_BUGS=1 to run")
+	}
+	const seed = 2
+	dups := 0
+	for round := range 3 {
+		rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Only: []int{21, 35}, ProtectedOnly: true, Workers: 2})
+		p := rep.Mode(chaos.Protected)
+		dups += p.Duplicates.Total
+		t.Logf("round %d: %d duplicates %q", round, p.Duplicates.Total, p.Findings)
+	}
+	if dups > 0 {
+		t.Fatalf("seed %d runs 21 and 35: %d duplicate effects in 3 rounds", seed, dups)
+	}
+}
