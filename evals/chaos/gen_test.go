@@ -112,7 +112,9 @@ func TestKillSchedule(t *testing.T) {
 }
 
 // doc builds a Run JSON for the audit tests.
-func doc(actions ...docAction) *runDoc { return &runDoc{RunID: "r", Status: "completed", Actions: actions} }
+func doc(actions ...docAction) *runDoc {
+	return &runDoc{RunID: "r", Status: "completed", Actions: actions}
+}
 
 func act(id, tool, status string, attempts int, args, output string) docAction {
 	return docAction{ID: id, Tool: tool, Status: status, Attempts: attempts, Args: json.RawMessage(args), Output: json.RawMessage(output)}
