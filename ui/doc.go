@@ -1,0 +1,26 @@
+// Package ui is docket's service face: the HTTP API (JSON under /v1), the
+// WebSocket event streams and the review page (static files embedded in the
+// binary, no CDN), served by `docket serve`.
+//
+// A Server drives runs in the background: a run created through the API is
+// planned (from a goal, with the planner) or taken as given (a plan), recorded,
+// and then executed by the executor while people watch its events over a
+// WebSocket and approve, reject, edit or resolve its actions. POST /v1/runs
+// answers once the plan is recorded (DESIGN.md's identity rules: 201 new, 200
+// the same request again, 422 a different request under the same identity,
+// 409 while the first is still being accepted); execution goes on after the
+// answer. On start, Server.ResumeRunning drives every run that was running
+// when the service stopped.
+//
+// Authentication: programs send "Authorization: Bearer TOKEN" on every call
+// and upgrade. The page trades a token once (POST /v1/session) for an
+// HttpOnly, SameSite=Strict session cookie, which its requests and WebSocket
+// upgrades carry; upgrades and cookie-authenticated writes check Origin.
+// Tokens are named, and every approval, rejection, edit and resolution
+// records who made it ("token:NAME"). Tokens never appear in logs, URLs or
+// events.
+//
+// Imports: the standard library, github.com/gorilla/websocket,
+// github.com/gowebpki/jcs, github.com/sashabaranov/go-openai (the message type
+// of conversations), and docket's plan, tools, ledger, executor and planner.
+package ui

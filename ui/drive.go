@@ -1,0 +1,190 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+var errShuttingDown = errors.New("ui: the server is shutting down")
+
+// spawn runs fn (a drive of runID) in the background under the server's
+// context. When it returns, the run is driven again if someone asked for it
+// meanwhile (kick), and the webhook is told if the run waits for a person.
+func (s *Server) spawn(runID string, fn func(ctx context.Context) error) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return errShuttingDown
+	}
+	s.driveWG.Add(1)
+	s.drives[runID]++
+	s.mu.Unlock()
+	go s.loop(runID, fn)
+	return nil
+}
+
+// kick drives runID in the background: at once if no drive of it is going
+// on, else once more after the current one (which may have read the run's
+// state before the change that asked for it).
+func (s *Server) kick(runID string) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	if n := s.drives[runID]; n > 0 {
+		s.drives[runID] = n | again
+		s.mu.Unlock()
+		return
+	}
+	s.driveWG.Add(1)
+	s.drives[runID] = 1
+	s.mu.Unlock()
+	go s.loop(runID, s.resumeFn(runID))
+}
+
+// again marks a run whose drive must run once more; the low bits count drives.
+const again = 1 << 30
+
+func (s *Server) resumeFn(runID string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := s.eng.Resume(ctx, runID, nil)
+		return err
+	}
+}
+
+func (s *Server) loop(runID string, fn func(ctx context.Context) error) {
+	defer s.driveWG.Done()
+	for {
+		s.metrics.drives.Add(1)
+		if err := fn(s.ctx); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("drive stopped with an error", "run_id", runID, "err", err)
+		}
+		s.mu.Lock()
+		n := s.drives[runID]
+		if n&again != 0 && !s.closing && n&^again == 1 {
+			s.drives[runID] = 1
+			s.mu.Unlock()
+			fn = s.resumeFn(runID)
+			continue
+		}
+		if n&^again <= 1 {
+			delete(s.drives, runID)
+		} else {
+			s.drives[runID] = n - 1
+		}
+		s.mu.Unlock()
+		break
+	}
+	if s.ctx.Err() == nil {
+		s.afterDrive(runID)
+	}
+}
+
+// afterDrive tells the webhook when the run now waits for a person.
+func (s *Server) afterDrive(runID string) {
+	if s.cfg.Notify == "" {
+		return
+	}
+	doc, err := s.led.Doc(s.ctx, runID)
+	if err != nil {
+		return
+	}
+	if doc.Run.Status != ledger.RunAwaitingApproval && doc.Run.Status != ledger.RunPaused {
+		return
+	}
+	var waiting []string
+	for _, a := range doc.Actions {
+		if a.Status == ledger.StatusPending || a.Status == ledger.StatusNeedsReview {
+			waiting = append(waiting, a.ID)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"run_id": runID, "status": doc.Run.Status, "waiting": waiting, "updated_at": doc.Run.UpdatedAt.UTC().Format(time.RFC3339)})
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Notify, bytes.NewReader(body))
+	if err != nil {
+		s.log.Warn("webhook request", "err", err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.metrics.webhookFailures.Add(1)
+		s.log.Warn("webhook failed", "run_id", runID, "err", err)
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		s.metrics.webhookFailures.Add(1)
+		s.log.Warn("webhook answered an error", "run_id", runID, "status", resp.StatusCode)
+		return
+	}
+	s.metrics.webhooks.Add(1)
+}
+
+// ResumeRunning drives every run that was running when the service stopped
+// (in the background) and returns how many it started.
+func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
+	n := 0
+	after := ""
+	for {
+		runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunRunning, After: after, Limit: 1000})
+		if err != nil {
+			return n, fmt.Errorf("ui: listing running runs: %w", err)
+		}
+		for _, r := range runs {
+			s.kick(r.ID)
+			n++
+		}
+		if next == "" {
+			return n, nil
+		}
+		after = next
+	}
+}
+
+// Shutdown stops the server's work: no new drive starts, WebSockets are
+// closed with "going away", drives in flight get until ctx ends to finish
+// (their tool calls complete and are recorded), then they are cancelled and
+// waited for. Close the ledger after it returns. Stop the HTTP server first
+// (http.Server.Shutdown) so that no new request arrives.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	socks := make([]*socket, 0, len(s.sockets))
+	for c := range s.sockets {
+		socks = append(socks, c)
+	}
+	s.mu.Unlock()
+	for _, c := range socks {
+		c.close(websocket.CloseGoingAway, "server shutting down: reconnect later with after=<last seq>")
+	}
+	drained := make(chan struct{})
+	go func() {
+		s.driveWG.Wait()
+		close(drained)
+	}()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = fmt.Errorf("ui: drives still running at the shutdown deadline were cancelled: %w", ctx.Err())
+	}
+	s.cancel()
+	<-drained
+	s.socketWG.Wait()
+	return err
+}

@@ -1,0 +1,673 @@
+package ui
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools"
+)
+
+// requestMeta is the plan Meta entry holding the hash of the POST /v1/runs
+// body that created the run: the same identity with another body is refused.
+const requestMeta = "docket.request_sha256"
+
+var runIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// fail answers err with the status and code its kind calls for.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var (
+		pe  plan.Errors
+		ae  *tools.ArgsError
+		ple *planner.PlanningError
+		me  *planner.ModelError
+	)
+	switch {
+	case errors.As(err, &ple):
+		writeError(w, http.StatusUnprocessableEntity, "planning_failed", err.Error(), map[string]any{"reason": ple.Reason, "problems": ple.Problems, "rounds": ple.Rounds, "repairs": ple.Repairs})
+	case errors.As(err, &me):
+		writeError(w, http.StatusBadGateway, "model_error", err.Error(), map[string]any{"status": me.Status, "attempts": me.Attempts, "retryable": me.Retryable()})
+	case errors.Is(err, planner.ErrBadRequest):
+		writeError(w, http.StatusUnprocessableEntity, "invalid", err.Error(), nil)
+	case errors.As(err, &pe):
+		writeError(w, http.StatusUnprocessableEntity, "invalid_plan", err.Error(), map[string]any{"problems": []plan.Problem(pe)})
+	case errors.As(err, &ae):
+		writeError(w, http.StatusUnprocessableEntity, "invalid_args", err.Error(), map[string]any{"tool": ae.Tool, "problems": ae.Problems})
+	case errors.Is(err, executor.ErrInvalidPlan), errors.Is(err, tools.ErrUnknownTool), errors.Is(err, ledger.ErrInvalid):
+		writeError(w, http.StatusUnprocessableEntity, "invalid", err.Error(), nil)
+	case errors.Is(err, ledger.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error(), nil)
+	case errors.Is(err, executor.ErrNotReviewable), errors.Is(err, ledger.ErrConflict):
+		writeError(w, http.StatusConflict, "not_reviewable", err.Error(), nil)
+	case errors.Is(err, executor.ErrPlanMismatch):
+		writeError(w, http.StatusUnprocessableEntity, "plan_mismatch", err.Error(), nil)
+	case errors.Is(err, executor.ErrToolsChanged):
+		writeError(w, http.StatusConflict, "tools_changed", err.Error(), nil)
+	case errors.Is(err, errBadOp):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+	case errors.Is(err, errShuttingDown):
+		writeError(w, http.StatusServiceUnavailable, "shutting_down", err.Error(), nil)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, "cancelled", err.Error(), nil)
+	default:
+		s.log.Error("request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", err.Error(), nil)
+	}
+}
+
+// createRequest is the body of POST /v1/runs.
+type createRequest struct {
+	RunID    string                         `json:"run_id,omitempty"`
+	Goal     string                         `json:"goal,omitempty"`
+	Messages []openai.ChatCompletionMessage `json:"messages,omitempty"`
+	Plan     json.RawMessage                `json:"plan,omitempty"`
+	Approve  string                         `json:"approve,omitempty"`
+}
+
+func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req createRequest
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+		return
+	}
+	policy := executor.Policy(req.Approve)
+	switch policy {
+	case "":
+		policy = executor.PolicySafe
+	case executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
+	default:
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("approve must be all, safe or none, not %q", req.Approve), nil)
+		return
+	}
+	hasPlan := len(req.Plan) > 0 && string(req.Plan) != "null"
+	hasGoal := strings.TrimSpace(req.Goal) != "" || len(req.Messages) > 0
+	switch {
+	case hasPlan && hasGoal:
+		writeError(w, http.StatusBadRequest, "bad_request", "give either a plan or a goal/messages, not both", nil)
+		return
+	case !hasPlan && !hasGoal:
+		writeError(w, http.StatusBadRequest, "bad_request", "give a goal, messages or a plan", nil)
+		return
+	case hasGoal && s.pl == nil:
+		writeError(w, http.StatusNotImplemented, "no_planner", "this server has no model configured: send a plan instead of a goal", nil)
+		return
+	}
+	var p *plan.Plan
+	if hasPlan {
+		var err error
+		if p, err = plan.Decode(req.Plan); err != nil {
+			s.fail(w, err)
+			return
+		}
+		if err := p.Validate(s.reg); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	canon, err := jcs.Transform(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "the request body cannot be canonicalized: "+err.Error(), nil)
+		return
+	}
+	sum := sha256.Sum256(canon)
+	hash := hex.EncodeToString(sum[:])
+
+	runID := req.RunID
+	if runID == "" {
+		runID = r.Header.Get("Idempotency-Key")
+	}
+	if runID == "" {
+		id, err := randomHex(8)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		runID = "run_" + id
+	}
+	if !runIDPattern.MatchString(runID) {
+		writeError(w, http.StatusBadRequest, "bad_request", "a run id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", nil)
+		return
+	}
+
+	s.mu.Lock()
+	if s.accepting[runID] {
+		s.mu.Unlock()
+		writeError(w, http.StatusConflict, "in_progress", "run "+runID+" is still being accepted by an earlier request: retry later", nil)
+		return
+	}
+	s.accepting[runID] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.accepting, runID)
+		s.mu.Unlock()
+	}()
+
+	// A run that exists answers by identity.
+	if _, err := s.led.GetRun(r.Context(), runID); err == nil {
+		first, err := s.led.Plan(r.Context(), runID, 1)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if first.Meta[requestMeta] != hash {
+			writeError(w, http.StatusUnprocessableEntity, "identity_reused", "run "+runID+" exists and was created by a different request", nil)
+			return
+		}
+		doc, err := s.led.Doc(r.Context(), runID)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, doc)
+		return
+	} else if !errors.Is(err, ledger.ErrNotFound) {
+		s.fail(w, err)
+		return
+	}
+
+	opts := &executor.RunOptions{Policy: policy}
+	var start func(ctx context.Context, eng *executor.Engine) error
+	if p != nil {
+		p.RunID = runID
+		if p.Meta == nil {
+			p.Meta = map[string]string{}
+		}
+		p.Meta[requestMeta] = hash
+		start = func(ctx context.Context, eng *executor.Engine) error {
+			_, err := eng.Run(ctx, runID, p, opts)
+			return err
+		}
+	} else {
+		preq := planner.Request{Goal: req.Goal, Messages: req.Messages}
+		start = func(ctx context.Context, eng *executor.Engine) error {
+			t0 := time.Now()
+			res, err := s.pl.Plan(ctx, preq)
+			s.metrics.observePlanning(time.Since(t0), res, err)
+			if err != nil {
+				return err
+			}
+			res.Plan.RunID = runID
+			if res.Plan.Meta == nil {
+				res.Plan.Meta = map[string]string{}
+			}
+			res.Plan.Meta[requestMeta] = hash
+			_, err = eng.Run(ctx, runID, res.Plan, opts)
+			return err
+		}
+	}
+	doc, err := s.startAndWait(r.Context(), runID, start)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, doc)
+}
+
+// startAndWait starts fn as a background drive of runID and waits until the
+// run is recorded (the drive claims its first action, or fn returns). It
+// returns the run as recorded, or fn's error when nothing was recorded.
+func (s *Server) startAndWait(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error) (ledger.RunDoc, error) {
+	ferr, err := s.untilRecorded(ctx, runID, fn)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	doc, err := s.led.Doc(ctx, runID)
+	if errors.Is(err, ledger.ErrNotFound) && ferr != nil {
+		return ledger.RunDoc{}, ferr
+	}
+	return doc, err
+}
+
+// untilRecorded runs fn in the background with an engine of its own and
+// returns once that engine is about to claim its first action (so the plan is
+// recorded) or fn has returned (ferr is then its error).
+func (s *Server) untilRecorded(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error) (ferr, err error) {
+	recorded := make(chan struct{})
+	var once sync.Once
+	cfg := s.cfg.Executor
+	before := cfg.Hooks.BeforeClaim
+	cfg.Hooks.BeforeClaim = func(actionID string) {
+		once.Do(func() { close(recorded) })
+		if before != nil {
+			before(actionID)
+		}
+	}
+	eng, err := executor.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	if err := s.spawn(runID, func(ctx context.Context) error {
+		err := fn(ctx, eng)
+		done <- err
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	select {
+	case <-recorded:
+		return nil, nil
+	case ferr = <-done:
+		return ferr, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// runList is the answer of GET /v1/runs.
+type runList struct {
+	Runs []ledger.Run `json:"runs"`
+	Next string       `json:"next"`
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	o := ledger.ListOptions{Status: ledger.RunStatus(q.Get("status")), After: q.Get("after")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "bad_request", "limit must be between 1 and 1000", nil)
+			return
+		}
+		o.Limit = n
+	}
+	runs, next, err := s.led.ListRuns(r.Context(), o)
+	if err != nil {
+		if errors.Is(err, ledger.ErrInvalid) {
+			writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+			return
+		}
+		s.fail(w, err)
+		return
+	}
+	if runs == nil {
+		runs = []ledger.Run{}
+	}
+	writeJSON(w, http.StatusOK, runList{Runs: runs, Next: next})
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	doc, err := s.led.Doc(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// getPlan answers the run's current plan (or ?revision=N).
+func (s *Server) getPlan(w http.ResponseWriter, r *http.Request) {
+	rev := 0
+	if v := r.URL.Query().Get("revision"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "bad_request", "revision must be a positive integer", nil)
+			return
+		}
+		rev = n
+	}
+	p, err := s.led.Plan(r.Context(), r.PathValue("id"), rev)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// eventList is the answer of GET /v1/runs/{id}/events.
+type eventList struct {
+	Events []ledger.Event `json:"events"`
+	Last   uint64         `json:"last"` // seq of the last event returned (the next page's after)
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("id")
+	after, ok := parseAfter(w, r)
+	if !ok {
+		return
+	}
+	limit := 1000
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 10000 {
+			writeError(w, http.StatusBadRequest, "bad_request", "limit must be between 1 and 10000", nil)
+			return
+		}
+		limit = n
+	}
+	if _, err := s.led.GetRun(r.Context(), runID); err != nil {
+		s.fail(w, err)
+		return
+	}
+	evs, err := s.led.Events(r.Context(), runID, after, limit)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if evs == nil {
+		evs = []ledger.Event{}
+	}
+	last := after
+	if len(evs) > 0 {
+		last = evs[len(evs)-1].Seq
+	}
+	writeJSON(w, http.StatusOK, eventList{Events: evs, Last: last})
+}
+
+func parseAfter(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+	v := r.URL.Query().Get("after")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "after must be an event sequence number (a non-negative integer)", nil)
+		return 0, false
+	}
+	return n, true
+}
+
+// --- review and control ---
+
+// answer replies with the run as it is now.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, runID string, status int) {
+	doc, err := s.led.Doc(r.Context(), runID)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, status, doc)
+}
+
+func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Actions []string `json:"actions"`
+	}
+	if !s.decode(w, r, &body) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "approve", Actions: body.Actions})
+}
+
+func (s *Server) approveAction(w http.ResponseWriter, r *http.Request) {
+	if !s.decode(w, r, &struct{}{}) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "approve", Actions: []string{r.PathValue("action")}})
+}
+
+func (s *Server) rejectAction(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if !s.decode(w, r, &body) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "reject", Action: r.PathValue("action"), Reason: body.Reason})
+}
+
+func (s *Server) editAction(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Args json.RawMessage `json:"args"`
+	}
+	if !s.decode(w, r, &body) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "edit", Action: r.PathValue("action"), Args: body.Args})
+}
+
+func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Done  json.RawMessage `json:"done"`
+		Retry bool            `json:"retry"`
+		Skip  bool            `json:"skip"`
+	}
+	if !s.decode(w, r, &body) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "resolve", Action: r.PathValue("action"), Done: body.Done, Retry: body.Retry, Skip: body.Skip})
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	if !s.decode(w, r, &struct{}{}) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "pause"})
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	if !s.decode(w, r, &struct{}{}) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "resume"})
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
+	if !s.decode(w, r, &struct{}{}) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "cancel"})
+}
+
+// control applies one review operation for the caller and answers the run.
+func (s *Server) control(w http.ResponseWriter, r *http.Request, op reviewOp) {
+	runID := r.PathValue("id")
+	if err := s.review(r.Context(), runID, op, who(r)); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.answer(w, r, runID, http.StatusOK)
+}
+
+// reviewOp is one review or control operation, from the API or a WebSocket.
+type reviewOp struct {
+	ID      string          `json:"id,omitempty"` // WebSocket: echoed in the ack
+	Op      string          `json:"op"`           // approve, reject, edit, resolve, pause, resume, cancel
+	Actions []string        `json:"actions,omitempty"`
+	Action  string          `json:"action,omitempty"`
+	Reason  string          `json:"reason,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	Done    json.RawMessage `json:"done,omitempty"`
+	Retry   bool            `json:"retry,omitempty"`
+	Skip    bool            `json:"skip,omitempty"`
+}
+
+var errBadOp = errors.New("bad operation")
+
+// review applies op to runID as `by` and drives the run on when the
+// operation lets it move.
+func (s *Server) review(ctx context.Context, runID string, op reviewOp, by string) error {
+	if _, err := s.led.GetRun(ctx, runID); err != nil {
+		return err
+	}
+	needAction := func() error {
+		if op.Action == "" {
+			return fmt.Errorf("%w: %s needs an action", errBadOp, op.Op)
+		}
+		return nil
+	}
+	var err error
+	drive := true
+	switch op.Op {
+	case "approve":
+		err = s.eng.Approve(ctx, runID, op.Actions, by)
+		if err == nil {
+			s.metrics.reviews.add("approve")
+		}
+	case "reject":
+		if err = needAction(); err == nil {
+			err = s.eng.Reject(ctx, runID, op.Action, op.Reason, by)
+			s.metrics.reviews.add("reject")
+		}
+	case "edit":
+		if err = needAction(); err == nil {
+			if len(op.Args) == 0 || !json.Valid(op.Args) {
+				return fmt.Errorf("%w: edit needs args, a JSON object", errBadOp)
+			}
+			err = s.eng.Edit(ctx, runID, op.Action, op.Args, by)
+			s.metrics.reviews.add("edit")
+			drive = false // an edit clears the approval: nothing new can start
+		}
+	case "resolve":
+		if err = needAction(); err != nil {
+			break
+		}
+		n := 0
+		for _, set := range []bool{len(op.Done) > 0 && string(op.Done) != "null", op.Retry, op.Skip} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("%w: resolve needs exactly one of done (the output, JSON), retry or skip", errBadOp)
+		}
+		res := ledger.Resolution{Retry: op.Retry, Skip: op.Skip, By: by}
+		if len(op.Done) > 0 && string(op.Done) != "null" {
+			res.Done = op.Done
+		}
+		err = s.eng.Resolve(ctx, runID, op.Action, res)
+		s.metrics.reviews.add("resolve")
+	case "pause":
+		err = s.eng.Pause(ctx, runID, by)
+		drive = false
+	case "resume":
+	case "cancel":
+		err = s.eng.Cancel(ctx, runID, by)
+		drive = false
+	default:
+		return fmt.Errorf("%w: unknown op %q (want approve, reject, edit, resolve, pause, resume or cancel)", errBadOp, op.Op)
+	}
+	if err != nil {
+		return err
+	}
+	if drive {
+		s.kick(runID)
+	}
+	return nil
+}
+
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("id")
+	var body struct {
+		Plan json.RawMessage `json:"plan"`
+	}
+	if !s.decode(w, r, &body) {
+		return
+	}
+	if len(body.Plan) == 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", "replay needs the edited plan", nil)
+		return
+	}
+	p, err := plan.Decode(body.Plan)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if err := p.Validate(s.reg); err != nil {
+		s.fail(w, err)
+		return
+	}
+	run, err := s.led.GetRun(r.Context(), runID)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	doc, err := s.startAndWaitRevision(r.Context(), runID, run.Revision, func(ctx context.Context, eng *executor.Engine) error {
+		_, err := eng.Replay(ctx, runID, p)
+		return err
+	})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// startAndWaitRevision is startAndWait for a run that exists: nothing new was
+// recorded when fn failed and the revision did not change.
+func (s *Server) startAndWaitRevision(ctx context.Context, runID string, rev int, fn func(ctx context.Context, eng *executor.Engine) error) (ledger.RunDoc, error) {
+	ferr, err := s.untilRecorded(ctx, runID, fn)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	doc, err := s.led.Doc(ctx, runID)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	if ferr != nil && doc.Run.Revision == rev {
+		return ledger.RunDoc{}, ferr
+	}
+	return doc, nil
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("id")
+	var body struct {
+		RunID   string `json:"run_id"`
+		Approve string `json:"approve"`
+	}
+	if !s.decode(w, r, &body) {
+		return
+	}
+	orig, err := s.led.GetRun(r.Context(), runID)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	policy := executor.Policy(body.Approve)
+	switch policy {
+	case "":
+		policy = executor.Policy(orig.Policy)
+	case executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
+	default:
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("approve must be all, safe or none, not %q", body.Approve), nil)
+		return
+	}
+	newID := body.RunID
+	if newID == "" {
+		id, err := randomHex(8)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		newID = "run_" + id
+	}
+	if !runIDPattern.MatchString(newID) || newID == runID {
+		writeError(w, http.StatusBadRequest, "bad_request", "the fork's run_id must be a valid run id that differs from the original", nil)
+		return
+	}
+	if _, err := s.led.GetRun(r.Context(), newID); err == nil {
+		writeError(w, http.StatusConflict, "exists", "run "+newID+" exists already", nil)
+		return
+	}
+	doc, err := s.startAndWait(r.Context(), newID, func(ctx context.Context, eng *executor.Engine) error {
+		_, err := eng.Fork(ctx, runID, newID, &executor.RunOptions{Policy: policy})
+		return err
+	})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, doc)
+}

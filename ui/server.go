@@ -1,0 +1,515 @@
+package ui
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools"
+)
+
+// Config builds a Server. Zero values take the documented defaults.
+type Config struct {
+	// Ledger holds the runs. Required. The caller closes it after Shutdown.
+	Ledger *ledger.Ledger
+	// Tools is the registry runs are planned and performed with. Required.
+	Tools *tools.Registry
+	// Executor is the configuration of the engines the server builds; its
+	// Ledger and Tools are set from the fields above. Zero: the executor's
+	// defaults.
+	Executor executor.Config
+	// Planner plans runs created from a goal or a conversation. Nil: such
+	// requests are refused (501), plans are still accepted.
+	Planner *planner.Planner
+	// Tokens maps a token's name to its secret. At least one is required.
+	// The name is recorded with every review decision ("token:NAME").
+	Tokens map[string]string
+	// Origins are the origins, besides the server's own (the request's Host),
+	// whose pages may open WebSockets and write with the session cookie,
+	// e.g. "https://review.example.com".
+	Origins []string
+	// ToolsFile is the raw tools file (JSON), used to preview the HTTP
+	// request an action will send. Nil: no previews.
+	ToolsFile []byte
+	// Notify, when set, is a URL called (POST, JSON {"run_id","status",
+	// "waiting"}) whenever a run stops to wait for a person.
+	Notify string
+	// Logger receives the server's records; component=ui is added. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// MaxBodyBytes caps request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+	// SessionTTL is how long a session cookie stays valid. Default 12h.
+	SessionTTL time.Duration
+	// WSBuffer is how many messages may wait for one WebSocket client
+	// before it is disconnected as too slow. Default 1024.
+	WSBuffer int
+	// WSPing is the WebSocket keepalive interval; a client that answers no
+	// ping within twice this is disconnected. Default 20s.
+	WSPing time.Duration
+	// WSReadLimit caps one client message on a WebSocket. Default 64 KiB.
+	WSReadLimit int64
+	// Now gives the time (sessions, metrics). Default time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns cfg with every zero field set to its default.
+func (cfg Config) WithDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, 12*time.Hour)
+	cfg.WSBuffer = cmp.Or(cfg.WSBuffer, 1024)
+	cfg.WSPing = cmp.Or(cfg.WSPing, 20*time.Second)
+	cfg.WSReadLimit = cmp.Or(cfg.WSReadLimit, 64<<10)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	var errs []error
+	if cfg.Ledger == nil {
+		errs = append(errs, errors.New("Ledger is required"))
+	}
+	if cfg.Tools == nil {
+		errs = append(errs, errors.New("Tools is required"))
+	}
+	if len(cfg.Tokens) == 0 {
+		errs = append(errs, errors.New("at least one token is required"))
+	}
+	for name, tok := range cfg.Tokens {
+		if name == "" || strings.ContainsAny(name, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("token name %q: must be non-empty, without spaces", name))
+		}
+		if len(tok) < 8 {
+			errs = append(errs, fmt.Errorf("token %q: must be at least 8 characters", name))
+		}
+	}
+	for _, o := range cfg.Origins {
+		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("origin %q: want scheme://host[:port]", o))
+		}
+	}
+	if cfg.Notify != "" {
+		if u, err := url.Parse(cfg.Notify); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, fmt.Errorf("notify URL %q: want an http(s) URL", cfg.Notify))
+		}
+	}
+	if cfg.MaxBodyBytes < 1 || cfg.WSBuffer < 1 || cfg.WSPing <= 0 || cfg.WSReadLimit < 1 {
+		errs = append(errs, errors.New("MaxBodyBytes, WSBuffer, WSPing and WSReadLimit must be positive"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("ui: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Server is the HTTP API, the WebSocket streams and the review page.
+// Build it with New, serve Handler, call ResumeRunning once, and Shutdown at
+// the end (before closing the ledger).
+type Server struct {
+	cfg     Config
+	led     *ledger.Ledger
+	reg     *tools.Registry
+	eng     *executor.Engine
+	pl      *planner.Planner
+	log     *slog.Logger
+	mux     *http.ServeMux
+	preview map[string]requestTemplate
+	up      websocket.Upgrader
+	metrics *metrics
+
+	ctx    context.Context // drives and sockets; cancelled by Shutdown
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closing   bool
+	drives    map[string]int // run id → 1 driving, 2 driving and asked again
+	accepting map[string]bool
+	sessions  map[string]session
+	sockets   map[*socket]struct{}
+	driveWG   sync.WaitGroup
+	socketWG  sync.WaitGroup
+
+	// beforeWrite, when set (tests only), runs before each WebSocket message
+	// is written, so a test can hold a writer back and fill its buffer.
+	beforeWrite func()
+}
+
+type session struct {
+	name    string
+	expires time.Time
+}
+
+// New validates cfg and builds the Server.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m := newMetrics()
+	ecfg := cfg.Executor
+	ecfg.Ledger, ecfg.Tools = cfg.Ledger, cfg.Tools
+	if ecfg.Logger == nil {
+		ecfg.Logger = cfg.Logger
+	}
+	// Count the executor's records that metrics need (duplicates prevented,
+	// lookups that found an effect, retries).
+	ecfg.Logger = slog.New(countingHandler{inner: ecfg.Logger.Handler(), m: m})
+	cfg.Executor = ecfg
+	eng, err := executor.New(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("ui: %w", err)
+	}
+	preview, err := parseTemplates(cfg.ToolsFile)
+	if err != nil {
+		return nil, fmt.Errorf("ui: tools file: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:       cfg,
+		led:       cfg.Ledger,
+		reg:       cfg.Tools,
+		eng:       eng,
+		pl:        cfg.Planner,
+		log:       cfg.Logger.With("component", "ui"),
+		preview:   preview,
+		metrics:   m,
+		ctx:       ctx,
+		cancel:    cancel,
+		drives:    map[string]int{},
+		accepting: map[string]bool{},
+		sessions:  map[string]session{},
+		sockets:   map[*socket]struct{}{},
+	}
+	s.up = websocket.Upgrader{
+		ReadBufferSize:  4096,
+		WriteBufferSize: 4096,
+		CheckOrigin:     s.originAllowed,
+		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+			writeError(w, status, "websocket", reason.Error(), nil)
+		},
+	}
+	s.routes()
+	return s, nil
+}
+
+// Handler serves everything: the API, the streams, the page, health and
+// metrics.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	s.mux = m
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	m.HandleFunc("GET /readyz", s.readyz)
+	m.HandleFunc("GET /metrics", s.auth(s.serveMetrics))
+	m.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	m.HandleFunc("POST /v1/session", s.createSession)
+	m.HandleFunc("DELETE /v1/session", s.auth(s.deleteSession))
+	m.HandleFunc("GET /v1/session", s.auth(s.whoami))
+	m.HandleFunc("GET /v1/tools", s.auth(s.listTools))
+	m.HandleFunc("POST /v1/runs", s.auth(s.createRun))
+	m.HandleFunc("GET /v1/runs", s.auth(s.listRuns))
+	m.HandleFunc("GET /v1/runs/{id}", s.auth(s.getRun))
+	m.HandleFunc("GET /v1/runs/{id}/plan", s.auth(s.getPlan))
+	m.HandleFunc("GET /v1/runs/{id}/events", s.auth(s.listEvents))
+	m.HandleFunc("GET /v1/runs/{id}/ws", s.auth(s.serveWS))
+	m.HandleFunc("POST /v1/runs/{id}/approve", s.auth(s.approve))
+	m.HandleFunc("POST /v1/runs/{id}/pause", s.auth(s.pause))
+	m.HandleFunc("POST /v1/runs/{id}/resume", s.auth(s.resume))
+	m.HandleFunc("POST /v1/runs/{id}/cancel", s.auth(s.cancelRun))
+	m.HandleFunc("POST /v1/runs/{id}/replay", s.auth(s.replay))
+	m.HandleFunc("POST /v1/runs/{id}/fork", s.auth(s.fork))
+	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/approve", s.auth(s.approveAction))
+	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/reject", s.auth(s.rejectAction))
+	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/edit", s.auth(s.editAction))
+	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/resolve", s.auth(s.resolveAction))
+	m.HandleFunc("GET /v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+" (see /v1/openapi.json)", nil)
+	})
+	m.HandleFunc("POST /v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+" (see /v1/openapi.json)", nil)
+	})
+	m.Handle("GET /", staticHandler())
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		writeError(w, http.StatusServiceUnavailable, "shutting_down", "the server is shutting down", nil)
+		return
+	}
+	if _, _, err := s.led.ListRuns(r.Context(), ledger.ListOptions{Limit: 1}); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "ledger", "the ledger is not available: "+err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// --- authentication ---
+
+const sessionCookie = "docket_session"
+
+type whoKey struct{}
+
+// who returns the authenticated caller's name ("token:NAME").
+func who(r *http.Request) string {
+	if v, ok := r.Context().Value(whoKey{}).(string); ok {
+		return v
+	}
+	return "unknown"
+}
+
+// tokenName returns the name of the token tok, if it is one of ours.
+func (s *Server) tokenName(tok string) (string, bool) {
+	found := ""
+	for name, secret := range s.cfg.Tokens {
+		if subtle.ConstantTimeCompare([]byte(secret), []byte(tok)) == 1 {
+			found = name
+		}
+	}
+	return found, found != ""
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// auth requires a bearer token or a session cookie. Writes authenticated
+// by the cookie alone must come from an allowed origin.
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := ""
+		if tok, ok := bearer(r); ok {
+			n, ok := s.tokenName(tok)
+			if !ok {
+				s.metrics.authFailures.Add(1)
+				writeError(w, http.StatusUnauthorized, "unauthorized", "the bearer token is not valid", nil)
+				return
+			}
+			name = n
+		} else if c, err := r.Cookie(sessionCookie); err == nil {
+			s.mu.Lock()
+			sess, ok := s.sessions[c.Value]
+			if ok && s.cfg.Now().After(sess.expires) {
+				delete(s.sessions, c.Value)
+				ok = false
+			}
+			s.mu.Unlock()
+			if !ok {
+				s.metrics.authFailures.Add(1)
+				writeError(w, http.StatusUnauthorized, "unauthorized", "the session has expired: sign in with the token again", nil)
+				return
+			}
+			if r.Method != http.MethodGet && r.Method != http.MethodHead && !s.originAllowed(r) {
+				writeError(w, http.StatusForbidden, "bad_origin", "a write with the session cookie must come from the service's own page", nil)
+				return
+			}
+			name = sess.name
+		} else {
+			s.metrics.authFailures.Add(1)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="docket"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer TOKEN (or sign in on the page)", nil)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), whoKey{}, "token:"+name)))
+	}
+}
+
+// originAllowed accepts requests without Origin (programs), the server's own
+// origin, and the configured ones.
+func (s *Server) originAllowed(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, allowed := range s.cfg.Origins {
+		if strings.EqualFold(strings.TrimRight(allowed, "/"), o) {
+			return true
+		}
+	}
+	return false
+}
+
+// createSession trades a token (bearer header, or {"token"} in the body) for
+// a session cookie.
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	if !s.originAllowed(r) {
+		writeError(w, http.StatusForbidden, "bad_origin", "sessions are created by the service's own page", nil)
+		return
+	}
+	tok, ok := bearer(r)
+	if !ok {
+		var body struct {
+			Token string `json:"token"`
+		}
+		if !s.decode(w, r, &body) {
+			return
+		}
+		tok = body.Token
+	}
+	name, ok := s.tokenName(tok)
+	if !ok {
+		s.metrics.authFailures.Add(1)
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the token is not valid", nil)
+		return
+	}
+	id, err := randomHex(32)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", err.Error(), nil)
+		return
+	}
+	now := s.cfg.Now()
+	s.mu.Lock()
+	for k, v := range s.sessions { // forget expired sessions
+		if now.After(v.expires) {
+			delete(s.sessions, k)
+		}
+	}
+	s.sessions[id] = session{name: name, expires: now.Add(s.cfg.SessionTTL)}
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{
+		Name:     sessionCookie,
+		Value:    id,
+		Path:     "/",
+		HttpOnly: true,
+		SameSite: http.SameSiteStrictMode,
+		Secure:   r.TLS != nil,
+		MaxAge:   int(s.cfg.SessionTTL / time.Second),
+	})
+	writeJSON(w, http.StatusOK, map[string]string{"name": name, "expires_at": now.Add(s.cfg.SessionTTL).UTC().Format(time.RFC3339)})
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.mu.Lock()
+		delete(s.sessions, c.Value)
+		s.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
+	planning := s.pl != nil
+	writeJSON(w, http.StatusOK, map[string]any{"who": who(r), "planner": planning})
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("reading randomness: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// --- JSON in and out ---
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Details any    `json:"details,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string, details any) {
+	writeJSON(w, status, map[string]apiError{"error": {Code: code, Message: msg, Details: details}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]apiError{"error": {Code: "internal", Message: "encoding the answer: " + err.Error()}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// readBody reads a size-capped body; false means an error answer was sent.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than %d bytes", s.cfg.MaxBodyBytes), nil)
+		return nil, false
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "reading the request body: "+err.Error(), nil)
+		return nil, false
+	}
+	return b, true
+}
+
+// decode reads a JSON body strictly (unknown fields refused, one value).
+// An empty body decodes as {}. false means an error answer was sent.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, ok := s.readBody(w, r)
+	if !ok {
+		return false
+	}
+	if err := decodeStrict(b, v); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+		return false
+	}
+	return true
+}
+
+func decodeStrict(b []byte, v any) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		b = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("the request body is not valid: %w", err)
+	}
+	if dec.More() {
+		return errors.New("the request body is not valid: more than one JSON value")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("the request body is not valid: trailing data after the JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/internal/demomodel"
+	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/ui"
+)
+
+const testToken = "test-token-0123456789"
+
+// bundle is what a test needs: the server over a fresh ledger and the demo
+// world, planned by the demo model.
+type bundle struct {
+	t         *testing.T
+	srv       *ui.Server
+	hs        *httptest.Server
+	led       *ledger.Ledger
+	world     *demoworld.World
+	reg       *tools.Registry
+	toolsFile []byte
+	dir       string
+}
+
+type options struct {
+	tune      func(*ui.Config)
+	toolsFile func(w *demoworld.World) []byte // default: the world's tools file
+	model     http.RoundTripper              // default: the demo model
+	dir       string                         // default: a new temporary directory
+}
+
+func setup(t *testing.T, o options) *bundle {
+	t.Helper()
+	w := demoworld.Start()
+	t.Cleanup(w.Close)
+	file := w.ToolsFile(demoworld.ToolsOptions{Timeout: "2s"})
+	if o.toolsFile != nil {
+		file = o.toolsFile(w)
+	}
+	f, err := httptool.Parse(file, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(f.Tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := o.dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	led, err := ledger.Open(context.Background(), ledger.Config{Dir: dir, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := o.model
+	if model == nil {
+		model = demomodel.Transport()
+	}
+	pl, err := planner.New(planner.Config{BaseURL: demomodel.BaseURL, Model: demomodel.Model, Tools: reg, HTTPClient: &http.Client{Transport: model}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ui.Config{
+		Ledger:    led,
+		Tools:     reg,
+		Planner:   pl,
+		Tokens:    map[string]string{"alice": testToken},
+		ToolsFile: file,
+		Logger:    quiet,
+		Executor:  executor.Config{SkewMargin: 10 * time.Millisecond, Retry: executor.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond}},
+	}
+	if o.tune != nil {
+		o.tune(&cfg)
+	}
+	srv, err := ui.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	b := &bundle{t: t, srv: srv, hs: hs, led: led, world: w, reg: reg, toolsFile: file, dir: dir}
+	t.Cleanup(b.stop)
+	return b
+}
+
+// stop shuts everything down in order (idempotent).
+func (b *bundle) stop() {
+	if b.hs == nil {
+		return
+	}
+	b.hs.CloseClientConnections()
+	b.hs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.srv.Shutdown(ctx); err != nil {
+		b.t.Errorf("shutdown: %v", err)
+	}
+	if err := b.led.Close(); err != nil {
+		b.t.Errorf("closing the ledger: %v", err)
+	}
+	b.hs = nil
+}
+
+// call sends an authenticated JSON request and decodes the answer into out
+// (when not nil). It returns the status.
+func (b *bundle) call(method, path string, body any, out any) int {
+	b.t.Helper()
+	return b.callWith(method, path, body, out, map[string]string{"Authorization": "Bearer " + testToken})
+}
+
+func (b *bundle) callWith(method, path string, body any, out any, headers map[string]string) int {
+	b.t.Helper()
+	var rd io.Reader
+	switch v := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(v)
+	case []byte:
+		rd = bytes.NewReader(v)
+	default:
+		raw, err := json.Marshal(v)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, b.hs.URL+path, rd)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.hs.Client().Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			b.t.Fatalf("%s %s: answer %d is not the expected JSON: %v\n%s", method, path, resp.StatusCode, err, raw)
+		}
+	}
+	return resp.StatusCode
+}
+
+// runDoc is the Run JSON as a client reads it.
+type runDoc struct {
+	RunID    string `json:"run_id"`
+	Status   string `json:"status"`
+	Revision int    `json:"revision"`
+	Goal     string `json:"goal"`
+	Policy   string `json:"policy"`
+	Error    string `json:"error"`
+	Actions  []struct {
+		ID        string          `json:"id"`
+		Tool      string          `json:"tool"`
+		Class     string          `json:"class"`
+		Key       string          `json:"key"`
+		Status    string          `json:"status"`
+		Attempts  int             `json:"attempts"`
+		Args      json.RawMessage `json:"args"`
+		DependsOn []string        `json:"depends_on"`
+		Output    json.RawMessage `json:"output"`
+		Error     string          `json:"error"`
+	} `json:"actions"`
+}
+
+func (d runDoc) action(id string) (status string, ok bool) {
+	for _, a := range d.Actions {
+		if a.ID == id {
+			return a.Status, true
+		}
+	}
+	return "", false
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string          `json:"code"`
+		Message string          `json:"message"`
+		Details json.RawMessage `json:"details"`
+	} `json:"error"`
+}
+
+// waitFor follows the run's events in the ledger until cond holds for the
+// run's document (checked after every event), or fails after a deadline.
+func (b *bundle) waitFor(runID string, what string, cond func(ledger.RunDoc) bool) ledger.RunDoc {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub, err := b.led.Subscribe(ctx, runID, 0)
+	if err != nil {
+		b.t.Fatalf("subscribing to %s: %v", runID, err)
+	}
+	defer sub.Close()
+	for {
+		doc, err := b.led.Doc(ctx, runID)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if cond(doc) {
+			return doc
+		}
+		select {
+		case _, ok := <-sub.C:
+			if !ok {
+				b.t.Fatalf("run %s: waiting for %s: subscription ended (%v); run is %s", runID, what, sub.Err(), doc.Run.Status)
+			}
+		case <-ctx.Done():
+			b.t.Fatalf("run %s: %s did not happen in time; run is %s", runID, what, doc.Run.Status)
+		}
+	}
+}
+
+func (b *bundle) waitStatus(runID string, st ledger.RunStatus) ledger.RunDoc {
+	b.t.Helper()
+	return b.waitFor(runID, "status "+string(st), func(d ledger.RunDoc) bool { return d.Run.Status == st })
+}
+
+// dropServer answers nothing: it reads the request and closes the connection,
+// so the caller cannot know whether the request took effect.
+func dropServer(t *testing.T) (url string, hits func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := make(chan int, 1)
+	count <- 0
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		n := <-count
+		count <- n + 1
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			panic("no hijacker")
+		}
+		conn, _, err := hj.Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return "http://" + ln.Addr().String(), func() int { n := <-count; count <- n; return n }
+}
+
+// onboardingPlan is the demo plan as JSON for a request body.
+func onboardingPlan(t *testing.T) json.RawMessage {
+	t.Helper()
+	return json.RawMessage(demoworld.OnboardingPlan())
+}
+
+func demomodelTransport() http.RoundTripper { return demomodel.Transport() }
+
+// approveUntilDone approves whatever waits for a person until the run ends
+// (an at-most-once action is shown again once its references resolve).
+func (b *bundle) approveUntilDone(runID string) ledger.RunDoc {
+	b.t.Helper()
+	for range 10 {
+		doc := b.waitFor(runID, "an end or a wait", func(d ledger.RunDoc) bool {
+			switch d.Run.Status {
+			case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled, ledger.RunPaused:
+				return true
+			case ledger.RunAwaitingApproval:
+				for _, a := range d.Actions {
+					if a.Status == ledger.StatusPending && a.Attempts == 0 {
+						return true
+					}
+				}
+			}
+			return false
+		})
+		if doc.Run.Status != ledger.RunAwaitingApproval {
+			return doc
+		}
+		if code := b.call("POST", "/v1/runs/"+runID+"/approve", map[string]any{}, nil); code != http.StatusOK {
+			b.t.Fatalf("approve = %d", code)
+		}
+	}
+	b.t.Fatalf("run %s still waits after 10 approvals", runID)
+	return ledger.RunDoc{}
+}

@@ -1,0 +1,469 @@
+// docket review page: no framework, no CDN. Talks to the API with the
+// session cookie and follows one run's events over a WebSocket.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  runId: null,      // the run on screen
+  doc: null,        // its Run JSON
+  lastSeq: 0,       // last event seen (resume point)
+  ws: null,
+  wsRun: null,
+  retries: 0,
+  reconnectTimer: null,
+  refreshTimer: null,
+  tools: {},        // name -> tool info (class, request template)
+  open: {},         // action id -> "edit" | "done": an editor left open across renders
+};
+
+class APIError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(e.message || ("HTTP " + status));
+    this.status = status;
+    this.code = e.code || "";
+    this.details = e.details;
+  }
+}
+
+async function api(method, path, body) {
+  const opts = { method, credentials: "same-origin", headers: {} };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, opts);
+  let data = null;
+  const text = await res.text();
+  if (text) {
+    try { data = JSON.parse(text); } catch (_) { data = null; }
+  }
+  if (!res.ok) throw new APIError(res.status, data);
+  return data;
+}
+
+function describe(err) {
+  let msg = err.message || String(err);
+  const d = err.details;
+  if (d && Array.isArray(d.problems) && d.problems.length) {
+    msg += "\n" + d.problems.map((p) => "• " + [p.action, p.field || p.path, p.message].filter(Boolean).join(": ")).join("\n");
+  }
+  return msg;
+}
+
+function el(tag, attrs, ...children) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") n.className = v;
+    else if (k === "text") n.textContent = v;
+    else if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+    else n.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    n.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return n;
+}
+
+function pretty(v) {
+  if (v === null || v === undefined) return "";
+  return JSON.stringify(v, null, 2);
+}
+
+// --- connection state ---
+
+function setConn(kind, text) {
+  const c = $("conn");
+  c.className = "conn conn-" + kind;
+  c.textContent = text;
+}
+
+// --- sign in ---
+
+async function signIn(token) {
+  await api("POST", "/v1/session", { token });
+}
+
+async function start() {
+  // A token may come in the URL fragment (never sent to the server): trade it
+  // for a session cookie and drop it from the address bar at once.
+  const frag = new URLSearchParams(location.hash.slice(1));
+  const tok = frag.get("token");
+  if (tok) {
+    frag.delete("token");
+    history.replaceState(null, "", location.pathname + location.search + (frag.toString() ? "#" + frag : ""));
+    try { await signIn(tok); } catch (e) { showSignIn(describe(e)); return; }
+  }
+  let me;
+  try {
+    me = await api("GET", "/v1/session");
+  } catch (e) {
+    if (e.status === 401) { showSignIn(""); return; }
+    setConn("off", "server unreachable");
+    return;
+  }
+  showApp(me);
+}
+
+function showSignIn(msg) {
+  $("app").hidden = true;
+  $("signin").hidden = false;
+  $("signin-error").textContent = msg || "";
+  $("token").focus();
+}
+
+async function showApp(me) {
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  $("who").textContent = me.who;
+  if (!me.planner) {
+    $("goal").placeholder = "this server has no model configured: create runs with a plan through the API";
+  }
+  try {
+    const t = await api("GET", "/v1/tools");
+    for (const x of t.tools) state.tools[x.name] = x;
+  } catch (_) { /* previews are optional */ }
+  await loadRuns();
+  const frag = new URLSearchParams(location.hash.slice(1));
+  if (frag.get("run")) selectRun(frag.get("run"));
+  setInterval(loadRuns, 5000);
+}
+
+$("signin-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  try {
+    await signIn($("token").value);
+    $("token").value = "";
+    start();
+  } catch (e) {
+    $("signin-error").textContent = describe(e);
+  }
+});
+
+// --- runs list ---
+
+async function loadRuns() {
+  let list;
+  try {
+    list = await api("GET", "/v1/runs?limit=50");
+  } catch (e) {
+    if (e.status === 401) showSignIn("Your session ended: sign in again.");
+    return;
+  }
+  const ul = $("runs");
+  ul.replaceChildren(...list.runs.map((r) => el("li", {},
+    el("button", {
+      class: "run-item" + (r.run_id === state.runId ? " current" : ""),
+      "data-run": r.run_id,
+      "aria-current": r.run_id === state.runId ? "true" : null,
+      onclick: () => selectRun(r.run_id),
+    },
+      el("span", { class: "badge status-" + r.status, text: r.status }),
+      el("span", { class: "run-id", text: r.run_id }),
+      el("span", { class: "run-goal", text: r.goal || "(no goal)" })))));
+  if (!list.runs.length) ul.append(el("li", { class: "muted", text: "No runs yet." }));
+}
+
+// --- new run ---
+
+$("new-run").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const goal = $("goal").value.trim();
+  $("new-run-error").textContent = "";
+  if (!goal) { $("new-run-error").textContent = "Type a goal first."; return; }
+  const btn = $("create");
+  btn.disabled = true;
+  btn.textContent = "Planning…";
+  try {
+    const doc = await api("POST", "/v1/runs", { goal, approve: $("policy").value });
+    $("goal").value = "";
+    await loadRuns();
+    selectRun(doc.run_id, doc);
+  } catch (e) {
+    $("new-run-error").textContent = describe(e);
+  } finally {
+    btn.disabled = false;
+    btn.textContent = "Plan it";
+  }
+});
+
+$("goal").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
+    ev.preventDefault();
+    $("new-run").requestSubmit();
+  }
+});
+
+// --- one run ---
+
+function selectRun(id, doc) {
+  if (state.runId !== id) {
+    state.runId = id;
+    state.doc = null;
+    state.lastSeq = 0;
+    state.open = {};
+    $("events").replaceChildren();
+    history.replaceState(null, "", "#run=" + encodeURIComponent(id));
+  }
+  for (const b of document.querySelectorAll(".run-item")) {
+    const cur = b.dataset.run === id;
+    b.classList.toggle("current", cur);
+    if (cur) b.setAttribute("aria-current", "true"); else b.removeAttribute("aria-current");
+  }
+  $("no-run").hidden = true;
+  $("run-view").hidden = false;
+  if (doc) render(doc);
+  refresh();
+  connect();
+  $("run-title").focus();
+}
+
+async function refresh() {
+  const id = state.runId;
+  if (!id) return;
+  try {
+    const doc = await api("GET", "/v1/runs/" + encodeURIComponent(id));
+    if (id === state.runId) render(doc);
+  } catch (e) {
+    if (e.status === 401) { showSignIn("Your session ended: sign in again."); return; }
+    $("run-msg").textContent = describe(e);
+  }
+}
+
+// Coalesce refreshes: a burst of events costs one GET.
+function scheduleRefresh() {
+  if (state.refreshTimer) return;
+  state.refreshTimer = setTimeout(() => { state.refreshTimer = null; refresh(); }, 60);
+}
+
+function connect() {
+  const id = state.runId;
+  if (state.ws && state.wsRun === id && state.ws.readyState <= 1) return;
+  if (state.ws) { state.ws.onclose = null; state.ws.close(1000); }
+  clearTimeout(state.reconnectTimer);
+  const proto = location.protocol === "https:" ? "wss://" : "ws://";
+  const ws = new WebSocket(proto + location.host + "/v1/runs/" + encodeURIComponent(id) + "/ws?after=" + state.lastSeq);
+  state.ws = ws;
+  state.wsRun = id;
+  setConn("wait", "connecting…");
+  ws.onopen = () => { state.retries = 0; setConn("on", "live"); scheduleRefresh(); };
+  ws.onmessage = (m) => {
+    let msg;
+    try { msg = JSON.parse(m.data); } catch (_) { return; }
+    if (msg.type === "event" && msg.event && state.wsRun === state.runId) {
+      if (msg.event.seq <= state.lastSeq) return; // never twice
+      state.lastSeq = msg.event.seq;
+      logEvent(msg.event);
+      scheduleRefresh();
+    } else if (msg.type === "error") {
+      $("run-msg").textContent = (msg.error && msg.error.message) || "error";
+    }
+  };
+  ws.onclose = (ev) => {
+    if (state.ws !== ws) return;
+    const why = ev.code === 4000 ? "fell behind" : ev.code === 1001 ? "server going away" : "disconnected";
+    const delay = Math.min(5000, 250 * 2 ** state.retries++);
+    setConn("off", why + ": reconnecting in " + Math.round(delay / 100) / 10 + "s");
+    state.reconnectTimer = setTimeout(() => { if (state.runId === id) connect(); }, delay);
+  };
+}
+
+function logEvent(ev) {
+  const at = new Date(ev.at).toLocaleTimeString();
+  let data = "";
+  if (ev.data !== undefined) {
+    data = JSON.stringify(ev.data);
+    if (data.length > 200) data = data.slice(0, 200) + "…";
+  }
+  const li = el("li", { "data-seq": ev.seq },
+    el("span", { class: "seq", text: "#" + ev.seq }),
+    el("span", { class: "at", text: at }),
+    el("span", { class: "etype", text: ev.type }),
+    ev.action_id ? el("span", { class: "eaction", text: ev.action_id }) : null,
+    data ? el("code", { class: "edata", text: data }) : null);
+  const log = $("events");
+  log.append(li);
+  while (log.children.length > 500) log.firstChild.remove();
+  li.scrollIntoView({ block: "nearest" });
+}
+
+// dependency order, stable in plan order
+function ordered(actions) {
+  const byId = new Map(actions.map((a) => [a.id, a]));
+  const out = [];
+  const seen = new Set();
+  const visit = (a) => {
+    if (seen.has(a.id)) return;
+    seen.add(a.id);
+    for (const d of a.depends_on || []) if (byId.has(d)) visit(byId.get(d));
+    out.push(a);
+  };
+  actions.forEach(visit);
+  return out;
+}
+
+function render(doc) {
+  state.doc = doc;
+  const r = doc;
+  $("run-title").textContent = r.run_id;
+  $("run-title").tabIndex = -1;
+  const st = $("run-status");
+  st.textContent = r.status.replace("_", " ");
+  st.className = "badge status-" + r.status;
+  st.dataset.status = r.status;
+  $("run-rev").textContent = "revision " + r.revision + " · policy " + r.policy;
+  $("run-goal").textContent = r.goal || "";
+  $("run-error").textContent = r.error || "";
+  const live = !["completed", "failed", "cancelled"].includes(r.status);
+  const waiting = r.actions.some((a) => a.status === "pending" && a.attempts === 0);
+  $("approve-all").disabled = !live || !waiting;
+  $("pause").disabled = !live || r.status === "paused";
+  $("resume").disabled = !live || r.status === "running";
+  $("cancel").disabled = !live;
+
+  const list = $("actions");
+  const focused = document.activeElement && document.activeElement.closest("[data-action]");
+  const focusKey = focused && document.activeElement.dataset.op ? [focused.dataset.action, document.activeElement.dataset.op] : null;
+  list.replaceChildren(...ordered(r.actions).map(renderAction));
+  if (focusKey) {
+    const again = list.querySelector(`[data-action="${CSS.escape(focusKey[0])}"] [data-op="${focusKey[1]}"]`);
+    if (again && !again.disabled) again.focus();
+  }
+}
+
+function renderAction(a) {
+  const tool = state.tools[a.tool] || {};
+  const reviewable = a.attempts === 0 && (a.status === "pending" || a.status === "approved");
+  const li = el("li", { class: "action status-" + a.status, "data-action": a.id, "data-status": a.status },
+    el("div", { class: "action-head" },
+      el("strong", { class: "action-id", text: a.id }),
+      el("span", { class: "tool", text: a.tool }),
+      el("span", { class: "badge class-" + a.class, title: classHelp[a.class] || "", text: (a.class || "").replace(/_/g, " ") }),
+      el("span", { class: "badge status-" + a.status, "data-role": "status", text: a.status.replace("_", " ") }),
+      el("span", { class: "muted", text: a.attempts + (a.attempts === 1 ? " attempt" : " attempts") }),
+      a.depends_on && a.depends_on.length ? el("span", { class: "muted", text: "after " + a.depends_on.join(", ") }) : null),
+    a.key ? el("div", { class: "key", title: a.key }, "key ", el("code", { text: a.key.slice(0, 20) + "…" })) : null,
+    el("details", { open: true }, el("summary", { text: "arguments" }), el("pre", { text: pretty(a.args) })),
+    tool.request ? renderPreview(tool.request, a) : null,
+    a.output !== null && a.output !== undefined ? el("details", { open: true }, el("summary", { text: "output" }), el("pre", { class: "output", text: pretty(a.output) })) : null,
+    a.error ? el("p", { class: "error", text: a.error }) : null);
+
+  const buttons = el("div", { class: "buttons" });
+  const op = (label, name, fn, cls) => buttons.append(el("button", { "data-op": name, class: cls, onclick: fn, text: label }));
+  const live = state.doc && !["completed", "failed", "cancelled"].includes(state.doc.status);
+  if (live && reviewable) {
+    if (a.status === "pending") op("Approve", "approve", () => act("POST", `/actions/${enc(a.id)}/approve`, {}));
+    op("Reject", "reject", () => {
+      const reason = prompt("Why reject " + a.id + "?", "");
+      if (reason !== null) act("POST", `/actions/${enc(a.id)}/reject`, { reason });
+    }, "danger");
+    op("Edit arguments", "edit", () => { state.open[a.id] = "edit"; render(state.doc); });
+  }
+  if (a.status === "needs_review") {
+    li.append(el("p", { class: "review-note", text: "Outcome unknown: check the external system, then say what happened." }));
+    op("It happened: record output…", "done", () => { state.open[a.id] = "done"; render(state.doc); });
+    op("It did not happen: retry", "retry", () => act("POST", `/actions/${enc(a.id)}/resolve`, { retry: true }));
+    op("Skip it", "skip", () => act("POST", `/actions/${enc(a.id)}/resolve`, { skip: true }), "danger");
+  }
+  if (buttons.children.length) li.append(buttons);
+  if (state.open[a.id] === "edit" && reviewable) li.append(editor(a, "edit"));
+  if (state.open[a.id] === "done" && a.status === "needs_review") li.append(editor(a, "done"));
+  return li;
+}
+
+const classHelp = {
+  read_only: "reads only: runs freely",
+  idempotent: "repeating it changes nothing more",
+  keyed: "the provider deduplicates by docket's key",
+  lookup: "docket looks for an earlier effect before writing again",
+  at_most_once: "cannot be deduplicated or searched: never retried automatically",
+};
+
+function editor(a, kind) {
+  const id = "ed-" + kind + "-" + a.id;
+  const ta = el("textarea", { id, rows: 8, class: "json", spellcheck: "false", "aria-label": kind === "edit" ? "arguments (JSON)" : "output (JSON)" });
+  ta.value = kind === "edit" ? pretty(a.args) : "{}";
+  const msg = el("p", { class: "error", role: "alert" });
+  const save = async () => {
+    let v;
+    try { v = JSON.parse(ta.value); } catch (e) { msg.textContent = "Not valid JSON: " + e.message; return; }
+    try {
+      if (kind === "edit") await api("POST", runPath() + `/actions/${enc(a.id)}/edit`, { args: v });
+      else await api("POST", runPath() + `/actions/${enc(a.id)}/resolve`, { done: v });
+      delete state.open[a.id];
+      refresh();
+    } catch (e) { msg.textContent = describe(e); }
+  };
+  ta.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); save(); }
+    if (ev.key === "Escape") { delete state.open[a.id]; render(state.doc); }
+  });
+  setTimeout(() => ta.focus(), 0);
+  return el("div", { class: "editor" },
+    el("label", { for: id, text: kind === "edit" ? "Arguments (validated against the tool's schema; the key changes)" : "The action's output, as JSON" }),
+    ta,
+    el("div", { class: "buttons" },
+      el("button", { "data-op": kind === "edit" ? "save-edit" : "save-done", onclick: save, text: "Save (Ctrl+Enter)" }),
+      el("button", { onclick: () => { delete state.open[a.id]; render(state.doc); }, text: "Cancel (Esc)" })),
+    msg);
+}
+
+// renderPreview shows the HTTP request an action will send, from the tool's
+// masked request template (secrets never reach the page).
+function renderPreview(t, a) {
+  const args = a.args || {};
+  const key = a.key || "(key: derived when claimed)";
+  const sub = (s, urlEscape) => s.replace(/\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}/g, (_, f) => {
+    const v = args[f];
+    const text = typeof v === "string" ? v : JSON.stringify(v);
+    return urlEscape ? encodeURIComponent(text === undefined ? "" : text) : (text === undefined ? "" : text);
+  }).replace(/\{\{\s*key\s*\}\}/g, key);
+  const walk = (v) => {
+    if (typeof v === "string") {
+      const m = v.match(/^\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}$/);
+      if (m) return args[m[1]];
+      return sub(v, false);
+    }
+    if (Array.isArray(v)) return v.map(walk);
+    if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
+    return v;
+  };
+  const lines = [t.method + " " + sub(t.url, true)];
+  for (const [k, v] of Object.entries(t.headers || {})) lines.push(k + ": " + sub(v, false));
+  if (t.key_header) lines.push(t.key_header + ": " + key);
+  let body = "";
+  if (t.method !== "GET" && t.method !== "DELETE") body = pretty(t.body !== undefined ? walk(t.body) : args);
+  return el("details", { class: "preview" }, el("summary", { text: "request preview" }),
+    el("pre", { text: lines.join("\n") + (body ? "\n\n" + body : "") }));
+}
+
+function enc(s) { return encodeURIComponent(s); }
+function runPath() { return "/v1/runs/" + enc(state.runId); }
+
+async function act(method, suffix, body) {
+  $("run-msg").textContent = "";
+  try {
+    const doc = await api(method, runPath() + suffix, body);
+    if (doc && doc.run_id === state.runId) render(doc);
+    return doc;
+  } catch (e) {
+    $("run-msg").textContent = describe(e);
+    return null;
+  }
+}
+
+$("approve-all").addEventListener("click", () => act("POST", "/approve", {}));
+$("pause").addEventListener("click", () => act("POST", "/pause", {}));
+$("resume").addEventListener("click", () => act("POST", "/resume", {}));
+$("cancel").addEventListener("click", () => {
+  if (confirm("Cancel run " + state.runId + " for good? Actions in flight finish; nothing new starts.")) act("POST", "/cancel", {});
+});
+$("fork").addEventListener("click", async () => {
+  if (!confirm("Fork run " + state.runId + "? Every action of its plan runs again, on purpose, as a new run.")) return;
+  const doc = await act("POST", "/fork", {});
+  if (doc) { await loadRuns(); selectRun(doc.run_id, doc); }
+});
+
+start();

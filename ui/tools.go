@@ -1,0 +1,97 @@
+package ui
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+// requestTemplate is an HTTP tool's request as the tools file writes it, with
+// every {{env "NAME"}} masked, so the page can preview the request an action
+// will send without ever seeing a secret.
+type requestTemplate struct {
+	Method    string            `json:"method"`
+	URL       string            `json:"url"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Body      json.RawMessage   `json:"body,omitempty"`
+	KeyHeader string            `json:"key_header,omitempty"`
+}
+
+var envTemplate = regexp.MustCompile(`\{\{\s*env\s+"[^"]*"\s*\}\}`)
+
+// mask replaces every environment template with a mask.
+func mask(s string) string { return envTemplate.ReplaceAllString(s, "••••") }
+
+// parseTemplates reads the request templates of a tools file (nil: none).
+func parseTemplates(file []byte) (map[string]requestTemplate, error) {
+	out := map[string]requestTemplate{}
+	if len(file) == 0 {
+		return out, nil
+	}
+	var f struct {
+		Tools []struct {
+			Name      string          `json:"name"`
+			KeyHeader string          `json:"key_header"`
+			Request   json.RawMessage `json:"request"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(file, &f); err != nil {
+		return nil, fmt.Errorf("reading request templates: %w", err)
+	}
+	for _, t := range f.Tools {
+		if len(t.Request) == 0 {
+			continue
+		}
+		var req struct {
+			Method  string            `json:"method"`
+			URL     string            `json:"url"`
+			Headers map[string]string `json:"headers"`
+			Body    json.RawMessage   `json:"body"`
+		}
+		if err := json.Unmarshal(t.Request, &req); err != nil {
+			return nil, fmt.Errorf("tool %s: request: %w", t.Name, err)
+		}
+		rt := requestTemplate{Method: strings.ToUpper(req.Method), URL: mask(req.URL), KeyHeader: t.KeyHeader}
+		if len(req.Headers) > 0 {
+			rt.Headers = map[string]string{}
+			for k, v := range req.Headers {
+				rt.Headers[k] = mask(v)
+			}
+		}
+		if len(req.Body) > 0 {
+			rt.Body = json.RawMessage(mask(string(req.Body)))
+			if !json.Valid(rt.Body) {
+				rt.Body = nil
+			}
+		}
+		out[t.Name] = rt
+	}
+	return out, nil
+}
+
+// toolInfo is one tool as GET /v1/tools describes it.
+type toolInfo struct {
+	Name        string           `json:"name"`
+	Description string           `json:"description"`
+	Class       string           `json:"class"`
+	InputSchema json.RawMessage  `json:"input_schema"`
+	Request     *requestTemplate `json:"request,omitempty"`
+}
+
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
+	out := []toolInfo{}
+	for _, name := range s.reg.Names() {
+		spec, ok := s.reg.Spec(name)
+		if !ok {
+			continue
+		}
+		ti := toolInfo{Name: name, Description: spec.Description, Class: string(spec.Class), InputSchema: spec.InputSchema}
+		if rt, ok := s.preview[name]; ok {
+			ti.Request = &rt
+		}
+		out = append(out, ti)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tools": out})
+}
