@@ -41,8 +41,8 @@ type bundle struct {
 type options struct {
 	tune      func(*ui.Config)
 	toolsFile func(w *demoworld.World) []byte // default: the world's tools file
-	model     http.RoundTripper              // default: the demo model
-	dir       string                         // default: a new temporary directory
+	model     http.RoundTripper               // default: the demo model
+	dir       string                          // default: a new temporary directory
 }
 
 func setup(t *testing.T, o options) *bundle {

@@ -269,8 +269,11 @@ func (r *errorRecorder) Header() http.Header {
 	}
 	return r.header
 }
-func (r *errorRecorder) Write(b []byte) (int, error) { r.body = append(r.body, b...); return len(b), nil }
-func (r *errorRecorder) WriteHeader(code int)        { r.status = code }
+func (r *errorRecorder) Write(b []byte) (int, error) {
+	r.body = append(r.body, b...)
+	return len(b), nil
+}
+func (r *errorRecorder) WriteHeader(code int) { r.status = code }
 
 func (r *errorRecorder) err() *apiError {
 	var body struct {
