@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools"
+)
+
+func init() {
+	register("chat", "plan and perform actions in a conversation: each turn's plan is shown, approved by you, then performed",
+		func(env Env) command { return &chatCmd{env: env} })
+}
+
+// chatCmd is `docket chat --tools FILE [--data DIR]`: an interactive session.
+// Each line you type is a turn: the model plans (read-only tools may run
+// while it thinks), the plan is recorded as a new run that waits for you, is
+// shown with each action's tool, arguments, effect class and key, and runs
+// once you approve it. Its results go back into the conversation.
+type chatCmd struct{ env Env }
+
+const chatUsage = "chat --tools FILE [--data DIR] [--model NAME] [--base-url URL] [--temperature T] [--max-tokens N] [--timeout D] [--mode tools|json_schema]"
+
+func (c *chatCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("chat", chatUsage, c.env.Stderr)
+	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
+	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	mf := addModelFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("chat takes no positional arguments (got %q)", pos)
+	}
+	reg, err := loadTools(*toolsPath, c.env)
+	if err != nil {
+		return err
+	}
+	p, err := mf.planner(c.env, reg)
+	if err != nil {
+		return err
+	}
+	l, err := openLedger(ctx, *data, c.env.Stderr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	eng, err := newEngine(c.env, l, reg)
+	if err != nil {
+		return err
+	}
+	session, err := randomHex(4)
+	if err != nil {
+		return err
+	}
+	s := &chat{env: c.env, out: c.env.Stdout, in: bufio.NewScanner(c.env.Stdin), p: p, eng: eng, l: l, reg: reg, session: session, data: *data, tools: *toolsPath}
+	s.in.Buffer(make([]byte, 64<<10), 1<<20)
+	return s.loop(ctx)
+}
+
+// chat is one interactive session.
+type chat struct {
+	env     Env
+	out     io.Writer
+	in      *bufio.Scanner
+	p       *planner.Planner
+	eng     *executor.Engine
+	l       *ledger.Ledger
+	reg     *tools.Registry
+	session string
+	data    string
+	tools   string
+	turn    int
+	conv    []openai.ChatCompletionMessage
+}
+
+func (s *chat) say(format string, a ...any) { fmt.Fprintf(s.out, format+"\n", a...) }
+
+// prompt prints q and reads one line; ok is false at the end of the input.
+func (s *chat) prompt(q string) (string, bool) {
+	fmt.Fprint(s.out, q)
+	if !s.in.Scan() {
+		fmt.Fprintln(s.out)
+		return "", false
+	}
+	return strings.TrimSpace(s.in.Text()), true
+}
+
+func (s *chat) loop(ctx context.Context) error {
+	s.say("docket chat: %d tools. Each request is planned, shown, and performed only once you approve it. Type exit (or end the input) to leave.", len(s.reg.Names()))
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		line, ok := s.prompt("\nyou> ")
+		if !ok || line == "exit" || line == "quit" {
+			s.say("bye")
+			return s.in.Err()
+		}
+		if line == "" {
+			continue
+		}
+		if err := s.handle(ctx, line); err != nil {
+			if errors.Is(err, context.Canceled) || exitCode(err) == exitBad || exitCode(err) == exitBusy {
+				return err
+			}
+			fmt.Fprintf(s.env.Stderr, "docket: %v\n", err)
+		}
+	}
+}
+
+// handle plans one turn, records it, asks for approval, performs it and
+// feeds the results back into the conversation.
+func (s *chat) handle(ctx context.Context, line string) error {
+	s.turn++
+	res, err := s.p.Plan(ctx, planner.Request{Messages: s.conv, Goal: line})
+	if err != nil {
+		return err
+	}
+	s.conv = res.Messages
+	if res.Reply != "" {
+		s.say("model> %s", res.Reply)
+	}
+	if len(res.Plan.Actions) == 0 {
+		return nil
+	}
+	runID := fmt.Sprintf("chat_%s_%d", s.session, s.turn)
+	// Recorded first, every action waiting for you: nothing runs before the plan is durable and approved.
+	doc, err := s.eng.Run(ctx, runID, res.Plan, &executor.RunOptions{Policy: executor.PolicyNone})
+	if err != nil {
+		return fmt.Errorf("recording the plan: %w", err)
+	}
+	s.say("\nplan (run %s):", runID)
+	s.show(runID, res.Plan.Actions, doc)
+	for doc.Run.Status == ledger.RunAwaitingApproval {
+		waiting := pendingIDs(doc)
+		q := "approve and perform it? [y/N] "
+		if len(waiting) < len(res.Plan.Actions) {
+			q = fmt.Sprintf("approve %s now (arguments resolved)? [y/N] ", strings.Join(waiting, ", "))
+		}
+		answer, ok := s.prompt(q)
+		if !ok || !yes(answer) {
+			return s.decline(ctx, runID, waiting)
+		}
+		if err := s.eng.Approve(ctx, runID, waiting, reviewer(s.env)); err != nil {
+			return err
+		}
+		if doc, err = s.eng.Resume(ctx, runID, nil); err != nil {
+			return err
+		}
+		if doc.Run.Status == ledger.RunAwaitingApproval {
+			s.say("\nresolved arguments, to approve again:")
+			s.show(runID, pickActions(res.Plan.Actions, pendingIDs(doc)), doc)
+		}
+	}
+	s.results(doc)
+	s.conv = append(s.conv, planner.ResultsMessage(runID, doc.Actions))
+	return nil
+}
+
+// decline rejects the waiting actions, lets the run end cleanly and tells
+// the model.
+func (s *chat) decline(ctx context.Context, runID string, waiting []string) error {
+	for _, id := range waiting {
+		if err := s.eng.Reject(ctx, runID, id, "declined in docket chat", reviewer(s.env)); err != nil {
+			return err
+		}
+	}
+	doc, err := s.eng.Resume(ctx, runID, nil)
+	if err != nil {
+		return err
+	}
+	s.say("declined: nothing more is performed (run %s %s)", runID, doc.Run.Status)
+	s.conv = append(s.conv, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser,
+		Content: fmt.Sprintf("[docket] I declined the plan of run %s.", runID)})
+	s.conv = append(s.conv, planner.ResultsMessage(runID, doc.Actions))
+	return nil
+}
+
+// show prints each action: id, tool, effect class, key, dependencies, args.
+func (s *chat) show(runID string, actions []plan.Action, doc ledger.RunDoc) {
+	rows := map[string]ledger.Action{}
+	for _, a := range doc.Actions {
+		rows[a.ID] = a
+	}
+	for _, a := range actions {
+		row := rows[a.ID]
+		args := a.Args
+		if len(row.Args) > 0 {
+			args = row.Args // resolved once claimed or shown again
+		}
+		class := row.Class
+		if spec, ok := s.reg.Spec(a.Tool); ok && class == "" {
+			class = string(spec.Class)
+		}
+		key := row.Key
+		if key == "" {
+			key = actionKey(runID, a.ID, a.Tool, args)
+		}
+		s.say("  %s  %s  [%s]", a.ID, a.Tool, class)
+		s.say("      key   %s", key)
+		if len(a.DependsOn) > 0 {
+			s.say("      after %s", strings.Join(a.DependsOn, ", "))
+		}
+		s.say("      args  %s", clip(string(args), 2000))
+		if spec, ok := s.reg.Spec(a.Tool); ok {
+			if need, why := tools.NeedsApproval(spec, args); need && why != "" {
+				s.say("      needs approval: %s", why)
+			}
+		}
+		if a.Why != "" {
+			s.say("      why   %s", oneLine(clip(a.Why, 200)))
+		}
+	}
+}
+
+// actionKey is the key the action will run under, or says when it will be
+// known: a key covers the resolved arguments.
+func actionKey(runID, id, tool string, args json.RawMessage) string {
+	refs, err := plan.Refs(args)
+	if err == nil && len(refs) == 0 {
+		if k, err := plan.Key(runID, id, tool, args); err == nil {
+			return k
+		}
+	}
+	if err == nil {
+		return fmt.Sprintf("(derived once %s resolves)", refs[0].Text)
+	}
+	return "(unknown: " + err.Error() + ")"
+}
+
+func (s *chat) results(doc ledger.RunDoc) {
+	s.say("\nrun %s %s:", doc.Run.ID, doc.Run.Status)
+	for _, a := range doc.Actions {
+		line := fmt.Sprintf("  %s  %s  %s", a.ID, a.Tool, a.Status)
+		if len(a.Output) > 0 {
+			line += "  " + clip(string(a.Output), 500)
+		}
+		if a.Error != "" {
+			line += "  error: " + oneLine(clip(a.Error, 300))
+		}
+		s.say("%s", line)
+	}
+	if doc.Run.Status == ledger.RunPaused {
+		s.say("%s", waitingMessage(doc, s.data, s.tools))
+	}
+}
+
+func pendingIDs(doc ledger.RunDoc) []string {
+	var ids []string
+	for _, a := range doc.Actions {
+		if a.Status == ledger.StatusPending && !a.Undo {
+			ids = append(ids, a.ID)
+		}
+	}
+	return ids
+}
+
+func pickActions(all []plan.Action, ids []string) []plan.Action {
+	var out []plan.Action
+	for _, a := range all {
+		for _, id := range ids {
+			if a.ID == id {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+func yes(s string) bool {
+	s = strings.ToLower(strings.TrimSpace(s))
+	return s == "y" || s == "yes"
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making a session id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}

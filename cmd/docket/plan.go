@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools"
+)
+
+func init() {
+	register("plan", "plan a goal with the model and print the plan JSON (nothing runs, nothing is recorded)",
+		func(env Env) command { return &planCmd{env: env} })
+	exitMappers = append(exitMappers, plannerErrorCode)
+}
+
+// planCmd is `docket plan --tools FILE --goal TEXT`: it asks the model for a
+// plan and prints it as {"goal", "actions"} on stdout. Read-only tools may run
+// while the model thinks; nothing else runs and nothing is recorded.
+type planCmd struct{ env Env }
+
+const planUsage = "plan --tools FILE --goal TEXT [--model NAME] [--base-url URL] [--temperature T] [--max-tokens N] [--timeout D] [--mode tools|json_schema] [--full]"
+
+func (c *planCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("plan", planUsage, c.env.Stderr)
+	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
+	goal := fs.String("goal", "", "what to plan")
+	full := fs.Bool("full", false, "also print the plan's id, provenance (meta), created_at and the whole model exchange (transcript)")
+	mf := addModelFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("plan takes no positional arguments (got %q); put the goal in --goal", pos)
+	}
+	if strings.TrimSpace(*goal) == "" {
+		return usageError("--goal TEXT is required")
+	}
+	reg, err := loadTools(*toolsPath, c.env)
+	if err != nil {
+		return err
+	}
+	p, err := mf.planner(c.env, reg)
+	if err != nil {
+		return err
+	}
+	res, err := p.Plan(ctx, planner.Request{Goal: *goal})
+	if err != nil {
+		return err
+	}
+	out := any(struct {
+		Goal    string `json:"goal"`
+		Actions any    `json:"actions"`
+	}{res.Plan.Goal, res.Plan.Actions})
+	if *full {
+		out = res.Plan
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the plan: %w", err)
+	}
+	if _, err := c.env.Stdout.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if res.Reply != "" {
+		fmt.Fprintf(c.env.Stderr, "model: %s\n", oneLine(res.Reply))
+	}
+	fmt.Fprintf(c.env.Stderr, "docket: planned %d %s in %d model %s (%d tokens)\n",
+		len(res.Plan.Actions), plural(len(res.Plan.Actions), "action", "actions"), res.Rounds, plural(res.Rounds, "turn", "turns"), res.Usage.TotalTokens)
+	return nil
+}
+
+// modelFlags are the model endpoint flags of plan, chat and run --goal; they
+// override OPENAI_BASE_URL, OPENAI_API_KEY's endpoint and OPENAI_MODEL. The
+// key itself is read from the environment only, never from a flag (flags
+// show up in process listings and shell history).
+type modelFlags struct {
+	model, baseURL, temperature, mode *string
+	maxTokens                         *int
+	timeout                           *time.Duration
+}
+
+func addModelFlags(fs *flag.FlagSet) *modelFlags {
+	return &modelFlags{
+		model:       fs.String("model", "", "model name (default $OPENAI_MODEL)"),
+		baseURL:     fs.String("base-url", "", "API root including /v1 (default $OPENAI_BASE_URL, else "+planner.DefaultBaseURL+")"),
+		temperature: fs.String("temperature", "", "sampling temperature 0..2 (default: the server's)"),
+		mode:        fs.String("mode", string(planner.ModeTools), "tools (tool calling) or json_schema (structured output, for models without tool calling)"),
+		maxTokens:   fs.Int("max-tokens", 0, "bound of each model reply in tokens (default 4096)"),
+		timeout:     fs.Duration("timeout", 0, "timeout of each model request (default 2m)"),
+	}
+}
+
+// config is the planner configuration: the environment, overridden by flags.
+func (f *modelFlags) config(env Env, reg *tools.Registry) (planner.Config, error) {
+	cfg := planner.ConfigFromEnv(env.Getenv)
+	if *f.model != "" {
+		cfg.Model = *f.model
+	}
+	if *f.baseURL != "" {
+		cfg.BaseURL = *f.baseURL
+	}
+	if s := strings.TrimSpace(*f.temperature); s != "" {
+		t, err := strconv.ParseFloat(s, 32)
+		if err != nil {
+			return cfg, usageError("--temperature %q is not a number", s)
+		}
+		t32 := float32(t)
+		cfg.Temperature = &t32
+	}
+	if *f.maxTokens < 0 {
+		return cfg, usageError("--max-tokens must not be negative")
+	}
+	if *f.timeout < 0 {
+		return cfg, usageError("--timeout must not be negative")
+	}
+	cfg.MaxTokens = *f.maxTokens
+	cfg.Timeout = *f.timeout
+	cfg.Mode = planner.Mode(*f.mode)
+	cfg.Tools = reg
+	cfg.Logger = cliLogger(env.Stderr)
+	return cfg, nil
+}
+
+func (f *modelFlags) planner(env Env, reg *tools.Registry) (*planner.Planner, error) {
+	cfg, err := f.config(env, reg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := planner.New(cfg)
+	if err != nil {
+		return nil, withCode(exitBad, err)
+	}
+	return p, nil
+}
+
+// plannerErrorCode maps planning errors to exit codes: a configuration or
+// request the planner refuses, or a model endpoint that refuses us for good
+// (bad key, unknown model: a 4xx other than 408/429), is bad input (2); a model
+// that failed to produce a valid plan, or an endpoint that stayed unavailable,
+// is a failure (1).
+func plannerErrorCode(err error) (int, bool) {
+	if errors.Is(err, planner.ErrConfig) || errors.Is(err, planner.ErrBadRequest) {
+		return exitBad, true
+	}
+	var me *planner.ModelError
+	if errors.As(err, &me) {
+		if me.Retryable() {
+			return exitFailed, true
+		}
+		return exitBad, true
+	}
+	var pe *planner.PlanningError
+	if errors.As(err, &pe) {
+		return exitFailed, true
+	}
+	return 0, false
+}
