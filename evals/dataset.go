@@ -46,6 +46,15 @@ type Case struct {
 	Expect Expect `json:"expect"`
 	// Source records where the case came from (free text, e.g. "bfcl").
 	Source string `json:"source,omitempty"`
+	// Reference is a plan known to be right (optional). Scoring ignores it;
+	// docket eval check scores it against the expectation, so a dataset's
+	// expectations are tested too, and test models answer with it.
+	Reference []Call `json:"reference,omitempty"`
+	// Observations answer read_only tools while the model plans (they run
+	// during planning, DESIGN.md rule 3): a call gets the output of the
+	// first observation for its tool whose args equal the call's (or that
+	// gives no args). Evaluations never reach real systems.
+	Observations []Observation `json:"observations,omitempty"`
 
 	reg       *tools.Registry
 	file      string
@@ -63,6 +72,13 @@ func (c *Case) Where() string {
 		return "case " + c.ID
 	}
 	return fmt.Sprintf("%s:%d", c.file, c.line)
+}
+
+// Observation is a read_only tool's answer during planning.
+type Observation struct {
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args,omitempty"`
+	Output json.RawMessage `json:"output"`
 }
 
 // Message is one turn of a conversation.
@@ -482,9 +498,12 @@ func (l *loader) registry(c *Case) (*tools.Registry, []fieldMsg) {
 		if !ok {
 			res.reg, res.err = loadToolsFile(p)
 			l.files[p] = res
+			if res.err != nil {
+				return nil, []fieldMsg{{"tools_file", res.err.Error()}}
+			}
 		}
 		if res.err != nil {
-			return nil, []fieldMsg{{"tools_file", res.err.Error()}}
+			return nil, []fieldMsg{{"tools_file", "the tools file " + c.ToolsFile + " is invalid (see the first case that uses it)"}}
 		}
 		return res.reg, nil
 	case c.Tools != nil && len(c.Tools) == 0:
@@ -652,6 +671,19 @@ func (l *loader) checkExpect(c *Case, add func(id, field, format string, a ...an
 					add(id, af+".pattern", "not a regular expression: %v", err)
 				}
 			}
+		}
+	}
+	for i, o := range c.Observations {
+		f := fmt.Sprintf("observations[%d]", i)
+		if c.reg != nil {
+			if s, ok := c.reg.Spec(o.Tool); !ok {
+				add(id, f+".tool", "%q is not among the case's tools", o.Tool)
+			} else if s.Class != tools.ReadOnly {
+				add(id, f+".tool", "%s is %s: only read_only tools run while planning", o.Tool, s.Class)
+			}
+		}
+		if len(o.Output) == 0 || !json.Valid(o.Output) {
+			add(id, f+".output", "missing: give the JSON the tool answers")
 		}
 	}
 	if cyc := expectCycle(e.Actions); cyc != "" {

@@ -2,6 +2,7 @@ package evals
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,12 +19,20 @@ import (
 // replay the model exchanges.
 func PlannerFunc(cfg planner.Config) PlanFunc {
 	var mu sync.Mutex
-	made := map[*tools.Registry]*planner.Planner{}
-	get := func(reg *tools.Registry) (*planner.Planner, error) {
+	made := map[any]*planner.Planner{}
+	get := func(c0 *Case) (*planner.Planner, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if p, ok := made[reg]; ok {
+		var key any = c0.Registry()
+		if c0.hasReadOnly() {
+			key = c0 // its observations answer its read-only tools
+		}
+		if p, ok := made[key]; ok {
 			return p, nil
+		}
+		reg, err := planningRegistry(c0)
+		if err != nil {
+			return nil, err
 		}
 		c := cfg
 		c.Tools = reg
@@ -31,14 +40,14 @@ func PlannerFunc(cfg planner.Config) PlanFunc {
 		if err != nil {
 			return nil, err
 		}
-		made[reg] = p
+		made[key] = p
 		return p, nil
 	}
 	return func(ctx context.Context, c *Case, try int) (PlanLine, error) {
 		if c.Registry() == nil {
 			return PlanLine{}, fmt.Errorf("case %s has no tools", c.ID)
 		}
-		p, err := get(c.Registry())
+		p, err := get(c)
 		if err != nil {
 			return PlanLine{}, err
 		}
@@ -62,4 +71,74 @@ func PlannerFunc(cfg planner.Config) PlanFunc {
 func RetryablePlannerError(err error) bool {
 	var me *planner.ModelError
 	return errors.As(err, &me) && me.Retryable()
+}
+
+func (c *Case) hasReadOnly() bool {
+	if c.reg == nil {
+		return false
+	}
+	for _, n := range c.reg.Names() {
+		if s, _ := c.reg.Spec(n); s.Class == tools.ReadOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// planningRegistry is the case's registry with every read_only tool
+// answered from the case's observations, and every other tool unable to run
+// (the planner only queues them).
+func planningRegistry(c *Case) (*tools.Registry, error) {
+	if !c.hasReadOnly() {
+		return c.reg, nil
+	}
+	var ts []tools.Tool
+	for _, n := range c.reg.Names() {
+		s, _ := c.reg.Spec(n)
+		switch s.Class {
+		case tools.ReadOnly:
+			ts = append(ts, &observedTool{spec: s, obs: c.Observations})
+		case tools.Lookup:
+			ts = append(ts, &specLooker{specTool{spec: s}})
+		default:
+			ts = append(ts, &specTool{spec: s})
+		}
+	}
+	return tools.NewRegistry(ts...)
+}
+
+// observedTool answers a read_only tool from a case's observations.
+type observedTool struct {
+	spec tools.Spec
+	obs  []Observation
+}
+
+var _ tools.Tool = (*observedTool)(nil)
+
+func (t *observedTool) Spec() tools.Spec { return t.spec }
+
+func (t *observedTool) Call(_ context.Context, call tools.Call) (json.RawMessage, error) {
+	args, err := parseValue(call.Args)
+	if err != nil {
+		return nil, tools.Permanent(fmt.Errorf("arguments are not JSON: %v", err))
+	}
+	var fallback json.RawMessage
+	for _, o := range t.obs {
+		if o.Tool != t.spec.Name {
+			continue
+		}
+		if len(o.Args) == 0 {
+			if fallback == nil {
+				fallback = o.Output
+			}
+			continue
+		}
+		if want, err := parseValue(o.Args); err == nil && pyEqual(want, args) {
+			return o.Output, nil
+		}
+	}
+	if fallback != nil {
+		return fallback, nil
+	}
+	return nil, tools.Permanent(fmt.Errorf("%s found nothing for %s", t.spec.Name, call.Args))
 }
