@@ -41,7 +41,7 @@ func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l *ledger.L
 	if eng == nil || l == nil {
 		return nil, fmt.Errorf("%w: PlanRun needs an executor engine and its ledger", ErrConfig)
 	}
-	res, err := p.Recorded(ctx, l, runID)
+	res, err := Recorded(ctx, l, runID)
 	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 		return nil, err
 	}
@@ -58,8 +58,9 @@ func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l *ledger.L
 // Recorded returns the plan recorded for runID as a Result with FromLedger
 // set (Usage, Rounds, Repairs and Exchange read back from its Meta and
 // Transcript), or an error wrapping ledger.ErrNotFound when the run has no
-// plan yet. It never calls the model.
-func (p *Planner) Recorded(ctx context.Context, l *ledger.Ledger, runID string) (*Result, error) {
+// plan yet. It needs no Planner: a rerun can go on without any model
+// configured.
+func Recorded(ctx context.Context, l *ledger.Ledger, runID string) (*Result, error) {
 	if strings.TrimSpace(runID) == "" {
 		return nil, fmt.Errorf("%w: empty run id", ErrBadRequest)
 	}

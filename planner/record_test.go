@@ -147,7 +147,7 @@ func TestPlanRunCrashWhileThinking(t *testing.T) {
 	if _, err := l.GetRun(ctx, "run_crash"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("a run was recorded while thinking: %v", err)
 	}
-	if _, err := p.Recorded(ctx, l, "run_crash"); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := planner.Recorded(ctx, l, "run_crash"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("Recorded = %v, want ErrNotFound", err)
 	}
 	rr, err := p.PlanRun(ctx, eng, l, "run_crash", planner.Request{Goal: "mail"}, &executor.RunOptions{Policy: executor.PolicyNone})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
 )
@@ -162,4 +164,44 @@ func plannerErrorCode(err error) (int, bool) {
 		return exitFailed, true
 	}
 	return 0, false
+}
+
+// runGoal does the planning part of `docket run --goal TEXT`, for run.go's
+// exec (after it loaded the tools, opened the ledger and built the engine):
+// without --run-id the id is planner.GoalRunID of the goal and the tools'
+// hash, so the same command again resumes the same run. When the ledger
+// already holds that run's plan, the model is not called (no model
+// configuration is even needed); otherwise the planner plans and eng.Run
+// records the plan before anything runs. A crash while the model thinks
+// records nothing: the next attempt plans again. It returns eng.Run's
+// document and error, and sets *runID once known.
+func runGoal(ctx context.Context, env Env, mf *modelFlags, reg *tools.Registry, l *ledger.Ledger, eng *executor.Engine,
+	goal string, runID *string, opts *executor.RunOptions) (ledger.RunDoc, error) {
+	req := planner.Request{Goal: goal}
+	if *runID == "" {
+		*runID = planner.GoalRunID(req, reg.Hash())
+	}
+	recorded, err := planner.Recorded(ctx, l, *runID)
+	switch {
+	case err == nil:
+		if recorded.Plan.Goal != goal {
+			return ledger.RunDoc{}, usageError("run %s was planned for another goal (%q); pass a new --run-id to plan this goal", *runID, recorded.Plan.Goal)
+		}
+		fmt.Fprintf(env.Stderr, "docket: run %s: using the recorded plan (%d %s); the model is not called again\n",
+			*runID, len(recorded.Plan.Actions), plural(len(recorded.Plan.Actions), "action", "actions"))
+		return eng.Run(ctx, *runID, recorded.Plan, opts)
+	case !errors.Is(err, ledger.ErrNotFound):
+		return ledger.RunDoc{}, err
+	}
+	p, err := mf.planner(env, reg)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	rr, err := p.PlanRun(ctx, eng, l, *runID, req, opts)
+	if rr == nil {
+		return ledger.RunDoc{}, err
+	}
+	fmt.Fprintf(env.Stderr, "docket: run %s: planned %d %s in %d model %s (%d tokens); the plan is recorded\n", *runID,
+		len(rr.Plan.Actions), plural(len(rr.Plan.Actions), "action", "actions"), rr.Rounds, plural(rr.Rounds, "turn", "turns"), rr.Usage.TotalTokens)
+	return rr.Doc, err
 }

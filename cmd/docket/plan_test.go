@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -185,5 +188,74 @@ func TestPlanCommandErrors(t *testing.T) {
 				t.Errorf("exit %d (want %d), stdout %q, stderr:\n%s\nwant it to mention %q", code, tc.code, out, errOut, tc.want)
 			}
 		})
+	}
+}
+
+// runGoal (what `docket run --goal` does): plan once, record, run; the same
+// goal again resumes the recorded run without calling the model, even with
+// no model configured.
+func TestRunGoal(t *testing.T) {
+	b := setup(t)
+	m := newChatModel(t,
+		wireReply("", [3]string{"c1", "crm_create_contact", `{"company":"ACME","email":"billing@acme.example"}`}),
+		wireReply("", [3]string{"c2", "email_send", `{"to":"billing@acme.example","template":"welcome-pack","contact_id":"${a1.output.id}"}`}),
+		wireReply("done"),
+	)
+	goal := "onboard ACME"
+	do := func(env Env, runID string) (string, ledger.RunDoc, error) {
+		t.Helper()
+		ctx := context.Background()
+		reg, err := loadTools(b.tools, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := openLedger(ctx, b.data, env.Stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		eng, err := newEngine(env, l, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		mf := addModelFlags(fs)
+		doc, err := runGoal(ctx, env, mf, reg, l, eng, goal, &runID, &executor.RunOptions{Policy: executor.PolicySafe})
+		return runID, doc, err
+	}
+	var errb bytes.Buffer
+	env := modelEnv(m, "", io.Discard, &errb)
+	id, doc, err := do(env, "")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	if !strings.HasPrefix(id, "run_") || doc.Run.Goal != goal || len(doc.Actions) != 2 {
+		t.Fatalf("run %s: %+v", id, doc.Run)
+	}
+	// safe: the lookup ran, the at-most-once email waits for a person.
+	if doc.Actions[0].Status != ledger.StatusSucceeded || doc.Actions[1].Status != ledger.StatusPending {
+		t.Fatalf("statuses %s %s", doc.Actions[0].Status, doc.Actions[1].Status)
+	}
+	if !strings.Contains(errb.String(), "planned 2 actions in 3 model turns") {
+		t.Errorf("stderr = %s", errb.String())
+	}
+
+	// Rerun: no model configured at all, and the fake would refuse a request.
+	errb.Reset()
+	env.Getenv = func(string) string { return "" }
+	id2, doc2, err := do(env, "")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	if id2 != id || len(m.requests()) != 3 || !strings.Contains(errb.String(), "using the recorded plan") {
+		t.Fatalf("rerun: id %s (first %s), %d requests, stderr %s", id2, id, len(m.requests()), errb.String())
+	}
+	if doc2.Actions[0].Status != ledger.StatusSucceeded || b.world.Effects()["crm/billing@acme.example"] != 1 {
+		t.Errorf("rerun repeated an effect: %v", b.world.Effects())
+	}
+	// The same explicit run id with another goal is refused.
+	goal = "something else"
+	if _, _, err := do(env, id); exitCode(err) != exitBad || !strings.Contains(err.Error(), "planned for another goal") {
+		t.Errorf("other goal, same run id: %v", err)
 	}
 }
