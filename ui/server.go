@@ -62,6 +62,9 @@ type Config struct {
 	// WSBuffer is how many messages may wait for one WebSocket client
 	// before it is disconnected as too slow. Default 1024.
 	WSBuffer int
+	// WSSlowAfter is how long a message may wait for room in a full
+	// client queue before the client is disconnected as too slow. Default 5s.
+	WSSlowAfter time.Duration
 	// WSPing is the WebSocket keepalive interval; a client that answers no
 	// ping within twice this is disconnected. Default 20s.
 	WSPing time.Duration
@@ -80,6 +83,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, 12*time.Hour)
 	cfg.WSBuffer = cmp.Or(cfg.WSBuffer, 1024)
 	cfg.WSPing = cmp.Or(cfg.WSPing, 20*time.Second)
+	cfg.WSSlowAfter = cmp.Or(cfg.WSSlowAfter, 5*time.Second)
 	cfg.WSReadLimit = cmp.Or(cfg.WSReadLimit, 64<<10)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -116,8 +120,8 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("notify URL %q: want an http(s) URL", cfg.Notify))
 		}
 	}
-	if cfg.MaxBodyBytes < 1 || cfg.WSBuffer < 1 || cfg.WSPing <= 0 || cfg.WSReadLimit < 1 {
-		errs = append(errs, errors.New("MaxBodyBytes, WSBuffer, WSPing and WSReadLimit must be positive"))
+	if cfg.MaxBodyBytes < 1 || cfg.WSBuffer < 1 || cfg.WSPing <= 0 || cfg.WSSlowAfter <= 0 || cfg.WSReadLimit < 1 {
+		errs = append(errs, errors.New("MaxBodyBytes, WSBuffer, WSPing, WSSlowAfter and WSReadLimit must be positive"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("ui: invalid config: %w", errors.Join(errs...))

@@ -123,7 +123,9 @@ func (c *socket) close(code int, reason string) {
 	})
 }
 
-// send queues a message; a client whose queue is full is disconnected.
+// send queues a message. When the client's queue is full, it waits up to
+// Config.WSSlowAfter for room (a backlog burst drains in far less), then
+// disconnects the client as too slow, naming where to resume.
 func (c *socket) send(m outMsg) bool {
 	select {
 	case c.out <- m:
@@ -131,6 +133,15 @@ func (c *socket) send(m outMsg) bool {
 	case <-c.done:
 		return false
 	default:
+	}
+	t := time.NewTimer(c.s.cfg.WSSlowAfter)
+	defer t.Stop()
+	select {
+	case c.out <- m:
+		return true
+	case <-c.done:
+		return false
+	case <-t.C:
 		c.s.metrics.lagged.Add(1)
 		c.close(CloseLagged, fmt.Sprintf("too slow: reconnect with after=%d", c.lastOut.Load()))
 		return false
