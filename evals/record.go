@@ -2,6 +2,7 @@ package evals
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,8 +48,10 @@ func tagOf(ctx context.Context) (caseTag, bool) {
 	return t, ok
 }
 
-// recordingFile is where a case's exchanges live: DIR/<id>.json for the
-// first try, DIR/<id>.try<N>.json for later ones. Ids are made file-safe.
+// recordingFile is where a case's exchanges live: DIR/<id>.json.gz for the
+// first try, DIR/<id>.try<N>.json.gz for later ones (gzip-compressed JSON:
+// every request repeats the tool definitions; zcat shows them). Ids are
+// made file-safe.
 func recordingFile(dir string, t caseTag) string {
 	safe := []byte(t.id)
 	for i, c := range safe {
@@ -60,7 +63,7 @@ func recordingFile(dir string, t caseTag) string {
 	if t.try > 1 {
 		name += fmt.Sprintf(".try%d", t.try)
 	}
-	return filepath.Join(dir, name+".json")
+	return filepath.Join(dir, name+".json.gz")
 }
 
 // Recorder is an http.RoundTripper that sends requests through Next and keeps
@@ -133,7 +136,13 @@ func (r *Recorder) Save(id string, try int) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(recordingFile(r.Dir, tag), append(data, '\n'), 0o644)
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zw.Write(append(data, '\n'))
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(recordingFile(r.Dir, tag), buf.Bytes(), 0o644)
 }
 
 // Replayer is an http.RoundTripper that answers from recordings without any
@@ -175,7 +184,7 @@ func (p *Replayer) RoundTrip(req *http.Request) (*http.Response, error) {
 	recs, loaded := p.recs[tag]
 	file := recordingFile(p.Dir, tag)
 	if !loaded {
-		data, err := os.ReadFile(file)
+		data, err := readGzip(file)
 		if err != nil {
 			return nil, fmt.Errorf("%w for case %s (try %d): %v", ErrNoRecording, tag.id, tag.try, err)
 		}
@@ -224,6 +233,15 @@ func (p *Replayer) Unused() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func readGzip(path string) ([]byte, error) {
+	r, err := openMaybeGzip(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
 }
 
 func readBody(req *http.Request) ([]byte, error) {
