@@ -107,10 +107,6 @@ type Config struct {
 	// Rand draws backoff jitter. Default: a randomly seeded source. It is used
 	// under the engine's lock.
 	Rand *mrand.Rand
-	// InFlightPoll bounds how long a wait for an in-flight claim of this
-	// process sleeps between checks of the key when it has no signal to wait
-	// on, default 50ms.
-	InFlightPoll time.Duration
 }
 
 type realClock struct{}
@@ -149,7 +145,6 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.Rand == nil {
 		cfg.Rand = mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
 	}
-	cfg.InFlightPoll = cmp.Or(cfg.InFlightPoll, 50*time.Millisecond)
 	return cfg
 }
 
@@ -171,8 +166,8 @@ func (cfg Config) validate() error {
 		errs = append(errs, fmt.Errorf("Retry: need 0 <= Base <= Max and MaxElapsed >= 0 (got %v, %v, %v)",
 			cfg.Retry.Base, cfg.Retry.Max, cfg.Retry.MaxElapsed))
 	}
-	if cfg.CallTimeout < 0 || cfg.SkewMargin < 0 || cfg.InFlightPoll < 0 {
-		errs = append(errs, errors.New("CallTimeout, SkewMargin and InFlightPoll must not be negative"))
+	if cfg.CallTimeout < 0 || cfg.SkewMargin < 0 {
+		errs = append(errs, errors.New("CallTimeout and SkewMargin must not be negative"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("executor: invalid config: %w", errors.Join(errs...))

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -463,5 +464,98 @@ func TestRecordedHelpersAndDerivedRunID(t *testing.T) {
 	}
 	if t2, _ := b.eng.Now(ctx, id, "start"); !t2.Equal(t1) {
 		t.Fatalf("Now changed: %v then %v", t1, t2)
+	}
+}
+
+func TestInFlightClaimOfThisProcessIsAwaitedNotRepeated(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int32
+	slow := &tooltest.Tool{SpecValue: spec("mk", tools.Lookup), CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+		if calls.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return json.RawMessage(`{"id":"x"}`), nil
+	}}
+	b := setup(t, []tools.Tool{slow})
+	cfg := b.cfg
+	cfg.Ledger = b.led
+	e2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mkPlan(t, pa("a", "mk", `{}`))
+	type result struct {
+		doc ledger.RunDoc
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() {
+		doc, err := b.eng.Run(context.Background(), "r1", p, nil)
+		first <- result{doc, err}
+	}()
+	<-started
+	go func() {
+		doc, err := e2.Resume(context.Background(), "r1", nil)
+		second <- result{doc, err}
+	}()
+	select {
+	case r := <-second:
+		t.Fatalf("the second engine returned while the claim was in flight: %v %s", r.err, docString(r.doc))
+	default:
+	}
+	close(release)
+	for _, ch := range []chan result{first, second} {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				t.Fatalf("drive: %v", r.err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a drive did not return")
+		}
+	}
+	wantStatus(t, b.doc("r1"), ledger.RunCompleted)
+	if calls.Load() != 1 {
+		t.Fatalf("%d calls of an in-flight key", calls.Load())
+	}
+}
+
+func TestContextEndedDuringCallRecordsTheAttemptAndResumes(t *testing.T) {
+	t.Parallel()
+	w := tooltest.NewWorld()
+	ctx, cancel := context.WithCancel(context.Background())
+	var first atomic.Bool
+	first.Store(true)
+	ft := w.Tool(spec("mk", tools.Keyed))
+	inner := ft.CallFunc
+	ft.CallFunc = func(c context.Context, call tools.Call) (json.RawMessage, error) {
+		out, err := inner(c, call) // the effect happens
+		if first.CompareAndSwap(true, false) {
+			cancel()
+			<-c.Done()
+			return nil, c.Err() // and then the caller goes away: outcome unknown
+		}
+		return out, err
+	}
+	b := setup(t, []tools.Tool{ft})
+	p := mkPlan(t, pa("a", "mk", `{}`), pa("b", "mk", `{"n":2}`, "a"))
+	doc, err := b.eng.Run(ctx, "r1", p, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if doc.Run.ID != "r1" {
+		t.Fatal("no Run JSON with the context error")
+	}
+	a := row(t, doc, "a")
+	if a.Status != ledger.StatusPending || a.Attempts != 1 {
+		t.Fatalf("interrupted attempt not recorded as retryable: %s %d", a.Status, a.Attempts)
+	}
+	doc = b.resume("r1")
+	wantStatus(t, doc, ledger.RunCompleted)
+	if dups := w.Duplicates(); len(dups) > 0 || len(w.Keys()) != 2 {
+		t.Fatalf("keys %v duplicates %v", w.Keys(), dups)
 	}
 }
