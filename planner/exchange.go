@@ -33,6 +33,7 @@ type attempt struct {
 	header http.Header
 	body   []byte
 	dur    time.Duration
+	sent   bool // the transport was reached
 }
 
 // exchange is the whole model exchange of one planning: what was asked (the
@@ -57,6 +58,9 @@ type recordingTransport struct {
 
 func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	at, _ := req.Context().Value(attemptKey{}).(*attempt)
+	if at != nil {
+		at.sent = true
+	}
 	resp, err := t.base.RoundTrip(req)
 	if at == nil || err != nil {
 		return resp, err
@@ -150,7 +154,20 @@ func redactor(key string) func(string) string {
 	}
 }
 
-// errAPIInBody is a 200 answer whose body is an API error object (some
+// RedactHeaders returns a copy of h safe to record or log: the credentials
+// the planner sends (Authorization, api-key) and cookies are replaced by
+// "[REDACTED]". For RoundTrippers that record exchanges (Config.HTTPClient).
+func RedactHeaders(h http.Header) http.Header {
+	out := h.Clone()
+	for _, k := range []string{"Authorization", "Api-Key", "Proxy-Authorization", "Cookie", "Set-Cookie", "Openai-Organization"} {
+		if _, ok := out[k]; ok {
+			out[k] = []string{"[REDACTED]"}
+		}
+	}
+	return out
+}
+
+// errorInBody is a 200 answer whose body is an API error object (some
 // servers answer errors that way).
 func errorInBody(body []byte) (string, bool) {
 	var v struct {

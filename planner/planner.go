@@ -638,6 +638,12 @@ func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, erro
 		if ctx.Err() != nil {
 			return resp, fmt.Errorf("planner: waiting for the model: %w", ctx.Err())
 		}
+		if !at.sent && !timedOut {
+			// go-openai refused the request before sending it (its checks of
+			// reasoning models' parameters, a URL it cannot build).
+			at.Error = p.redact(err.Error())
+			return resp, fmt.Errorf("%w: the request was refused before sending: %s", ErrConfig, at.Error)
+		}
 		status, msg, retry := classify(err, at, timedOut, cfg.Timeout)
 		msg = p.redact(msg)
 		at.Error = msg
