@@ -493,6 +493,14 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 	var slots []slot
 	var giveBack, awaitBack []*node
 
+	if h := d.e.cfg.Hooks.BeforeClaim; h != nil {
+		// Outside the gate's lock: a hook may pause or cancel the run.
+		for _, p := range preps {
+			if p.claim {
+				h(p.n.id)
+			}
+		}
+	}
 	d.g.claimMu.RLock()
 	halted := d.g.halted()
 	d.mu.Lock()
@@ -522,9 +530,6 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 			}
 			p.a.release = rel
 			if p.claim {
-				if h := d.e.cfg.Hooks.BeforeClaim; h != nil {
-					h(p.n.id)
-				}
 				slots = append(slots, slot{p: p, first: len(ops), count: 1})
 				ops = append(ops, ledger.Claim(d.runID, p.n.id, p.n.row.Tool, p.a.key, p.a.args, 1))
 			} else {
