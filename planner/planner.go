@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,8 +230,9 @@ type session struct {
 	ex        exchange
 	callIDs   map[string]bool
 	reply     string
-	idBase    int           // action ids continue after those of earlier turns of a chat
-	modelTime time.Duration // inside go-openai's CreateChatCompletion
+	idBase    int                            // action ids continue after those of earlier turns of a chat
+	modelTime time.Duration                  // inside go-openai's CreateChatCompletion
+	system    []openai.ChatCompletionMessage // the caller's own leading system message, merged into ours
 }
 
 // Plan asks the model for a plan and returns it validated. It records
@@ -263,9 +265,11 @@ func (p *Planner) newSession(req Request) (*session, error) {
 	sys := p.system
 	msgs := make([]openai.ChatCompletionMessage, 0, len(req.Messages)+4)
 	msgs = append(msgs, openai.ChatCompletionMessage{})
+	var userSystem []openai.ChatCompletionMessage
 	for i, m := range req.Messages {
 		if i == 0 && m.Role == openai.ChatMessageRoleSystem {
 			sys += "\n\n" + m.Content
+			userSystem = []openai.ChatCompletionMessage{m}
 			continue
 		}
 		msgs = append(msgs, m)
@@ -290,6 +294,7 @@ func (p *Planner) newSession(req Request) (*session, error) {
 		msgs:    msgs,
 		callIDs: ids,
 		idBase:  lastActionNumber(msgs),
+		system:  userSystem,
 		ex:      exchange{Model: p.cfg.Model, Mode: p.cfg.Mode, PromptHash: p.promptHash, Params: p.params},
 	}, nil
 }
@@ -742,7 +747,7 @@ func (s *session) result(req Request) (*Result, error) {
 	}
 	return &Result{
 		Plan: pl, Usage: s.usage, Rounds: s.rounds, Repairs: s.repairs, Reply: s.reply,
-		Messages: s.msgs[1:], Exchange: ex, ModelTime: s.modelTime,
+		Messages: append(slices.Clone(s.system), s.msgs[1:]...), Exchange: ex, ModelTime: s.modelTime,
 	}, nil
 }
 

@@ -574,9 +574,13 @@ func TestPlanChatContinues(t *testing.T) {
 		toolCalls("", call{"c2", "mail_send", `{"to":"ada@x","subject":"Your id","body":"c_99"}`}),
 		text("Queued the mail."),
 	)
-	first, err := p.Plan(context.Background(), planner.Request{Goal: "add Ada"})
+	first, err := p.Plan(context.Background(), planner.Request{Goal: "add Ada",
+		Messages: []openai.ChatCompletionMessage{{Role: "system", Content: "Answer in French."}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(first.Messages) != 5 || first.Messages[0].Role != "system" || first.Messages[0].Content != "Answer in French." {
+		t.Fatalf("the caller's system message must stay in the conversation: %s", mustJSON(t, first.Messages))
 	}
 	msgs := append(first.Messages, planner.ResultsMessage("run_1", nil))
 	second, err := p.Plan(context.Background(), planner.Request{Messages: msgs, Goal: "now mail her the id"})
@@ -590,7 +594,7 @@ func TestPlanChatContinues(t *testing.T) {
 		t.Errorf("goal = %q", second.Plan.Goal)
 	}
 	ms := messages(t, b.model.requests()[2])
-	if len(ms) != 7 || ms[0]["role"] != "system" || ms[1]["content"] != "add Ada" || !strings.Contains(ms[5]["content"].(string), "Results of run run_1") || ms[6]["content"] != "now mail her the id" {
+	if len(ms) != 7 || ms[0]["role"] != "system" || !strings.HasSuffix(ms[0]["content"].(string), "\n\nAnswer in French.") || ms[1]["content"] != "add Ada" || !strings.Contains(ms[5]["content"].(string), "Results of run run_1") || ms[6]["content"] != "now mail her the id" {
 		t.Errorf("third request's messages = %s", mustJSON(t, ms))
 	}
 	sys := 0
