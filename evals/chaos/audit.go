@@ -85,8 +85,12 @@ func canonicalJSON(v any) string {
 // namespace. retries counts the person's --retry decisions per action.
 func auditRun(doc *runDoc, w *Audit, retries map[string]int) RunAudit {
 	out := RunAudit{Duplicates: map[string]int{}, LookupHits: w.LookupHits}
+	prefix := doc.RunID + ": "
+	if doc.Status != "completed" {
+		prefix = doc.RunID + " (run " + doc.Status + "): "
+	}
 	find := func(format string, a ...any) {
-		out.Findings = append(out.Findings, doc.RunID+": "+fmt.Sprintf(format, a...))
+		out.Findings = append(out.Findings, prefix+fmt.Sprintf(format, a...))
 	}
 	buckets := map[string]*bucket{}
 	for _, a := range doc.Actions {
