@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	register("eval", "evaluate plans offline: import-bfcl, score, run, compare, report",
+	register("eval", "evaluate plans offline: import-bfcl, score, run, check, compare, report",
 		func(env Env) command { return &evalCmd{env: env} })
 }
 
@@ -35,6 +35,8 @@ subcommands:
   run         --dataset DATASET [--tools FILE] [--record DIR | --replay DIR] [--repeat K]
               [--concurrency N] [--json] [--html FILE] [--out REPORT.json]
               plan every case with the model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL) and score it
+  check       --dataset DATASET [--tools FILE]
+              validate a dataset and score every case's reference plan against its expectation
   compare     A.json B.json [--json]
               cases that flipped between two reports and the change in every metric
   report      --in REPORT.json [--html FILE] [--json]
@@ -45,7 +47,7 @@ The dataset format is described in evals/DATASET.md.`
 func (c *evalCmd) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprintln(c.env.Stderr, evalUsage)
-		return usageError("eval needs a subcommand: import-bfcl, score, run, compare or report")
+		return usageError("eval needs a subcommand: import-bfcl, score, run, check, compare or report")
 	}
 	switch args[0] {
 	case "import-bfcl":
@@ -54,6 +56,8 @@ func (c *evalCmd) Run(ctx context.Context, args []string) error {
 		return c.score(args[1:])
 	case "run":
 		return c.run(ctx, args[1:])
+	case "check":
+		return c.check(args[1:])
 	case "compare":
 		return c.compare(args[1:])
 	case "report":
@@ -91,12 +95,6 @@ func (c *evalCmd) importBFCL(args []string) error {
 		return usageError("eval import-bfcl needs --questions FILE and --out DATASET")
 	}
 	in := evals.BFCLImport{QuestionsName: *qf, Category: *cat}
-	q, err := openInput(*qf)
-	if err != nil {
-		return usageError("reading questions: %v", err)
-	}
-	defer q.Close()
-	in.Questions = q
 	category := *cat
 	if category == "" {
 		category = evals.BFCLCategory(*qf)
@@ -105,6 +103,12 @@ func (c *evalCmd) importBFCL(args []string) error {
 	if err != nil {
 		return withCode(exitBad, err)
 	}
+	q, err := openInput(*qf)
+	if err != nil {
+		return usageError("reading questions: %v", err)
+	}
+	defer q.Close()
+	in.Questions = q
 	if *af == "" && rules != evals.RulesBFCLIrrelevance {
 		guess := filepath.Join(filepath.Dir(*qf), "possible_answer", filepath.Base(*qf))
 		if _, err := os.Stat(guess); err == nil {
@@ -451,4 +455,42 @@ func (c *evalCmd) report(args []string) error {
 	}
 	rep.Finish()
 	return c.emit(rep, o)
+}
+
+func (c *evalCmd) check(args []string) error {
+	fs := newFlags("eval check", "eval check --dataset DATASET [--tools FILE]", c.env.Stderr)
+	dataset := fs.String("dataset", "", "dataset (JSON Lines)")
+	toolsFile := fs.String("tools", "", "tools file for cases that name no tools")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noPositional("check", pos); err != nil {
+		return err
+	}
+	d, err := c.loadDataset(*dataset, *toolsFile)
+	if err != nil {
+		return err
+	}
+	checked, failed, without := 0, 0, 0
+	for _, cs := range d.Cases {
+		if len(cs.Reference) == 0 && !cs.Expect.NoAction {
+			without++
+			continue
+		}
+		checked++
+		r := evals.Score(cs, cs.Reference)
+		if !r.Pass {
+			failed++
+			fmt.Fprintf(c.env.Stdout, "%s (%s): its reference plan fails its expectation:\n", cs.ID, cs.Where())
+			for _, reason := range r.Reasons {
+				fmt.Fprintf(c.env.Stdout, "  - %s\n", reason)
+			}
+		}
+	}
+	fmt.Fprintf(c.env.Stdout, "%s: %d cases valid; %d reference plans checked, %d failed; %d cases without a reference\n", *dataset, len(d.Cases), checked, failed, without)
+	if failed > 0 {
+		return withCode(exitFailed, fmt.Errorf("%d reference %s fail their expectations", failed, plural(failed, "plan", "plans")))
+	}
+	return nil
 }
