@@ -29,6 +29,26 @@
 //     failure handling (including compensating the resolved action if it was
 //     marked done).
 //   - Cancel leaves never-claimed actions as they are (pending or approved).
+//   - A retry after a failure that was not sent (or not processed, 429/503
+//     with Retry-After) calls again without a lookup: nothing can commit late.
+//     After an unknown outcome, or on resuming a claim or a pending retry
+//     recorded by an earlier process, a lookup tool always looks first.
+//   - key_ttl is counted from the first claim of the key: from this drive's
+//     memory, or after a restart from the run's action.claimed event of
+//     attempt 1 (when it cannot be found, key_ttl counts as passed).
+//   - Retry budgets (RetryPolicy) count the attempts of one drive; a person's
+//     "retry" starts a fresh budget.
+//   - Replay moves a finished (completed, failed, cancelled) run back to
+//     running for the new revision.
+//   - An approval needed because resolved arguments differ from the approved
+//     ones is asked with the resolved arguments written into the row (event
+//     action.edited by "executor (references resolved)"), so Approve approves
+//     exactly what will be sent.
+//
+// In-process coordination: Badger's directory lock means one process owns a
+// ledger, so engines sharing a *ledger.Ledger coordinate in memory: a key held
+// by one goroutine is awaited by the others (never called concurrently), and
+// Pause/Cancel exclude new claims of the run while they are written.
 //
 // Imports: the standard library, plan, tools and ledger.
 package executor
