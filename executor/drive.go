@@ -51,6 +51,7 @@ type driver struct {
 	fatal      error  // the ledger failed: stop
 	firstClaim map[string]time.Time
 	resumed    bool
+	settled    bool // the run's final status was written with the last outcome
 
 	wake chan struct{}
 	wg   sync.WaitGroup

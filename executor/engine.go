@@ -237,10 +237,6 @@ func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOpti
 	}
 	pc := *p
 	pc.RunID = runID
-	hash, err := plan.Hash(&pc)
-	if err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("%w: run %s: %w", ErrInvalidPlan, runID, err)
-	}
 	rows, err := e.initialRows(&pc, opts.Policy)
 	if err != nil {
 		return ledger.RunDoc{}, err
@@ -251,8 +247,7 @@ func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOpti
 		Status:    ledger.RunRunning,
 		Revision:  1,
 		Goal:      pc.Goal,
-		Policy:    string(opts.Policy),
-		PlanHash:  hash,
+		Policy:    string(opts.Policy), // PlanHash: the ledger computes it
 		ToolsHash: e.reg.Hash(),
 		CreatedAt: now,
 		UpdatedAt: now,

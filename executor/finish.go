@@ -15,6 +15,10 @@ import (
 // compensates after a failure and sets the run's status.
 func (d *driver) finish(ctx context.Context) error {
 	d.mu.Lock()
+	if d.settled {
+		d.mu.Unlock()
+		return nil
+	}
 	quiet := d.failErr == ""
 	for _, n := range d.nodes {
 		if n.row.Status == ledger.StatusSkipped || n.row.Status == ledger.StatusFailed || n.row.Status == ledger.StatusRejected {

@@ -59,6 +59,9 @@ func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*ac
 	if !(a.adopted && d.linked(a)) {
 		lead = []ledger.Op{ledger.Succeed(a.key, a.attempt, out)}
 	}
+	if len(lead) > 0 && len(out) <= maxMergedOutput && d.isLast(a) && d.completeWith(ctx, a, lead[0], out) {
+		return nil
+	}
 	d.mu.Lock()
 	a.n.done = true
 	d.mu.Unlock()
@@ -96,6 +99,74 @@ func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*ac
 	}
 	d.e.log.Debug("action succeeded", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "adopted", a.adopted)
 	return acts
+}
+
+// isLast reports whether a is the run's last open action as this drive
+// knows it: nothing else in flight, every other action succeeded.
+func (d *driver) isLast(a *act) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inflight != 1 || d.failErr != "" || d.fatal != nil || len(d.undo) > 0 {
+		return false
+	}
+	for _, n := range d.nodes {
+		if n != a.n && n.row.Status != ledger.StatusSucceeded {
+			return false
+		}
+	}
+	return true
+}
+
+// completeWith records the last action's outcome and the run's completion in
+// one Apply (one sync less per run). It reports false, having written
+// nothing, when the run's status forbids it (paused or cancelled meanwhile).
+func (d *driver) completeWith(ctx context.Context, a *act, succeed ledger.Op, out json.RawMessage) bool {
+	d.g.claimMu.Lock()
+	defer d.g.claimMu.Unlock()
+	switch d.g.status {
+	case ledger.RunRunning, ledger.RunPaused, ledger.RunAwaitingApproval:
+		if d.g.pausedByPerson {
+			return false
+		}
+	default:
+		return false
+	}
+	d.mu.Lock()
+	a.n.done = true
+	d.inflight--
+	d.mu.Unlock()
+	defer d.release(a)
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), succeed,
+		ledger.SetRunStatus(d.runID, ledger.RunCompleted, "run.completed", "", nil))
+	if err != nil {
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: err})
+		return true
+	}
+	if res[0].Err != nil {
+		// The status went through without the output: take it back; the
+		// drive's end sets the right one.
+		if r, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.SetRunStatus(d.runID, ledger.RunRunning, "", "", nil)); err != nil || r[0].Err != nil {
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: errors.Join(err, res[0].Err)})
+			return true
+		}
+		d.g.status = ledger.RunRunning
+		if errors.Is(res[0].Err, ledger.ErrTooLarge) {
+			d.park(ctx, a, fmt.Sprintf("the call succeeded but its output could not be recorded: %v", res[0].Err))
+		} else {
+			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: res[0].Err})
+		}
+		return true
+	}
+	d.g.status = ledger.RunCompleted
+	d.setSucceeded(a, out)
+	d.mu.Lock()
+	d.settled = true
+	d.mu.Unlock()
+	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
+		h(a.n.id)
+	}
+	d.e.log.Info("run status", "run_id", d.runID, "status", string(ledger.RunCompleted))
+	return true
 }
 
 func (d *driver) setSucceeded(a *act, out json.RawMessage) {
