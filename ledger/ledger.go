@@ -51,9 +51,11 @@ const (
 	// eventInlineMax is the largest output inlined in an action.succeeded event.
 	eventInlineMax = 64 << 10
 	// valueThreshold: values at least this large go to Badger's value log;
-	// smaller ones stay in the LSM tree (and its WAL), so the common commit
-	// dirties only the WAL.
-	valueThreshold = 16 << 10
+	// smaller ones stay in the LSM tree (and its WAL), so a commit of small
+	// records dirties only the WAL. Outputs of a few KiB go to the value log:
+	// kept in the LSM tree, a burst of them made compaction rewrite them again
+	// and again, with table builders holding hundreds of MiB (measured).
+	valueThreshold = 2 << 10
 )
 
 // WithDefaults returns cfg with zero fields set to their defaults.
@@ -178,7 +180,9 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 }
 
 func badgerOptions(cfg Config, log *slog.Logger) badger.Options {
-	vlogSize := max(int64(64<<20), 2*int64(cfg.MaxOutputBytes)+(1<<20))
+	// A value must fit in one value-log file; the file being written is
+	// mapped and resident, so it is kept small.
+	vlogSize := max(int64(32<<20), int64(cfg.MaxOutputBytes)+(1<<20))
 	return badger.DefaultOptions(cfg.Dir).
 		WithLogger(badgerLogger{log: log}).
 		// Every commit is synced inside Badger before Commit returns (WAL,

@@ -972,14 +972,14 @@ func testTooLarge(t *testing.T, open Opener) {
 		t.Fatalf("memo above MaxOutputBytes: %v, want ErrTooLarge", err)
 	}
 	b.mustOK(t, ledger.Succeed(k, 1, bigString(1<<20)))
-	// One Apply whose LSM-resident writes exceed one transaction is refused as a whole.
+	// One Apply whose writes exceed one transaction is refused as a whole.
 	var ops []ledger.Op
-	for i := 0; i < 400; i++ {
-		ops = append(ops, ledger.Note("r", "test.big", "", json.RawMessage(`{"s":`+string(bigString(15<<10))+`}`)))
+	for i := 0; i < 4000; i++ {
+		ops = append(ops, ledger.Note("r", "test.big", "", json.RawMessage(`{"s":`+string(bigString(500))+`}`)))
 	}
 	before := len(b.events(t, "r"))
 	if _, err := b.l.Apply(b.ctx, ops...); !errors.Is(err, ledger.ErrTooLarge) {
-		t.Fatalf("Apply of 6 MiB of events: %v, want ErrTooLarge", err)
+		t.Fatalf("Apply of 4000 events (2 MiB): %v, want ErrTooLarge", err)
 	}
 	if n := len(b.events(t, "r")); n != before {
 		t.Fatalf("a refused Apply wrote %d events", n-before)

@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,8 @@ func run() error {
 	actions := flag.Int("actions", 100_000, "actions in the burst")
 	workers := flag.Int("workers", 64, "concurrent callers in the burst")
 	outBytes := flag.Int("output", 4096, "output size of each action")
+	memProfile := flag.String("memprofile", "", "write a heap profile after the burst")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the burst")
 	memLimit := flag.Int64("memlimit", 48<<20, "debug.SetMemoryLimit for this process (0: leave the default)")
 	flag.Parse()
 	if *memLimit > 0 {
@@ -77,6 +80,15 @@ func run() error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, *workers)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	for w := 0; w < *workers; w++ {
 		wg.Add(1)
@@ -97,6 +109,19 @@ func run() error {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return err
+		}
+		f.Close()
+	}
 	close(errc)
 	if err := <-errc; err != nil {
 		return err
@@ -111,6 +136,12 @@ func run() error {
 		*actions, len(out), *workers, float64(*actions)/elapsed.Seconds(), float64(st.Requests)/float64(max(1, st.Commits)))
 	fmt.Printf("| RSS after the burst | %s |\n", mib(burstRSS))
 	fmt.Printf("| peak RSS (VmHWM) | %s |\n", mib(peak))
+	anon, _ := procStatus("RssAnon")
+	file, _ := procStatus("RssFile")
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Printf("| RSS after the burst: anonymous / file-backed (mmapped tables, logs) | %s / %s |\n", mib(anon), mib(file))
+	fmt.Printf("| Go heap in use / obtained from the OS | %s / %s |\n", mib(int64(ms.HeapInuse)), mib(int64(ms.Sys)))
 	fmt.Printf("| Go memory limit | %s |\n", mib(*memLimit))
 	return nil
 }
