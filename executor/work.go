@@ -529,6 +529,9 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		h(a.n.id)
 	}
 	if err == nil {
+		if len(out) == 0 {
+			out = json.RawMessage("null") // a tool with nothing to say (HTTP 204)
+		}
 		if !json.Valid(out) {
 			// A call that answered with garbage did happen: do not retry it.
 			d.park(ctx, a, fmt.Sprintf("tool %s returned invalid JSON output", spec.Name))
