@@ -21,15 +21,17 @@
 // too: a seq exists once its event is durable.
 //
 // Durability: Badger runs with SyncWrites on, so Commit returns only after the
-// write-ahead log of the memtable (and the value log, when a value went there)
-// is synced. The alternative (SyncWrites off plus db.Sync after each commit)
-// costs the same syncs but is not safe here: db.Sync syncs only the current
-// memtable's log, and a memtable rotation between Commit and Sync (which
-// Badger-internal writes such as value-log GC can cause) would leave an
-// acknowledged write unsynced. Values under 16 KiB stay in the LSM tree, so a
-// typical commit dirties only the WAL; the value-log sync Badger also issues
-// then finds nothing to write. One commit = one durable sync shared by every
-// caller in the batch; Config.AfterSync/BeforeAck let tests check the order.
+// write-ahead log of the memtable and the value log are synced (msync). The
+// alternative, SyncWrites off plus db.Sync after each commit, costs the same
+// two syncs and is not safe here: db.Sync syncs only the current memtable's
+// log, so a memtable rotation between Commit and Sync would leave an
+// acknowledged write unsynced, and with SyncWrites off Badger's value-log GC
+// deletes an old value-log file after rewriting its live values without
+// syncing them. Values under 2 KiB stay in the LSM tree, so a commit of small
+// records dirties only the WAL; the value-log sync Badger issues anyway then
+// has nothing to write (it still costs about 0.1 ms here). One commit = one
+// durable sync shared by every caller in the batch; Config.AfterSync and
+// BeforeAck let tests check the order.
 //
 // Badger refuses a transaction larger than 15% of the memtable ("Txn is too
 // big"): the committer estimates each request's size as Badger does, commits
