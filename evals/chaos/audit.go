@@ -19,8 +19,12 @@ type RunResult struct {
 	Commands int            `json:"commands"` // docket run / resolve processes started
 	Resolved map[string]int `json:"resolved"` // person decisions, by the action's class
 	Seconds  float64        `json:"seconds"`  // from the first command to the run's end
-	Audit    RunAudit       `json:"audit"`
-	Error    string         `json:"error,omitempty"` // the harness could not finish the run
+	// OpenFailures counts commands that exited because the data directory
+	// would not open (after a kill); OpenError is the first one's message.
+	OpenFailures int      `json:"open_failures,omitempty"`
+	OpenError    string   `json:"open_error,omitempty"`
+	Audit        RunAudit `json:"audit"`
+	Error        string   `json:"error,omitempty"` // the harness could not finish the run
 }
 
 // RunAudit compares one run's ledger with the world.

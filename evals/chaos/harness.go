@@ -479,6 +479,15 @@ func (h *harness) runJob(ctx context.Context, worker int, j job) RunResult {
 		switch {
 		case o.code == 2:
 			return fail(fmt.Errorf("run %s: bad input: %s", runID, o))
+		case len(d.Actions) == 0 && o.code == 1 && strings.Contains(o.stderr, "opening data directory"):
+			// The ledger would not open after a kill. Counted and reported;
+			// the same command again is what a person would do.
+			res.OpenFailures++
+			if res.OpenError == "" {
+				res.OpenError = lastLine(o.stderr)
+			}
+			doc = nil
+			continue
 		case len(d.Actions) == 0:
 			// A refusal (the run's record was not read): say why.
 			return fail(fmt.Errorf("run %s: docket printed no actions (%s, exit %d): %s", runID, d.Status, o.code, o))
@@ -607,6 +616,12 @@ func (h *harness) person(ctx context.Context, ns string, doc *runDoc, a *docActi
 		}
 	}
 	return nil, nil
+}
+
+// lastLine returns the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // compactJSON is used for findings.

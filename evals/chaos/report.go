@@ -46,8 +46,12 @@ type ModeReport struct {
 	PersonResolvedByClass map[string]int `json:"person_resolved_by_class"`
 	RepeatWrites          int            `json:"retries_visible_to_customers"`
 	LookupHits            int            `json:"lookups_found_prior_effect"`
-	RunMeanSeconds        float64        `json:"run_seconds_mean"`
-	RunP99Seconds         float64        `json:"run_seconds_p99"`
+	// OpenFailures counts docket commands that could not open the data
+	// directory (after a kill) and were run again; OpenErrors samples them.
+	OpenFailures   int      `json:"open_failures"`
+	OpenErrors     []string `json:"open_errors,omitempty"`
+	RunMeanSeconds float64  `json:"run_seconds_mean"`
+	RunP99Seconds  float64  `json:"run_seconds_p99"`
 	// Errors lists runs the harness could not finish (not counted above).
 	Errors []string `json:"errors,omitempty"`
 	// Findings describe duplicates and losses (at most 100).
@@ -151,6 +155,10 @@ func summarize(results []RunResult) []ModeReport {
 			m.PersonResolvedByClass[c] += n
 		}
 		m.RepeatWrites += r.Audit.RepeatWrites
+		m.OpenFailures += r.OpenFailures
+		if r.OpenError != "" && len(m.OpenErrors) < 10 {
+			m.OpenErrors = append(m.OpenErrors, r.RunID+": "+r.OpenError)
+		}
 		m.LookupHits += r.Audit.LookupHits
 		for _, f := range r.Audit.Findings {
 			if len(m.Findings) < 100 {
@@ -239,6 +247,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("time to complete a run: mean / p99", func(m *ModeReport) string {
 		return fmt.Sprintf("%.2fs / %.2fs", m.RunMeanSeconds, m.RunP99Seconds)
 	})
+	row("commands that could not open the ledger, rerun", num(func(m *ModeReport) int { return m.OpenFailures }))
 	row("runs the harness could not finish", num(func(m *ModeReport) int { return len(m.Errors) }))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -251,6 +260,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			for _, e := range m.Errors {
 				fmt.Fprintf(w, "  harness: %s\n", firstLine(e))
+			}
+		}
+	}
+	for _, m := range r.Modes {
+		if len(m.OpenErrors) > 0 {
+			fmt.Fprintf(w, "\n%s workload: the ledger would not open after a kill (first cases):\n", m.Mode)
+			for _, e := range m.OpenErrors {
+				fmt.Fprintf(w, "  %s\n", e)
 			}
 		}
 	}
