@@ -563,3 +563,37 @@ func freePort(t *testing.T) string {
 	defer l.Close()
 	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
 }
+
+// TestReconnectFailsNotSent: the server died and cannot be started again:
+// the call fails before anything was sent, which is safe to retry for every
+// class.
+func TestReconnectFailsNotSent(t *testing.T) {
+	t.Parallel()
+	p := mcptest.Servers(t)
+	script := filepath.Join(t.TempDir(), "server.sh")
+	if err := os.WriteFile(script, []byte("exec \"$NODE\" \"$SERVER\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := Connect(context.Background(), []httptool.MCPServer{{
+		Name: "memory", Command: "/bin/sh", Args: []string{script},
+		Env: map[string]string{"NODE": p.Node, "SERVER": p.Memory, "MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "g.jsonl")},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	var rg tools.Tool
+	for _, tl := range set.Tools() {
+		if tl.Spec().Name == "memory.read_graph" {
+			rg = tl
+		}
+	}
+	if err := os.Remove(script); err != nil {
+		t.Fatal(err)
+	}
+	killServer(t, toolOf(rg).srv)
+	_, err = rg.Call(context.Background(), tools.Call{Key: "k", Args: json.RawMessage(`{}`)})
+	if o, _ := tools.Classify(err); err == nil || o != tools.NotSentOutcome || !strings.Contains(err.Error(), "server.sh") {
+		t.Fatalf("reconnect to a server that cannot start: err=%v outcome=%v, want not sent, quoting its stderr", err, o)
+	}
+}
