@@ -28,6 +28,7 @@ const memoryToolsFile = `{
     "args": ["-c", "tee -a \"$CALL_LOG\" | exec \"$NODE\" \"$SERVER\""],
     "env": {"CALL_LOG": %q, "NODE": %q, "SERVER": %q, "MEMORY_FILE_PATH": %q},
     "tools": {
+      "add_observations": {"effect": "idempotent"},
       "create_entities": {
         "effect": "lookup", "timeout": "1s", "output": "/entities",
         "lookup": {"tool": "open_nodes", "args": {"names": ["${input.entities.0.name}"]}, "found": "nonempty", "output": "/entities"}
@@ -193,7 +194,7 @@ func TestMCPMemoryKilledMidPlan(t *testing.T) {
 func TestMCPUnclassifiedToolWaitsForPerson(t *testing.T) {
 	t.Parallel()
 	b := setupMemory(t)
-	p := `{"goal": "note", "actions": [{"id": "o1", "tool": "memory.add_observations", "args": {"observations": [{"entityName": "Ada Lovelace", "contents": ["wrote the first program"]}]}}]}`
+	p := `{"goal": "forget", "actions": [{"id": "o1", "tool": "memory.delete_entities", "args": {"entityNames": ["Ada Lovelace"]}}]}`
 	r := stepInproc(t, stepRequestJSON(t, "mcp-amo", []byte(p), "safe"), "--data", b.data, "--tools", b.tools)
 	wantCode(t, r, exitPaused)
 	d := doc(t, r)
@@ -201,7 +202,23 @@ func TestMCPUnclassifiedToolWaitsForPerson(t *testing.T) {
 		t.Fatalf("unclassified MCP tool: %s", r)
 	}
 	data, _ := os.ReadFile(b.log)
-	if strings.Contains(string(data), "add_observations") && strings.Contains(string(data), `"tools/call"`) {
+	if strings.Contains(string(data), "delete_entities") && strings.Contains(string(data), `"tools/call"`) {
 		t.Errorf("the at_most_once call reached the server before approval:\n%s", data)
+	}
+}
+
+// TestMCPToolErrorFailsRun: a tool that answers isError (server-memory's
+// add_observations for an entity that does not exist) is a definite failure:
+// the run fails (exit 1) and the action's error quotes the tool.
+func TestMCPToolErrorFailsRun(t *testing.T) {
+	t.Parallel()
+	b := setupMemory(t)
+	p := `{"goal": "note", "actions": [{"id": "o1", "tool": "memory.add_observations", "args": {"observations": [{"entityName": "Nobody", "contents": ["x"]}]}}]}`
+	r := stepInproc(t, stepRequestJSON(t, "mcp-iserror", []byte(p), "safe"), "--data", b.data, "--tools", b.tools)
+	wantCode(t, r, exitFailed)
+	d := doc(t, r)
+	a := d.action("o1")
+	if d.Status != "failed" || a.Status != "failed" || a.Attempts != 1 || !strings.Contains(a.Error, "Entity with name Nobody not found") {
+		t.Fatalf("isError result: run %s, action %s after %d attempts: %q\n%s", d.Status, a.Status, a.Attempts, a.Error, r)
 	}
 }
