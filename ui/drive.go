@@ -79,6 +79,10 @@ func (s *Server) loop(runID string, fn func(ctx context.Context) error) {
 		}
 		if n&^again <= 1 {
 			delete(s.drives, runID)
+			if ch, ok := s.idle[runID]; ok {
+				close(ch)
+				delete(s.idle, runID)
+			}
 		} else {
 			s.drives[runID] = n - 1
 		}
@@ -87,6 +91,28 @@ func (s *Server) loop(runID string, fn func(ctx context.Context) error) {
 	}
 	if s.ctx.Err() == nil {
 		s.afterDrive(runID)
+	}
+}
+
+// waitIdle returns once no drive of runID is going on in this server (or ctx
+// ends).
+func (s *Server) waitIdle(ctx context.Context, runID string) error {
+	s.mu.Lock()
+	if s.drives[runID] == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	ch, ok := s.idle[runID]
+	if !ok {
+		ch = make(chan struct{})
+		s.idle[runID] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

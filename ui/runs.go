@@ -307,8 +307,34 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, runList{Runs: runs, Next: next})
 }
 
+// getRun answers the Run JSON. With ?wait=DURATION (at most 10m) it first
+// waits until no drive of the run is going on in this server, so a client
+// that just approved or created a run reads where it stopped.
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
-	doc, err := s.led.Doc(r.Context(), r.PathValue("id"))
+	runID := r.PathValue("id")
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > 10*time.Minute {
+			writeError(w, http.StatusBadRequest, "bad_request", "wait must be a duration between 0s and 10m, e.g. wait=60s", nil)
+			return
+		}
+		if _, err := s.led.GetRun(r.Context(), runID); err != nil {
+			s.fail(w, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		err = s.waitIdle(ctx, runID)
+		cancel()
+		if err != nil && r.Context().Err() != nil {
+			return // the client went away
+		}
+		if err != nil {
+			w.Header().Set("Docket-Settled", "false")
+		} else {
+			w.Header().Set("Docket-Settled", "true")
+		}
+	}
+	doc, err := s.led.Doc(r.Context(), runID)
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -149,7 +149,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	closing   bool
-	drives    map[string]int // run id → 1 driving, 2 driving and asked again
+	drives    map[string]int           // run id → drives going on (| again: drive once more)
+	idle      map[string]chan struct{} // run id → closed when its drives are over
 	accepting map[string]bool
 	sessions  map[string]session
 	sockets   map[*socket]struct{}
@@ -203,6 +204,7 @@ func New(cfg Config) (*Server, error) {
 		ctx:       ctx,
 		cancel:    cancel,
 		drives:    map[string]int{},
+		idle:      map[string]chan struct{}{},
 		accepting: map[string]bool{},
 		sessions:  map[string]session{},
 		sockets:   map[*socket]struct{}{},
