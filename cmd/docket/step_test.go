@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,5 +203,98 @@ func TestStepBadRequests(t *testing.T) {
 	wantCode(t, r, exitBad)
 	if d := doc(t, r); d.RunID != "same-id" || d.Status != "completed" {
 		t.Errorf("mismatch answer should show the recorded run: %s", r)
+	}
+}
+
+// fakeModel is an OpenAI-compatible chat-completions endpoint that plans one
+// settings_put call, then stops; it counts the requests it answered.
+type fakeModel struct {
+	mu       sync.Mutex
+	requests int
+}
+
+func (m *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		http.NotFound(w, r)
+		return
+	}
+	m.mu.Lock()
+	m.requests++
+	n := m.requests
+	m.mu.Unlock()
+	var req struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	message := `{"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+	  "function": {"name": "settings_put", "arguments": "{\"account\": \"acct-7\", \"settings\": {\"plan\": \"pro\"}}"}}]}`
+	finish := "tool_calls"
+	if n%2 == 0 { // the model saw the queued call's placeholder result: done
+		message, finish = `{"role": "assistant", "content": "Queued the settings change."}`, "stop"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id": "chatcmpl-%d", "object": "chat.completion", "created": 1764460800, "model": "fake-planner",
+	  "choices": [{"index": 0, "message": %s, "finish_reason": %q}],
+	  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}`, n, message, finish)
+}
+
+func (m *fakeModel) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.requests
+}
+
+// TestStepGoal: a goal is planned with the model once; re-sending the request
+// continues the recorded run without calling the model again.
+func TestStepGoal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	model := &fakeModel{}
+	srv := httptest.NewServer(model)
+	t.Cleanup(srv.Close)
+	env := map[string]string{"OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": "sk-test-not-a-secret", "OPENAI_MODEL": "fake-planner"}
+	step := func() result {
+		var out, errb bytes.Buffer
+		e := testEnv(&out, &errb)
+		e.Stdin = strings.NewReader(`{"run_id": "airflow-dag-1-task-plan", "goal": "put acct-7 on the pro plan", "approve": "all"}`)
+		e.Getenv = func(k string) string {
+			if v, ok := env[k]; ok {
+				return v
+			}
+			return os.Getenv(k)
+		}
+		args := append([]string{"step"}, b.stepArgs()...)
+		code := report(runEnv(context.Background(), args, e), &errb)
+		return result{args: args, code: code, stdout: out.String(), stderr: errb.String()}
+	}
+	first := step()
+	wantCode(t, first, exitOK)
+	d := doc(t, first)
+	if d.Status != "completed" || d.Goal != "put acct-7 on the pro plan" || len(d.Actions) != 1 || d.Actions[0].Tool != "settings_put" {
+		t.Fatalf("goal step: %s", first)
+	}
+	if n := model.count(); n != 2 {
+		t.Fatalf("the model answered %d requests, want 2 (one call, then done)", n)
+	}
+	again := step()
+	wantCode(t, again, exitOK)
+	if n := model.count(); n != 2 {
+		t.Errorf("re-sent: the model was called again (%d requests)", n)
+	}
+	if b.world.Effect("settings/acct-7") != 1 {
+		t.Errorf("settings effect %d, want 1", b.world.Effect("settings/acct-7"))
+	}
+	if strings.Contains(first.stdout+first.stderr+again.stdout+again.stderr, "sk-test-not-a-secret") {
+		t.Error("the API key appears in the step's output")
+	}
+	// Same run id, another goal: refused.
+	var out, errb bytes.Buffer
+	e := testEnv(&out, &errb)
+	e.Stdin = strings.NewReader(`{"run_id": "airflow-dag-1-task-plan", "goal": "something else"}`)
+	if code := report(runEnv(context.Background(), append([]string{"step"}, b.stepArgs()...), e), &errb); code != exitBad || !strings.Contains(errb.String(), "another goal") {
+		t.Errorf("another goal under the same run id: exit %d\n%s", code, errb.String())
 	}
 }
