@@ -49,8 +49,11 @@
 //
 // 429, 408 and 5xx answers, connection failures, unreadable bodies and
 // per-request timeouts (Config.Timeout) are retried with exponential backoff
-// and full jitter, honouring Retry-After; other 4xx answers fail at once with
-// a *ModelError. A reply cut off by its token limit (finish_reason "length"),
+// and full jitter, honouring Retry-After (and retry-after-ms); other 4xx
+// answers fail at once with a *ModelError, and a request go-openai refuses
+// before sending it (parameters a reasoning model does not take) is an
+// ErrConfig error. Temperature 0 is sent as the smallest positive float32,
+// because go-openai omits a zero temperature. A reply cut off by its token limit (finish_reason "length"),
 // stopped by a content filter or refused is never turned into a plan. Invalid
 // JSON arguments, unknown tool names, duplicate or missing tool call ids,
 // content next to tool calls (kept as the actions' "why") and empty replies

@@ -26,7 +26,8 @@ type RunResult struct {
 //
 // When the ledger already holds a plan for runID (an earlier PlanRun recorded
 // it, perhaps in a process that crashed afterwards), that plan is used and the
-// model is not called (Result.FromLedger). Otherwise Plan runs; nothing is
+// model is not called (Result.FromLedger); if it was planned for another goal
+// than req's, PlanRun refuses with an error wrapping executor.ErrPlanMismatch. Otherwise Plan runs; nothing is
 // written while the model thinks, so a crash then leaves nothing recorded and
 // the next attempt plans again. The plan then goes to eng.Run, which records
 // it durably (revision 1, with Meta and Transcript) before it claims any
@@ -45,7 +46,12 @@ func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l *ledger.L
 	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 		return nil, err
 	}
-	if res == nil {
+	if res != nil {
+		if want := goalOf(req, req.Messages); want != "" && res.Plan.Goal != want {
+			return nil, fmt.Errorf("planner: run %s was planned for the goal %q, not %q: use another run id: %w",
+				runID, clip(res.Plan.Goal, 200), clip(want, 200), executor.ErrPlanMismatch)
+		}
+	} else {
 		if res, err = p.Plan(ctx, req); err != nil {
 			return nil, err
 		}

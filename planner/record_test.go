@@ -91,6 +91,9 @@ func TestPlanRunRecordsOnce(t *testing.T) {
 	if rr2.Usage.TotalTokens != 350 || rr2.Rounds != 3 || rr2.Reply != "done" {
 		t.Errorf("read back: usage %+v rounds %d reply %q", rr2.Usage, rr2.Rounds, rr2.Reply)
 	}
+	if _, err := p.PlanRun(ctx, eng, l, runID, planner.Request{Goal: "something else"}, nil); !errors.Is(err, executor.ErrPlanMismatch) || len(b.model.requests()) != n {
+		t.Errorf("another goal under the same run id: %v", err)
+	}
 	if rr2.Plan.Meta["prompt_hash"] != rr.Plan.Meta["prompt_hash"] {
 		t.Errorf("prompt hash changed")
 	}
