@@ -32,7 +32,7 @@ type Case struct {
 	// Messages is the conversation that leads to the plan.
 	Messages []Message `json:"messages,omitempty"`
 	// Tools are tool definitions given inline.
-	Tools []ToolDef `json:"tools,omitempty"`
+	Tools []ToolDef `json:"tools"`
 	// ToolsFile is a tools file (DESIGN.md) relative to the dataset file.
 	ToolsFile string `json:"tools_file,omitempty"`
 	// Approve is the run policy the plan would be executed under: "safe"

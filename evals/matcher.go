@@ -66,7 +66,15 @@ type matcherJSON struct {
 
 // MarshalJSON writes the matcher in its object form.
 func (m Matcher) MarshalJSON() ([]byte, error) {
-	return json.Marshal(matcherJSON{m.Equals, m.OneOf, m.Number, m.Tolerance, m.Normalize, m.Pattern, m.Ref, m.Any, m.Optional})
+	b, err := json.Marshal(matcherJSON{m.Equals, m.OneOf, m.Number, m.Tolerance, m.Normalize, m.Pattern, m.Ref, m.Any, m.Optional})
+	if err != nil || m.OneOf == nil || len(m.OneOf) != 0 {
+		return b, err
+	}
+	// an empty one_of (nothing is right) must survive a round trip
+	if len(b) == 2 {
+		return []byte(`{"one_of":[]}`), nil
+	}
+	return append([]byte(`{"one_of":[],`), b[1:]...), nil
 }
 
 // UnmarshalJSON decodes a matcher strictly: unknown keys and contradictory

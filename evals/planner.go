@@ -23,9 +23,16 @@ func PlannerFunc(cfg planner.Config) PlanFunc {
 	get := func(c0 *Case) (*planner.Planner, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		var key any = c0.Registry()
-		if c0.hasReadOnly() {
-			key = c0 // its observations answer its read-only tools
+		// cases share a planner when they share tools and observations
+		// (the observations answer the read-only tools)
+		type plannerKey struct {
+			reg *tools.Registry
+			obs string
+		}
+		key := plannerKey{reg: c0.Registry()}
+		if c0.hasReadOnly() && len(c0.Observations) > 0 {
+			b, _ := json.Marshal(c0.Observations)
+			key.obs = string(b)
 		}
 		if p, ok := made[key]; ok {
 			return p, nil

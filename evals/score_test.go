@@ -301,3 +301,28 @@ func TestParseCaseProblems(t *testing.T) {
 		})
 	}
 }
+
+func TestMatcherRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		`5`, `"x"`, `[1, 2]`, `null`, `{"equals": {"a": [1]}}`, `{"one_of": []}`, `{"one_of": [], "optional": true}`,
+		`{"one_of": ["a", 1], "normalize": ["case", "bfcl"]}`, `{"number": 1.5, "tolerance": 0.01}`,
+		`{"pattern": "a.*"}`, `{"ref": "e1.output.id"}`, `{"any": true, "optional": true}`, `{"optional": true}`,
+	} {
+		m, err := ParseMatcher([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		out, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := ParseMatcher(out)
+		if err != nil {
+			t.Fatalf("%s → %s: %v", in, out, err)
+		}
+		if m.describe() != m2.describe() || m.Optional != m2.Optional || (m.oneOf == nil) != (m2.oneOf == nil) {
+			t.Errorf("%s → %s changes meaning: %q vs %q", in, out, m.describe(), m2.describe())
+		}
+	}
+}
