@@ -257,6 +257,7 @@ function connect() {
       state.lastSeq = msg.event.seq;
       logEvent(msg.event);
       scheduleRefresh();
+      if (msg.event.type.startsWith("run.")) loadRuns();
     } else if (msg.type === "error") {
       $("run-msg").textContent = (msg.error && msg.error.message) || "error";
     }
