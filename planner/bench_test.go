@@ -55,7 +55,7 @@ func BenchmarkPlan(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			var model time.Duration
-			start := time.Now()
+			start, cpu0 := time.Now(), cpuTime()
 			for b.Loop() {
 				res, err := p.Plan(ctx, planner.Request{Goal: "add the people"})
 				if err != nil {
@@ -69,7 +69,11 @@ func BenchmarkPlan(b *testing.B) {
 			// own-ns/op: the planning's time minus the time inside the model
 			// requests (go-openai's encoding and decoding and the in-process
 			// transport): the planner's own overhead.
-			total := time.Since(start)
+			total, cpu := time.Since(start), cpuTime()-cpu0
+			// cpu-ns/op: CPU time of the whole process per plan (the planner,
+			// go-openai and the fake transport, GC included); unlike the wall
+			// clock it does not grow when other processes load the machine.
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64((total-model).Nanoseconds())/float64(b.N), "own-ns/op")
 			b.ReportMetric(float64(model.Nanoseconds())/float64(b.N), "model-ns/op")
 		})

@@ -93,11 +93,11 @@ func wrapClient(c *http.Client) *http.Client {
 }
 
 // finish fills the attempt's recorded body.
-func (a *attempt) finish(redact func(string) string) {
+func (a *attempt) finish(redact func([]byte) []byte) {
 	if len(a.body) == 0 {
 		return
 	}
-	b := []byte(redact(string(a.body)))
+	b := redact(a.body)
 	if json.Valid(b) {
 		a.Response = b // compacted when the exchange is encoded
 		return
@@ -151,6 +151,26 @@ func redactor(key string) func(string) string {
 			}
 		}
 		return s
+	}
+}
+
+// bytesRedactor is redactor for bytes: b itself when it holds no key.
+func bytesRedactor(key string) func([]byte) []byte {
+	r := redactor(key)
+	if key == "" {
+		return func(b []byte) []byte { return b }
+	}
+	forms := [][]byte{[]byte(key)}
+	if q, err := json.Marshal(key); err == nil && string(q[1:len(q)-1]) != key {
+		forms = append(forms, q[1:len(q)-1])
+	}
+	return func(b []byte) []byte {
+		for _, f := range forms {
+			if bytes.Contains(b, f) {
+				return []byte(r(string(b)))
+			}
+		}
+		return b
 	}
 }
 

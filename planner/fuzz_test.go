@@ -1,8 +1,10 @@
 package planner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 
@@ -123,4 +125,86 @@ func checkSession(t *testing.T, p *Planner, s *session) {
 			t.Fatalf("tool call %q: %d calls and %d results", id, n%10, n/10)
 		}
 	}
+}
+
+// FuzzNormalizeArgs checks the byte-level null dropping against a simple
+// oracle (decode, delete the optional nulls from maps, encode): the same
+// JSON value, and compact valid JSON.
+func FuzzNormalizeArgs(f *testing.F) {
+	schema := `{"type":"object","properties":{"a":{"type":"string"},"n":{"type":["string","null"]},"o":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"string"}},"required":["x"]},"l":{"type":"array","items":{"type":"object","properties":{"z":{"type":"string"}}}}},"required":["n","o"]}`
+	_, sh, ok, err := strictSchema(json.RawMessage(schema))
+	if err != nil || !ok {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		`{"a":null,"n":null,"o":{"x":1,"y":null},"l":[{"z":null},{"z":"k"}]}`,
+		"{ \"a\" : null , \"\\u0061\":\"x\\\"y\", \"o\": {\"y\": null}}",
+		`{"l":[[null],{"z":null,"z2":null}],"o":{"x":1e5}}`, `{}`, `[]`, `{"a":"${a1.output}"}`, ``,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		got, _, err := normalizeArgs(text, sh)
+		if err != nil {
+			return
+		}
+		if !json.Valid(got) {
+			t.Fatalf("not JSON: %q → %q", text, got)
+		}
+		var buf bytes.Buffer
+		if json.Compact(&buf, got) != nil || buf.String() != string(got) {
+			t.Fatalf("not compact: %q", got)
+		}
+		src := strings.TrimSpace(text)
+		if src == "" {
+			src = "{}"
+		}
+		want := oracleDrop(t, []byte(src), sh)
+		if have := reencode(t, got); have != want {
+			t.Fatalf("normalizeArgs(%q)\n got %s\nwant %s", text, have, want)
+		}
+	})
+}
+
+func reencode(t *testing.T, raw []byte) string {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("decode %q: %v", raw, err)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func oracleDrop(t *testing.T, raw []byte, sh *shape) string {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("oracle decode %q: %v", raw, err)
+	}
+	var drop func(v any, sh *shape)
+	drop = func(v any, sh *shape) {
+		if sh == nil {
+			return
+		}
+		switch v := v.(type) {
+		case map[string]any:
+			for k, val := range v {
+				if val == nil && sh.optional[k] {
+					delete(v, k)
+				} else if c := sh.props[k]; c != nil {
+					drop(val, c)
+				}
+			}
+		case []any:
+			for _, e := range v {
+				drop(e, sh.items)
+			}
+		}
+	}
+	drop(v, sh)
+	b, _ := json.Marshal(v)
+	return string(b)
 }

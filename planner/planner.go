@@ -29,19 +29,20 @@ var ErrBadRequest = errors.New("planner: bad request")
 
 // Planner turns goals and conversations into plans. Safe for concurrent use.
 type Planner struct {
-	cfg        Config
-	client     *openai.Client
-	log        *slog.Logger
-	redact     func(string) string
-	names      nameMap
-	specs      map[string]tools.Spec // by registry name
-	shapes     map[string]*shape     // by registry name: nulls to drop
-	fields     map[string][]string   // by registry name: output fields for placeholders
-	defs       []openai.Tool         // ModeTools
-	format     *openai.ChatCompletionResponseFormat
-	system     string
-	params     json.RawMessage // the request without messages, for the exchange
-	promptHash string
+	cfg         Config
+	client      *openai.Client
+	log         *slog.Logger
+	redact      func(string) string
+	redactBytes func([]byte) []byte
+	names       nameMap
+	specs       map[string]tools.Spec // by registry name
+	shapes      map[string]*shape     // by registry name: nulls to drop
+	fields      map[string][]string   // by registry name: output fields for placeholders
+	defs        []openai.Tool         // ModeTools
+	format      *openai.ChatCompletionResponseFormat
+	system      string
+	params      json.RawMessage // the request without messages, for the exchange
+	promptHash  string
 }
 
 // Request is what to plan: a goal, a conversation, or both (the goal is then
@@ -90,12 +91,13 @@ func New(cfg Config) (*Planner, error) {
 		return nil, err
 	}
 	p := &Planner{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "planner"),
-		redact: redactor(cfg.APIKey),
-		specs:  map[string]tools.Spec{},
-		shapes: map[string]*shape{},
-		fields: map[string][]string{},
+		cfg:         cfg,
+		log:         cfg.Logger.With("component", "planner"),
+		redact:      redactor(cfg.APIKey),
+		redactBytes: bytesRedactor(cfg.APIKey),
+		specs:       map[string]tools.Spec{},
+		shapes:      map[string]*shape{},
+		fields:      map[string][]string{},
 	}
 	p.client = openai.NewClientWithConfig(p.clientConfig())
 
@@ -627,7 +629,7 @@ func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, erro
 		cancel()
 		at.dur = time.Since(start)
 		at.DurationMS = at.dur.Milliseconds()
-		at.finish(p.redact)
+		at.finish(p.redactBytes)
 		s.ex.Attempts = append(s.ex.Attempts, at)
 		s.modelTime += at.dur
 		if err == nil {
@@ -725,7 +727,7 @@ func (s *session) result(req Request) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("planner: encoding the exchange: %w", err)
 	}
-	ex = []byte(p.redact(string(ex)))
+	ex = p.redactBytes(ex)
 	sum := sha256.Sum256(ex) // this planning's document id: the exchange it came from
 	pl.ID = "plan_" + hex.EncodeToString(sum[:8])
 	pl.CreatedAt = p.cfg.Now().UTC()

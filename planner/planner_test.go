@@ -34,7 +34,7 @@ func TestPlanReadOnlyThenQueued(t *testing.T) {
 		t.Fatalf("plan = %s", mustJSON(t, got))
 	}
 	a1, a2 := got.Actions[0], got.Actions[1]
-	if a1.ID != "a1" || a1.Tool != "crm.create_contact" || string(a1.Args) != `{"email":"ada@example.com","name":"Ada Lovelace","tags":[{"label":"vip"}]}` || len(a1.DependsOn) != 0 {
+	if a1.ID != "a1" || a1.Tool != "crm.create_contact" || string(a1.Args) != `{"name":"Ada Lovelace","email":"ada@example.com","tags":[{"label":"vip"}]}` || len(a1.DependsOn) != 0 {
 		t.Errorf("a1 = %s (the optional nulls must be dropped)", mustJSON(t, a1))
 	}
 	if a1.Why != "Creating the contact first." {
@@ -354,8 +354,8 @@ func TestPlanFixtures(t *testing.T) {
 	}{
 		// content next to parallel tool calls; ids reused by a server
 		{"content_and_calls", 2, []plan.Action{
-			{ID: "a1", Tool: "crm.create_contact", Args: json.RawMessage(`{"email":"grace@example.com","name":"Grace Hopper"}`), Why: "I'll add both contacts."},
-			{ID: "a2", Tool: "crm.create_contact", Args: json.RawMessage(`{"email":"alan@example.com","name":"Alan Turing"}`), Why: "I'll add both contacts."},
+			{ID: "a1", Tool: "crm.create_contact", Args: json.RawMessage(`{"name":"Grace Hopper","email":"grace@example.com"}`), Why: "I'll add both contacts."},
+			{ID: "a2", Tool: "crm.create_contact", Args: json.RawMessage(`{"name":"Alan Turing","email":"alan@example.com"}`), Why: "I'll add both contacts."},
 		}},
 		// an Ollama-style reply: tool calls with finish_reason "stop", arguments with spaces
 		{"ollama_stop_with_calls", 2, []plan.Action{
@@ -543,7 +543,7 @@ func TestPlanJSONSchemaMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	acts := res.Plan.Actions
-	if len(acts) != 2 || string(acts[0].Args) != `{"email":"ada@x","name":"Ada"}` || !reflect.DeepEqual(acts[1].DependsOn, []string{"a1"}) || acts[1].Tool != "mail/send" {
+	if len(acts) != 2 || string(acts[0].Args) != `{"name":"Ada","email":"ada@x"}` || !reflect.DeepEqual(acts[1].DependsOn, []string{"a1"}) || acts[1].Tool != "mail/send" {
 		t.Fatalf("actions = %s", mustJSON(t, acts))
 	}
 	reqs := b.model.requests()

@@ -306,32 +306,6 @@ func withNull(t any) any {
 	return t
 }
 
-// dropNulls removes, in place, every null the model sent for a property that
-// was optional in the original schema.
-func dropNulls(v any, sh *shape) {
-	if sh == nil {
-		return
-	}
-	switch v := v.(type) {
-	case map[string]any:
-		for k, val := range v {
-			if val == nil && sh.optional[k] {
-				delete(v, k)
-				continue
-			}
-			if child := sh.props[k]; child != nil {
-				dropNulls(val, child)
-			}
-		}
-	case []any:
-		if sh.items != nil {
-			for _, e := range v {
-				dropNulls(e, sh.items)
-			}
-		}
-	}
-}
-
 // normalizeArgs turns the model's argument text into the recorded form:
 // compact JSON with the nulls of optional properties removed, and lists its
 // references. The text must be one JSON object that plan's strict scanner
@@ -352,23 +326,167 @@ func normalizeArgs(text string, sh *shape) (json.RawMessage, []plan.Ref, error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("arguments %s: %w", clip(string(raw), 200), err)
 	}
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
 	if sh == nil || !bytes.Contains(raw, []byte("null")) {
-		var buf bytes.Buffer
-		buf.Grow(len(raw))
 		if err := json.Compact(&buf, raw); err != nil {
 			return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
 		}
 		return buf.Bytes(), refs, nil
 	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+	d := nullDropper{src: raw, out: buf.Bytes()}
+	d.value(sh)
+	return d.out, refs, nil
+}
+
+// nullDropper copies one well-formed JSON value (plan.Refs checked it)
+// compactly, leaving out the object members whose value is null and whose
+// key was optional in the original schema. Everything else is kept byte for
+// byte, in order: numbers keep their spelling, strings their escapes.
+type nullDropper struct {
+	src []byte
+	i   int
+	out []byte
+}
+
+func (d *nullDropper) ws() {
+	for d.i < len(d.src) {
+		switch d.src[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
 	}
-	dropNulls(v, sh)
-	out, err := marshalNoEscape(v)
-	return out, refs, err
+}
+
+func (d *nullDropper) value(sh *shape) {
+	d.ws()
+	if d.i >= len(d.src) {
+		return
+	}
+	switch d.src[d.i] {
+	case '{':
+		d.object(sh)
+	case '[':
+		d.array(sh)
+	case '"':
+		start := d.i
+		d.skipString()
+		d.out = append(d.out, d.src[start:d.i]...)
+	default:
+		start := d.i
+		for d.i < len(d.src) {
+			c := d.src[d.i]
+			if c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+				break
+			}
+			d.i++
+		}
+		d.out = append(d.out, d.src[start:d.i]...)
+	}
+}
+
+func (d *nullDropper) skipString() {
+	d.i++ // opening quote
+	for d.i < len(d.src) {
+		switch d.src[d.i] {
+		case '\\':
+			d.i += 2
+		case '"':
+			d.i++
+			return
+		default:
+			d.i++
+		}
+	}
+}
+
+func (d *nullDropper) object(sh *shape) {
+	d.i++
+	d.out = append(d.out, '{')
+	first := true
+	for {
+		d.ws()
+		if d.i >= len(d.src) {
+			return
+		}
+		if d.src[d.i] == '}' {
+			d.i++
+			break
+		}
+		if d.src[d.i] == ',' {
+			d.i++
+			continue
+		}
+		start := d.i
+		d.skipString()
+		keyRaw := d.src[start:min(d.i, len(d.src))]
+		d.ws()
+		if d.i < len(d.src) && d.src[d.i] == ':' {
+			d.i++
+		}
+		d.ws()
+		var child *shape
+		if sh != nil && len(keyRaw) >= 2 {
+			key := keyName(keyRaw)
+			if sh.optional[key] && bytes.HasPrefix(d.src[d.i:], []byte("null")) {
+				d.i += len("null")
+				continue
+			}
+			child = sh.props[key]
+		}
+		if !first {
+			d.out = append(d.out, ',')
+		}
+		first = false
+		d.out = append(d.out, keyRaw...)
+		d.out = append(d.out, ':')
+		d.value(child)
+	}
+	d.out = append(d.out, '}')
+}
+
+func (d *nullDropper) array(sh *shape) {
+	d.i++
+	d.out = append(d.out, '[')
+	var items *shape
+	if sh != nil {
+		items = sh.items
+	}
+	first := true
+	for {
+		d.ws()
+		if d.i >= len(d.src) {
+			return
+		}
+		if d.src[d.i] == ']' {
+			d.i++
+			break
+		}
+		if d.src[d.i] == ',' {
+			d.i++
+			continue
+		}
+		if !first {
+			d.out = append(d.out, ',')
+		}
+		first = false
+		d.value(items)
+	}
+	d.out = append(d.out, ']')
+}
+
+// keyName is the text of a quoted JSON key.
+func keyName(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 func marshalNoEscape(v any) (json.RawMessage, error) {

@@ -112,11 +112,12 @@ func TestNormalizeArgs(t *testing.T) {
 		t.Fatalf("strictSchema: %v %v", ok, err)
 	}
 	cases := []struct{ in, want, err string }{
-		{`{"a":null,"n":null,"o":{"x":1,"y":null},"l":[{"z":null},{"z":"k"}]}`, `{"l":[{},{"z":"k"}],"n":null,"o":{"x":1}}`, ""},
+		{`{"a":null,"n":null,"o":{"x":1,"y":null},"l":[{"z":null},{"z":"k"}]}`, `{"n":null,"o":{"x":1},"l":[{},{"z":"k"}]}`, ""},
 		{` {"n": "1e400 stays text", "o": {"x": 9007199254740991}} `, `{"n":"1e400 stays text","o":{"x":9007199254740991}}`, ""},
 		{`{"n":null,"o":{"x":1.50,"y":null}}`, `{"n":null,"o":{"x":1.50}}`, ""},
 		{`{"n":"<&>","o":{"x":1.50}}`, `{"n":"<&>","o":{"x":1.50}}`, ""},
 		{``, `{}`, ""},
+		{"{ \"n\" : \"a\\\"b\" ,\n \"o\":{\"x\":[1, null,{}], \"y\" : null},\"\\u0061\":null}", `{"n":"a\"b","o":{"x":[1,null,{}]}}`, ""},
 		{`{"a":`, "", "invalid JSON"},
 		{`[1]`, "", "must be a JSON object"},
 		{`{"x":1,"x":2}`, "", "duplicate"},
