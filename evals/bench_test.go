@@ -100,7 +100,7 @@ func BenchmarkScore10000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rep, err := ScorePlans(d, ps)
+		rep, err := ScorePlans(d, ps, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -46,6 +46,10 @@ type Case struct {
 	Expect Expect `json:"expect"`
 	// Source records where the case came from (free text, e.g. "bfcl").
 	Source string `json:"source,omitempty"`
+	// World makes the case execution-level: the plan runs against a fresh
+	// simulated world and the world's final state is compared, so different
+	// but equivalent plans both pass.
+	World *WorldSpec `json:"world,omitempty"`
 	// Reference is a plan known to be right (optional). Scoring ignores it;
 	// docket eval check scores it against the expectation, so a dataset's
 	// expectations are tested too, and test models answer with it.
@@ -72,6 +76,21 @@ func (c *Case) Where() string {
 		return "case " + c.ID
 	}
 	return fmt.Sprintf("%s:%d", c.file, c.line)
+}
+
+// WorldSpec is an execution-level expectation.
+type WorldSpec struct {
+	// Name names the simulated world; docket eval provides "demoworld"
+	// (internal/demoworld: catalogue, CRM, payments, settings, email). A case
+	// without tools gets the world's tools.
+	Name string `json:"name"`
+	// Setup runs before the plan, to build the initial state.
+	Setup []Call `json:"setup,omitempty"`
+	// Effects are the expected final effect counters ("crm/ana@x.example": 1,
+	// "email/ana@x.example/welcome-pack": 1). A counter not listed must be 0
+	// unless AllowOtherEffects.
+	Effects           map[string]int `json:"effects"`
+	AllowOtherEffects bool           `json:"allow_other_effects,omitempty"`
 }
 
 // Observation is a read_only tool's answer during planning.
@@ -257,6 +276,9 @@ type LoadOptions struct {
 	Tools *tools.Registry
 	// MaxProblems stops reading after this many problems. Default 50.
 	MaxProblems int
+	// Worlds are the tools of the simulated worlds, by WorldSpec.Name, for
+	// execution-level cases that give no tools of their own.
+	Worlds map[string]*tools.Registry
 }
 
 // Problem is one thing wrong with a dataset or plans file, naming the file,
@@ -523,6 +545,10 @@ func (l *loader) registry(c *Case) (*tools.Registry, []fieldMsg) {
 			l.inline[string(key)] = reg
 		}
 		return reg, ps
+	case c.World != nil && l.opts.Worlds[c.World.Name] != nil:
+		return l.opts.Worlds[c.World.Name], nil
+	case c.World != nil:
+		return nil, []fieldMsg{{"world.name", fmt.Sprintf("no simulated world %q is available (docket eval provides \"demoworld\")", c.World.Name)}}
 	case l.opts.Tools != nil:
 		return l.opts.Tools, nil
 	}
@@ -611,8 +637,24 @@ func (l *loader) checkExpect(c *Case, add func(id, field, format string, a ...an
 	if e.NoAction && len(e.Actions) > 0 {
 		add(id, "expect.no_action", "no_action is true but expect.actions lists actions: choose one")
 	}
-	if !e.NoAction && len(e.Actions) == 0 {
-		add(id, "expect", "expects nothing: list actions or set no_action")
+	if !e.NoAction && len(e.Actions) == 0 && c.World == nil {
+		add(id, "expect", "expects nothing: list actions, set no_action, or give a world with its expected effects")
+	}
+	if w := c.World; w != nil {
+		if w.Name == "" {
+			add(id, "world.name", "missing")
+		}
+		if w.Effects == nil {
+			add(id, "world.effects", "missing: give the expected final effect counters ({} for none)")
+		}
+		for k, n := range w.Effects {
+			if n < 0 {
+				add(id, "world.effects."+k, "a count cannot be negative")
+			}
+		}
+		if isBFCL(c.Rules) {
+			add(id, "world", "leaderboard rules do not execute plans")
+		}
 	}
 	if c.Rules == RulesBFCLIrrelevance && !e.NoAction {
 		add(id, "expect.no_action", "bfcl_irrelevance cases must set no_action")

@@ -101,10 +101,11 @@ func WritePlanLine(w io.Writer, pl PlanLine) error {
 	return err
 }
 
-// ScorePlans scores every case of the dataset against the plans. A case
-// without a plan fails with a reason; a plan for a case the dataset does not
-// hold is a problem (the files do not belong together).
-func ScorePlans(d *Dataset, ps *Plans) (*Report, error) {
+// ScorePlans scores every case of the dataset against the plans (and runs
+// execution-level cases with opts.Executor). A case without a plan fails
+// with a reason; a plan for a case the dataset does not hold is a problem
+// (the files do not belong together).
+func ScorePlans(d *Dataset, ps *Plans, opts *ScoreOptions) (*Report, error) {
 	var probs []Problem
 	for _, id := range ps.Order {
 		if _, ok := d.Case(id); !ok {
@@ -124,7 +125,7 @@ func ScorePlans(d *Dataset, ps *Plans) (*Report, error) {
 			rep.Cases = append(rep.Cases, ScoreMissing(c, "no plan for this case in "+ps.Path))
 			continue
 		}
-		rep.Cases = append(rep.Cases, scoreTries(c, lines))
+		rep.Cases = append(rep.Cases, scoreTries(c, lines, opts.check()))
 	}
 	rep.Finish()
 	return rep, nil
@@ -132,7 +133,7 @@ func ScorePlans(d *Dataset, ps *Plans) (*Report, error) {
 
 // scoreTries scores every try of a case; the result is the first failing
 // try's (or the first try's when all pass), with Tries and Passes counted.
-func scoreTries(c *Case, lines []PlanLine) Result {
+func scoreTries(c *Case, lines []PlanLine, check func(c *Case, calls []Call, r *Result)) Result {
 	var first, firstFail *Result
 	passes := 0
 	var usage *Usage
@@ -143,6 +144,9 @@ func scoreTries(c *Case, lines []PlanLine) Result {
 			r.fail(CodePlannerError, "the planner failed: %s", pl.Error)
 		} else {
 			r = Score(c, pl.Calls)
+			if check != nil {
+				check(c, pl.Calls, &r)
+			}
 		}
 		if pl.Usage != nil {
 			if usage == nil {

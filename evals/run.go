@@ -42,6 +42,8 @@ type RunOptions struct {
 	Done func(c *Case, try int, pl PlanLine) error
 	// Now is the clock for ETAs. Default time.Now.
 	Now func() time.Time
+	// Executor runs execution-level cases (those with a world).
+	Executor Executor
 }
 
 // Run plans every case of d Repeat times with bounded concurrency and scores
@@ -133,7 +135,7 @@ feed:
 	}
 	rep := &Report{Dataset: d.Path}
 	for i, c := range d.Cases {
-		rep.Cases = append(rep.Cases, scoreTries(c, lines[i]))
+		rep.Cases = append(rep.Cases, scoreTries(c, lines[i], (&ScoreOptions{Executor: o.Executor, Context: ctx}).check()))
 	}
 	rep.Finish()
 	return rep, nil

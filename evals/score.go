@@ -413,6 +413,12 @@ func scoreDocket(c *Case, calls []Call, parsed []value, r *Result) {
 		r.Metrics.ExactMatch = len(calls) == 0
 		return
 	}
+	if len(e.Actions) == 0 && c.World != nil {
+		// execution-level only: the world's final state decides (CheckWorld)
+		r.Metrics.ToolPrecision, r.Metrics.ToolRecall, r.Metrics.ArgAccuracy = 1, 1, 1
+		r.Metrics.ExactMatch = r.Metrics.ValidPlan
+		return
+	}
 	want := e.Actions
 	byID := map[string]int{}
 	for i, w := range want {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,8 +14,13 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/evals"
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/httptool"
 )
 
 func init() {
@@ -53,11 +59,11 @@ func (c *evalCmd) Run(ctx context.Context, args []string) error {
 	case "import-bfcl":
 		return c.importBFCL(args[1:])
 	case "score":
-		return c.score(args[1:])
+		return c.score(ctx, args[1:])
 	case "run":
 		return c.run(ctx, args[1:])
 	case "check":
-		return c.check(args[1:])
+		return c.check(ctx, args[1:])
 	case "compare":
 		return c.compare(args[1:])
 	case "report":
@@ -210,7 +216,12 @@ func (c *evalCmd) loadDataset(path, toolsFile string) (*evals.Dataset, error) {
 	if path == "" {
 		return nil, usageError("--dataset DATASET is required")
 	}
-	var opts evals.LoadOptions
+	opts := evals.LoadOptions{Worlds: map[string]*tools.Registry{}}
+	if reg, err := demoworldTools(); err == nil {
+		opts.Worlds["demoworld"] = reg
+	} else {
+		return nil, fmt.Errorf("preparing the simulated world: %w", err)
+	}
 	if toolsFile != "" {
 		reg, err := evals.LoadToolsFile(toolsFile)
 		if err != nil {
@@ -229,7 +240,7 @@ func (c *evalCmd) loadDataset(path, toolsFile string) (*evals.Dataset, error) {
 	return d, nil
 }
 
-func (c *evalCmd) score(args []string) error {
+func (c *evalCmd) score(ctx context.Context, args []string) error {
 	fs := newFlags("eval score", "eval score --dataset DATASET --plans FILE [--json] [--html FILE] [--out REPORT.json]", c.env.Stderr)
 	dataset := fs.String("dataset", "", "dataset (JSON Lines)")
 	plansFile := fs.String("plans", "", `plans, one JSON line per case: {"id", "calls": [{"tool", "args", "id"?, "depends_on"?}]}`)
@@ -256,7 +267,7 @@ func (c *evalCmd) score(args []string) error {
 	if err != nil {
 		return withCode(exitBad, err)
 	}
-	rep, err := evals.ScorePlans(d, ps)
+	rep, err := evals.ScorePlans(d, ps, &evals.ScoreOptions{Executor: demoExecutor{}, Context: ctx})
 	if err != nil {
 		return withCode(exitBad, fmt.Errorf("plans %s do not fit dataset %s: %w", *plansFile, *dataset, err))
 	}
@@ -343,6 +354,7 @@ func (c *evalCmd) run(ctx context.Context, args []string) error {
 		Retryable:   evals.RetryablePlannerError,
 		Progress:    c.env.Stderr,
 		Terminal:    isTerminal(c.env.Stderr),
+		Executor:    demoExecutor{},
 	}
 	if *retries == 0 {
 		ro.Retries = -1
@@ -457,7 +469,7 @@ func (c *evalCmd) report(args []string) error {
 	return c.emit(rep, o)
 }
 
-func (c *evalCmd) check(args []string) error {
+func (c *evalCmd) check(ctx context.Context, args []string) error {
 	fs := newFlags("eval check", "eval check --dataset DATASET [--tools FILE]", c.env.Stderr)
 	dataset := fs.String("dataset", "", "dataset (JSON Lines)")
 	toolsFile := fs.String("tools", "", "tools file for cases that name no tools")
@@ -480,6 +492,7 @@ func (c *evalCmd) check(args []string) error {
 		}
 		checked++
 		r := evals.Score(cs, cs.Reference)
+		evals.CheckWorld(ctx, demoExecutor{}, cs, cs.Reference, &r)
 		if !r.Pass {
 			failed++
 			fmt.Fprintf(c.env.Stdout, "%s (%s): its reference plan fails its expectation:\n", cs.ID, cs.Where())
@@ -493,4 +506,77 @@ func (c *evalCmd) check(args []string) error {
 		return withCode(exitFailed, fmt.Errorf("%d reference %s fail their expectations", failed, plural(failed, "plan", "plans")))
 	}
 	return nil
+}
+
+// demoworldTools is the registry of internal/demoworld's tools, for loading
+// execution-level cases (the schemas matter; the URLs are bound per run).
+func demoworldTools() (*tools.Registry, error) {
+	w := demoworld.Start()
+	defer w.Close()
+	f, err := httptool.Parse(w.ToolsFile(demoworld.ToolsOptions{}), func(string) string { return "" })
+	if err != nil {
+		return nil, err
+	}
+	return tools.NewRegistry(f.Tools...)
+}
+
+// demoExecutor runs execution-level cases against a fresh internal/demoworld
+// per case: the setup calls, then the plan, each as a run under policy
+// "all" in a throwaway ledger, and returns the world's effect counters.
+type demoExecutor struct{}
+
+func (demoExecutor) Execute(ctx context.Context, cs *evals.Case, setup, calls []evals.Call) (map[string]int, error) {
+	if cs.World.Name != "demoworld" {
+		return nil, fmt.Errorf("unknown world %q (docket eval provides demoworld)", cs.World.Name)
+	}
+	w := demoworld.Start()
+	defer w.Close()
+	f, err := httptool.Parse(w.ToolsFile(demoworld.ToolsOptions{}), func(string) string { return "" })
+	if err != nil {
+		return nil, err
+	}
+	defer f.CloseIdleConnections()
+	reg, err := tools.NewRegistry(f.Tools...)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "docket-eval-world-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	l, err := ledger.Open(ctx, ledger.Config{Dir: dir, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	eng, err := executor.New(executor.Config{Ledger: l, Tools: reg, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	for i, part := range [][]evals.Call{setup, calls} {
+		if len(part) == 0 {
+			continue
+		}
+		p := &plan.Plan{Goal: cs.Goal}
+		for _, call := range part {
+			p.Actions = append(p.Actions, plan.Action{ID: call.ID, Tool: call.Tool, Args: call.Args, DependsOn: call.DependsOn})
+		}
+		what := []string{"setup", "plan"}[i]
+		doc, err := eng.Run(ctx, fmt.Sprintf("eval-%s", what), p, &executor.RunOptions{Policy: executor.PolicyAll})
+		if err != nil {
+			return nil, fmt.Errorf("the %s could not run: %w", what, err)
+		}
+		if doc.Run.Status != ledger.RunCompleted {
+			var bad []string
+			for _, a := range doc.Actions {
+				if a.Error != "" || (a.Status != ledger.StatusSucceeded && a.Status != "") {
+					bad = append(bad, fmt.Sprintf("%s %s: %s %s", a.ID, a.Tool, a.Status, a.Error))
+				}
+			}
+			return nil, fmt.Errorf("the %s ended %s (%s)", what, doc.Run.Status, strings.Join(bad, "; "))
+		}
+	}
+	return w.Effects(), nil
 }

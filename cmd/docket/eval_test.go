@@ -236,3 +236,65 @@ func clipOut(s string) string {
 	}
 	return s
 }
+
+// TestEvalWorld scores execution-level cases: each plan runs against a
+// fresh simulated world and the final effects decide, so two different but
+// equivalent plans both pass and a plan with a double effect fails.
+func TestEvalWorld(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ds := "../../evals/testdata/world/dataset.jsonl"
+	plans := strings.Join([]string{
+		// the reference: price looked up, references everywhere
+		`{"id": "world-onboard", "try": 1, "calls": [
+		  {"id": "price", "tool": "catalogue_price", "args": {"plan": "pro"}},
+		  {"id": "contact", "tool": "crm_create_contact", "args": {"company": "ACME", "email": "billing@acme.example"}, "depends_on": ["price"]},
+		  {"id": "invoice", "tool": "payments_create_invoice", "args": {"customer": "${contact.output.id}", "amount": "${price.output.amount}", "currency": "${price.output.currency}", "reference": "onboarding-acme"}, "depends_on": ["price", "contact"]},
+		  {"id": "settings", "tool": "settings_put", "args": {"account": "${contact.output.id}", "settings": {"plan": "pro"}}, "depends_on": ["contact", "invoice"]},
+		  {"id": "welcome", "tool": "email_send", "args": {"to": "billing@acme.example", "template": "welcome-pack"}, "depends_on": ["settings"]}]}`,
+		// another plan to the same end: literal amount, other ids and order
+		`{"id": "world-onboard", "try": 2, "calls": [
+		  {"id": "m", "tool": "email_send", "args": {"to": "billing@acme.example", "template": "welcome-pack"}, "depends_on": ["s"]},
+		  {"id": "c", "tool": "crm_create_contact", "args": {"company": "ACME", "email": "billing@acme.example"}},
+		  {"id": "s", "tool": "settings_put", "args": {"account": "${c.output.id}", "settings": {"plan": "pro", "seats": 5}}, "depends_on": ["c"]},
+		  {"id": "i", "tool": "payments_create_invoice", "args": {"customer": "${c.output.id}", "amount": 1200, "currency": "EUR", "reference": "onboarding-acme"}, "depends_on": ["c"]}]}`,
+		// the wrong account
+		`{"id": "world-settings", "calls": [{"tool": "settings_put", "args": {"account": "c_2", "settings": {"plan": "pro"}}}]}`,
+		// the welcome pack twice
+		`{"id": "world-email-once", "calls": [{"tool": "email_send", "args": {"to": "ana@bolt.example", "template": "welcome-pack"}}, {"tool": "email_send", "args": {"to": "ana@bolt.example", "template": "welcome-pack", "contact_id": "x"}}]}`,
+	}, "\n")
+	pf := filepath.Join(dir, "plans.jsonl")
+	os.WriteFile(pf, []byte(strings.ReplaceAll(plans, "\n\t\t  ", " ")+"\n"), 0o644)
+	r := evalRun(t, nil, "score", "--dataset", ds, "--plans", pf, "--json")
+	wantCode(t, r, exitOK)
+	var got struct {
+		Cases []struct {
+			ID      string   `json:"id"`
+			Pass    bool     `json:"pass"`
+			Reasons []string `json:"reasons"`
+			Tries   int      `json:"tries"`
+			Passes  int      `json:"passes"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v\n%s", err, r)
+	}
+	byID := map[string]int{}
+	for i, c := range got.Cases {
+		byID[c.ID] = i
+	}
+	on := got.Cases[byID["world-onboard"]]
+	if !on.Pass || on.Tries != 2 || on.Passes != 2 {
+		t.Errorf("two equivalent onboarding plans: %+v", on)
+	}
+	st := strings.Join(got.Cases[byID["world-settings"]].Reasons, "\n")
+	if got.Cases[byID["world-settings"]].Pass || !strings.Contains(st, "settings/c_1 happened 0 times, expected 1") || !strings.Contains(st, "settings/c_2 happened 1 time, which the request did not ask for") {
+		t.Errorf("wrong account: %s", st)
+	}
+	em := strings.Join(got.Cases[byID["world-email-once"]].Reasons, "\n")
+	if got.Cases[byID["world-email-once"]].Pass || !strings.Contains(em, "email/ana@bolt.example/welcome-pack happened 2 times, expected 1") {
+		t.Errorf("double email: %s", em)
+	}
+	r = evalRun(t, nil, "check", "--dataset", ds)
+	wantCode(t, r, exitOK)
+}
