@@ -266,7 +266,7 @@ func TestWebSocketSlowConsumer(t *testing.T) {
 // with "message too big".
 func TestWebSocketPingAndReadLimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{tune: func(c *ui.Config) { c.WSPing = 20 * time.Millisecond; c.WSReadLimit = 512 }})
+	b := setup(t, options{tune: func(c *ui.Config) { c.WSPing = 150 * time.Millisecond; c.WSReadLimit = 512 }})
 	b.call("POST", "/v1/runs", map[string]any{"run_id": "ws-5", "plan": onboardingPlan(t), "approve": "none"}, nil)
 	c := b.mustDial("ws-5", 0)
 	pings := make(chan struct{}, 10)
