@@ -192,11 +192,11 @@ func (p *Replayer) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: case %s made request %d, but %s holds only %d", ErrNoRecording, tag.id, used+1, file, used)
 	}
 	if !loaded {
-		data, err := readGzip(file)
-		if err != nil {
+		recs, err = readRecording(file)
+		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w for case %s (try %d): %v", ErrNoRecording, tag.id, tag.try, err)
 		}
-		if err := json.Unmarshal(data, &recs); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("recording %s: %v", file, err)
 		}
 		for k := range recs {
@@ -257,6 +257,32 @@ func (p *Replayer) Unused() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+var gzipReaders sync.Pool // *gzip.Reader, reused across recordings
+
+// readRecording decodes a recording file straight from its gzip stream.
+func readRecording(path string) ([]Exchange, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, _ := gzipReaders.Get().(*gzip.Reader)
+	if zr == nil {
+		zr, err = gzip.NewReader(f)
+	} else {
+		err = zr.Reset(f)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer gzipReaders.Put(zr)
+	var recs []Exchange
+	if err := json.NewDecoder(zr).Decode(&recs); err != nil {
+		return nil, err
+	}
+	return recs, nil
 }
 
 func readGzip(path string) ([]byte, error) {
