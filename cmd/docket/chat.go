@@ -67,16 +67,51 @@ func (c *chatCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s := &chat{env: c.env, out: c.env.Stdout, in: bufio.NewScanner(c.env.Stdin), p: p, eng: eng, l: l, reg: reg, session: session, data: *data, tools: *toolsPath}
-	s.in.Buffer(make([]byte, 64<<10), 1<<20)
+	stop := make(chan struct{})
+	defer close(stop)
+	s := &chat{env: c.env, out: c.env.Stdout, lines: readLines(c.env.Stdin, stop), p: p, eng: eng, l: l, reg: reg, session: session, data: *data, tools: *toolsPath}
 	return s.loop(ctx)
+}
+
+// line is one line of input, or the error that ended the input.
+type line struct {
+	text string
+	err  error
+}
+
+// readLines reads r line by line on its own goroutine, so a prompt can also
+// wait for the context (Ctrl-C) while the terminal waits for a line. The
+// channel is closed at the end of the input; the goroutine stops delivering
+// once stop is closed (a read already waiting on a terminal ends with the
+// process).
+func readLines(r io.Reader, stop <-chan struct{}) <-chan line {
+	ch := make(chan line)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case ch <- line{text: sc.Text()}:
+			case <-stop:
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			select {
+			case ch <- line{err: err}:
+			case <-stop:
+			}
+		}
+	}()
+	return ch
 }
 
 // chat is one interactive session.
 type chat struct {
 	env     Env
 	out     io.Writer
-	in      *bufio.Scanner
+	lines   <-chan line
 	p       *planner.Planner
 	eng     *executor.Engine
 	l       *ledger.Ledger
@@ -86,18 +121,27 @@ type chat struct {
 	tools   string
 	turn    int
 	conv    []openai.ChatCompletionMessage
+	inErr   error // what ended the input, if not its end
 }
 
 func (s *chat) say(format string, a ...any) { fmt.Fprintf(s.out, format+"\n", a...) }
 
-// prompt prints q and reads one line; ok is false at the end of the input.
-func (s *chat) prompt(q string) (string, bool) {
+// prompt prints q and reads one line; ok is false at the end of the input,
+// on a read error (s.inErr) or when ctx ends.
+func (s *chat) prompt(ctx context.Context, q string) (string, bool) {
 	fmt.Fprint(s.out, q)
-	if !s.in.Scan() {
+	select {
+	case <-ctx.Done():
 		fmt.Fprintln(s.out)
 		return "", false
+	case l, ok := <-s.lines:
+		if !ok || l.err != nil {
+			s.inErr = l.err
+			fmt.Fprintln(s.out)
+			return "", false
+		}
+		return strings.TrimSpace(l.text), true
 	}
-	return strings.TrimSpace(s.in.Text()), true
 }
 
 func (s *chat) loop(ctx context.Context) error {
@@ -106,15 +150,21 @@ func (s *chat) loop(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		line, ok := s.prompt("\nyou> ")
-		if !ok || line == "exit" || line == "quit" {
+		text, ok := s.prompt(ctx, "\nyou> ")
+		if !ok || text == "exit" || text == "quit" {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			s.say("bye")
-			return s.in.Err()
+			if s.inErr != nil {
+				return fmt.Errorf("reading the input: %w", s.inErr)
+			}
+			return nil
 		}
-		if line == "" {
+		if text == "" {
 			continue
 		}
-		if err := s.handle(ctx, line); err != nil {
+		if err := s.handle(ctx, text); err != nil {
 			if errors.Is(err, context.Canceled) || exitCode(err) == exitBad || exitCode(err) == exitBusy {
 				return err
 			}
@@ -152,7 +202,10 @@ func (s *chat) handle(ctx context.Context, line string) error {
 		if len(waiting) < len(res.Plan.Actions) {
 			q = fmt.Sprintf("approve %s now (arguments resolved)? [y/N] ", strings.Join(waiting, ", "))
 		}
-		answer, ok := s.prompt(q)
+		answer, ok := s.prompt(ctx, q)
+		if err := ctx.Err(); err != nil {
+			return err // the plan stays recorded and waiting: docket approve/reject RUN
+		}
 		if !ok || !yes(answer) {
 			return s.decline(ctx, runID, waiting)
 		}

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -68,5 +72,63 @@ func TestChatSession(t *testing.T) {
 	}
 	if !sawResults || !sawGoal || msgs[len(msgs)-1].(map[string]any)["content"] != "thanks" {
 		t.Errorf("turn 2 request messages = %v", msgs)
+	}
+}
+
+// notifyWriter collects output and signals when it contains a marker.
+type notifyWriter struct {
+	mu     sync.Mutex
+	buf    strings.Builder
+	marker string
+	seen   chan struct{}
+	once   sync.Once
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.marker) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// Ctrl-C at the approval prompt: the command ends, the plan stays recorded
+// and waiting, nothing was performed.
+func TestChatInterruptedAtApproval(t *testing.T) {
+	b := setup(t)
+	m := newChatModel(t,
+		wireReply("", [3]string{"c1", "crm_create_contact", `{"company":"ACME","email":"billing@acme.example"}`}),
+		wireReply("planned"),
+	)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	out := &notifyWriter{marker: "approve and perform it?", seen: make(chan struct{})}
+	env := modelEnv(m, "", out, io.Discard)
+	env.Stdin = pr
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	data := filepath.Join(b.dir, "chat-data")
+	done := make(chan error, 1)
+	go func() { done <- runEnv(ctx, []string{"chat", "--tools", b.tools, "--data", data}, env) }()
+	if _, err := io.WriteString(pw, "onboard ACME\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-out.seen:
+	case err := <-done:
+		t.Fatalf("chat ended early: %v\n%s", err, out.buf.String())
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(b.world.Effects()) != 0 {
+		t.Errorf("effects = %v", b.world.Effects())
+	}
+	r := inproc(t, "runs", "list", "--data", data, "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"awaiting_approval"`) {
+		t.Errorf("the plan must stay recorded, waiting:\n%s", r)
 	}
 }
