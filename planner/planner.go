@@ -399,8 +399,8 @@ func (s *session) absorb(ctx context.Context, resp openai.ChatCompletionResponse
 		s.reply = strings.TrimSpace(msg.Content)
 		return true, nil
 	}
+	s.problems = problems // the problems still standing: those of the last reply
 	if len(problems) > 0 {
-		s.problems = problems
 		if s.repairs >= maxRepairs {
 			return false, s.fail(ReasonInvalid, "the model's calls were still invalid after %d repairs", s.repairs)
 		}
