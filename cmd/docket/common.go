@@ -206,12 +206,18 @@ func refusalDoc(runID, goal string, policy executor.Policy, status ledger.RunSta
 // (exit 0); paused or awaiting approval → exit 3 with what the person can do;
 // failed or cancelled → exit 1.
 func runOutcome(doc ledger.RunDoc, dataDir, toolsPath string) error {
+	return outcome(doc, localFlags(dataDir, toolsPath))
+}
+
+// outcome is runOutcome with the flags that name where the run lives
+// (" --data DIR --tools FILE", or " --server URL").
+func outcome(doc ledger.RunDoc, flags string) error {
 	r := doc.Run
 	switch r.Status {
 	case ledger.RunCompleted:
 		return nil
 	case ledger.RunPaused, ledger.RunAwaitingApproval:
-		return withCode(exitPaused, errors.New(waitingMessage(doc, dataDir, toolsPath)))
+		return withCode(exitPaused, errors.New(waitingMessageFlags(doc, flags)))
 	case ledger.RunFailed, ledger.RunCancelled:
 		msg := fmt.Sprintf("run %s %s", r.ID, r.Status)
 		if r.Error != "" {
@@ -226,6 +232,20 @@ func runOutcome(doc ledger.RunDoc, dataDir, toolsPath string) error {
 // waitingMessage says which actions wait for a person and which command
 // moves each on.
 func waitingMessage(doc ledger.RunDoc, dataDir, toolsPath string) string {
+	return waitingMessageFlags(doc, localFlags(dataDir, toolsPath))
+}
+
+// localFlags are the flags that name a local run's data directory and tools.
+func localFlags(dataDir, toolsPath string) string {
+	data := ""
+	if dataDir != defaultDataDir {
+		data = " --data " + dataDir
+	}
+	return data + " --tools " + cmp.Or(toolsPath, "FILE")
+}
+
+// waitingMessageFlags is waitingMessage with the commands' location flags given.
+func waitingMessageFlags(doc ledger.RunDoc, data string) string {
 	r := doc.Run
 	var review, approve []string
 	for _, a := range doc.Actions {
@@ -241,11 +261,6 @@ func waitingMessage(doc ledger.RunDoc, dataDir, toolsPath string) string {
 	if r.Error != "" {
 		fmt.Fprintf(&b, " (%s)", r.Error)
 	}
-	data := ""
-	if dataDir != defaultDataDir {
-		data = " --data " + dataDir
-	}
-	data += " --tools " + cmp.Or(toolsPath, "FILE")
 	for _, id := range review {
 		fmt.Fprintf(&b, "\n  %s: outcome unknown; check the external system, then: docket resolve%s %s %s (--done OUTPUT_JSON | --retry | --skip)", id, data, r.ID, id)
 	}

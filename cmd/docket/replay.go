@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 
 	"github.com/docketrun/docket/executor"
 )
@@ -33,6 +34,9 @@ func (c *replayCmd) Run(ctx context.Context, args []string) error {
 	p, err := readPlan(*planPath)
 	if err != nil {
 		return err
+	}
+	if f.srv.remote() {
+		return f.remote(ctx, c.env, runID, "/replay", map[string]any{"plan": p})
 	}
 	s, err := f.open(ctx, c.env)
 	if err != nil {
@@ -72,6 +76,9 @@ func (c *forkCmd) Run(ctx context.Context, args []string) error {
 	if *newID == runID {
 		return usageError("--run-id of a fork must differ from the run it forks (to run the same run again, use docket run)")
 	}
+	if f.srv.remote() {
+		return c.remote(ctx, f, runID, *newID, policy)
+	}
 	s, err := f.open(ctx, c.env)
 	if err != nil {
 		return err
@@ -102,4 +109,24 @@ func newRunID() (string, error) {
 		return "", fmt.Errorf("making a run id: %w", err)
 	}
 	return "run_" + hex.EncodeToString(b[:]), nil
+}
+
+// remote forks through the service (--server) and reports the new run once
+// it stops.
+func (c *forkCmd) remote(ctx context.Context, f runFlags, runID, newID string, policy executor.Policy) error {
+	cl, err := f.srv.client(c.env)
+	if err != nil {
+		return err
+	}
+	var created struct {
+		RunID string `json:"run_id"`
+	}
+	if err := cl.do(ctx, "POST", "/v1/runs/"+url.PathEscape(runID)+"/fork", map[string]any{"run_id": newID, "approve": string(policy)}, nil, &created); err != nil {
+		return err
+	}
+	if newID == "" {
+		fmt.Fprintf(c.env.Stderr, "docket: forked run %s as run %s\n", runID, created.RunID)
+	}
+	doc, err := cl.settled(ctx, created.RunID)
+	return remoteFinish(c.env, doc, err, *f.srv.url)
 }

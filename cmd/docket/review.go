@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/docketrun/docket/executor"
@@ -34,6 +35,7 @@ type runFlags struct {
 	data        *string
 	tools       *string
 	acceptTools *bool
+	srv         *serverFlags
 }
 
 func addRunFlags(fs *flag.FlagSet) runFlags {
@@ -41,7 +43,22 @@ func addRunFlags(fs *flag.FlagSet) runFlags {
 		data:        fs.String("data", defaultDataDir, "data directory (the ledger)"),
 		tools:       fs.String("tools", "", "tools file the run's actions are performed with (required: the run continues)"),
 		acceptTools: fs.Bool("accept-tools-change", false, "continue even though the tool definitions changed since the run started"),
+		srv:         addServerFlags(fs),
 	}
+}
+
+// remote sends one review or control request to the service (--server), then
+// waits until the run stops and reports it like the local command.
+func (f runFlags) remote(ctx context.Context, env Env, runID, path string, body any) error {
+	cl, err := f.srv.client(env)
+	if err != nil {
+		return err
+	}
+	if err := cl.do(ctx, "POST", "/v1/runs/"+url.PathEscape(runID)+path, body, nil, nil); err != nil {
+		return err
+	}
+	doc, err := cl.settled(ctx, runID)
+	return remoteFinish(env, doc, err, *f.srv.url)
 }
 
 // open loads the tools and opens the ledger and an engine.
@@ -106,6 +123,9 @@ func (c *approveCmd) Run(ctx context.Context, args []string) error {
 		return usageError("approve needs the run id")
 	}
 	runID, actions := pos[0], pos[1:]
+	if f.srv.remote() {
+		return f.remote(ctx, c.env, runID, "/approve", map[string]any{"actions": actions})
+	}
 	s, err := f.open(ctx, c.env)
 	if err != nil {
 		return err
@@ -140,6 +160,9 @@ func (c *rejectCmd) Run(ctx context.Context, args []string) error {
 		return usageError("reject needs the run id and one action id")
 	}
 	runID, action := pos[0], pos[1]
+	if f.srv.remote() {
+		return f.remote(ctx, c.env, runID, "/actions/"+url.PathEscape(action)+"/reject", map[string]any{"reason": *reason})
+	}
 	s, err := f.open(ctx, c.env)
 	if err != nil {
 		return err
@@ -184,6 +207,13 @@ func (c *resolveCmd) Run(ctx context.Context, args []string) error {
 			return usageError("--done must be the action's output as JSON, e.g. '{\"id\":\"inv_1\"}'; got %q", *done)
 		}
 		r.Done = json.RawMessage(*done)
+	}
+	if f.srv.remote() {
+		body := map[string]any{"retry": r.Retry, "skip": r.Skip}
+		if r.Done != nil {
+			body["done"] = r.Done
+		}
+		return f.remote(ctx, c.env, runID, "/actions/"+url.PathEscape(action)+"/resolve", body)
 	}
 	s, err := f.open(ctx, c.env)
 	if err != nil {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/planner"
 )
 
 func init() {
@@ -20,17 +24,19 @@ type runCmd struct {
 	env Env
 }
 
-const runUsage = "run [--data DIR] --tools FILE (--plan FILE | --goal TEXT) [--run-id ID] [--approve all|safe|none] [--accept-tools-change]"
+const runUsage = "run [--data DIR] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
 
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	planPath := fs.String("plan", "", "plan file (JSON) to record and perform")
-	goal := fs.String("goal", "", "goal to plan with the model (needs the planner)")
+	goal := fs.String("goal", "", "goal to plan with the model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL); once the plan is recorded the model is never called again for this run")
 	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
 	approve := fs.String("approve", string(executor.PolicySafe), "approval policy stored with a new run: all, safe or none")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
+	mf := addModelFlags(fs)
+	sf := addServerFlags(fs)
 
 	pos, err := parseArgs(fs, args)
 	if err != nil && exitCode(err) == exitOK {
@@ -44,7 +50,10 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		if len(pos) > 0 {
 			return ledger.RunDoc{}, usageError("run takes no positional arguments (got %q); see docket run -h", pos)
 		}
-		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools)
+		if sf.remote() {
+			return c.remote(ctx, sf, *planPath, *goal, runID, policy)
+		}
+		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools, mf)
 	}()
 	if doc.Run.ID == "" && err != nil {
 		status := ledger.RunFailed
@@ -61,12 +70,62 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if sf.remote() {
+		return outcome(doc, " --server "+*sf.url)
+	}
 	return runOutcome(doc, *data, *toolsPath)
+}
+
+// remote is `docket run --server URL`: the service records the plan (or
+// plans the goal with its model) and performs it; the command waits until
+// the run stops and reports it like a local run. Without --run-id the id is
+// derived from the plan, or from the goal, so the same command again is the
+// same request (the service answers it with the run, repeating nothing).
+func (c *runCmd) remote(ctx context.Context, sf *serverFlags, planPath, goal string, runID *string, policy executor.Policy) (ledger.RunDoc, error) {
+	if _, err := parsePolicy(string(policy)); err != nil {
+		return ledger.RunDoc{}, err
+	}
+	cl, err := sf.client(c.env)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	body := map[string]any{"approve": string(policy)}
+	switch {
+	case planPath != "" && goal != "":
+		return ledger.RunDoc{}, usageError("give either --plan FILE or --goal TEXT, not both")
+	case goal != "":
+		body["goal"] = goal
+		if *runID == "" {
+			*runID = planner.GoalRunID(planner.Request{Goal: goal}, "server")
+		}
+	case planPath != "":
+		p, err := readPlan(planPath)
+		if err != nil {
+			return ledger.RunDoc{}, err
+		}
+		if *runID == "" {
+			if *runID, err = executor.DeriveRunID(p); err != nil {
+				return ledger.RunDoc{}, withCode(exitBad, err)
+			}
+		}
+		raw, err := os.ReadFile(planPath)
+		if err != nil {
+			return ledger.RunDoc{}, usageError("reading plan: %v", err)
+		}
+		body["plan"] = json.RawMessage(raw)
+	default:
+		return ledger.RunDoc{}, usageError("--plan FILE is required, or --goal TEXT (see docket run -h)")
+	}
+	body["run_id"] = *runID
+	if err := cl.do(ctx, "POST", "/v1/runs", body, nil, nil); err != nil {
+		return ledger.RunDoc{}, err
+	}
+	return cl.settled(ctx, *runID)
 }
 
 // exec does the work of `docket run`. It sets *runID once it is known, so the
 // refusal document names the run.
-func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal string, runID *string, policy executor.Policy, acceptTools bool) (ledger.RunDoc, error) {
+func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal string, runID *string, policy executor.Policy, acceptTools bool, mf *modelFlags) (ledger.RunDoc, error) {
 	if _, err := parsePolicy(string(policy)); err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -74,9 +133,9 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	case planPath != "" && goal != "":
 		return ledger.RunDoc{}, usageError("give either --plan FILE or --goal TEXT, not both")
 	case goal != "":
-		return ledger.RunDoc{}, usageError("planning from a goal needs the planner, which is not built yet (issue 5); write the plan and pass --plan FILE")
+		return c.execGoal(ctx, data, toolsPath, goal, runID, policy, acceptTools, mf)
 	case planPath == "":
-		return ledger.RunDoc{}, usageError("--plan FILE is required (see docket run -h)")
+		return ledger.RunDoc{}, usageError("--plan FILE is required, or --goal TEXT (see docket run -h)")
 	}
 	if toolsPath == "" {
 		return ledger.RunDoc{}, usageError("--tools FILE is required")
@@ -117,6 +176,33 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 			}
 		}
 		err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: pass a new --run-id to run this plan as a new run, or use docket replay to record it as a revision of that run (%w)", *runID, err))
+	}
+	return doc, toolsChanged(err, *runID)
+}
+
+// execGoal is `docket run --goal`: the planner plans the run once (through
+// runGoal, which reuses a recorded plan without calling the model), the
+// executor records and performs it.
+func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, runID *string, policy executor.Policy, acceptTools bool, mf *modelFlags) (ledger.RunDoc, error) {
+	if strings.TrimSpace(goal) == "" {
+		return ledger.RunDoc{}, usageError("--goal must not be empty")
+	}
+	reg, err := loadTools(toolsPath, c.env)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	l, err := openLedger(ctx, data, c.env.Stderr)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	defer l.Close()
+	eng, err := newEngine(c.env, l, reg)
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+	if errors.Is(err, planner.ErrConfig) {
+		err = usageError("planning from a goal needs a model: set OPENAI_MODEL (and OPENAI_BASE_URL, OPENAI_API_KEY) or pass --model; or write the plan and pass --plan FILE (%v)", err)
 	}
 	return doc, toolsChanged(err, *runID)
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,7 +23,7 @@ type runsCmd struct{ env Env }
 
 func (c *runsCmd) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		fmt.Fprintln(c.env.Stderr, "usage: docket runs list [--data DIR] [--json] [--status S] [--limit N]\n       docket runs show [--data DIR] [--json] RUN")
+		fmt.Fprintln(c.env.Stderr, "usage: docket runs list [--data DIR | --server URL --token T] [--json] [--status S] [--limit N]\n       docket runs show [--data DIR | --server URL --token T] [--json] RUN")
 		return usageError("runs needs a subcommand: list or show")
 	}
 	switch args[0] {
@@ -30,7 +32,7 @@ func (c *runsCmd) Run(ctx context.Context, args []string) error {
 	case "show":
 		return c.show(ctx, args[1:])
 	case "-h", "--help", "help":
-		fmt.Fprintln(c.env.Stderr, "usage: docket runs list [--data DIR] [--json] [--status S] [--limit N]\n       docket runs show [--data DIR] [--json] RUN")
+		fmt.Fprintln(c.env.Stderr, "usage: docket runs list [--data DIR | --server URL --token T] [--json] [--status S] [--limit N]\n       docket runs show [--data DIR | --server URL --token T] [--json] RUN")
 		return nil
 	}
 	return usageError("unknown runs subcommand %q: use list or show", args[0])
@@ -54,6 +56,7 @@ func (c *runsCmd) list(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON for programs instead of a table")
 	status := fs.String("status", "", "only runs with this status ("+joinStatuses()+")")
 	limit := fs.Int("limit", 50, "at most this many runs (1..1000)")
+	sf := addServerFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -67,14 +70,34 @@ func (c *runsCmd) list(ctx context.Context, args []string) error {
 	if *limit < 1 || *limit > 1000 {
 		return usageError("--limit must be between 1 and 1000, not %d", *limit)
 	}
-	l, err := openLedger(ctx, *data, c.env.Stderr)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	runs, next, err := l.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunStatus(*status), Limit: *limit})
-	if err != nil {
-		return fmt.Errorf("listing runs: %w", err)
+	var (
+		runs []ledger.Run
+		next string
+	)
+	if sf.remote() {
+		cl, err := sf.client(c.env)
+		if err != nil {
+			return err
+		}
+		q := url.Values{"limit": {strconv.Itoa(*limit)}}
+		if *status != "" {
+			q.Set("status", *status)
+		}
+		var list runList
+		if err := cl.do(ctx, "GET", "/v1/runs?"+q.Encode(), nil, nil, &list); err != nil {
+			return err
+		}
+		runs, next = list.Runs, list.Next
+	} else {
+		l, err := openLedger(ctx, *data, c.env.Stderr)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		runs, next, err = l.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunStatus(*status), Limit: *limit})
+		if err != nil {
+			return fmt.Errorf("listing runs: %w", err)
+		}
 	}
 	if *asJSON {
 		if runs == nil {
@@ -105,6 +128,7 @@ func (c *runsCmd) show(ctx context.Context, args []string) error {
 	fs := newFlags("runs show", "runs show [--data DIR] [--json] RUN", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
 	asJSON := fs.Bool("json", false, "print the Run JSON instead of a summary")
+	sf := addServerFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -113,14 +137,29 @@ func (c *runsCmd) show(ctx context.Context, args []string) error {
 		fs.Usage()
 		return usageError("runs show needs exactly one run id")
 	}
-	l, err := openLedger(ctx, *data, c.env.Stderr)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	doc, err := l.Doc(ctx, pos[0])
-	if err != nil {
-		return notFound(fmt.Errorf("reading run %s: %w", pos[0], err), pos[0])
+	var doc ledger.RunDoc
+	if sf.remote() {
+		cl, err := sf.client(c.env)
+		if err != nil {
+			return err
+		}
+		var raw json.RawMessage
+		if err := cl.do(ctx, "GET", "/v1/runs/"+url.PathEscape(pos[0]), nil, nil, &raw); err != nil {
+			return err
+		}
+		if doc, err = decodeDoc(raw); err != nil {
+			return err
+		}
+	} else {
+		l, err := openLedger(ctx, *data, c.env.Stderr)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		doc, err = l.Doc(ctx, pos[0])
+		if err != nil {
+			return notFound(fmt.Errorf("reading run %s: %w", pos[0], err), pos[0])
+		}
 	}
 	if *asJSON {
 		return writeDoc(c.env.Stdout, doc)

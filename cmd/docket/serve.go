@@ -1,0 +1,436 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/internal/demomodel"
+	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/ui"
+)
+
+func init() {
+	register("serve", "run the service: HTTP API, live review over WebSocket, the review page", func(env Env) command { return &serveCmd{env: env} })
+}
+
+// tokenFile is where serve keeps the token it generated, in the data
+// directory, readable by its owner only.
+const tokenFile = "serve-token"
+
+const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--token [NAME=]T]... [--origin URL]... [--notify URL] [--grace 30s] [--model NAME] [--base-url URL]"
+
+// serveCmd is `docket serve`.
+type serveCmd struct{ env Env }
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func (c *serveCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("serve", serveUsage, c.env.Stderr)
+	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	toolsPath := fs.String("tools", "", "tools file (default: the built-in demo world, simulated in-process)")
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	var tokens, origins stringList
+	fs.Var(&tokens, "token", "API token, optionally named (NAME=TOKEN); repeatable (default $DOCKET_TOKEN, else one generated and kept in the data directory)")
+	fs.Var(&origins, "origin", "another origin whose pages may use the API with a session (e.g. https://review.example.com); repeatable")
+	notify := fs.String("notify", "", "URL to POST to when a run waits for a person")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM, how long actions in flight may take to finish and be recorded")
+	mf := addModelFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("serve takes no positional arguments (got %q)", pos)
+	}
+	if *grace <= 0 {
+		return usageError("--grace must be positive")
+	}
+	out, errOut := c.env.Stdout, c.env.Stderr
+	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	// Tools: the given file, or the demo world.
+	var (
+		reg   *tools.Registry
+		file  []byte
+		world *demoworld.World
+	)
+	if *toolsPath != "" {
+		if reg, err = loadTools(*toolsPath, c.env); err != nil {
+			return err
+		}
+		if file, err = os.ReadFile(*toolsPath); err != nil {
+			return usageError("reading tools file: %v", err)
+		}
+	} else {
+		world = demoworld.Start()
+		defer world.Close()
+		file = world.ToolsFile(demoworld.ToolsOptions{})
+		f, err := httptool.Parse(file, c.env.Getenv)
+		if err != nil {
+			return fmt.Errorf("the demo world's tools file: %w", err)
+		}
+		if reg, err = tools.NewRegistry(f.Tools...); err != nil {
+			return fmt.Errorf("the demo world's tools: %w", err)
+		}
+	}
+
+	// The model: the configured endpoint, or the demo model with the demo world.
+	pcfg, err := mf.config(c.env, reg)
+	if err != nil {
+		return err
+	}
+	pcfg.Logger = log
+	var pl *planner.Planner
+	switch {
+	case pcfg.Model != "":
+		if pl, err = planner.New(pcfg); err != nil {
+			return withCode(exitBad, err)
+		}
+	case world != nil:
+		pcfg.Model, pcfg.BaseURL, pcfg.APIKey = demomodel.Model, demomodel.BaseURL, ""
+		pcfg.HTTPClient = &http.Client{Transport: demomodel.Transport()}
+		if pl, err = planner.New(pcfg); err != nil {
+			return fmt.Errorf("the demo model: %w", err)
+		}
+	}
+
+	l, err := openLedger(ctx, *data, errOut)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	named, generated, err := serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data)
+	if err != nil {
+		return err
+	}
+	ecfg := executor.Config{Logger: log, Hooks: c.env.Hooks}
+	if c.env.Tune != nil {
+		c.env.Tune(&ecfg)
+	}
+	srv, err := ui.New(ui.Config{
+		Ledger:    l,
+		Tools:     reg,
+		Executor:  ecfg,
+		Planner:   pl,
+		Tokens:    named,
+		Origins:   origins,
+		ToolsFile: file,
+		Notify:    *notify,
+		Logger:    log,
+	})
+	if err != nil {
+		return withCode(exitBad, err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return withCode(exitBad, fmt.Errorf("listening on %s: %w", *addr, err))
+	}
+	base := "http://" + ln.Addr().String()
+
+	fmt.Fprintf(out, "docket serve: listening on %s/\n", base)
+	fmt.Fprintf(out, "  data directory: %s\n", *data)
+	switch {
+	case world != nil && pcfg.Model == demomodel.Model:
+		fmt.Fprintln(out, "  no model endpoint configured (OPENAI_MODEL is not set): planning with docket's demo model")
+		fmt.Fprintln(out, "  (scripted replies) against the demo world (simulated CRM, payments, settings, email, in-process).")
+		fmt.Fprintln(out, "  Try the goal: onboard ACME: create the CRM contact, invoice 1200 EUR, email the welcome pack")
+	case world != nil:
+		fmt.Fprintf(out, "  model: %s at %s, tools: the demo world (simulated, in-process)\n", pcfg.Model, pcfg.BaseURL)
+	case pl == nil:
+		fmt.Fprintf(out, "  tools: %s; no model endpoint configured (OPENAI_MODEL is not set): runs are created from plans only\n", *toolsPath)
+	default:
+		fmt.Fprintf(out, "  model: %s at %s, tools: %s\n", pcfg.Model, pcfg.BaseURL, *toolsPath)
+	}
+	if generated != "" {
+		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", filepath.Join(*data, tokenFile), generated)
+		fmt.Fprintf(out, "  open %s/#token=%s\n", base, generated)
+	} else {
+		fmt.Fprintf(out, "  open %s/ and sign in with your token\n", base)
+	}
+
+	n, err := srv.ResumeRunning(ctx)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if n > 0 {
+		fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
+	}
+
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+		defer cancel()
+		srv.Shutdown(shutdownCtx)
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(errOut, "docket serve: shutting down: finishing actions in flight")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		hs.Close()
+	}
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		fmt.Fprintf(errOut, "docket serve: %v\n", err)
+	}
+	fmt.Fprintln(errOut, "docket serve: stopped")
+	return nil
+}
+
+var tokenNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+
+// serveTokens builds the named tokens: the flags, else DOCKET_TOKEN, else the
+// token kept in the data directory, else a new one (returned as generated,
+// to be shown once).
+func serveTokens(flags []string, env, dataDir string) (named map[string]string, generated string, err error) {
+	named = map[string]string{}
+	add := func(v string) error {
+		name, secret := "default", v
+		if n, s, ok := strings.Cut(v, "="); ok && tokenNamePattern.MatchString(n) && s != "" {
+			name, secret = n, s
+		}
+		if len(secret) < 16 {
+			return usageError("a token must be at least 16 characters")
+		}
+		if _, dup := named[name]; dup {
+			return usageError("two tokens are named %q", name)
+		}
+		named[name] = secret
+		return nil
+	}
+	for _, v := range flags {
+		if err := add(v); err != nil {
+			return nil, "", err
+		}
+	}
+	if len(named) > 0 {
+		return named, "", nil
+	}
+	if env != "" {
+		if err := add(env); err != nil {
+			return nil, "", fmt.Errorf("DOCKET_TOKEN: %w", err)
+		}
+		return named, "", nil
+	}
+	path := filepath.Join(dataDir, tokenFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if err := add(strings.TrimSpace(string(b))); err != nil {
+			return nil, "", fmt.Errorf("%s: %w", path, err)
+		}
+		return named, "", nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, "", fmt.Errorf("reading the token: %w", err)
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, "", fmt.Errorf("generating a token: %w", err)
+	}
+	tok := "dkt_" + hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return nil, "", fmt.Errorf("storing the generated token: %w", err)
+	}
+	named["default"] = tok
+	return named, tok, nil
+}
+
+// --- acting through a running service (--server URL --token T) ---
+
+// serverFlags are --server and --token, on every command that touches a run.
+type serverFlags struct {
+	url   *string
+	token *string
+}
+
+func addServerFlags(fs *flag.FlagSet) *serverFlags {
+	return &serverFlags{
+		url:   fs.String("server", "", "act through a running docket serve at this URL instead of the data directory"),
+		token: fs.String("token", "", "the service's API token (default $DOCKET_TOKEN); with --server"),
+	}
+}
+
+func (f *serverFlags) remote() bool { return *f.url != "" }
+
+// client is a small API client for the CLI.
+type client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+func (f *serverFlags) client(env Env) (*client, error) {
+	u, err := url.Parse(*f.url)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageError("--server must be the service's URL, e.g. http://127.0.0.1:8080")
+	}
+	tok := *f.token
+	if tok == "" {
+		tok = env.Getenv("DOCKET_TOKEN")
+	}
+	if tok == "" {
+		return nil, usageError("--server needs the service's token: --token T or $DOCKET_TOKEN")
+	}
+	return &client{base: strings.TrimRight(u.String(), "/"), token: tok, http: &http.Client{}}, nil
+}
+
+// serverError is an error answer of the service.
+type serverError struct {
+	status  int
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	Details json.RawMessage `json:"details"`
+}
+
+func (e *serverError) Error() string {
+	msg := fmt.Sprintf("server answered %d %s: %s", e.status, e.Code, e.Message)
+	if len(e.Details) > 0 && string(e.Details) != "null" {
+		msg += " " + string(e.Details)
+	}
+	return msg
+}
+
+// exitCode of a server error: refused input is 2, the rest 1.
+func (e *serverError) exit() int {
+	switch e.status {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusRequestEntityTooLarge, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotImplemented:
+		return exitBad
+	}
+	return exitFailed
+}
+
+// do sends one request and decodes a 2xx answer into out.
+func (c *client) do(ctx context.Context, method, path string, body any, header map[string]string, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encoding the request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return usageError("building the request: %v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("calling %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading the answer of %s: %w", c.base, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error serverError `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			e.Error = serverError{Code: "http", Message: strings.TrimSpace(string(raw))}
+		}
+		e.Error.status = resp.StatusCode
+		return withCode(e.Error.exit(), &e.Error)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("the answer of %s is not the expected JSON: %w", c.base, err)
+		}
+	}
+	return nil
+}
+
+// settled reads the run once the service has no drive of it going on, so the
+// CLI reports where the run stopped, as the local commands do.
+func (c *client) settled(ctx context.Context, runID string) (ledger.RunDoc, error) {
+	var doc ledger.RunDoc
+	for {
+		var raw json.RawMessage
+		if err := c.do(ctx, "GET", "/v1/runs/"+url.PathEscape(runID)+"?wait=5m", nil, nil, &raw); err != nil {
+			return doc, err
+		}
+		var err error
+		if doc, err = decodeDoc(raw); err != nil {
+			return doc, err
+		}
+		if doc.Run.Status != ledger.RunRunning {
+			return doc, nil
+		}
+		// Still running after five minutes of waiting: wait again.
+		if err := ctx.Err(); err != nil {
+			return doc, err
+		}
+	}
+}
+
+// remoteFinish prints the run and maps its status to the exit code, like
+// finish does for local commands.
+func remoteFinish(env Env, doc ledger.RunDoc, err error, server string) error {
+	if doc.Run.ID != "" {
+		if werr := writeDoc(env.Stdout, doc); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return outcome(doc, " --server "+server)
+}
+
+// decodeDoc reads the Run JSON (ledger.RunDoc only writes it).
+func decodeDoc(raw []byte) (ledger.RunDoc, error) {
+	var doc ledger.RunDoc
+	if err := json.Unmarshal(raw, &doc.Run); err != nil {
+		return doc, fmt.Errorf("reading the run: %w", err)
+	}
+	var acts struct {
+		Actions []ledger.Action `json:"actions"`
+	}
+	if err := json.Unmarshal(raw, &acts); err != nil {
+		return doc, fmt.Errorf("reading the run's actions: %w", err)
+	}
+	doc.Actions = acts.Actions
+	if doc.Actions == nil {
+		doc.Actions = []ledger.Action{}
+	}
+	return doc, nil
+}
