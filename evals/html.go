@@ -64,7 +64,7 @@ svg text{font:12px system-ui,sans-serif}
 {{range .Categories}}<tr><td>{{.Category}}</td><td class="n">{{.Cases}}</td><td class="n">{{pct .PassRate}}</td>{{if gt $.Overall.K 1}}<td class="n">{{pct .PassK}}</td>{{end}}<td class="n">{{pct .ValidPlan}}</td><td class="n">{{f3 .ToolPrecision}}</td><td class="n">{{f3 .ToolRecall}}</td><td class="n">{{f3 .ArgAccuracy}}</td><td class="n">{{pct .ExactMatch}}</td><td class="n">{{pct .DependenciesOK}}</td><td class="n">{{pct .Safe}}</td></tr>
 {{end}}{{with .Overall}}<tr class="total"><td>all</td><td class="n">{{.Cases}}</td><td class="n">{{pct .PassRate}}</td>{{if gt .K 1}}<td class="n">{{pct .PassK}}</td>{{end}}<td class="n">{{pct .ValidPlan}}</td><td class="n">{{f3 .ToolPrecision}}</td><td class="n">{{f3 .ToolRecall}}</td><td class="n">{{f3 .ArgAccuracy}}</td><td class="n">{{pct .ExactMatch}}</td><td class="n">{{pct .DependenciesOK}}</td><td class="n">{{pct .Safe}}</td></tr>{{end}}
 </tbody></table>
-{{with .Overall.Usage}}<p class="meta">tokens: {{.PromptTokens}} prompt + {{.CompletionTokens}} completion = {{.TotalTokens}} over {{.Requests}} model requests</p>{{end}}
+{{with .Overall.Usage}}<p class="meta">tokens: {{.PromptTokens}} prompt + {{.CompletionTokens}} completion = {{.TotalTokens}} over {{.Requests}} model requests{{with $.Cost}} · cost {{printf "%.4f" .Total}}{{end}}</p>{{end}}
 
 <h2>Failures ({{len .Failures}})</h2>
 {{if .Failures}}<table><thead><tr><th>case</th><th>category</th><th>reasons</th></tr></thead><tbody>

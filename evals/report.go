@@ -28,6 +28,24 @@ func (u *Usage) Add(u2 Usage) {
 	u.Requests += u2.Requests
 }
 
+// Cost is what a run's tokens cost.
+type Cost struct {
+	PerMillionPrompt     float64 `json:"per_million_prompt"`
+	PerMillionCompletion float64 `json:"per_million_completion"`
+	Total                float64 `json:"total"`
+}
+
+// SetCost prices the run's tokens (prices per million prompt and completion
+// tokens); a report without token usage gets no cost.
+func (r *Report) SetCost(perMillionPrompt, perMillionCompletion float64) {
+	u := r.Overall.Usage
+	if u == nil {
+		return
+	}
+	r.Cost = &Cost{PerMillionPrompt: perMillionPrompt, PerMillionCompletion: perMillionCompletion,
+		Total: (float64(u.PromptTokens)*perMillionPrompt + float64(u.CompletionTokens)*perMillionCompletion) / 1e6}
+}
+
 // Stats aggregates the results of a set of cases (one category, or all).
 type Stats struct {
 	Category string  `json:"category"`
@@ -51,9 +69,12 @@ type Stats struct {
 
 // Report is the outcome of scoring a dataset.
 type Report struct {
-	Dataset    string   `json:"dataset"`
-	Plans      string   `json:"plans,omitempty"`
-	Model      string   `json:"model,omitempty"`
+	Dataset string `json:"dataset"`
+	Plans   string `json:"plans,omitempty"`
+	Model   string `json:"model,omitempty"`
+	// Cost is the model's price of the run (Usage × the prices given to
+	// SetCost), in the prices' currency.
+	Cost       *Cost    `json:"cost,omitempty"`
 	Overall    Stats    `json:"overall"`
 	Categories []Stats  `json:"categories"`
 	Cases      []Result `json:"cases"`
@@ -182,6 +203,9 @@ func (r *Report) WriteTable(w io.Writer, maxFailures int) error {
 	}
 	if u := r.Overall.Usage; u != nil {
 		fmt.Fprintf(w, "\ntokens: %d prompt + %d completion = %d over %d model requests\n", u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.Requests)
+		if r.Cost != nil {
+			fmt.Fprintf(w, "cost: %.4f (at %g per million prompt tokens, %g per million completion tokens)\n", r.Cost.Total, r.Cost.PerMillionPrompt, r.Cost.PerMillionCompletion)
+		}
 	}
 	failed := 0
 	for _, c := range r.Cases {

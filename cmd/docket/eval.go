@@ -285,6 +285,8 @@ func (c *evalCmd) run(ctx context.Context, args []string) error {
 	retries := fs.Int("retries", 2, "re-plan a case after a passing model failure (rate limit, 5xx, timeout) this many times")
 	plansOut := fs.String("plans-out", "", "also write every plan as a plans file (for eval score)")
 	model := fs.String("model", "", "model name (default OPENAI_MODEL)")
+	priceIn := fs.Float64("price-prompt", 0, "price per million prompt tokens, for the report's cost")
+	priceOut := fs.Float64("price-completion", 0, "price per million completion tokens, for the report's cost")
 	baseURL := fs.String("base-url", "", "API root including /v1 (default OPENAI_BASE_URL)")
 	o := addOutputs(fs)
 	pos, err := parseArgs(fs, args)
@@ -306,6 +308,8 @@ func (c *evalCmd) run(ctx context.Context, args []string) error {
 		return usageError("--concurrency must be between 1 and 256, not %d", *conc)
 	case *retries < 0 || *retries > 10:
 		return usageError("--retries must be between 0 and 10, not %d", *retries)
+	case *priceIn < 0 || *priceOut < 0:
+		return usageError("prices cannot be negative")
 	}
 	d, err := c.loadDataset(*dataset, *toolsFile)
 	if err != nil {
@@ -374,6 +378,9 @@ func (c *evalCmd) run(ctx context.Context, args []string) error {
 		return err
 	}
 	report.Model = cfg.Model
+	if *priceIn > 0 || *priceOut > 0 {
+		report.SetCost(*priceIn, *priceOut)
+	}
 	if *plansOut != "" {
 		if err := os.WriteFile(*plansOut, plansBuf.Bytes(), 0o644); err != nil {
 			return fmt.Errorf("writing plans: %w", err)

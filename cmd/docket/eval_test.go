@@ -31,6 +31,7 @@ const (
 
 type scoreJSON struct {
 	Overall    evals.Stats `json:"overall"`
+	Cost       *evals.Cost `json:"cost"`
 	Categories []evals.Stats
 	Cases      []struct {
 		ID      string   `json:"id"`
@@ -189,7 +190,8 @@ func TestEvalRunReplayStarter(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "run.json")
 	r := evalRun(t, map[string]string{"OPENAI_MODEL": "scripted-planner"}, "run", "--dataset", starterDataset,
-		"--replay", starterDir+"/recordings", "--json", "--out", out, "--plans-out", filepath.Join(dir, "plans.jsonl"))
+		"--replay", starterDir+"/recordings", "--json", "--out", out, "--plans-out", filepath.Join(dir, "plans.jsonl"),
+		"--price-prompt", "2.5", "--price-completion", "10")
 	wantCode(t, r, exitOK)
 	var got scoreJSON
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
@@ -197,6 +199,10 @@ func TestEvalRunReplayStarter(t *testing.T) {
 	}
 	if got.Overall.Cases != 70 || got.Overall.Passed != 45 || got.Overall.Usage == nil || got.Overall.Usage.TotalTokens == 0 {
 		t.Fatalf("replayed starter: %+v", got.Overall)
+	}
+	u := got.Overall.Usage
+	if want := (float64(u.PromptTokens)*2.5 + float64(u.CompletionTokens)*10) / 1e6; got.Cost == nil || got.Cost.Total != want {
+		t.Errorf("cost %+v, want %f", got.Cost, want)
 	}
 	if !strings.Contains(r.stderr, "70/70 planned (100%)") {
 		t.Errorf("no progress lines on stderr:\n%s", r.stderr)
