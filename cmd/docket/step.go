@@ -113,6 +113,9 @@ func readStepRequest(r io.Reader) (stepRequest, error) {
 	if err := dec.Decode(&req); err != nil {
 		return req, usageError("the request on stdin is not valid (want {\"run_id\", \"plan\"? | \"goal\"?, \"approve\"?}): %v", err)
 	}
+	if bytes.Equal(bytes.TrimSpace(req.Plan), []byte("null")) {
+		req.Plan = nil // "plan": null is no plan
+	}
 	if dec.More() {
 		return req, usageError("the request on stdin has data after the JSON object")
 	}
