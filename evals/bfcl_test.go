@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -57,7 +58,28 @@ func importDir(t *testing.T, dir string) map[string]*Dataset {
 	return importDirB(t, dir)
 }
 
+var imported struct {
+	sync.Mutex
+	sets map[string]map[string]*Dataset
+}
+
+// importDirB imports dir once per test binary (the datasets are read-only
+// afterwards, so tests share them).
 func importDirB(t testing.TB, dir string) map[string]*Dataset {
+	imported.Lock()
+	defer imported.Unlock()
+	if sets, ok := imported.sets[dir]; ok {
+		return sets
+	}
+	sets := importDirFresh(t, dir)
+	if imported.sets == nil {
+		imported.sets = map[string]map[string]*Dataset{}
+	}
+	imported.sets[dir] = sets
+	return sets
+}
+
+func importDirFresh(t testing.TB, dir string) map[string]*Dataset {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "BFCL_v*_*.json*"))
 	if len(files) == 0 {
@@ -87,7 +109,12 @@ func importDirB(t testing.TB, dir string) map[string]*Dataset {
 		if err != nil {
 			t.Fatalf("import %s: %v", qf, err)
 		}
-		path := filepath.Join(t.TempDir(), cat+".jsonl")
+		tmp, err := os.MkdirTemp("", "bfcl-import-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(tmp)
+		path := filepath.Join(tmp, cat+".jsonl")
 		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +137,7 @@ func TestBFCLGroundTruthPasses(t *testing.T) {
 	for _, dir := range bfclDirs(t) {
 		total, impossible := 0, 0
 		for cat, d := range importDir(t, dir) {
-			for pick := 0; pick < 3; pick++ {
+			for pick := 0; pick < 2; pick++ {
 				for _, c := range d.Cases {
 					var calls []Call
 					if !c.Expect.NoAction {

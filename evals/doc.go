@@ -46,8 +46,8 @@
 // unexpected is planned (extra read-only calls may be allowed), every
 // ordering constraint holds and the plan is safe. Cases imported from the
 // leaderboard use its rules instead (Rules "bfcl_*"): the verdict is exactly
-// the leaderboard's AST checker's, safety and validity are reported but do
-// not decide.
+// the leaderboard's AST checker's; schema validity and safety are reported
+// (as notes and metrics) but do not decide.
 //
 // # Imports
 //

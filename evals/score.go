@@ -88,6 +88,9 @@ type Result struct {
 	Reasons  []string `json:"reasons"`
 	Category string   `json:"category"`
 	Codes    []string `json:"codes,omitempty"`
+	// Notes are observations that did not decide the verdict (under the
+	// leaderboard's rules: schema problems and safety findings).
+	Notes []string `json:"notes,omitempty"`
 	Metrics  Metrics  `json:"metrics"`
 	Calls    int      `json:"calls"`
 	// Tries and Passes count repeated runs (docket eval run --repeat); a
@@ -129,23 +132,22 @@ func Score(c *Case, calls []Call) Result {
 		}
 		parsed[i] = v
 	}
-	if reasons := validatePlan(c, calls); len(reasons) > 0 {
-		r.Metrics.ValidPlan = false
-		for _, t := range reasons {
-			r.fail(CodeInvalidPlan, "%s", t)
-		}
-	}
+	invalid := validatePlan(c, calls)
+	r.Metrics.ValidPlan = len(invalid) == 0
 	safety := safetyReasons(c, calls)
 	r.Metrics.Safe = len(safety) == 0
 	if isBFCL(c.Rules) {
+		// the leaderboard's verdict alone decides; what it does not look at
+		// is noted
 		scoreBFCL(c, calls, parsed, &r)
+		r.Notes = append(r.Notes, invalid...)
 		for _, s := range safety {
-			// reported, but the leaderboard's verdict alone decides pass
-			r.Codes = append(r.Codes, s.Code)
-			r.Reasons = append(r.Reasons, s.Text+" (not counted by the leaderboard rules)")
+			r.Notes = append(r.Notes, s.Text)
 		}
-		// the leaderboard ignores plan validity; keep its reasons but not its verdict
 		return r
+	}
+	for _, t := range invalid {
+		r.fail(CodeInvalidPlan, "%s", t)
 	}
 	scoreDocket(c, calls, parsed, &r)
 	for _, s := range safety {
