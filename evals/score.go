@@ -90,9 +90,9 @@ type Result struct {
 	Codes    []string `json:"codes,omitempty"`
 	// Notes are observations that did not decide the verdict (under the
 	// leaderboard's rules: schema problems and safety findings).
-	Notes []string `json:"notes,omitempty"`
-	Metrics  Metrics  `json:"metrics"`
-	Calls    int      `json:"calls"`
+	Notes   []string `json:"notes,omitempty"`
+	Metrics Metrics  `json:"metrics"`
+	Calls   int      `json:"calls"`
 	// Tries and Passes count repeated runs (docket eval run --repeat); a
 	// scored plans file has one try per case.
 	Tries  int `json:"tries,omitempty"`
