@@ -281,6 +281,9 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 		cmd.Env = append(os.Environ(), s.env...)
 		sess.stderr = &tailWriter{max: 4 << 10}
 		cmd.Stderr = io.MultiWriter(s.opts.Stderr, sess.stderr)
+		// A server's own children may keep its stderr open after it exits:
+		// do not wait for them past this.
+		cmd.WaitDelay = s.opts.TerminateGrace
 		sess.cmd = cmd
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: s.opts.TerminateGrace}
 	} else {
