@@ -33,6 +33,11 @@
 //     with Retry-After) calls again without a lookup: nothing can commit late.
 //     After an unknown outcome, or on resuming a claim or a pending retry
 //     recorded by an earlier process, a lookup tool always looks first.
+//   - That lookup, and its wait for "not found" to become trustworthy, run
+//     before the next attempt is claimed, while the previous attempt's claim
+//     (or pending record) stands: every claim is recorded immediately before
+//     its call is sent, so the trust window counted from the previous claim
+//     also covers a write that was sent after a long lookup wait.
 //   - key_ttl is counted from the first claim of the key: from this drive's
 //     memory, or after a restart from the run's action.claimed event of
 //     attempt 1 (when it cannot be found, key_ttl counts as passed).

@@ -273,12 +273,9 @@ type act struct {
 	fresh   bool        // first claim under this key is prepared (approval checked)
 	preOps  []ledger.Op // written together with the first claim (AddUndo)
 	undoOf  string      // compensating action: the id of the action it undoes
-	// lookupFrom, when set, means: look before calling, and trust "not found"
-	// only after lookupFrom + timeout + visibility_lag + skew margin.
-	lookupFrom time.Time
-	tries      int
-	began      time.Time
-	adopted    bool // output taken from an existing succeeded key
+	tries   int
+	began   time.Time
+	adopted bool // output taken from an existing succeeded key
 }
 
 // prepared is what preparing a node yields.

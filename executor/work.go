@@ -266,7 +266,7 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 		if a.fresh && a.rec == nil {
 			// First claim under this key, approval already checked.
 			a.fresh = false
-			if ok, how := d.claim(ctx, a, 1, time.Time{}); ok || how != endSucceeded {
+			if ok, how := d.claim(ctx, a, 1); ok || how != endSucceeded {
 				return nil, how, ok
 			}
 			continue // a.rec set from the conflict
@@ -276,7 +276,7 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			r, err := d.e.led.Key(ctx, a.key)
 			switch {
 			case errors.Is(err, ledger.ErrNotFound):
-				if ok, how := d.claim(ctx, a, 1, time.Time{}); ok || how != endSucceeded {
+				if ok, how := d.claim(ctx, a, 1); ok || how != endSucceeded {
 					return nil, how, ok
 				}
 				continue
@@ -367,10 +367,16 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			if rec.Attempt == 0 {
 				next = 1
 			}
-			if ok, how := d.claim(ctx, a, next, lookFrom); ok || how != endSucceeded {
-				return nil, how, ok
+			out, found, how, held := d.claimNext(ctx, a, next, stale && rec.Attempt > 0, lookFrom)
+			switch {
+			case held:
+				return nil, how, true
+			case how != endSucceeded:
+				return nil, how, false
+			case found:
+				return out, endSucceeded, false
 			}
-			continue
+			continue // a.rec set from a conflict
 		default:
 			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim",
 				Err: fmt.Errorf("unexpected key state %q", rec.State)})
@@ -404,7 +410,7 @@ func (d *driver) link(ctx context.Context, a *act, rec *ledger.KeyRecord) {
 // needsReviewPending parks a keyed action whose key is pending after an
 // unknown outcome once key_ttl has passed: claim it and park the claim.
 func (d *driver) needsReviewPending(ctx context.Context, a *act, rec *ledger.KeyRecord) {
-	if ok, _ := d.claim(ctx, a, rec.Attempt+1, time.Time{}); ok {
+	if ok, _ := d.claim(ctx, a, rec.Attempt+1); ok {
 		d.park(ctx, a, fmt.Sprintf("the provider's key_ttl (%v) has passed since the first claim: a new call could repeat the effect", a.n.spec.KeyTTL))
 	}
 }
@@ -412,7 +418,7 @@ func (d *driver) needsReviewPending(ctx context.Context, a *act, rec *ledger.Key
 // claim writes the claim of attempt n. ok: we hold it. Otherwise how is
 // endSucceeded with a.rec set when the claim met another record (decide again),
 // or the action is stopped.
-func (d *driver) claim(ctx context.Context, a *act, n int, lookFrom time.Time) (ok bool, how end) {
+func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	if h := d.e.cfg.Hooks.BeforeClaim; h != nil {
 		h(a.n.id)
 	}
@@ -450,7 +456,6 @@ func (d *driver) claim(ctx context.Context, a *act, n int, lookFrom time.Time) (
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
 		return false, endStopped
 	}
-	a.lookupFrom = lookFrom
 	d.claimed(a, n, r.Key.ClaimedAt)
 	return true, endSucceeded
 }
@@ -508,15 +513,6 @@ func (d *driver) firstClaimAt(ctx context.Context, key string) time.Time {
 func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, how end, again bool) {
 	spec := a.n.spec
 	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: a.attempt, Args: a.args}
-	if !a.lookupFrom.IsZero() {
-		out, found, how := d.lookupPhase(ctx, a, call)
-		if how != endSucceeded {
-			return nil, how, false
-		}
-		if found {
-			return out, endSucceeded, false
-		}
-	}
 	if ctx.Err() != nil {
 		d.abandon(ctx, a, "interrupted before the call")
 		return nil, endStopped, false
@@ -565,13 +561,13 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 			}
 			return nil, endRecorded, false
 		}
-		return d.retry(ctx, a, outcome, after, msg, a.lookupFrom)
+		return d.retry(ctx, a, outcome, after, msg, time.Time{})
 	case tools.KeyInFlight:
 		if !d.canRetry(a, after) {
 			d.park(ctx, a, fmt.Sprintf("the provider still reports the key in flight after %d attempts: %s", a.tries, msg))
 			return nil, endRecorded, false
 		}
-		return d.retry(ctx, a, outcome, after, msg, a.lookupFrom)
+		return d.retry(ctx, a, outcome, after, msg, time.Time{})
 	}
 
 	// Unknown outcome: the effect may have happened. By class.
@@ -635,75 +631,123 @@ func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after
 		return nil, endStopped, false
 	}
 	a.attempt = 0
-	ok, how := d.claim(ctx, a, prev+1, lookFrom)
-	if ok {
+	out, found, how, held := d.claimNext(ctx, a, prev+1, false, lookFrom)
+	switch {
+	case held:
 		return nil, endSucceeded, true
+	case how != endSucceeded:
+		return nil, how, false
+	case found:
+		return out, endSucceeded, false
 	}
-	if how == endSucceeded {
-		return nil, endSucceeded, true // decide from a.rec
-	}
-	return nil, how, false
+	return nil, endSucceeded, true // decide from a.rec
 }
 
-// lookupPhase runs the lookup before an attempt. found: record its output. Not
-// found is trusted only once the previous claim is older than the tool's
+// claimNext takes the claim of attempt n of a.key. When lookFrom is set (an
+// earlier attempt, claimed at lookFrom, may have taken effect), the lookup
+// and its visibility wait run first, while the previous attempt's record
+// still stands (pending, or claimed by a process that is gone: prevClaimed).
+// So every claim is recorded immediately before its call is sent, and "the
+// previous claim + timeout + visibility_lag + skew margin" bounds when the
+// previous attempt's write can still commit and show up, whether that attempt
+// waited in a lookup first or not. A crash during the wait leaves the previous
+// claim as the bound: nothing was sent after it.
+//
+// held: we hold attempt n (a.attempt), call the tool now. found: the lookup
+// found the effect; out is to be recorded under a.attempt (the previous
+// claim, or attempt n claimed for it). Otherwise how is endSucceeded with
+// a.rec set (a claim conflicted: decide again), or the action ended.
+func (d *driver) claimNext(ctx context.Context, a *act, n int, prevClaimed bool, lookFrom time.Time) (out json.RawMessage, found bool, how end, held bool) {
+	if !lookFrom.IsZero() {
+		res, out, reason := d.lookupPhase(ctx, a, n, lookFrom)
+		switch res {
+		case lookStopped:
+			return nil, false, endStopped, false
+		case lookFound, lookFailed:
+			if prevClaimed {
+				// Record on the dead process's claim (any owner may).
+				a.attempt = n - 1
+			} else if ok, how := d.claim(ctx, a, n); !ok {
+				return nil, false, how, false
+			}
+			if res == lookFailed {
+				d.park(ctx, a, reason)
+				return nil, false, endRecorded, false
+			}
+			return out, true, endSucceeded, false
+		}
+	}
+	ok, how := d.claim(ctx, a, n)
+	return nil, false, how, ok
+}
+
+// lookResult is how a lookup phase ended.
+type lookResult int
+
+const (
+	lookTrusted lookResult = iota // not found, and the window has passed: write
+	lookFound                     // the effect exists: record it
+	lookFailed                    // the lookup kept failing: a person decides
+	lookStopped                   // interrupted
+)
+
+// lookupPhase runs the lookup before attempt n, holding no claim. Not found is
+// trusted only once lookFrom (the previous claim) is older than the tool's
 // timeout + visibility_lag + skew margin; until then it waits and looks again.
-func (d *driver) lookupPhase(ctx context.Context, a *act, call tools.Call) (json.RawMessage, bool, end) {
+func (d *driver) lookupPhase(ctx context.Context, a *act, n int, lookFrom time.Time) (res lookResult, out json.RawMessage, reason string) {
 	spec := a.n.spec
 	looker, ok := a.n.tool.(tools.Looker)
 	if !ok {
-		return nil, false, endSucceeded
+		return lookTrusted, nil, ""
 	}
-	trustAt := a.lookupFrom.Add(d.timeout(spec) + spec.VisibilityLag + d.e.cfg.SkewMargin)
+	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: n, Args: a.args}
+	trustAt := lookFrom.Add(d.timeout(spec) + spec.VisibilityLag + d.e.cfg.SkewMargin)
 	noted := false
 	errTries := 0
 	for {
+		if ctx.Err() != nil {
+			return lookStopped, nil, ""
+		}
 		lctx, cancel := context.WithTimeout(ctx, d.timeout(spec))
 		out, found, err := looker.Lookup(lctx, call)
 		cancel()
 		if err != nil {
 			errTries++
 			if ctx.Err() != nil {
-				d.abandon(ctx, a, "interrupted during the lookup")
-				return nil, false, endStopped
+				return lookStopped, nil, ""
 			}
 			if errTries >= d.e.cfg.Retry.MaxAttempts {
-				d.park(ctx, a, fmt.Sprintf("lookup failed %d times: %s", errTries, errText(err)))
-				return nil, false, endRecorded
+				return lookFailed, nil, fmt.Sprintf("lookup failed %d times: %s", errTries, errText(err))
 			}
 			wait := d.e.backoff(errTries, 0)
-			d.note(ctx, a, map[string]any{"attempt": a.attempt, "phase": "lookup", "outcome": "lookup_error",
+			d.note(ctx, a, map[string]any{"attempt": n, "phase": "lookup", "outcome": "lookup_error",
 				"error": errText(err), "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
 			if err := d.e.cfg.Sleep(ctx, wait); err != nil {
-				d.abandon(ctx, a, "interrupted during the lookup")
-				return nil, false, endStopped
+				return lookStopped, nil, ""
 			}
 			continue
 		}
 		if found {
 			if !json.Valid(out) {
-				d.park(ctx, a, "lookup found the effect but returned invalid JSON")
-				return nil, false, endRecorded
+				return lookFailed, nil, "lookup found the effect but returned invalid JSON"
 			}
-			d.e.log.Info("lookup found the effect; not calling again", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt)
-			return out, true, endSucceeded
+			d.e.log.Info("lookup found the effect; not calling again", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", n)
+			return lookFound, out, ""
 		}
 		now := d.e.clock.Now()
 		if !now.Before(trustAt) {
-			a.lookupFrom = time.Time{}
-			return nil, false, endSucceeded
+			return lookTrusted, nil, ""
 		}
 		wait := trustAt.Sub(now)
 		if !noted {
 			noted = true
-			d.note(ctx, a, map[string]any{"attempt": a.attempt, "phase": "lookup", "outcome": "not_found_yet",
+			d.note(ctx, a, map[string]any{"attempt": n, "phase": "lookup", "outcome": "not_found_yet",
 				"reason":   "not found, but an earlier attempt may still commit or become visible; waiting before writing",
 				"retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
 			d.e.log.Info("lookup not found yet; waiting for visibility", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "wait", wait)
 		}
 		if err := d.e.cfg.Sleep(ctx, wait); err != nil {
-			d.abandon(ctx, a, "interrupted while waiting for the lookup to become trustworthy")
-			return nil, false, endStopped
+			return lookStopped, nil, ""
 		}
 	}
 }
