@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/docketrun/docket/evals"
@@ -303,4 +307,66 @@ func TestEvalWorld(t *testing.T) {
 	}
 	r = evalRun(t, nil, "check", "--dataset", ds)
 	wantCode(t, r, exitOK)
+}
+
+// TestEvalRunRecordThenReplay runs against a live (fake) endpoint with
+// --record, then replays the recordings with no endpoint at all.
+func TestEvalRunRecordThenReplay(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := requests.Add(1)
+		if r.Header.Get("Authorization") != "Bearer sk-test-live-key" {
+			http.Error(w, `{"error": {"message": "bad key"}}`, http.StatusUnauthorized)
+			return
+		}
+		if n == 1 {
+			// one passing failure: the planner retries it, the recording keeps both
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, `{"error": {"message": "slow down"}}`, http.StatusTooManyRequests)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id": "x", "object": "chat.completion", "created": 1, "model": "fake-1",
+		  "choices": [{"index": 0, "message": {"role": "assistant", "content": "Nothing to do with these tools."}, "finish_reason": "stop"}],
+		  "usage": {"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107}}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	ds := filepath.Join(dir, "d.jsonl")
+	var lines []string
+	for _, id := range []string{"q1", "q2", "q3"} {
+		lines = append(lines, `{"id": "`+id+`", "category": "irrelevance", "goal": "What is the capital of `+id+`?", "tools": [{"name": "crm.note", "effect": "at_most_once", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}], "expect": {"no_action": true}}`)
+	}
+	os.WriteFile(ds, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	recs := filepath.Join(dir, "recs")
+	env := map[string]string{"OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": "sk-test-live-key", "OPENAI_MODEL": "fake-1"}
+	r := evalRun(t, env, "run", "--dataset", ds, "--record", recs, "--concurrency", "2", "--out", filepath.Join(dir, "live.json"))
+	wantCode(t, r, exitOK)
+	if !strings.Contains(r.stdout, "all 3 cases passed") || !strings.Contains(r.stdout, "tokens: 300 prompt + 21 completion") {
+		t.Fatalf("live run:\n%s", r)
+	}
+	files, _ := filepath.Glob(filepath.Join(recs, "*.json.gz"))
+	if len(files) != 3 {
+		t.Fatalf("%d recordings", len(files))
+	}
+	for _, f := range files {
+		data, _ := evals.OpenFile(f)
+		b, _ := io.ReadAll(data)
+		data.Close()
+		if bytes.Contains(b, []byte("sk-test-live-key")) || bytes.Contains(bytes.ToLower(b), []byte("authorization")) {
+			t.Fatalf("%s holds the key", f)
+		}
+	}
+	srv.Close()
+	before := requests.Load()
+	r = evalRun(t, map[string]string{"OPENAI_MODEL": "fake-1"}, "run", "--dataset", ds, "--replay", recs, "--out", filepath.Join(dir, "replay.json"))
+	wantCode(t, r, exitOK)
+	if !strings.Contains(r.stdout, "all 3 cases passed") || requests.Load() != before {
+		t.Fatalf("replay:\n%s", r)
+	}
+	r = evalRun(t, nil, "compare", filepath.Join(dir, "live.json"), filepath.Join(dir, "replay.json"))
+	if !strings.Contains(r.stdout, "0 cases flipped") {
+		t.Errorf("replay differs from the live run:\n%s", r)
+	}
 }
