@@ -310,8 +310,10 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 			if n.started || n.done || n.awaiting {
 				continue
 			}
-			if n.row.Status == ledger.StatusClaimed {
-				picks = append(picks, n) // claimed before: resolve its outcome even when failing
+			if n.row.Status == ledger.StatusClaimed || (d.failErr != "" && sentBefore(n.row)) {
+				// Claimed before: bring it to an outcome even when failing (its
+				// call may have taken effect; it is never skipped).
+				picks = append(picks, n)
 				continue
 			}
 			if d.failErr != "" || (n.row.Status != ledger.StatusPending && n.row.Status != ledger.StatusApproved) {
@@ -359,6 +361,20 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 	return d.commitStart(ctx, lead, preps)
 }
 
+// sentBefore reports whether a row waiting for another attempt was claimed
+// before (a retryable failure, or a person's retry, left it pending): its
+// earlier calls may have taken effect.
+func sentBefore(r ledger.Action) bool {
+	return !r.Undo && r.Key != "" && r.Attempts > 0 &&
+		(r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved)
+}
+
+func (d *driver) failing() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failErr != ""
+}
+
 func finishingID(a *act) string {
 	if a == nil {
 		return ""
@@ -387,6 +403,11 @@ func (d *driver) unstart(ns []*node, awaiting bool) {
 func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.RawMessage) *prepared {
 	p := &prepared{n: n}
 	row := n.row
+	if row.Key != "" && (row.Status == ledger.StatusClaimed || sentBefore(row)) && d.failing() {
+		// Failing: conclude the key it was claimed under, as recorded.
+		p.a = &act{n: n, key: row.Key, args: row.Args}
+		return p
+	}
 	if row.Status == ledger.StatusClaimed && row.Key != "" {
 		// Claimed before (a restart, or another drive): decide from its key record.
 		p.a = &act{n: n, key: row.Key, args: row.Args}

@@ -57,8 +57,22 @@ func (d *driver) finish(ctx context.Context) error {
 	var ops []ledger.Op
 	var skipped []string
 	if failMsg != "" {
+		// Every action that was claimed must have its outcome recorded
+		// before the run fails: its call may have taken effect (it is never
+		// "not started", and compensation must see it if it succeeded).
+		var open []string
 		for _, id := range d.order {
-			if r := byID[id]; r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved {
+			if r := byID[id]; r.Status == ledger.StatusClaimed || sentBefore(r) {
+				open = append(open, id)
+			}
+		}
+		if len(open) > 0 {
+			d.e.log.Warn("run failing, but claimed actions have no outcome yet; not finishing it now",
+				"run_id", d.runID, "actions", open, "error", failMsg)
+			return nil
+		}
+		for _, id := range d.order {
+			if r := byID[id]; r.Attempts == 0 && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved) {
 				ops = append(ops, ledger.Skip(d.runID, id, "not started: the run failed ("+failMsg+")"))
 				skipped = append(skipped, id)
 			}
@@ -210,7 +224,7 @@ func (d *driver) settle(ctx context.Context) error {
 	}
 	var needs, awaiting []string
 	failMsg := ""
-	open := 0
+	open, started := 0, 0
 	d.mu.Lock()
 	for _, r := range rows {
 		switch r.Status {
@@ -228,6 +242,9 @@ func (d *driver) settle(ctx context.Context) error {
 				}
 			}
 		case ledger.StatusPending, ledger.StatusApproved:
+			if sentBefore(r) {
+				started++
+			}
 			if !r.Undo {
 				open++
 				if n := d.nodes[r.ID]; n != nil && n.awaiting && r.Attempts == 0 {
@@ -247,6 +264,8 @@ func (d *driver) settle(ctx context.Context) error {
 	switch {
 	case len(needs) > 0:
 		st, ev, data = ledger.RunPaused, "run.paused", map[string]any{"reason": "needs_review", "actions": needs}
+	case failMsg != "" && started > 0:
+		return nil // a claimed action still needs its outcome: a later drive concludes it first
 	case failMsg != "":
 		st, ev, errMsg, data = ledger.RunFailed, "run.failed", failMsg, map[string]any{"error": failMsg}
 	case len(awaiting) > 0:
