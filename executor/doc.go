@@ -22,6 +22,12 @@
 //     out) fails the run: no new action starts, never-claimed actions are skipped
 //     and the compensations of succeeded actions run in reverse completion order
 //     as actions "<id>.undo". Compensating actions need no approval.
+//     Before that, every action that was ever claimed and has no outcome (in
+//     flight, or pending a retry after an unknown or not-sent attempt, also
+//     when found so after a restart) is brought to one by its class
+//     (succeeded, failed, or needs_review): its call may have taken effect,
+//     so it is never skipped as "not started", and compensation sees it if
+//     it succeeded.
 //   - An action a person resolves with Skip counts as done without output: its
 //     dependents are skipped and the run can still complete.
 //   - If an action waits for a person (needs_review) the run is paused, even when
