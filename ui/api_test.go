@@ -3,7 +3,9 @@ package ui_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -485,4 +487,26 @@ func TestShutdownWaitsForDrives(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.hs = nil
+}
+
+// The webhook hears about a run that waits for a person.
+func TestNotifyWebhook(t *testing.T) {
+	t.Parallel()
+	got := make(chan map[string]any, 4)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		got <- body
+	}))
+	t.Cleanup(hook.Close)
+	b := setup(t, options{tune: func(c *ui.Config) { c.Notify = hook.URL }})
+	b.call("POST", "/v1/runs", map[string]any{"run_id": "r-hook", "plan": onboardingPlan(t), "approve": "none"}, nil)
+	select {
+	case body := <-got:
+		if body["run_id"] != "r-hook" || body["status"] != "awaiting_approval" || !strings.Contains(fmt.Sprint(body["waiting"]), "price") {
+			t.Fatalf("webhook body %v", body)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the webhook was not called")
+	}
 }

@@ -28,7 +28,7 @@ const testToken = "test-token-0123456789"
 // bundle is what a test needs: the server over a fresh ledger and the demo
 // world, planned by the demo model.
 type bundle struct {
-	t         *testing.T
+	t         testing.TB
 	srv       *ui.Server
 	hs        *httptest.Server
 	led       *ledger.Ledger
@@ -43,9 +43,10 @@ type options struct {
 	toolsFile func(w *demoworld.World) []byte // default: the world's tools file
 	model     http.RoundTripper               // default: the demo model
 	dir       string                          // default: a new temporary directory
+	subBuffer int                             // ledger SubscriberBuffer (default: the ledger's)
 }
 
-func setup(t *testing.T, o options) *bundle {
+func setup(t testing.TB, o options) *bundle {
 	t.Helper()
 	w := demoworld.Start()
 	t.Cleanup(w.Close)
@@ -66,7 +67,7 @@ func setup(t *testing.T, o options) *bundle {
 		dir = t.TempDir()
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	led, err := ledger.Open(context.Background(), ledger.Config{Dir: dir, Logger: quiet})
+	led, err := ledger.Open(context.Background(), ledger.Config{Dir: dir, Logger: quiet, SubscriberBuffer: o.subBuffer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func (b *bundle) waitStatus(runID string, st ledger.RunStatus) ledger.RunDoc {
 
 // dropServer answers nothing: it reads the request and closes the connection,
 // so the caller cannot know whether the request took effect.
-func dropServer(t *testing.T) (url string, hits func() int) {
+func dropServer(t testing.TB) (url string, hits func() int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -271,7 +272,7 @@ func dropServer(t *testing.T) (url string, hits func() int) {
 }
 
 // onboardingPlan is the demo plan as JSON for a request body.
-func onboardingPlan(t *testing.T) json.RawMessage {
+func onboardingPlan(t testing.TB) json.RawMessage {
 	t.Helper()
 	return json.RawMessage(demoworld.OnboardingPlan())
 }

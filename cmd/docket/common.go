@@ -69,10 +69,16 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // openLedger opens the data directory. A directory held by another process
 // comes back as exit 4 with a message saying what to do.
 func openLedger(ctx context.Context, dir string, stderr io.Writer) (*ledger.Ledger, error) {
+	return openLedgerConfig(ctx, ledger.Config{Dir: dir, Logger: cliLogger(stderr)})
+}
+
+// openLedgerConfig is openLedger with a whole configuration.
+func openLedgerConfig(ctx context.Context, cfg ledger.Config) (*ledger.Ledger, error) {
+	dir := cfg.Dir
 	if dir == "" {
 		return nil, usageError("--data must not be empty")
 	}
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir, Logger: cliLogger(stderr)})
+	l, err := ledger.Open(ctx, cfg)
 	if errors.Is(err, ledger.ErrLocked) {
 		return nil, withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it; retry when it is done: %w", dir, err))
 	}

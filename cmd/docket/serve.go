@@ -38,6 +38,10 @@ func init() {
 // directory, readable by its owner only.
 const tokenFile = "serve-token"
 
+// serveSubscriberBuffer bounds each WebSocket client's live-event queue in the
+// ledger (the default, 4096, costs ~0.4 MiB per client).
+const serveSubscriberBuffer = 256
+
 const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--token [NAME=]T]... [--origin URL]... [--notify URL] [--grace 30s] [--model NAME] [--base-url URL]"
 
 // serveCmd is `docket serve`.
@@ -119,7 +123,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		}
 	}
 
-	l, err := openLedger(ctx, *data, errOut)
+	// A subscription (one per WebSocket client) queues at most this many
+	// live events in the ledger; the WebSocket adds its own bounded queue.
+	l, err := openLedgerConfig(ctx, ledger.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
 	if err != nil {
 		return err
 	}
