@@ -210,7 +210,7 @@ func TestCrashKill(t *testing.T) {
 	st := ackState{claims: map[string]int{}, succeeds: map[string]int{}}
 	kills, finished := 0, false
 	for round := 0; kills < *crashKills && !finished; round++ {
-		killAfter := 1 + rng.IntN(150) // acknowledgements to read before the kill
+		killAfter := 1 + rng.IntN(100) // acknowledgements to read before the kill
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"=crash", "DOCKET_LEDGER_DIR="+dir,
 			fmt.Sprintf("DOCKET_LEDGER_SEED=%d", rng.Uint64()))

@@ -41,8 +41,11 @@
 // as a 12-byte pointer, so one huge record still commits.
 //
 // Open: memory-conscious Badger sizes (8 MiB memtables, two of them, 8 MiB
-// block cache, 4 MiB index cache), Badger's logger routed to slog (errors and
-// warnings; its INFO chatter at debug level), value-log GC on a ticker, and a
+// block cache, 4 MiB index cache, 32 MiB value-log files), Badger's logger
+// routed to slog (errors and warnings; its INFO chatter at debug level),
+// value-log GC on a ticker, the value-log pages Badger leaves mapped handed
+// back to the kernel each second after writes (MADV_PAGEOUT on Linux:
+// otherwise the resident set grows with every output written), and a
 // format-version record checked at open (an unknown or newer format, or a
 // non-empty directory without one, is ErrFormat; nothing is overwritten). A
 // directory held by another handle or process gives ErrLocked. The first open

@@ -281,10 +281,20 @@ func (l *Ledger) gcLoop() {
 	defer close(l.gcDone)
 	t := time.NewTicker(l.cfg.GCInterval)
 	defer t.Stop()
+	trim := time.NewTicker(time.Second)
+	defer trim.Stop()
+	var trimmedAt uint64
 	for {
 		select {
 		case <-l.gcStop:
 			return
+		case <-trim.C:
+			// Only when something was written since the last trim.
+			if n := l.stats.commits.Load(); n != trimmedAt {
+				trimmedAt = n
+				trimValueLog(l.cfg.Dir)
+			}
+			continue
 		case <-t.C:
 		}
 		for i := 0; i < 16; i++ { // a bounded number of rewrites per tick
