@@ -138,7 +138,10 @@ func TestBFCLGroundTruthPasses(t *testing.T) {
 		total, impossible := 0, 0
 		for cat, d := range importDir(t, dir) {
 			for pick := 0; pick < 2; pick++ {
-				for _, c := range d.Cases {
+				for k, c := range d.Cases {
+					if raceEnabled && (pick > 0 || k%4 != 0) {
+						continue // sampled under the race detector
+					}
 					var calls []Call
 					if !c.Expect.NoAction {
 						calls = GroundTruthCalls(c, pick)
@@ -168,7 +171,7 @@ func TestBFCLGroundTruthPasses(t *testing.T) {
 			_ = cat
 		}
 		t.Logf("%s: %d cases; all pass with their own answers except %d whose answers contradict their functions (they fail upstream too)", dir, total, impossible)
-		if total < 3000 {
+		if total < 3000 && !raceEnabled {
 			t.Errorf("%s: only %d cases imported, expected the full subset (3,475)", dir, total)
 		}
 	}
@@ -280,7 +283,10 @@ func TestBFCLMutationsFail(t *testing.T) {
 	sets := importDir(t, filepath.Join("testdata", "bfcl"))
 	counts := map[string]int{}
 	for _, d := range sets {
-		for _, c := range d.Cases {
+		for k, c := range d.Cases {
+			if raceEnabled && k%4 != 0 {
+				continue // sampled under the race detector
+			}
 			if c.Expect.NoAction {
 				name := "some_tool"
 				if len(c.Tools) > 0 {
@@ -358,7 +364,7 @@ func TestBFCLMutationsFail(t *testing.T) {
 	}
 	t.Logf("mutations checked: %v", counts)
 	for _, k := range []string{"wrong count", "wrong function", "extra parameter", "missing required", "changed value", "irrelevance call"} {
-		if counts[k] < 100 {
+		if counts[k] < 100 && !raceEnabled {
 			t.Errorf("only %d %q mutations were checked", counts[k], k)
 		}
 	}
