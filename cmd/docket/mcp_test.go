@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/tools/mcptool"
@@ -220,5 +221,50 @@ func TestMCPToolErrorFailsRun(t *testing.T) {
 	a := d.action("o1")
 	if d.Status != "failed" || a.Status != "failed" || a.Attempts != 1 || !strings.Contains(a.Error, "Entity with name Nobody not found") {
 		t.Fatalf("isError result: run %s, action %s after %d attempts: %q\n%s", d.Status, a.Status, a.Attempts, a.Error, r)
+	}
+}
+
+// TestMCPHangingServerTimesOut: server-everything's long-running operation
+// does not answer within the tool's timeout; the tool is at_most_once, so the
+// unknown outcome pauses the run for a person, and the events say why. The
+// bearer token the tools file renders into the server's environment appears
+// in no event.
+func TestMCPHangingServerTimesOut(t *testing.T) {
+	t.Parallel()
+	p := mcptest.Servers(t)
+	dir := t.TempDir()
+	toolsPath, data := filepath.Join(dir, "tools.json"), filepath.Join(dir, "data")
+	file := fmt.Sprintf(`{"version": 1, "tools": [], "mcp_servers": [{
+	  "name": "every", "command": %q, "args": [%q], "env": {"EVERY_TOKEN": "{{env \"PATH\"}}-tok-9f8e7d"},
+	  "tools": {"trigger-long-running-operation": {"effect": "at_most_once", "timeout": "1s"}}}]}`, p.Node, p.Everything)
+	if err := os.WriteFile(toolsPath, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plan := `{"goal": "wait", "actions": [{"id": "w", "tool": "every.trigger-long-running-operation", "args": {"duration": 60, "steps": 2}}]}`
+	r := stepInproc(t, stepRequestJSON(t, "mcp-hang", []byte(plan), "all"), "--data", data, "--tools", toolsPath)
+	wantCode(t, r, exitPaused)
+	d := doc(t, r)
+	if a := d.action("w"); a.Status != "needs_review" || !strings.Contains(a.Error, "deadline") {
+		t.Fatalf("hung call: %s", r)
+	}
+	l, err := ledger.Open(context.Background(), ledger.Config{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	evs, err := l.Events(context.Background(), "mcp-hang", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+		if strings.Contains(string(e.Data), "tok-9f8e7d") {
+			t.Errorf("event %s shows the server's secret: %s", e.Type, e.Data)
+		}
+	}
+	joined := strings.Join(types, " ")
+	if !strings.Contains(joined, "action.needs_review") || !strings.Contains(joined, "run.paused") {
+		t.Errorf("events %v lack the needs_review and the pause", types)
 	}
 }
