@@ -48,9 +48,12 @@ func (r *Report) SetCost(perMillionPrompt, perMillionCompletion float64) {
 
 // Stats aggregates the results of a set of cases (one category, or all).
 type Stats struct {
-	Category string  `json:"category"`
-	Cases    int     `json:"cases"`
-	Passed   int     `json:"passed"`
+	Category string `json:"category"`
+	Cases    int    `json:"cases"`
+	// Passed counts the cases whose every try passed.
+	Passed int `json:"passed"`
+	// PassRate is the share of tries that passed, averaged over the cases
+	// (pass^1); with one try per case, Passed / Cases.
 	PassRate float64 `json:"pass_rate"`
 	// PassK is pass^k: the estimated probability that all k tries of a case
 	// pass, k being the smallest number of tries of any case (runs with
@@ -117,7 +120,7 @@ func aggregate(name string, rs []*Result) Stats {
 		}
 	}
 	s.K = k
-	var passK float64
+	var passK, pass1 float64
 	var usage Usage
 	haveUsage := false
 	for _, r := range rs {
@@ -125,6 +128,7 @@ func aggregate(name string, rs []*Result) Stats {
 			s.Passed++
 		}
 		passK += passHatK(r.Tries, r.Passes, k)
+		pass1 += float64(r.Passes) / float64(r.Tries)
 		m := r.Metrics
 		s.ValidPlan += b2f(m.ValidPlan)
 		s.ToolPrecision += m.ToolPrecision
@@ -139,7 +143,7 @@ func aggregate(name string, rs []*Result) Stats {
 		}
 	}
 	n := float64(len(rs))
-	s.PassRate = float64(s.Passed) / n
+	s.PassRate = pass1 / n
 	s.PassK = passK / n
 	s.ValidPlan /= n
 	s.ToolPrecision /= n
