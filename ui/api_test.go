@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/internal/demoworld"
 	"github.com/docketrun/docket/ledger"
@@ -359,11 +361,24 @@ func TestResumeRunningOnStart(t *testing.T) {
 	b.stop()
 
 	b2 := setup(t, options{dir: dir, toolsFile: func(*demoworld.World) []byte { return b.toolsFile }})
+	stored, err := b2.led.Events(context.Background(), "r-resume", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The all-runs stream picks the run up where its log ends.
+	all, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(b2.hs.URL, "http")+"/v1/ws", http.Header{"Authorization": {"Bearer " + testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
 	n, err := b2.srv.ResumeRunning(context.Background())
 	if err != nil || n != 1 {
 		t.Fatalf("ResumeRunning = %d, %v; want 1", n, err)
 	}
 	b2.waitStatus("r-resume", ledger.RunCompleted)
+	if m := read(t, all); m.Type != "event" || m.Event.RunID != "r-resume" || m.Event.Seq != stored[len(stored)-1].Seq+1 {
+		t.Fatalf("first event on the all-runs stream: %+v, want seq %d", m.Event, stored[len(stored)-1].Seq+1)
+	}
 	for _, e := range demoworld.OnboardingEffects[:3] {
 		if got := world.Effect(e); got != 1 {
 			t.Fatalf("effect %s = %d, want 1 (%s)", e, got, world.Describe())

@@ -172,6 +172,7 @@ func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 			return n, fmt.Errorf("ui: listing running runs: %w", err)
 		}
 		for _, r := range runs {
+			s.watch(r.ID, false)
 			s.kick(r.ID)
 			n++
 		}

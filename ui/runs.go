@@ -221,6 +221,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	s.watch(runID, true)
 	writeJSON(w, http.StatusCreated, doc)
 }
 
@@ -510,6 +511,7 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request, op reviewOp) {
 type reviewOp struct {
 	ID      string          `json:"id,omitempty"` // WebSocket: echoed in the ack
 	Op      string          `json:"op"`           // approve, reject, edit, resolve, pause, resume, cancel
+	Run     string          `json:"run,omitempty"` // the run (all-runs stream; must match on a run's stream)
 	Actions []string        `json:"actions,omitempty"`
 	Action  string          `json:"action,omitempty"`
 	Reason  string          `json:"reason,omitempty"`
@@ -527,6 +529,7 @@ func (s *Server) review(ctx context.Context, runID string, op reviewOp, by strin
 	if _, err := s.led.GetRun(ctx, runID); err != nil {
 		return err
 	}
+	s.watch(runID, false)
 	needAction := func() error {
 		if op.Action == "" {
 			return fmt.Errorf("%w: %s needs an action", errBadOp, op.Op)
@@ -619,6 +622,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	s.watch(runID, false)
 	doc, err := s.startAndWaitRevision(r.Context(), runID, run.Revision, func(ctx context.Context, eng *executor.Engine) error {
 		_, err := eng.Replay(ctx, runID, p)
 		return err
@@ -695,5 +699,6 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	s.watch(newID, true)
 	writeJSON(w, http.StatusCreated, doc)
 }

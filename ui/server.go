@@ -151,6 +151,8 @@ type Server struct {
 	closing   bool
 	drives    map[string]int           // run id → drives going on (| again: drive once more)
 	idle      map[string]chan struct{} // run id → closed when its drives are over
+	watchers  map[string]*watcher      // runs followed for the all-runs stream
+	lastSeq   map[string]uint64        // last event seen of runs no longer followed
 	accepting map[string]bool
 	sessions  map[string]session
 	sockets   map[*socket]struct{}
@@ -205,6 +207,8 @@ func New(cfg Config) (*Server, error) {
 		cancel:    cancel,
 		drives:    map[string]int{},
 		idle:      map[string]chan struct{}{},
+		watchers:  map[string]*watcher{},
+		lastSeq:   map[string]uint64{},
 		accepting: map[string]bool{},
 		sessions:  map[string]session{},
 		sockets:   map[*socket]struct{}{},
@@ -244,6 +248,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/runs/{id}/plan", s.auth(s.getPlan))
 	m.HandleFunc("GET /v1/runs/{id}/events", s.auth(s.listEvents))
 	m.HandleFunc("GET /v1/runs/{id}/ws", s.auth(s.serveWS))
+	m.HandleFunc("GET /v1/ws", s.auth(s.serveAllWS))
 	m.HandleFunc("POST /v1/runs/{id}/approve", s.auth(s.approve))
 	m.HandleFunc("POST /v1/runs/{id}/pause", s.auth(s.pause))
 	m.HandleFunc("POST /v1/runs/{id}/resume", s.auth(s.resume))

@@ -255,8 +255,23 @@ func (c *socket) read(ctx context.Context) {
 			}
 			continue
 		}
+		runID := c.runID
+		switch {
+		case runID == "" && op.Run == "":
+			if !c.sendJSON(Message{Type: "error", ID: op.ID, Op: op.Op, Error: &apiError{Code: "bad_request", Message: "on the all-runs stream, a message names its run"}}) {
+				return
+			}
+			continue
+		case runID == "":
+			runID = op.Run
+		case op.Run != "" && op.Run != runID:
+			if !c.sendJSON(Message{Type: "error", ID: op.ID, Op: op.Op, Error: &apiError{Code: "bad_request", Message: "this stream is run " + runID + "'s, not " + op.Run + "'s"}}) {
+				return
+			}
+			continue
+		}
 		m := Message{Type: "ack", ID: op.ID, Op: op.Op}
-		if err := c.s.review(ctx, c.runID, op, c.who); err != nil {
+		if err := c.s.review(ctx, runID, op, c.who); err != nil {
 			rec := &errorRecorder{}
 			c.s.fail(rec, err)
 			m = Message{Type: "error", ID: op.ID, Op: op.Op, Error: rec.err()}

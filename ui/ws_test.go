@@ -345,3 +345,59 @@ func TestWebSocketManySubscribers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The all-runs stream carries the live events of every run the server
+// touches, in order per run, from a run's first event when it is created.
+func TestWebSocketAllRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	u := "ws" + strings.TrimPrefix(b.hs.URL, "http") + "/v1/ws"
+	c, _, err := websocket.DefaultDialer.Dial(u, http.Header{"Authorization": {"Bearer " + testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b.call("POST", "/v1/runs", map[string]any{"run_id": "all-1", "plan": onboardingPlan(t), "approve": "none"}, nil)
+	next := map[string]uint64{}
+	readUntil := func(runID, typ string) {
+		t.Helper()
+		for {
+			m := read(t, c)
+			if m.Type != "event" {
+				continue
+			}
+			ev := m.Event
+			if ev.Seq != next[ev.RunID]+1 {
+				t.Fatalf("run %s: seq %d after %d", ev.RunID, ev.Seq, next[ev.RunID])
+			}
+			next[ev.RunID] = ev.Seq
+			if ev.RunID == runID && ev.Type == typ {
+				return
+			}
+		}
+	}
+	readUntil("all-1", "run.awaiting_approval")
+	// A review message names its run on this stream.
+	if err := c.WriteJSON(map[string]any{"id": "x", "op": "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m := read(t, c)
+		if m.Type == "error" {
+			if m.ID != "x" {
+				t.Fatalf("error %+v", m)
+			}
+			break
+		}
+	}
+	b.approveUntilDone("all-1")
+	readUntil("all-1", "run.completed")
+	// A second run, and a replay of the first (followed again from where the
+	// stream left it).
+	b.call("POST", "/v1/runs", map[string]any{"run_id": "all-2", "plan": onboardingPlan(t), "approve": "all"}, nil)
+	readUntil("all-2", "run.completed")
+	if code := b.call("POST", "/v1/runs/all-1/fork", map[string]any{"run_id": "all-3", "approve": "all"}, nil); code != http.StatusCreated {
+		t.Fatalf("fork = %d", code)
+	}
+	readUntil("all-3", "run.completed")
+}

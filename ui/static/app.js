@@ -128,7 +128,27 @@ async function showApp(me) {
   await loadRuns();
   const frag = new URLSearchParams(location.hash.slice(1));
   if (frag.get("run")) selectRun(frag.get("run"));
-  setInterval(loadRuns, 5000);
+  connectAll();
+  setInterval(loadRuns, 15000);
+}
+
+// The all-runs stream keeps the runs list fresh (other tabs, the CLI, agents).
+let allRetries = 0;
+let listTimer = null;
+function connectAll() {
+  const proto = location.protocol === "https:" ? "wss://" : "ws://";
+  const ws = new WebSocket(proto + location.host + "/v1/ws");
+  ws.onopen = () => { allRetries = 0; };
+  ws.onmessage = (m) => {
+    let msg;
+    try { msg = JSON.parse(m.data); } catch (_) { return; }
+    if (msg.type === "event" && msg.event && msg.event.type.startsWith("run.") && !listTimer) {
+      listTimer = setTimeout(() => { listTimer = null; loadRuns(); }, 100);
+    }
+  };
+  ws.onclose = () => {
+    setTimeout(connectAll, Math.min(10000, 500 * 2 ** allRetries++));
+  };
 }
 
 $("signin-form").addEventListener("submit", async (ev) => {
