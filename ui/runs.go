@@ -509,8 +509,8 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request, op reviewOp) {
 
 // reviewOp is one review or control operation, from the API or a WebSocket.
 type reviewOp struct {
-	ID      string          `json:"id,omitempty"` // WebSocket: echoed in the ack
-	Op      string          `json:"op"`           // approve, reject, edit, resolve, pause, resume, cancel
+	ID      string          `json:"id,omitempty"`  // WebSocket: echoed in the ack
+	Op      string          `json:"op"`            // approve, reject, edit, resolve, pause, resume, cancel
 	Run     string          `json:"run,omitempty"` // the run (all-runs stream; must match on a run's stream)
 	Actions []string        `json:"actions,omitempty"`
 	Action  string          `json:"action,omitempty"`
