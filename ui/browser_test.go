@@ -187,6 +187,20 @@ func TestBrowserReview(t *testing.T) {
 	poll(tab2, "the second tab to follow live", `document.getElementById("run-status").dataset.status === "completed" && [...document.querySelectorAll("#actions [data-action]")].every(a => a.dataset.status === "succeeded")`)
 	shot("4-resolved")
 
+	// Replay with edits from the page: a new invoice reference; only the
+	// invoice (and what depends on its output) runs again.
+	do("open the replay editor", chromedp.Click(chromedp.CSS("#replay")), chromedp.WaitVisible(chromedp.CSS("#replay-plan")))
+	edited := eval(ctx, `(() => { const t = document.getElementById("replay-plan"); t.value = t.value.replace("onboarding-globex", "onboarding-globex-2"); return t.value; })()`)
+	if !strings.Contains(edited, "onboarding-globex-2") {
+		t.Fatalf("replay editor holds %q", edited)
+	}
+	do("record the revision", chromedp.Click(chromedp.CSS("#replay-save")))
+	poll(ctx, "revision 2 to complete", `document.getElementById("run-rev").textContent.startsWith("revision 2") && document.getElementById("run-status").dataset.status === "completed"`)
+	shot("5-replayed")
+	if b.world.Effect("payments/onboarding-globex-2") != 1 || b.world.Effect("crm/billing@globex.example") != 1 {
+		t.Fatalf("after the replay: %s", b.world.Describe())
+	}
+
 	doc, err := b.led.Doc(context.Background(), runID)
 	if err != nil {
 		t.Fatal(err)

@@ -156,7 +156,47 @@ $("signin-form").addEventListener("submit", async (ev) => {
   try {
     await signIn($("token").value);
     $("token").value = "";
-    start();
+    // --- replay with edits ---
+
+async function openReplay() {
+  $("replay-error").textContent = "";
+  try {
+    const p = await api("GET", runPath() + "/plan");
+    const plan = { goal: p.goal, actions: p.actions.map((a) => {
+      const out = { id: a.id, tool: a.tool, args: a.args };
+      if (a.depends_on && a.depends_on.length) out.depends_on = a.depends_on;
+      if (a.why) out.why = a.why;
+      return out;
+    }) };
+    $("replay-plan").value = JSON.stringify(plan, null, 2);
+    $("replay-editor").hidden = false;
+    $("replay-plan").focus();
+  } catch (e) {
+    $("run-msg").textContent = describe(e);
+  }
+}
+
+async function saveReplay() {
+  let plan;
+  try { plan = JSON.parse($("replay-plan").value); } catch (e) { $("replay-error").textContent = "Not valid JSON: " + e.message; return; }
+  try {
+    const doc = await api("POST", runPath() + "/replay", { plan });
+    $("replay-editor").hidden = true;
+    render(doc);
+  } catch (e) {
+    $("replay-error").textContent = describe(e);
+  }
+}
+
+$("replay").addEventListener("click", openReplay);
+$("replay-save").addEventListener("click", saveReplay);
+$("replay-cancel").addEventListener("click", () => { $("replay-editor").hidden = true; });
+$("replay-plan").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); saveReplay(); }
+  if (ev.key === "Escape") $("replay-editor").hidden = true;
+});
+
+start();
   } catch (e) {
     $("signin-error").textContent = describe(e);
   }
@@ -225,6 +265,7 @@ function selectRun(id, doc) {
     state.lastSeq = 0;
     state.open = {};
     $("events").replaceChildren();
+    $("replay-editor").hidden = true;
     history.replaceState(null, "", "#run=" + encodeURIComponent(id));
   }
   for (const b of document.querySelectorAll(".run-item")) {
@@ -485,6 +526,46 @@ $("fork").addEventListener("click", async () => {
   if (!confirm("Fork run " + state.runId + "? Every action of its plan runs again, on purpose, as a new run.")) return;
   const doc = await act("POST", "/fork", {});
   if (doc) { await loadRuns(); selectRun(doc.run_id, doc); }
+});
+
+// --- replay with edits ---
+
+async function openReplay() {
+  $("replay-error").textContent = "";
+  try {
+    const p = await api("GET", runPath() + "/plan");
+    const plan = { goal: p.goal, actions: p.actions.map((a) => {
+      const out = { id: a.id, tool: a.tool, args: a.args };
+      if (a.depends_on && a.depends_on.length) out.depends_on = a.depends_on;
+      if (a.why) out.why = a.why;
+      return out;
+    }) };
+    $("replay-plan").value = JSON.stringify(plan, null, 2);
+    $("replay-editor").hidden = false;
+    $("replay-plan").focus();
+  } catch (e) {
+    $("run-msg").textContent = describe(e);
+  }
+}
+
+async function saveReplay() {
+  let plan;
+  try { plan = JSON.parse($("replay-plan").value); } catch (e) { $("replay-error").textContent = "Not valid JSON: " + e.message; return; }
+  try {
+    const doc = await api("POST", runPath() + "/replay", { plan });
+    $("replay-editor").hidden = true;
+    render(doc);
+  } catch (e) {
+    $("replay-error").textContent = describe(e);
+  }
+}
+
+$("replay").addEventListener("click", openReplay);
+$("replay-save").addEventListener("click", saveReplay);
+$("replay-cancel").addEventListener("click", () => { $("replay-editor").hidden = true; });
+$("replay-plan").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); saveReplay(); }
+  if (ev.key === "Escape") $("replay-editor").hidden = true;
 });
 
 start();
