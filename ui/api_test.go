@@ -156,6 +156,52 @@ func TestCreateInProgressConflict(t *testing.T) {
 	}
 }
 
+// A client that gives up while the model thinks does not free the identity:
+// the planning goes on, a retry meanwhile answers 409, and once the plan is
+// recorded the retry gets the run.
+func TestCreateClientGoneWhilePlanning(t *testing.T) {
+	t.Parallel()
+	m := &blockingModel{entered: make(chan struct{}), release: make(chan struct{}), next: demomodelTransport()}
+	b := setup(t, options{model: m})
+	all, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(b.hs.URL, "http")+"/v1/ws", http.Header{"Authorization": {"Bearer " + testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	body := map[string]any{"run_id": "r-gone", "goal": "onboard ACME: create the CRM contact", "approve": "none"}
+	raw, _ := json.Marshal(body)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", b.hs.URL+"/v1/runs", strings.NewReader(string(raw)))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	<-m.entered
+	cancel()
+	if err := <-gone; err == nil {
+		t.Fatal("the cancelled request succeeded")
+	}
+	var e errorBody
+	if code := b.call("POST", "/v1/runs", body, &e); code != http.StatusConflict {
+		t.Fatalf("retry while planning = %d %+v, want 409", code, e)
+	}
+	close(m.release)
+	for {
+		msg := read(t, all)
+		if msg.Event != nil && msg.Event.RunID == "r-gone" && msg.Event.Type == "run.awaiting_approval" {
+			break
+		}
+	}
+	if code := b.call("POST", "/v1/runs", body, nil); code != http.StatusOK {
+		t.Fatalf("retry after recording = %d, want 200", code)
+	}
+}
+
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})

@@ -157,10 +157,16 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	}
 	s.accepting[runID] = true
 	s.mu.Unlock()
-	defer func() {
+	release := func() {
 		s.mu.Lock()
 		delete(s.accepting, runID)
 		s.mu.Unlock()
+	}
+	handedOff := false // once planning started, it releases the identity when the run is recorded
+	defer func() {
+		if !handedOff {
+			release()
+		}
 	}()
 
 	// A run that exists answers by identity.
@@ -216,20 +222,28 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 	}
-	doc, err := s.startAndWait(r.Context(), runID, start)
+	handedOff = true
+	doc, err := s.startAndWait(r.Context(), runID, start, func() {
+		// Recorded (or given up): the identity is free again, and a recorded
+		// run is followed on the all-runs stream from its first event, even
+		// when the client that asked for it went away meanwhile.
+		release()
+		if _, err := s.led.GetRun(s.ctx, runID); err == nil {
+			s.watch(runID, true)
+		}
+	})
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.watch(runID, true)
 	writeJSON(w, http.StatusCreated, doc)
 }
 
 // startAndWait starts fn as a background drive of runID and waits until the
 // run is recorded (the drive claims its first action, or fn returns). It
 // returns the run as recorded, or fn's error when nothing was recorded.
-func (s *Server) startAndWait(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error) (ledger.RunDoc, error) {
-	ferr, err := s.untilRecorded(ctx, runID, fn)
+func (s *Server) startAndWait(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error, settled func()) (ledger.RunDoc, error) {
+	ferr, err := s.untilRecorded(ctx, runID, fn, settled)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -242,9 +256,15 @@ func (s *Server) startAndWait(ctx context.Context, runID string, fn func(ctx con
 
 // untilRecorded runs fn in the background with an engine of its own and
 // returns once that engine is about to claim its first action (so the plan is
-// recorded) or fn has returned (ferr is then its error).
-func (s *Server) untilRecorded(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error) (ferr, err error) {
+// recorded) or fn has returned (ferr is then its error). settled (may be nil)
+// is called at that moment even when ctx ended first (the caller went away
+// while the model was thinking).
+func (s *Server) untilRecorded(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error, settled func()) (ferr, err error) {
+	if settled == nil {
+		settled = func() {}
+	}
 	recorded := make(chan struct{})
+	finished := make(chan struct{})
 	var once sync.Once
 	cfg := s.cfg.Executor
 	before := cfg.Hooks.BeforeClaim
@@ -256,16 +276,26 @@ func (s *Server) untilRecorded(ctx context.Context, runID string, fn func(ctx co
 	}
 	eng, err := executor.New(cfg)
 	if err != nil {
+		settled()
 		return nil, err
 	}
 	done := make(chan error, 1)
 	if err := s.spawn(runID, func(ctx context.Context) error {
 		err := fn(ctx, eng)
+		close(finished)
 		done <- err
 		return err
 	}); err != nil {
+		settled()
 		return nil, err
 	}
+	go func() {
+		select {
+		case <-recorded:
+		case <-finished:
+		}
+		settled()
+	}()
 	select {
 	case <-recorded:
 		return nil, nil
@@ -637,7 +667,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 // startAndWaitRevision is startAndWait for a run that exists: nothing new was
 // recorded when fn failed and the revision did not change.
 func (s *Server) startAndWaitRevision(ctx context.Context, runID string, rev int, fn func(ctx context.Context, eng *executor.Engine) error) (ledger.RunDoc, error) {
-	ferr, err := s.untilRecorded(ctx, runID, fn)
+	ferr, err := s.untilRecorded(ctx, runID, fn, nil)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -694,7 +724,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	doc, err := s.startAndWait(r.Context(), newID, func(ctx context.Context, eng *executor.Engine) error {
 		_, err := eng.Fork(ctx, runID, newID, &executor.RunOptions{Policy: policy})
 		return err
-	})
+	}, nil)
 	if err != nil {
 		s.fail(w, err)
 		return
