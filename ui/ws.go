@@ -123,6 +123,14 @@ func (c *socket) close(code int, reason string) {
 	})
 }
 
+// lagReason tells a client that fell behind where to resume.
+func (c *socket) lagReason() string {
+	if c.runID == "" {
+		return "too slow: reconnect (this stream has no backlog: read missed events from each run's stream)"
+	}
+	return fmt.Sprintf("too slow: reconnect with after=%d", c.lastOut.Load())
+}
+
 // send queues a message. When the client's queue is full, it waits up to
 // Config.WSSlowAfter for room (a backlog burst drains in far less), then
 // disconnects the client as too slow, naming where to resume.
@@ -143,7 +151,7 @@ func (c *socket) send(m outMsg) bool {
 		return false
 	case <-t.C:
 		c.s.metrics.lagged.Add(1)
-		c.close(CloseLagged, fmt.Sprintf("too slow: reconnect with after=%d", c.lastOut.Load()))
+		c.close(CloseLagged, c.lagReason())
 		return false
 	}
 }
@@ -174,7 +182,7 @@ func (c *socket) pump(sub *ledger.Subscription) {
 	switch err := sub.Err(); {
 	case errors.Is(err, ledger.ErrLagged):
 		c.s.metrics.lagged.Add(1)
-		c.close(CloseLagged, fmt.Sprintf("too slow: reconnect with after=%d", c.lastOut.Load()))
+		c.close(CloseLagged, c.lagReason())
 	case errors.Is(err, ledger.ErrClosed):
 		c.close(websocket.CloseGoingAway, "server shutting down")
 	case err != nil && c.s.ctx.Err() == nil:
