@@ -571,3 +571,58 @@ func TestNotifyWebhook(t *testing.T) {
 		t.Fatal("the webhook was not called")
 	}
 }
+
+// The request preview the page shows never carries a secret: environment
+// templates are masked.
+func TestToolsPreviewMasksSecrets(t *testing.T) {
+	t.Parallel()
+	const secret = "sk_live_very_secret_value"
+	b := setup(t, options{
+		env: map[string]string{"PAYMENTS_KEY": secret},
+		toolsFile: func(w *demoworld.World) []byte {
+			var f map[string]any
+			json.Unmarshal(w.ToolsFile(demoworld.ToolsOptions{}), &f)
+			for _, tl := range f["tools"].([]any) {
+				tool := tl.(map[string]any)
+				if tool["name"] == "payments_create_invoice" {
+					tool["request"].(map[string]any)["headers"] = map[string]any{"Authorization": `Bearer {{env "PAYMENTS_KEY"}}`}
+				}
+			}
+			out, _ := json.Marshal(f)
+			return out
+		},
+	})
+	var list struct {
+		Tools []struct {
+			Name    string `json:"name"`
+			Class   string `json:"class"`
+			Request *struct {
+				Method    string            `json:"method"`
+				URL       string            `json:"url"`
+				Headers   map[string]string `json:"headers"`
+				KeyHeader string            `json:"key_header"`
+			} `json:"request"`
+		} `json:"tools"`
+	}
+	raw := map[string]any{}
+	if code := b.call("GET", "/v1/tools", nil, &raw); code != http.StatusOK {
+		t.Fatalf("tools = %d", code)
+	}
+	enc, _ := json.Marshal(raw)
+	if strings.Contains(string(enc), secret) {
+		t.Fatal("the secret reached the page")
+	}
+	json.Unmarshal(enc, &list)
+	found := false
+	for _, tl := range list.Tools {
+		if tl.Name == "payments_create_invoice" {
+			found = true
+			if tl.Class != "keyed" || tl.Request == nil || tl.Request.Headers["Authorization"] != "Bearer ••••" || tl.Request.KeyHeader != "Idempotency-Key" {
+				t.Fatalf("payments tool = %+v %+v", tl, tl.Request)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no payments tool listed")
+	}
+}

@@ -44,6 +44,7 @@ type options struct {
 	model     http.RoundTripper               // default: the demo model
 	dir       string                          // default: a new temporary directory
 	subBuffer int                             // ledger SubscriberBuffer (default: the ledger's)
+	env       map[string]string               // the tools file's environment
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -54,7 +55,7 @@ func setup(t testing.TB, o options) *bundle {
 	if o.toolsFile != nil {
 		file = o.toolsFile(w)
 	}
-	f, err := httptool.Parse(file, func(string) string { return "" })
+	f, err := httptool.Parse(file, func(k string) string { return o.env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
