@@ -174,7 +174,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	if generated != "" {
 		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", filepath.Join(*data, tokenFile), generated)
-		fmt.Fprintf(out, "  open %s/#token=%s\n", base, generated)
+		fmt.Fprintf(out, "  open %s/ and sign in with this token\n", base)
 	} else {
 		fmt.Fprintf(out, "  open %s/ and sign in with your token\n", base)
 	}

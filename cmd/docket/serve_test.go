@@ -81,7 +81,7 @@ func startServe(t *testing.T, env map[string]string, args ...string) *served {
 			if rest, ok := strings.CutPrefix(l, "docket serve: listening on "); ok {
 				s.base = strings.TrimSuffix(rest, "/")
 			}
-			if _, tok, ok := strings.Cut(l, "#token="); ok {
+			if _, tok, ok := strings.Cut(l, "shown this once): "); ok {
 				s.token = tok
 			}
 		case <-deadline:

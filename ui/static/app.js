@@ -87,15 +87,7 @@ async function signIn(token) {
 }
 
 async function start() {
-  // A token may come in the URL fragment (never sent to the server): trade it
-  // for a session cookie and drop it from the address bar at once.
-  const frag = new URLSearchParams(location.hash.slice(1));
-  const tok = frag.get("token");
-  if (tok) {
-    frag.delete("token");
-    history.replaceState(null, "", location.pathname + location.search + (frag.toString() ? "#" + frag : ""));
-    try { await signIn(tok); } catch (e) { showSignIn(describe(e)); return; }
-  }
+  // The token is typed into the sign-in form, never put in a URL.
   let me;
   try {
     me = await api("GET", "/v1/session");
