@@ -401,3 +401,24 @@ func TestWebSocketAllRuns(t *testing.T) {
 	}
 	readUntil("all-3", "run.completed")
 }
+
+// Shutdown closes WebSockets with "going away" and a reason.
+func TestWebSocketClosedOnShutdown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.call("POST", "/v1/runs", map[string]any{"run_id": "ws-7", "plan": onboardingPlan(t), "approve": "none"}, nil)
+	c := b.mustDial("ws-7", 0)
+	collect(t, c, 0, func(ev ledger.Event) bool { return ev.Type == "run.awaiting_approval" }, nil)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		b.stop()
+	}()
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, _, err := c.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway || !strings.Contains(ce.Text, "after=") {
+		t.Fatalf("on shutdown: %v, want close 1001 naming where to resume", err)
+	}
+	<-stopped
+}
