@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -176,5 +177,61 @@ func TestLookupWindowCountsFromTheWrite(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// failingLooker is a lookup tool whose writes are lost and whose lookups fail.
+type failingLooker struct {
+	spec    tools.Spec
+	mu      sync.Mutex
+	calls   int
+	lookups int
+}
+
+func (f *failingLooker) Spec() tools.Spec { return f.spec }
+func (f *failingLooker) Call(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return nil, errLost
+}
+func (f *failingLooker) Lookup(ctx context.Context, c tools.Call) (json.RawMessage, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	return nil, false, errors.New("search unavailable")
+}
+
+// TestLookupFailingAfterRestartParksTheDeadClaim: the process dies after
+// attempt 1's call; the next one looks before claiming attempt 2, every
+// lookup fails, and the action is parked for a person on attempt 1's claim
+// (no attempt 2 is claimed, nothing is called again).
+func TestLookupFailingAfterRestartParksTheDeadClaim(t *testing.T) {
+	t.Parallel()
+	sp := spec("create", tools.Lookup)
+	sp.Timeout = time.Second
+	tool := &failingLooker{spec: sp}
+	var b *bundle
+	var crashed atomic.Bool
+	b = setup(t, []tools.Tool{tool}, func(c *Config) {
+		c.Hooks.AfterCall = func(string) {
+			if crashed.CompareAndSwap(false, true) {
+				b.led.Close()
+			}
+		}
+	})
+	if _, err := b.eng.Run(context.Background(), "r1", mkPlan(t, pa("a", "create", `{}`)), &RunOptions{Policy: PolicyAll}); err == nil {
+		t.Fatal("Run survived the crash")
+	}
+	b.restart()
+	doc := b.resume("r1")
+	wantStatus(t, doc, ledger.RunPaused)
+	a := wantAction(t, doc, "a", ledger.StatusNeedsReview)
+	if a.Attempts != 1 || tool.calls != 1 || tool.lookups != b.cfg.Retry.WithDefaults().MaxAttempts {
+		t.Fatalf("attempts %d, calls %d, lookups %d: want the dead claim parked after %d lookups and no new call",
+			a.Attempts, tool.calls, tool.lookups, b.cfg.Retry.WithDefaults().MaxAttempts)
+	}
+	if n := b.count("r1", "action.claimed"); n != 1 {
+		t.Fatalf("%d claims, want 1", n)
 	}
 }
