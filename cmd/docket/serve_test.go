@@ -193,6 +193,23 @@ func TestServeDemoAndServerFlag(t *testing.T) {
 			t.Fatalf("run --server #%d: %s", i+1, r)
 		}
 	}
+	// docket run --server with a goal: the service's (demo) model plans it;
+	// the same command again is the same request and gets the same run.
+	var ids []string
+	for i := range 2 {
+		r = inproc(t, append([]string{"run", "--goal", "onboard Initech: create the CRM contact, email the welcome pack", "--approve", "all"}, srv...)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, `"status": "completed"`) {
+			t.Fatalf("run --server --goal #%d: %s", i+1, r)
+		}
+		var d struct {
+			RunID string `json:"run_id"`
+		}
+		json.Unmarshal([]byte(r.stdout), &d)
+		ids = append(ids, d.RunID)
+	}
+	if ids[0] == "" || ids[0] != ids[1] {
+		t.Fatalf("run --server --goal twice gave runs %q", ids)
+	}
 	r = inproc(t, "runs", "show", "--server", s.base, "--token", "wrong-token-wrong-token", doc.RunID)
 	if r.code != exitBad || !strings.Contains(r.stderr, "unauthorized") {
 		t.Fatalf("wrong token: %s", r)
