@@ -229,42 +229,60 @@ func New(cfg Config) (*Server, error) {
 // metrics.
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// route is one endpoint; the table is checked against openapi.json.
+type route struct {
+	method, path string
+	h            http.HandlerFunc
+	public       bool // no token needed
+}
+
+func (s *Server) routeTable() []route {
+	return []route{
+		{"GET", "/healthz", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}, true},
+		{"GET", "/readyz", s.readyz, true},
+		{"GET", "/metrics", s.serveMetrics, false},
+		{"GET", "/v1/openapi.json", serveOpenAPI, true},
+		{"POST", "/v1/session", s.createSession, true},
+		{"DELETE", "/v1/session", s.deleteSession, false},
+		{"GET", "/v1/session", s.whoami, false},
+		{"GET", "/v1/tools", s.listTools, false},
+		{"POST", "/v1/runs", s.createRun, false},
+		{"GET", "/v1/runs", s.listRuns, false},
+		{"GET", "/v1/runs/{id}", s.getRun, false},
+		{"GET", "/v1/runs/{id}/plan", s.getPlan, false},
+		{"GET", "/v1/runs/{id}/events", s.listEvents, false},
+		{"GET", "/v1/runs/{id}/ws", s.serveWS, false},
+		{"GET", "/v1/ws", s.serveAllWS, false},
+		{"POST", "/v1/runs/{id}/approve", s.approve, false},
+		{"POST", "/v1/runs/{id}/pause", s.pause, false},
+		{"POST", "/v1/runs/{id}/resume", s.resume, false},
+		{"POST", "/v1/runs/{id}/cancel", s.cancelRun, false},
+		{"POST", "/v1/runs/{id}/replay", s.replay, false},
+		{"POST", "/v1/runs/{id}/fork", s.fork, false},
+		{"POST", "/v1/runs/{id}/actions/{action}/approve", s.approveAction, false},
+		{"POST", "/v1/runs/{id}/actions/{action}/reject", s.rejectAction, false},
+		{"POST", "/v1/runs/{id}/actions/{action}/edit", s.editAction, false},
+		{"POST", "/v1/runs/{id}/actions/{action}/resolve", s.resolveAction, false},
+	}
+}
+
 func (s *Server) routes() {
 	m := http.NewServeMux()
 	s.mux = m
-	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	m.HandleFunc("GET /readyz", s.readyz)
-	m.HandleFunc("GET /metrics", s.auth(s.serveMetrics))
-	m.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
-	m.HandleFunc("POST /v1/session", s.createSession)
-	m.HandleFunc("DELETE /v1/session", s.auth(s.deleteSession))
-	m.HandleFunc("GET /v1/session", s.auth(s.whoami))
-	m.HandleFunc("GET /v1/tools", s.auth(s.listTools))
-	m.HandleFunc("POST /v1/runs", s.auth(s.createRun))
-	m.HandleFunc("GET /v1/runs", s.auth(s.listRuns))
-	m.HandleFunc("GET /v1/runs/{id}", s.auth(s.getRun))
-	m.HandleFunc("GET /v1/runs/{id}/plan", s.auth(s.getPlan))
-	m.HandleFunc("GET /v1/runs/{id}/events", s.auth(s.listEvents))
-	m.HandleFunc("GET /v1/runs/{id}/ws", s.auth(s.serveWS))
-	m.HandleFunc("GET /v1/ws", s.auth(s.serveAllWS))
-	m.HandleFunc("POST /v1/runs/{id}/approve", s.auth(s.approve))
-	m.HandleFunc("POST /v1/runs/{id}/pause", s.auth(s.pause))
-	m.HandleFunc("POST /v1/runs/{id}/resume", s.auth(s.resume))
-	m.HandleFunc("POST /v1/runs/{id}/cancel", s.auth(s.cancelRun))
-	m.HandleFunc("POST /v1/runs/{id}/replay", s.auth(s.replay))
-	m.HandleFunc("POST /v1/runs/{id}/fork", s.auth(s.fork))
-	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/approve", s.auth(s.approveAction))
-	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/reject", s.auth(s.rejectAction))
-	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/edit", s.auth(s.editAction))
-	m.HandleFunc("POST /v1/runs/{id}/actions/{action}/resolve", s.auth(s.resolveAction))
-	m.HandleFunc("GET /v1/", func(w http.ResponseWriter, r *http.Request) {
+	for _, rt := range s.routeTable() {
+		h := rt.h
+		if !rt.public {
+			h = s.auth(h)
+		}
+		m.HandleFunc(rt.method+" "+rt.path, h)
+	}
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+" (see /v1/openapi.json)", nil)
-	})
-	m.HandleFunc("POST /v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+" (see /v1/openapi.json)", nil)
-	})
+	}
+	m.HandleFunc("GET /v1/", notFound)
+	m.HandleFunc("POST /v1/", notFound)
 	m.Handle("GET /", staticHandler())
 }
 
