@@ -44,6 +44,14 @@ func newOverlay() overlay {
 	return overlay{m: make(map[string]*entry), seqs: make(map[string]uint64)}
 }
 
+// reset empties o for reuse (the batch keeps the entries themselves).
+func (o *overlay) reset() {
+	clear(o.m)
+	clear(o.seqs)
+	o.order, o.events = o.order[:0], o.events[:0]
+	o.size, o.count = 0, 0
+}
+
 func (o *overlay) put(e *entry) {
 	k := string(e.key)
 	if old, ok := o.m[k]; ok {
@@ -403,7 +411,7 @@ func (b *batch) accept() {
 		b.base.seqs[r] = s
 	}
 	b.base.events = append(b.base.events, b.cur.events...)
-	b.cur = newOverlay()
+	b.cur.reset()
 }
 
 func (b *batch) fits() bool {
@@ -521,7 +529,7 @@ func (l *Ledger) commitLoop() {
 					break
 				}
 				size := b.cur.size
-				b.cur = newOverlay()
+				b.cur.reset()
 				if err == nil && len(in) > 0 {
 					// It does not fit with the others: commit them first.
 					if l.inflight != nil {
