@@ -626,3 +626,30 @@ func TestToolsPreviewMasksSecrets(t *testing.T) {
 		t.Fatal("no payments tool listed")
 	}
 }
+
+// Rejecting the whole plan rejects every action not claimed yet.
+func TestRejectPlan(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.call("POST", "/v1/runs", map[string]any{"run_id": "r-rej", "plan": onboardingPlan(t), "approve": "none"}, nil)
+	if code := b.call("POST", "/v1/runs/r-rej/reject", map[string]any{"reason": "wrong customer"}, nil); code != http.StatusOK {
+		t.Fatalf("reject plan = %d", code)
+	}
+	final := b.waitStatus("r-rej", ledger.RunFailed)
+	rejected := 0
+	for _, a := range final.Actions {
+		if a.Attempts != 0 {
+			t.Fatalf("action %s was attempted", a.ID)
+		}
+		if a.Status == ledger.StatusRejected {
+			rejected++
+		}
+	}
+	if rejected == 0 {
+		t.Fatalf("no action rejected: %+v", final.Actions)
+	}
+	var e errorBody
+	if code := b.call("POST", "/v1/runs/r-rej/reject", nil, &e); code != http.StatusConflict {
+		t.Fatalf("rejecting again = %d %+v, want 409", code, e)
+	}
+}

@@ -575,10 +575,13 @@ func (s *Server) review(ctx context.Context, runID string, op reviewOp, by strin
 			s.metrics.reviews.add("approve")
 		}
 	case "reject":
-		if err = needAction(); err == nil {
-			err = s.eng.Reject(ctx, runID, op.Action, op.Reason, by)
-			s.metrics.reviews.add("reject")
+		if op.Action == "" {
+			// The whole plan: every action not claimed yet.
+			err = s.rejectAll(ctx, runID, op.Reason, by)
+			break
 		}
+		err = s.eng.Reject(ctx, runID, op.Action, op.Reason, by)
+		s.metrics.reviews.add("reject")
 	case "edit":
 		if err = needAction(); err == nil {
 			if len(op.Args) == 0 || !json.Valid(op.Args) {
@@ -624,6 +627,39 @@ func (s *Server) review(ctx context.Context, runID string, op reviewOp, by strin
 		s.kick(runID)
 	}
 	return nil
+}
+
+// rejectAll rejects every action of the run that was never claimed.
+func (s *Server) rejectAll(ctx context.Context, runID, reason, by string) error {
+	acts, err := s.led.Actions(ctx, runID)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, a := range acts {
+		if a.Attempts != 0 || (a.Status != ledger.StatusPending && a.Status != ledger.StatusApproved) {
+			continue
+		}
+		if err := s.eng.Reject(ctx, runID, a.ID, reason, by); err != nil {
+			return err
+		}
+		s.metrics.reviews.add("reject")
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: run %s has no action left to reject", executor.ErrNotReviewable, runID)
+	}
+	return nil
+}
+
+func (s *Server) rejectPlan(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if !s.decode(w, r, &body) {
+		return
+	}
+	s.control(w, r, reviewOp{Op: "reject", Reason: body.Reason})
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {

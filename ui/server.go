@@ -256,6 +256,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/runs/{id}/ws", s.serveWS, false},
 		{"GET", "/v1/ws", s.serveAllWS, false},
 		{"POST", "/v1/runs/{id}/approve", s.approve, false},
+		{"POST", "/v1/runs/{id}/reject", s.rejectPlan, false},
 		{"POST", "/v1/runs/{id}/pause", s.pause, false},
 		{"POST", "/v1/runs/{id}/resume", s.resume, false},
 		{"POST", "/v1/runs/{id}/cancel", s.cancelRun, false},

@@ -373,6 +373,7 @@ function render(doc) {
   const live = !["completed", "failed", "cancelled"].includes(r.status);
   const waiting = r.actions.some((a) => a.status === "pending" && a.attempts === 0);
   $("approve-all").disabled = !live || !waiting;
+  $("reject-all").disabled = !live || !r.actions.some((a) => a.attempts === 0 && (a.status === "pending" || a.status === "approved"));
   $("pause").disabled = !live || r.status === "paused";
   $("resume").disabled = !live || r.status === "running";
   $("cancel").disabled = !live;
@@ -509,6 +510,10 @@ async function act(method, suffix, body) {
 }
 
 $("approve-all").addEventListener("click", () => act("POST", "/approve", {}));
+$("reject-all").addEventListener("click", () => {
+  const reason = prompt("Reject every action of " + state.runId + " that has not started? Why:", "");
+  if (reason !== null) act("POST", "/reject", { reason });
+});
 $("pause").addEventListener("click", () => act("POST", "/pause", {}));
 $("resume").addEventListener("click", () => act("POST", "/resume", {}));
 $("cancel").addEventListener("click", () => {
