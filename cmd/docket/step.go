@@ -82,7 +82,13 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 		}
 		doc = refusalDoc(req.RunID, req.Goal, executor.Policy(req.Approve), status, err)
 	}
-	if werr := writeDoc(c.env.Stdout, doc); werr != nil && err == nil {
+	// DESIGN.md: while a step waits for a person it says "paused", whether an
+	// approval or a review is awaited; the actions' statuses tell which.
+	outDoc := doc
+	if outDoc.Run.Status == ledger.RunAwaitingApproval {
+		outDoc.Run.Status = ledger.RunPaused
+	}
+	if werr := writeDoc(c.env.Stdout, outDoc); werr != nil && err == nil {
 		err = werr
 	}
 	if err != nil {

@@ -91,7 +91,7 @@ func TestStepPausedApprovedAndDone(t *testing.T) {
 	first := stepInproc(t, req, b.stepArgs()...)
 	wantCode(t, first, exitPaused)
 	d := doc(t, first)
-	if d.RunID != "ci-job-42-step-3" || (d.Status != "paused" && d.Status != "awaiting_approval") {
+	if d.RunID != "ci-job-42-step-3" || d.Status != "paused" {
 		t.Fatalf("first answer: run %q status %q, want the step's run waiting for a person\n%s", d.RunID, d.Status, first)
 	}
 	if d.action("welcome").Status != "pending" || b.world.Effect("email/billing@acme.example/welcome-pack") != 0 {
