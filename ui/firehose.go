@@ -2,7 +2,6 @@ package ui
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -155,7 +154,7 @@ func (s *Server) broadcast(ev ledger.Event) {
 	if len(clients) == 0 {
 		return
 	}
-	b, err := json.Marshal(Message{Type: "event", Event: &ev})
+	b, err := s.encoded(ev)
 	if err != nil {
 		return
 	}

@@ -159,6 +159,8 @@ type Server struct {
 	driveWG   sync.WaitGroup
 	socketWG  sync.WaitGroup
 
+	frames encodedCache // WebSocket frames of recent events
+
 	// beforeWrite, when set (tests only), runs before each WebSocket message
 	// is written, so a test can hold a writer back and fill its buffer.
 	beforeWrite func()

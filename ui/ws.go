@@ -170,7 +170,7 @@ func (c *socket) pump(sub *ledger.Subscription) {
 	defer c.s.socketWG.Done()
 	defer sub.Close()
 	for ev := range sub.C {
-		b, err := json.Marshal(Message{Type: "event", Event: &ev})
+		b, err := c.s.encoded(ev)
 		if err != nil {
 			c.close(websocket.CloseInternalServerErr, "encoding: "+err.Error())
 			return
@@ -317,4 +317,49 @@ func (r *errorRecorder) err() *apiError {
 		return &apiError{Code: "internal", Message: fmt.Sprintf("status %d", r.status)}
 	}
 	return &body.Error
+}
+
+// encodedCache keeps the last events' WebSocket frames, so that an event
+// fanned out to many subscribers of a run is encoded once.
+type encodedCache struct {
+	mu   sync.Mutex
+	m    map[encodedKey][]byte
+	ring []encodedKey
+	next int
+}
+
+type encodedKey struct {
+	run string
+	seq uint64
+}
+
+const encodedCacheSize = 1024
+
+// encoded returns the frame of an event (cached).
+func (s *Server) encoded(ev ledger.Event) ([]byte, error) {
+	k := encodedKey{ev.RunID, ev.Seq}
+	c := &s.frames
+	c.mu.Lock()
+	if b, ok := c.m[k]; ok {
+		c.mu.Unlock()
+		return b, nil
+	}
+	c.mu.Unlock()
+	b, err := json.Marshal(Message{Type: "event", Event: &ev})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[encodedKey][]byte, encodedCacheSize)
+		c.ring = make([]encodedKey, encodedCacheSize)
+	}
+	if _, ok := c.m[k]; !ok {
+		delete(c.m, c.ring[c.next])
+		c.ring[c.next] = k
+		c.next = (c.next + 1) % encodedCacheSize
+		c.m[k] = b
+	}
+	return b, nil
 }
