@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -215,11 +216,12 @@ func (b *bundle) waitFor(runID string, what string, cond func(ledger.RunDoc) boo
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var last uint64
 	sub, err := b.led.Subscribe(ctx, runID, 0)
 	if err != nil {
 		b.t.Fatalf("subscribing to %s: %v", runID, err)
 	}
-	defer sub.Close()
+	defer func() { sub.Close() }()
 	for {
 		doc, err := b.led.Doc(ctx, runID)
 		if err != nil {
@@ -229,9 +231,18 @@ func (b *bundle) waitFor(runID string, what string, cond func(ledger.RunDoc) boo
 			return doc
 		}
 		select {
-		case _, ok := <-sub.C:
-			if !ok {
+		case ev, ok := <-sub.C:
+			if ok {
+				last = ev.Seq
+				continue
+			}
+			if !errors.Is(sub.Err(), ledger.ErrLagged) {
 				b.t.Fatalf("run %s: waiting for %s: subscription ended (%v); run is %s", runID, what, sub.Err(), doc.Run.Status)
+			}
+			// This reader reads the run after every event and fell behind:
+			// follow on from the last event it saw.
+			if sub, err = b.led.Subscribe(ctx, runID, last); err != nil {
+				b.t.Fatalf("resubscribing to %s: %v", runID, err)
 			}
 		case <-ctx.Done():
 			b.t.Fatalf("run %s: %s did not happen in time; run is %s", runID, what, doc.Run.Status)
