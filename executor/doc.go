@@ -44,6 +44,10 @@
 //     (or pending record) stands: every claim is recorded immediately before
 //     its call is sent, so the trust window counted from the previous claim
 //     also covers a write that was sent after a long lookup wait.
+//   - Retries that run out on calls that were not sent (or not processed)
+//     end in needs_review, not failed, when an earlier attempt's outcome is
+//     unknown (in this drive, or per the run's events for an earlier one) and
+//     no trusted lookup has shown since that it took no effect.
 //   - key_ttl is counted from the first claim of the key: from this drive's
 //     memory, or after a restart from the run's action.claimed event of
 //     attempt 1 (when it cannot be found, key_ttl counts as passed).

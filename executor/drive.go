@@ -276,6 +276,11 @@ type act struct {
 	tries   int
 	began   time.Time
 	adopted bool // output taken from an existing succeeded key
+	// maybeDone: an earlier attempt's outcome is unknown (or the provider
+	// said a request with the key was in flight) and nothing has shown since
+	// that it did not take effect. Retries that then run out on calls that
+	// were not sent end in needs_review, not failed.
+	maybeDone bool
 }
 
 // prepared is what preparing a node yields.

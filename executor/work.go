@@ -310,6 +310,7 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 				return nil, endStopped, false
 			}
 			a.attempt = 0
+			a.maybeDone = true
 			cp := *rec
 			cp.State = ledger.StatusPending
 			rec = &cp
@@ -340,6 +341,11 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			// failed attempt or a person's "retry".
 			stale := rec.State == ledger.StatusClaimed
 			next := rec.Attempt + 1
+			if stale {
+				a.maybeDone = true
+			} else if rec.Attempt > 0 && !a.maybeDone {
+				a.maybeDone = d.earlierUnknown(ctx, a)
+			}
 			var lookFrom time.Time
 			switch spec.Class {
 			case tools.AtMostOnce:
@@ -552,6 +558,10 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	case tools.NotSentOutcome, tools.NotProcessed:
 		if !d.canRetry(a, after) {
 			final := fmt.Sprintf("gave up after %d attempts (%s): %s", a.tries, outcome, msg)
+			if a.maybeDone && spec.Class != tools.ReadOnly {
+				d.park(ctx, a, final+"; an earlier attempt's outcome is unknown, so its effect may exist")
+				return nil, endRecorded, false
+			}
 			if d.record(ctx, a, ledger.Fail(a.key, a.attempt, final, false, mustJSON(map[string]string{"outcome": outcome.String()}))) {
 				d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, final })
 				log.Warn("action failed", "error", final)
@@ -563,6 +573,7 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		}
 		return d.retry(ctx, a, outcome, after, msg, time.Time{})
 	case tools.KeyInFlight:
+		a.maybeDone = true
 		if !d.canRetry(a, after) {
 			d.park(ctx, a, fmt.Sprintf("the provider still reports the key in flight after %d attempts: %s", a.tries, msg))
 			return nil, endRecorded, false
@@ -571,6 +582,7 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	}
 
 	// Unknown outcome: the effect may have happened. By class.
+	a.maybeDone = true
 	switch spec.Class {
 	case tools.AtMostOnce:
 		d.park(ctx, a, "outcome unknown (at-most-once: not retried): "+msg)
@@ -663,6 +675,8 @@ func (d *driver) claimNext(ctx context.Context, a *act, n int, prevClaimed bool,
 		switch res {
 		case lookStopped:
 			return nil, false, endStopped, false
+		case lookTrusted:
+			a.maybeDone = false // the earlier attempts took no effect
 		case lookFound, lookFailed:
 			if prevClaimed {
 				// Record on the dead process's claim (any owner may).
@@ -750,6 +764,38 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, n int, lookFrom time.T
 			return lookStopped, nil, ""
 		}
 	}
+}
+
+// earlierUnknown reports whether an earlier attempt of a's action (recorded
+// by another drive) may have taken effect: an attempt_failed event whose
+// outcome was not "not sent" or "not processed", or a person's review. When
+// the events cannot be read, it assumes so.
+func (d *driver) earlierUnknown(ctx context.Context, a *act) bool {
+	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
+	if err != nil {
+		return true
+	}
+	for _, ev := range evs {
+		if ev.ActionID != a.n.id {
+			continue
+		}
+		switch ev.Type {
+		case "action.needs_review":
+			return true
+		case "action.attempt_failed":
+			var data struct{ Outcome, Phase string }
+			if json.Unmarshal(ev.Data, &data) != nil {
+				return true
+			}
+			if data.Phase == "lookup" {
+				continue // a note of a lookup wait
+			}
+			if data.Outcome != tools.NotSentOutcome.String() && data.Outcome != tools.NotProcessed.String() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // note appends an informational action.attempt_failed event (no state change).
