@@ -339,17 +339,23 @@ func (e *serverError) exit() int {
 
 // do sends one request and decodes a 2xx answer into out.
 func (c *client) do(ctx context.Context, method, path string, body any, header map[string]string, out any) error {
+	_, err := c.doHeader(ctx, method, path, body, header, out)
+	return err
+}
+
+// doHeader is do that also returns the answer's header.
+func (c *client) doHeader(ctx context.Context, method, path string, body any, header map[string]string, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return fmt.Errorf("encoding the request: %w", err)
+			return nil, fmt.Errorf("encoding the request: %w", err)
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return usageError("building the request: %v", err)
+		return nil, usageError("building the request: %v", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	if body != nil {
@@ -360,12 +366,12 @@ func (c *client) do(ctx context.Context, method, path string, body any, header m
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("calling %s: %w", c.base, err)
+		return nil, fmt.Errorf("calling %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("reading the answer of %s: %w", c.base, err)
+		return nil, fmt.Errorf("reading the answer of %s: %w", c.base, err)
 	}
 	if resp.StatusCode >= 300 {
 		var e struct {
@@ -375,14 +381,14 @@ func (c *client) do(ctx context.Context, method, path string, body any, header m
 			e.Error = serverError{Code: "http", Message: strings.TrimSpace(string(raw))}
 		}
 		e.Error.status = resp.StatusCode
-		return withCode(e.Error.exit(), &e.Error)
+		return resp.Header, withCode(e.Error.exit(), &e.Error)
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("the answer of %s is not the expected JSON: %w", c.base, err)
+			return resp.Header, fmt.Errorf("the answer of %s is not the expected JSON: %w", c.base, err)
 		}
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // settled reads the run once the service has no drive of it going on, so the
@@ -391,14 +397,15 @@ func (c *client) settled(ctx context.Context, runID string) (ledger.RunDoc, erro
 	var doc ledger.RunDoc
 	for {
 		var raw json.RawMessage
-		if err := c.do(ctx, "GET", "/v1/runs/"+url.PathEscape(runID)+"?wait=5m", nil, nil, &raw); err != nil {
+		h, err := c.doHeader(ctx, "GET", "/v1/runs/"+url.PathEscape(runID)+"?wait=5m", nil, nil, &raw)
+		if err != nil {
 			return doc, err
 		}
-		var err error
 		if doc, err = decodeDoc(raw); err != nil {
 			return doc, err
 		}
-		if doc.Run.Status != ledger.RunRunning {
+		// Stopped, or nothing drives it any more (the service's log says why).
+		if doc.Run.Status != ledger.RunRunning || h.Get("Docket-Settled") == "true" {
 			return doc, nil
 		}
 		// Still running after five minutes of waiting: wait again.

@@ -319,3 +319,36 @@ func TestRunGoalCommand(t *testing.T) {
 		t.Fatalf("no model: exit %d\n%s", code, errOut)
 	}
 }
+
+// With a tools file and no model configured, the service takes plans only.
+func TestServeToolsFileWithoutModel(t *testing.T) {
+	b := setup(t)
+	s := startServe(t, map[string]string{"DOCKET_TOKEN": "0123456789abcdef0123"}, "--data", b.data, "--tools", b.tools)
+	s.token = "0123456789abcdef0123"
+	if out := strings.Join(s.lines, "\n"); !strings.Contains(out, "created from plans only") {
+		t.Fatalf("serve said:\n%s", out)
+	}
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if code := s.post(t, "/v1/runs", map[string]any{"goal": "onboard ACME"}, &e); code != http.StatusNotImplemented || e.Error.Code != "no_planner" {
+		t.Fatalf("goal without a model = %d %+v", code, e)
+	}
+	var doc struct{ Status string }
+	if code := s.post(t, "/v1/runs", map[string]any{"plan": json.RawMessage(demoworld.OnboardingPlan()), "approve": "all"}, &doc); code != http.StatusCreated {
+		t.Fatalf("plan = %d", code)
+	}
+	r := inproc(t, "runs", "list", "--server", s.base, "--token", s.token, "--json")
+	if r.code != exitOK || !strings.Contains(r.stdout, "Onboard ACME") {
+		t.Fatalf("runs list: %s", r)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The world saw the plan performed (each effect once).
+	for _, e := range demoworld.OnboardingEffects {
+		if n := b.world.Effect(e); n != 1 {
+			t.Fatalf("effect %s = %d, want 1 (%s)", e, n, b.world.Describe())
+		}
+	}
+}
