@@ -12,6 +12,14 @@
 // answer. On start, Server.ResumeRunning drives every run that was running
 // when the service stopped.
 //
+// Streams: GET /v1/runs/{id}/ws?after=SEQ sends a run's backlog after SEQ,
+// then its live events, in order, none missed and none twice across
+// reconnects; GET /v1/ws sends the live events of every run the server
+// touches. Both take review messages ({"id","op",...}), each answered with an
+// ack or an error, ping their clients, cap client messages, and disconnect a
+// client that falls behind (close code CloseLagged, with a reason naming where
+// to resume). Every endpoint is described by GET /v1/openapi.json.
+//
 // Authentication: programs send "Authorization: Bearer TOKEN" on every call
 // and upgrade. The page trades a token once (POST /v1/session) for an
 // HttpOnly, SameSite=Strict session cookie, which its requests and WebSocket
