@@ -46,10 +46,11 @@ func (c *chatCmd) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageError("chat takes no positional arguments (got %q)", pos)
 	}
-	reg, err := loadTools(*toolsPath, c.env)
+	reg, closeTools, err := loadTools(ctx, *toolsPath, c.env)
 	if err != nil {
 		return err
 	}
+	defer closeTools()
 	p, err := mf.planner(c.env, reg)
 	if err != nil {
 		return err

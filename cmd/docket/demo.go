@@ -145,10 +145,11 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the built-in plan: %w", err)
 	}
-	reg, err := loadTools(d.toolsPath, d.env)
+	reg, closeTools, err := loadTools(ctx, d.toolsPath, d.env)
 	if err != nil {
 		return err
 	}
+	defer closeTools()
 	quiet := d.env
 	quiet.Hooks = executor.Hooks{}
 	eng, err := newEngine(quiet, l, reg)

@@ -45,10 +45,11 @@ func (c *planCmd) Run(ctx context.Context, args []string) error {
 	if strings.TrimSpace(*goal) == "" {
 		return usageError("--goal TEXT is required")
 	}
-	reg, err := loadTools(*toolsPath, c.env)
+	reg, closeTools, err := loadTools(ctx, *toolsPath, c.env)
 	if err != nil {
 		return err
 	}
+	defer closeTools()
 	p, err := mf.planner(c.env, reg)
 	if err != nil {
 		return err

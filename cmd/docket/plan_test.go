@@ -205,10 +205,11 @@ func TestRunGoal(t *testing.T) {
 	do := func(env Env, runID string) (string, ledger.RunDoc, error) {
 		t.Helper()
 		ctx := context.Background()
-		reg, err := loadTools(b.tools, env)
+		reg, closeTools, err := loadTools(ctx, b.tools, env)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer closeTools()
 		l, err := openLedger(ctx, b.data, env.Stderr)
 		if err != nil {
 			t.Fatal(err)

@@ -26,9 +26,14 @@ type session struct {
 	ledger *ledger.Ledger
 	tools  *tools.Registry
 	engine *executor.Engine
+	// closeTools stops the tools file's MCP servers.
+	closeTools func()
 }
 
-func (s *session) close() { s.ledger.Close() }
+func (s *session) close() {
+	s.ledger.Close()
+	s.closeTools()
+}
 
 // runFlags are the flags shared by the commands that continue a run.
 type runFlags struct {
@@ -63,20 +68,22 @@ func (f runFlags) remote(ctx context.Context, env Env, runID, path string, body 
 
 // open loads the tools and opens the ledger and an engine.
 func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
-	reg, err := loadTools(*f.tools, env)
+	reg, closeTools, err := loadTools(ctx, *f.tools, env)
 	if err != nil {
 		return nil, err
 	}
 	l, err := openLedger(ctx, *f.data, env.Stderr)
 	if err != nil {
+		closeTools()
 		return nil, err
 	}
 	eng, err := newEngine(env, l, reg)
 	if err != nil {
 		l.Close()
+		closeTools()
 		return nil, err
 	}
-	return &session{ledger: l, tools: reg, engine: eng}, nil
+	return &session{ledger: l, tools: reg, engine: eng, closeTools: closeTools}, nil
 }
 
 // resume continues the run, prints its Run JSON and returns the result its

@@ -144,10 +144,11 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	reg, err := loadTools(toolsPath, c.env)
+	reg, closeTools, err := loadTools(ctx, toolsPath, c.env)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
+	defer closeTools()
 	if err := checkPlan(p, planPath, reg); err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -187,10 +188,11 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 	if strings.TrimSpace(goal) == "" {
 		return ledger.RunDoc{}, usageError("--goal must not be empty")
 	}
-	reg, err := loadTools(toolsPath, c.env)
+	reg, closeTools, err := loadTools(ctx, toolsPath, c.env)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
+	defer closeTools()
 	l, err := openLedger(ctx, data, c.env.Stderr)
 	if err != nil {
 		return ledger.RunDoc{}, err

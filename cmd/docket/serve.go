@@ -84,9 +84,11 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		world *demoworld.World
 	)
 	if *toolsPath != "" {
-		if reg, err = loadTools(*toolsPath, c.env); err != nil {
+		var closeTools func()
+		if reg, closeTools, err = loadTools(ctx, *toolsPath, c.env); err != nil {
 			return err
 		}
+		defer closeTools()
 		if file, err = os.ReadFile(*toolsPath); err != nil {
 			return usageError("reading tools file: %v", err)
 		}

@@ -13,8 +13,6 @@ import (
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
-	"github.com/docketrun/docket/tools/httptool"
-	"github.com/docketrun/docket/tools/mcptool"
 )
 
 func init() {
@@ -148,7 +146,7 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 			return ledger.RunDoc{}, withCode(exitBad, describeProblems("the request's plan is invalid", err))
 		}
 	}
-	reg, closeTools, err := loadToolsMCP(ctx, toolsPath, c.env)
+	reg, closeTools, err := loadTools(ctx, toolsPath, c.env)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -217,44 +215,4 @@ func (c *stepCmd) planGoal(ctx context.Context, eng *executor.Engine, l *ledger.
 		return ledger.RunDoc{}, fmt.Errorf("planning run %s: %w", req.RunID, err)
 	}
 	return res.Doc, err
-}
-
-// loadToolsMCP loads a tools file like loadTools and also connects to its
-// MCP servers, whose tools join the registry as "server.tool". The returned
-// function stops the servers; call it when the command ends. A server that
-// cannot be reached is exit 1 (retry later); a file or tool definition that
-// is wrong is exit 2.
-func loadToolsMCP(ctx context.Context, path string, env Env) (*tools.Registry, func(), error) {
-	nop := func() {}
-	if path == "" {
-		return nil, nop, usageError("--tools FILE is required")
-	}
-	f, err := httptool.Load(path, env.Getenv)
-	var le *httptool.LoadError
-	if errors.As(err, &le) {
-		return nil, nop, withCode(exitBad, err)
-	}
-	if err != nil {
-		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
-	}
-	all := append([]tools.Tool(nil), f.Tools...)
-	closeSet := nop
-	if len(f.MCPServers) > 0 {
-		set, err := mcptool.Connect(ctx, f.MCPServers, &mcptool.Options{Env: env.Getenv, Logger: cliLogger(env.Stderr)})
-		if err != nil {
-			return nil, nop, withCode(exitFailed, fmt.Errorf("tools file %s: %w", path, err))
-		}
-		closeSet = func() {
-			if err := set.Close(); err != nil {
-				fmt.Fprintf(env.Stderr, "docket: warning: %v\n", err)
-			}
-		}
-		all = append(all, set.Tools()...)
-	}
-	reg, err := tools.NewRegistry(all...)
-	if err != nil {
-		closeSet()
-		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
-	}
-	return reg, closeSet, nil
 }

@@ -1,34 +1,52 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/tools/mcptool"
 )
 
-// loadTools reads a tools file (DESIGN.md "Tools file") and builds the
-// registry. Secrets the file names with {{env "NAME"}} come from env.Getenv.
-// Any problem is bad input (exit 2).
-func loadTools(path string, env Env) (*tools.Registry, error) {
+// loadTools reads a tools file (DESIGN.md "Tools file"), connects to its MCP
+// servers, whose tools join the registry as "server.tool", and builds the
+// registry. Secrets the file names with {{env "NAME"}} come from env.Getenv. The returned
+// function stops the servers; call it when the command ends. A server that
+// cannot be reached is exit 1 (retry later); a file or tool definition that
+// is wrong is exit 2.
+func loadTools(ctx context.Context, path string, env Env) (*tools.Registry, func(), error) {
+	nop := func() {}
 	if path == "" {
-		return nil, usageError("--tools FILE is required")
+		return nil, nop, usageError("--tools FILE is required")
 	}
 	f, err := httptool.Load(path, env.Getenv)
 	var le *httptool.LoadError
 	if errors.As(err, &le) {
-		return nil, withCode(exitBad, err) // names the file and lists every problem
+		return nil, nop, withCode(exitBad, err)
 	}
 	if err != nil {
-		return nil, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
 	}
+	all := append([]tools.Tool(nil), f.Tools...)
+	closeSet := nop
 	if len(f.MCPServers) > 0 {
-		fmt.Fprintf(env.Stderr, "docket: warning: tools file %s declares MCP servers; this build does not connect to them, so their tools are not available\n", path)
+		set, err := mcptool.Connect(ctx, f.MCPServers, &mcptool.Options{Env: env.Getenv, Logger: cliLogger(env.Stderr)})
+		if err != nil {
+			return nil, nop, withCode(exitFailed, fmt.Errorf("tools file %s: %w", path, err))
+		}
+		closeSet = func() {
+			if err := set.Close(); err != nil {
+				fmt.Fprintf(env.Stderr, "docket: warning: %v\n", err)
+			}
+		}
+		all = append(all, set.Tools()...)
 	}
-	reg, err := tools.NewRegistry(f.Tools...)
+	reg, err := tools.NewRegistry(all...)
 	if err != nil {
-		return nil, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+		closeSet()
+		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
 	}
-	return reg, nil
+	return reg, closeSet, nil
 }
