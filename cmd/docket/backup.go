@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+func init() {
+	register("backup", "write a consistent backup of the data directory (stdout or --out FILE)", func(env Env) command { return &backupCmd{env: env} })
+	register("restore", "restore a backup into a new or empty data directory", func(env Env) command { return &restoreCmd{env: env} })
+}
+
+// backupCmd is `docket backup [--data DIR] [--out FILE]`.
+type backupCmd struct{ env Env }
+
+func (c *backupCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("backup", "backup [--data DIR] [--out FILE]", c.env.Stderr)
+	data := fs.String("data", defaultDataDir, "data directory (the ledger) to back up")
+	out := fs.String("out", "", "write the backup to this file (written whole, then renamed into place; default: stdout)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("backup takes no positional arguments (got %q)", pos)
+	}
+	// Opening a missing directory would create an empty ledger and back it up.
+	if st, err := os.Stat(*data); err != nil || !st.IsDir() {
+		return usageError("data directory %s does not exist", *data)
+	}
+	l, err := openLedger(ctx, *data, c.env.Stderr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if *out == "" {
+		if err := l.Backup(ctx, c.env.Stdout); err != nil {
+			return fmt.Errorf("backing up %s: %w", *data, err)
+		}
+		return nil
+	}
+	if err := writeFileAtomic(*out, func(w io.Writer) error { return l.Backup(ctx, w) }); err != nil {
+		return fmt.Errorf("backing up %s to %s: %w", *data, *out, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes path through a temporary sibling that is synced and
+// renamed into place, so path is either absent, as before, or complete.
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := write(f); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// restoreCmd is `docket restore --data DIR [--in FILE]`.
+type restoreCmd struct{ env Env }
+
+func (c *restoreCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("restore", "restore --data DIR [--in FILE]", c.env.Stderr)
+	data := fs.String("data", "", "new or empty data directory to restore into (required; never overwritten)")
+	in := fs.String("in", "", "read the backup from this file (default: stdin)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("restore takes no positional arguments (got %q)", pos)
+	}
+	if *data == "" {
+		fs.Usage()
+		return usageError("restore needs --data DIR (a new or empty directory)")
+	}
+	var r io.Reader = c.env.Stdin
+	if *in != "" {
+		f, err := os.Open(*in)
+		if err != nil {
+			return usageError("reading backup: %v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	err = ledger.Restore(ctx, *data, r, ledger.Config{Logger: cliLogger(c.env.Stderr)})
+	switch {
+	case err == nil:
+		fmt.Fprintf(c.env.Stderr, "restored into %s\n", *data)
+		return nil
+	case errors.Is(err, ledger.ErrNotEmpty),
+		errors.Is(err, ledger.ErrFormat),
+		errors.Is(err, ledger.ErrCorrupt),
+		errors.Is(err, ledger.ErrInvalid):
+		return withCode(exitBad, fmt.Errorf("restoring into %s: %w", *data, err))
+	}
+	return fmt.Errorf("restoring into %s: %w", *data, err)
+}
