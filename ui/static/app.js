@@ -148,47 +148,7 @@ $("signin-form").addEventListener("submit", async (ev) => {
   try {
     await signIn($("token").value);
     $("token").value = "";
-    // --- replay with edits ---
-
-async function openReplay() {
-  $("replay-error").textContent = "";
-  try {
-    const p = await api("GET", runPath() + "/plan");
-    const plan = { goal: p.goal, actions: p.actions.map((a) => {
-      const out = { id: a.id, tool: a.tool, args: a.args };
-      if (a.depends_on && a.depends_on.length) out.depends_on = a.depends_on;
-      if (a.why) out.why = a.why;
-      return out;
-    }) };
-    $("replay-plan").value = JSON.stringify(plan, null, 2);
-    $("replay-editor").hidden = false;
-    $("replay-plan").focus();
-  } catch (e) {
-    $("run-msg").textContent = describe(e);
-  }
-}
-
-async function saveReplay() {
-  let plan;
-  try { plan = JSON.parse($("replay-plan").value); } catch (e) { $("replay-error").textContent = "Not valid JSON: " + e.message; return; }
-  try {
-    const doc = await api("POST", runPath() + "/replay", { plan });
-    $("replay-editor").hidden = true;
-    render(doc);
-  } catch (e) {
-    $("replay-error").textContent = describe(e);
-  }
-}
-
-$("replay").addEventListener("click", openReplay);
-$("replay-save").addEventListener("click", saveReplay);
-$("replay-cancel").addEventListener("click", () => { $("replay-editor").hidden = true; });
-$("replay-plan").addEventListener("keydown", (ev) => {
-  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); saveReplay(); }
-  if (ev.key === "Escape") $("replay-editor").hidden = true;
-});
-
-start();
+    start();
   } catch (e) {
     $("signin-error").textContent = describe(e);
   }
