@@ -135,10 +135,13 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	}
 	opts := badgerOptions(cfg, log)
 	db, err := badger.Open(opts)
-	if err != nil && !isLockErr(err) && isMemtableErr(err) {
-		// Upstream badger#2207: the first open after a crash can fail once on
-		// a memtable file; a second open succeeds.
-		log.Warn("retrying open after memtable error", "err", err)
+	if err != nil && !isLockErr(err) && isCrashLeftoverErr(err) {
+		// The first open after a crash can fail once on a file the killed
+		// process left half-made; the failed open repairs it and a second
+		// open succeeds: a memtable file (upstream badger#2207), or an empty
+		// value-log file, which Badger truncates and then reports as "Create
+		// a new file" (seen by the chaos harness in ~0.3% of SIGKILLs).
+		log.Warn("retrying open after a crash leftover", "err", err)
 		db, err = badger.Open(opts)
 	}
 	if err != nil {
@@ -208,9 +211,10 @@ func isLockErr(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Another process is using this Badger database")
 }
 
-func isMemtableErr(err error) bool {
+func isCrashLeftoverErr(err error) bool {
 	s := err.Error()
-	return strings.Contains(s, "memtable") || strings.Contains(s, ".mem")
+	return strings.Contains(s, "memtable") || strings.Contains(s, ".mem") ||
+		(strings.Contains(s, ".vlog") && strings.Contains(s, "Create a new file"))
 }
 
 // checkFormat writes the format version into an empty directory and refuses
