@@ -59,15 +59,9 @@ func runChaos(t *testing.T, ctx context.Context, cfg chaos.Config) *chaos.Report
 
 // wantKept checks that the protected workload kept the promise.
 //
-// Known bugs, both in the executor, each with a regression test below: (1)
-// duplicates in the lookup services (crm, leads) from trusting a lookup's
-// "not found" from the previous attempt's claim rather than from its write
-// (TestChaosRegressionLookupTrustWindow); (2) effects the ledger does not
-// know in failed runs, from marking an action whose outcome is unknown
-// "skipped: not started" when another action fails the run
-// (TestChaosRegressionSkippedAfterUnknown). While they are open, a report whose
-// only problems have those signatures skips the test with the seed and the
-// findings; DOCKET_CHAOS_KNOWN_BUGS=1 fails it instead.
+// Every duplicate or loss the harness found became a regression test with its
+// seed (TestChaosRegression*), fixed in the executor and the ledger; any
+// finding now fails the test with the seed that reproduces it.
 func wantKept(t *testing.T, seed uint64, rep *chaos.Report, minActions, minKills int) {
 	t.Helper()
 	p := rep.Mode(chaos.Protected)
@@ -79,16 +73,6 @@ func wantKept(t *testing.T, seed uint64, rep *chaos.Report, minActions, minKills
 	}
 	for _, e := range p.Errors {
 		t.Errorf("seed %d: the harness could not finish a run: %s", seed, e)
-	}
-	known := p.Duplicates.Total == p.Duplicates.CRM+p.Duplicates.Leads && p.LostMissing == 0 && p.AtMostOnceReexec == 0 && len(p.Findings) < 100
-	for _, f := range p.Findings {
-		dup := strings.Contains(f, "effects in the world") && (strings.Contains(f, ": crm ") || strings.Contains(f, ": leads "))
-		unknownSkipped := strings.Contains(f, "(run failed)") && strings.Contains(f, " 0 actions succeeded")
-		known = known && (dup || unknownSkipped)
-	}
-	if len(p.Findings) > 0 && known && len(p.Errors) == 0 && !t.Failed() && os.Getenv("DOCKET_CHAOS_KNOWN_BUGS") == "" {
-		t.Skipf("known executor bugs (see TestChaosRegressionLookupTrustWindow, TestChaosRegressionSkippedAfterUnknown): seed %d: %d duplicates, %d lost: %q",
-			seed, p.Duplicates.Total, p.Lost, p.Findings)
 	}
 	for _, f := range p.Findings {
 		t.Errorf("seed %d: %s", seed, f)
@@ -181,7 +165,7 @@ func TestChaosVisibilityLag(t *testing.T) {
 			if p.Duplicates.Leads == 0 {
 				t.Errorf("seed %d: visibility_lag declared 0s under an 8s lag: no duplicate lead; the lag race was not exercised", seed)
 			}
-			// CRM duplicates can come from the known lookup bug (see wantKept).
+			// Only the leads race is judged here; CRM duplicates are not.
 			if other := p.Duplicates.Total - p.Duplicates.Leads - p.Duplicates.CRM; other != 0 || p.Lost != 0 || p.AtMostOnceReexec != 0 {
 				t.Errorf("seed %d: duplicates outside the lookup services (%+v), lost (%d) or re-executed emails (%d)", seed, p.Duplicates, p.Lost, p.AtMostOnceReexec)
 			}
@@ -295,7 +279,7 @@ func TestChaosCommandTable(t *testing.T) {
 
 // TestChaosRegressionLookupTrustWindow replays the runs where seed 2 found
 // duplicate leads: plans 21 and 35 of `docket chaos --seed 2 --actions 2000`.
-// Known executor bug: a lookup's "not found" is trusted from the previous
+// Executor bug, fixed (executor TestLookupWindowCountsFromTheWrite): a lookup's "not found" is trusted from the previous
 // attempt's claim time (executor/work.go: lookFrom = rec.ClaimedAt after a
 // restart, a.claimAt for an in-process retry), but an attempt that first
 // waited in its own lookup phase sends its write up to timeout +
@@ -308,9 +292,6 @@ func TestChaosCommandTable(t *testing.T) {
 // "not found" from 32.524+4s before the lead (lag 0.22s) showed, and created
 // it again.
 func TestChaosRegressionLookupTrustWindow(t *testing.T) {
-	if os.Getenv("DOCKET_CHAOS_KNOWN_BUGS") == "" {
-		t.Skip("known bug: executor trusts a lookup's \"not found\" from the previous claim, not from its write (seed 2, runs 21 and 35); set DOCKET_CHAOS_KNOWN_BUGS=1 to run")
-	}
 	const seed = 2
 	dups := 0
 	for round := range 3 {
@@ -326,7 +307,8 @@ func TestChaosRegressionLookupTrustWindow(t *testing.T) {
 
 // TestChaosRegressionSkippedAfterUnknown replays the runs where seed
 // 20261130 found effects the ledger does not know: plans 232 and 317 of
-// `docket chaos --seed 20261130`. Known executor bug: when an action's
+// `docket chaos --seed 20261130`. Executor bug, fixed
+// (executor TestUnknownOutcomeIsNotSkippedWhenTheRunFails): when an action's
 // attempt ends with an unknown outcome and, before its retry, another action
 // fails definitely (a declined charge, 402), the run fails and the action is
 // marked "skipped: not started: the run failed", although its request was
@@ -337,9 +319,6 @@ func TestChaosRegressionLookupTrustWindow(t *testing.T) {
 // unknown outcome is handled like a crash after the call; it ends in
 // needs_review (or a lookup), never as an action that did not happen.
 func TestChaosRegressionSkippedAfterUnknown(t *testing.T) {
-	if os.Getenv("DOCKET_CHAOS_KNOWN_BUGS") == "" {
-		t.Skip("known bug: executor marks an action with an unknown outcome \"skipped: not started\" when the run fails (seed 20261130, runs 232 and 317); set DOCKET_CHAOS_KNOWN_BUGS=1 to run")
-	}
 	const seed = 20261130
 	lost := 0
 	for round := range 3 {
