@@ -350,10 +350,7 @@ func (b *batch) claim(o Op) (Result, error) {
 	}
 	run, row, err := b.runRow(o)
 	if err != nil {
-		if isHard(err) {
-			return Result{}, err
-		}
-		return errResult(err), nil
+		return opFailure(err)
 	}
 	owner, has, err := b.keyRun(o.key)
 	if err != nil {
@@ -580,10 +577,7 @@ func (b *batch) resolve(o Op) (Result, error) {
 	}
 	run, row, err := b.runRow(o)
 	if err != nil {
-		if isHard(err) {
-			return Result{}, err
-		}
-		return errResult(err), nil
+		return opFailure(err)
 	}
 	if row.Key == "" {
 		return b.conflict(o, o.runID, o.actionID, "", KeyRecord{}, &row, "action was never claimed (status %s)", row.Status), nil
@@ -650,10 +644,7 @@ func (b *batch) review(o Op) (Result, error) {
 	}
 	run, row, err := b.runRow(o)
 	if err != nil {
-		if isHard(err) {
-			return Result{}, err
-		}
-		return errResult(err), nil
+		return opFailure(err)
 	}
 	var rec KeyRecord
 	if row.Key != "" {
@@ -955,4 +946,13 @@ func (b *batch) memo(o Op) (Result, error) {
 	}
 	b.put(k, nil, bytes.Clone(o.data))
 	return Result{memo: o.data}, nil
+}
+
+// opFailure turns an error met while evaluating an op into its outcome: a hard
+// error (storage) fails the whole commit, any other fails only this op.
+func opFailure(err error) (Result, error) {
+	if isHard(err) {
+		return Result{}, err
+	}
+	return errResult(err), nil
 }
