@@ -22,6 +22,10 @@ const DefaultTimeout = 30 * time.Second
 // response beyond it is an error (outcome unknown: the effect happened).
 const DefaultMaxResponseBytes = 8 << 20
 
+// DefaultMaxIdleConnsPerHost is how many idle connections the default client
+// keeps per host, so that parallel actions against one API reuse them.
+const DefaultMaxIdleConnsPerHost = 100
+
 // File is a loaded tools file.
 type File struct {
 	Version int
@@ -86,7 +90,8 @@ type Options struct {
 	// Env reads environment variables. Default: os.Getenv.
 	Env func(string) string
 	// Client sends the requests. Default: a client that does not follow
-	// redirects, over a clone of http.DefaultTransport.
+	// redirects, over a clone of http.DefaultTransport keeping
+	// DefaultMaxIdleConnsPerHost idle connections per host.
 	Client *http.Client
 	// Now is the clock used for HTTP-date Retry-After values. Default: time.Now.
 	Now func() time.Time
@@ -99,8 +104,12 @@ func (o Options) withDefaults() Options {
 		o.Env = os.Getenv
 	}
 	if o.Client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Many actions in flight often call the same API: keep their
+		// connections (the default keeps 2 per host and closes the rest).
+		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 		o.Client = &http.Client{
-			Transport:     http.DefaultTransport.(*http.Transport).Clone(),
+			Transport:     t,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}

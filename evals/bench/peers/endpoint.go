@@ -1,0 +1,43 @@
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+)
+
+// endpoint is the loopback HTTP service both sides call, in the parent
+// process so that neither side's memory or CPU includes it.
+type endpoint struct {
+	URL string
+	srv *http.Server
+}
+
+func startEndpoint() (*endpoint, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+	})}
+	go srv.Serve(l)
+	return &endpoint{URL: "http://" + l.Addr().String(), srv: srv}, nil
+}
+
+func (e *endpoint) Close() error { return e.srv.Close() }
+
+// newHTTPClient is the DBOS side's client, configured like docket's HTTP
+// tools: a clone of the default transport keeping up to 100 idle connections
+// per host (tools/httptool does the same).
+func newHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 100
+	return &http.Client{Transport: t}
+}

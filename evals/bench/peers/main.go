@@ -1,0 +1,250 @@
+// Command peers measures docket's executor side by side with DBOS Transact
+// (Go, on PostgreSQL) on the same machine, in one run, so that the machine's
+// noise falls on both sides alike.
+//
+// It starts a throwaway PostgreSQL cluster (initdb into a temporary directory,
+// pg_ctl start on a free loopback port, durability settings left at their
+// defaults), a loopback HTTP endpoint, and then, round after round, alternates
+// a docket child process and a DBOS child process over the same workloads:
+//
+//   - noop: each durable step calls an in-process function that returns at once
+//     (docket: a keyed tool; DBOS: a step);
+//   - http: each durable step POSTs to the same loopback endpoint (docket: a
+//     keyed HTTP tool from a tools file, sending its Idempotency-Key; DBOS: a
+//     step that does the same POST with the same header).
+//
+// Every child runs a sequential phase (one run at a time, each a chain of
+// -steps steps) and a concurrent phase (-concurrency runs in flight), and
+// reports the added latency per durable step, the step rates and its peak
+// RSS. The DBOS side's memory is its process plus PostgreSQL's (proportional
+// set size of the postmaster and its children). The report gives ratios
+// docket ÷ DBOS per round, as min–median–max.
+//
+//	cd evals/bench/peers && go run . -rounds 5
+//
+// Each side runs in its own process so that its peak RSS is its own.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// childEnv carries a child's spec (JSON); its presence makes the program a child.
+const childEnv = "DOCKET_PEERS_CHILD"
+
+// Config is one benchmark invocation.
+type Config struct {
+	Rounds      int       // A/B rounds
+	Steps       int       // durable steps per run (a chain)
+	SeqRuns     int       // runs in the sequential phase
+	Concurrency int       // runs in flight in the concurrent phase
+	ConcRuns    int       // runs per concurrent worker
+	Warmup      int       // unmeasured runs before each phase
+	Workloads   []string  // "noop", "http"
+	DBOSPool    int       // DBOS's pgx pool size (pool_max_conns); 0 leaves DBOS's default (20)
+	PGBin       string    // directory of initdb/pg_ctl; "" finds them
+	Dir         string    // work directory; "" makes a temporary one
+	Keep        bool      `json:"-"` // keep the work directory
+	JSONOut     string    // also write the raw results as JSON here
+	Exe         string    `json:"-"` // program to run as a child; "" is this executable
+	Log         io.Writer `json:"-"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		Rounds: 5, Steps: 10, SeqRuns: 100, Concurrency: 64, ConcRuns: 10, Warmup: 5,
+		Workloads: []string{"noop", "http"}, Log: os.Stderr,
+	}
+}
+
+func main() {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(childMain(spec, os.Stdin, os.Stdout))
+	}
+	os.Exit(parentMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func parentMain(args []string, stdout, stderr io.Writer) int {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "A/B rounds (docket and DBOS alternate which goes first)")
+	fs.IntVar(&cfg.Steps, "steps", cfg.Steps, "durable steps per run (each depends on the previous one)")
+	fs.IntVar(&cfg.SeqRuns, "seq-runs", cfg.SeqRuns, "runs in the sequential phase")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "runs in flight in the concurrent phase")
+	fs.IntVar(&cfg.ConcRuns, "conc-runs", cfg.ConcRuns, "runs per worker in the concurrent phase")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured runs before each phase")
+	workloads := fs.String("workloads", strings.Join(cfg.Workloads, ","), "comma-separated: noop, http")
+	fs.IntVar(&cfg.DBOSPool, "dbos-pool", cfg.DBOSPool, "DBOS's connection pool size (0: DBOS's default, 20 connections, which served it better than 64 here)")
+	fs.StringVar(&cfg.PGBin, "pg-bin", "", "directory holding initdb and pg_ctl (default: PATH, then /usr/lib/postgresql/*/bin)")
+	fs.StringVar(&cfg.Dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work directory")
+	fs.StringVar(&cfg.JSONOut, "json", "", "also write every round's raw figures to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "peers: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg.Workloads = strings.Split(*workloads, ",")
+	cfg.Log = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "peers: %v\n", err)
+		if errors.Is(err, ErrNoPostgres) {
+			return 3
+		}
+		return 1
+	}
+	rep.Markdown(stdout)
+	if cfg.JSONOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.JSONOut, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(stderr, "peers: %v\n", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+func (cfg Config) validate() error {
+	var errs []error
+	for name, v := range map[string]int{"rounds": cfg.Rounds, "steps": cfg.Steps, "seq-runs": cfg.SeqRuns,
+		"concurrency": cfg.Concurrency, "conc-runs": cfg.ConcRuns} {
+		if v < 1 {
+			errs = append(errs, fmt.Errorf("-%s %d: must be at least 1", name, v))
+		}
+	}
+	if cfg.DBOSPool < 0 {
+		errs = append(errs, fmt.Errorf("-dbos-pool %d: must not be negative", cfg.DBOSPool))
+	}
+	if cfg.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("-warmup %d: must not be negative", cfg.Warmup))
+	}
+	if len(cfg.Workloads) == 0 {
+		errs = append(errs, errors.New("-workloads: none given"))
+	}
+	for _, w := range cfg.Workloads {
+		if w != "noop" && w != "http" {
+			errs = append(errs, fmt.Errorf("-workloads: unknown workload %q (want noop or http)", w))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the whole benchmark: cluster, rounds, report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if cfg.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Exe = exe
+	}
+	bins, err := findPostgres(cfg.PGBin)
+	if err != nil {
+		return nil, err
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "docket-peers-"); err != nil {
+			return nil, err
+		}
+		if !cfg.Keep {
+			defer os.RemoveAll(dir)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
+	// The cluster may run as another user (initdb refuses root): let it in.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+
+	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Log, "peers: "+format+"\n", a...) }
+	rep := &Report{Date: time.Now().UTC().Format("2006-01-02"), Config: cfg, Machine: describeMachine(dir)}
+
+	logf("raw fsync reference in %s", dir)
+	if rep.Machine.FsyncUS, err = rawFsync(dir, 500); err != nil {
+		return nil, err
+	}
+	logf("starting PostgreSQL from %s", bins)
+	pg, err := startPostgres(ctx, bins, filepath.Join(dir, "pg"), cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Stop()
+	if rep.Postgres, err = pg.Settings(ctx); err != nil {
+		return nil, err
+	}
+	logf("PostgreSQL %s on 127.0.0.1:%d (fsync=%s, synchronous_commit=%s, wal_sync_method=%s)",
+		rep.Postgres.Version, pg.Port, rep.Postgres.Fsync, rep.Postgres.SynchronousCommit, rep.Postgres.WalSyncMethod)
+
+	srv, err := startEndpoint()
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+
+	for r := range cfg.Rounds {
+		for wi, w := range cfg.Workloads {
+			order := []string{"docket", "dbos"}
+			if (r+wi)%2 == 1 {
+				order = []string{"dbos", "docket"}
+			}
+			for _, side := range order {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				spec := childSpec{
+					Side: side, Workload: w, Steps: cfg.Steps, SeqRuns: cfg.SeqRuns,
+					Concurrency: cfg.Concurrency, ConcRuns: cfg.ConcRuns, Warmup: cfg.Warmup,
+					HTTPURL: srv.URL + "/step",
+				}
+				switch side {
+				case "docket":
+					spec.Dir = filepath.Join(dir, fmt.Sprintf("ledger-r%d-%s", r, w))
+				case "dbos":
+					spec.DSN = pg.DSN(fmt.Sprintf("dbos_r%d_%s", r, w), cfg.DBOSPool)
+				}
+				res, err := runChild(ctx, cfg.Exe, spec, pg, cfg.Log)
+				if err != nil {
+					return nil, fmt.Errorf("round %d, %s, %s: %w", r+1, w, side, err)
+				}
+				res.Round = r + 1
+				rep.Results = append(rep.Results, res)
+				logf("round %d %-4s %-6s gap p50 %6.0f µs p99 %6.0f µs, seq %6.0f steps/s, %d in flight %6.0f steps/s, peak %5.1f MiB, cpu %5.0f µs/step",
+					r+1, w, side, res.GapP50US, res.GapP99US, res.SeqStepsPerSec, cfg.Concurrency, res.ConcStepsPerSec,
+					res.PeakMiB(), res.CPUPerStepUS())
+				if side == "docket" {
+					os.RemoveAll(spec.Dir)
+				}
+			}
+		}
+	}
+	rep.summarize()
+	return rep, nil
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Report is a whole benchmark run.
+type Report struct {
+	Date        string     `json:"date"`
+	Machine     Machine    `json:"machine"`
+	Postgres    PGSettings `json:"postgres"`
+	DBOSVersion string     `json:"dbos_version"`
+	Config      Config     `json:"config"`
+	Results     []Result   `json:"results"` // one per child, in the order they ran
+	Rows        []Row      `json:"rows"`
+}
+
+// Row compares one figure across rounds.
+type Row struct {
+	Workload  string  `json:"workload"`
+	Metric    string  `json:"metric"`
+	Unit      string  `json:"unit"`
+	Lower     bool    `json:"lower_is_better"`
+	Docket    float64 `json:"docket_median"`
+	DBOS      float64 `json:"dbos_median"`
+	RatioMin  float64 `json:"ratio_min"` // docket ÷ DBOS, per round
+	RatioMed  float64 `json:"ratio_median"`
+	RatioMax  float64 `json:"ratio_max"`
+	AheadIn   int     `json:"docket_ahead_in_rounds"`
+	RoundsCmp int     `json:"rounds"`
+}
+
+type metric struct {
+	name, unit string
+	lower      bool
+	get        func(Result) float64
+}
+
+var metrics = []metric{
+	{"added latency per step, median", "µs", true, func(r Result) float64 { return r.GapP50US }},
+	{"added latency per step, p99", "µs", true, func(r Result) float64 { return r.GapP99US }},
+	{"sequential steps/s (one run at a time)", "steps/s", false, func(r Result) float64 { return r.SeqStepsPerSec }},
+	{"steps/s, concurrent runs", "steps/s", false, func(r Result) float64 { return r.ConcStepsPerSec }},
+	{"peak RSS (DBOS: its process + PostgreSQL)", "MiB", true, func(r Result) float64 { return r.PeakMiB() }},
+	{"peak RSS of the process alone (DBOS: without PostgreSQL)", "MiB", true, func(r Result) float64 { return float64(r.ChildPeakKiB) / 1024 }},
+	{"start + finish of a run (once per run)", "µs", true, func(r Result) float64 { return r.RunOverheadP50US }},
+	{"CPU per step (DBOS: + PostgreSQL)", "µs", true, func(r Result) float64 { return r.CPUPerStepUS() }},
+}
+
+func (rep *Report) summarize() {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/dbos-inc/dbos-transact-golang" {
+				rep.DBOSVersion = d.Version
+			}
+		}
+	}
+	rep.Rows = nil
+	for _, w := range rep.Config.Workloads {
+		for _, m := range metrics {
+			row := Row{Workload: w, Metric: m.name, Unit: m.unit, Lower: m.lower}
+			var dk, db, ratios []float64
+			for round := 1; round <= rep.Config.Rounds; round++ {
+				a, okA := rep.find(round, w, "docket")
+				b, okB := rep.find(round, w, "dbos")
+				if !okA || !okB {
+					continue
+				}
+				x, y := m.get(a), m.get(b)
+				dk, db = append(dk, x), append(db, y)
+				if y > 0 {
+					ratios = append(ratios, x/y)
+					if (m.lower && x < y) || (!m.lower && x > y) {
+						row.AheadIn++
+					}
+				}
+			}
+			row.RoundsCmp = len(ratios)
+			row.Docket, row.DBOS = median(dk), median(db)
+			if len(ratios) > 0 {
+				row.RatioMin, row.RatioMed, row.RatioMax = slices.Min(ratios), median(ratios), slices.Max(ratios)
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+	}
+}
+
+func (rep *Report) find(round int, workload, side string) (Result, bool) {
+	for _, r := range rep.Results {
+		if r.Round == round && r.Workload == workload && r.Side == side {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func parseFloat(s string) float64 {
+	v, _ := strconv.ParseFloat(s, 64)
+	return v
+}
+
+// Markdown writes the comparison table.
+func (rep *Report) Markdown(w io.Writer) {
+	m, pg, c := rep.Machine, rep.Postgres, rep.Config
+	fmt.Fprintf(w, "docket vs DBOS Transact %s, %s: %d CPUs (%s), %.1f GiB, %s, Linux %s, %s; load average %.2f at start\n",
+		rep.DBOSVersion, rep.Date, m.CPUs, m.CPUModel, m.MemGiB, m.Disk, m.Kernel, m.Go, m.Load1)
+	fmt.Fprintf(w, "raw 4 KiB append + fdatasync: p50 %.0f µs. PostgreSQL %s: fsync=%s, synchronous_commit=%s, wal_sync_method=%s, full_page_writes=%s, shared_buffers=%s; DBOS pool: %s\n",
+		m.FsyncUS, pg.Version, pg.Fsync, pg.SynchronousCommit, pg.WalSyncMethod, pg.FullPageWrites, pg.SharedBuffers, poolDesc(c.DBOSPool))
+	fmt.Fprintf(w, "%d rounds (A/B alternating), runs of %d chained steps: %d runs one at a time, then %d runs in flight × %d each\n\n",
+		c.Rounds, c.Steps, c.SeqRuns, c.Concurrency, c.ConcRuns)
+	fmt.Fprintln(w, "| workload | figure | docket | DBOS | docket ÷ DBOS (min–median–max) | better | docket ahead |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, r := range rep.Rows {
+		better := "higher"
+		if r.Lower {
+			better = "lower"
+		}
+		metric := r.Metric
+		if strings.HasPrefix(metric, "steps/s, concurrent") {
+			metric = fmt.Sprintf("steps/s, %d runs in flight", c.Concurrency)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s %s | %s %s | %.2f–**%.2f**–%.2f | %s | %d of %d rounds |\n",
+			r.Workload, metric, num(r.Docket), r.Unit, num(r.DBOS), r.Unit, r.RatioMin, r.RatioMed, r.RatioMax, better, r.AheadIn, r.RoundsCmp)
+	}
+}
+
+func num(x float64) string {
+	switch {
+	case x >= 100:
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	case x >= 10:
+		return strconv.FormatFloat(x, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(x, 'f', 2, 64)
+	}
+}
+
+func poolDesc(n int) string {
+	if n == 0 {
+		return "DBOS's default (20 connections)"
+	}
+	return fmt.Sprintf("%d connections", n)
+}
