@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +29,9 @@ type childSpec struct {
 	HTTPURL     string `json:"http_url"`
 	Dir         string `json:"dir,omitempty"` // docket: the ledger directory
 	DSN         string `json:"dsn,omitempty"` // dbos: the system database
+	// Profiles of the measured window, when set: CPU and heap (pprof).
+	CPUProfile string `json:"cpu_profile,omitempty"`
+	MemProfile string `json:"mem_profile,omitempty"`
 }
 
 // Result is one child's figures (plus, for DBOS, PostgreSQL's, added by the parent).
@@ -52,6 +57,9 @@ type Result struct {
 	ChildCPUMS    float64 `json:"child_cpu_ms"`
 	PostgresCPUMS float64 `json:"postgres_cpu_ms,omitempty"`
 	StepsTotal    int     `json:"steps_total"`
+	// Every step the child ran, warm-ups included (the parent checks that
+	// the endpoint saw exactly this many requests in the http workload).
+	StepsRun int `json:"steps_run"`
 }
 
 // PeakMiB is the side's whole peak memory.
@@ -197,6 +205,17 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 		return res, err
 	}
 	cpu0, n0 := cpuMS(), n
+	if spec.CPUProfile != "" {
+		f, err := os.Create(spec.CPUProfile)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rec.set(true)
 	start := time.Now()
 	for range spec.SeqRuns {
@@ -249,6 +268,12 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 	res.ConcStepsPerSec = float64(spec.Concurrency*spec.ConcRuns*spec.Steps) / time.Since(start).Seconds()
 	res.ChildCPUMS = cpuMS() - cpu0
 	res.StepsTotal = (n - n0) * spec.Steps
+	res.StepsRun = n * spec.Steps
+	if spec.MemProfile != "" {
+		if err := writeHeapProfile(spec.MemProfile); err != nil {
+			return res, err
+		}
+	}
 	if err := mark("end"); err != nil {
 		return res, err
 	}
@@ -259,6 +284,25 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 	res.ChildPeakKiB = selfPeakKiB()
 	return res, nil
 }
+
+// writeHeapProfile writes a heap profile and says on stderr how the
+// process's memory splits (Go heap, other runtime memory, file-backed pages).
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	st := func(field string) float64 { return float64(statusKiB("/proc/self/status", field)) / 1024 }
+	fmt.Fprintf(os.Stderr, "peers child: heap in use %.1f MiB, heap from the OS %.1f MiB, all Go runtime memory %.1f MiB; "+
+		"RSS %.1f MiB (anonymous %.1f, file-backed %.1f), peak %.1f MiB\n",
+		mib(ms.HeapInuse), mib(ms.HeapSys), mib(ms.Sys), st("VmRSS:"), st("RssAnon:"), st("RssFile:"), st("VmHWM:"))
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // cpuMS is this process's user+system CPU so far.
 func cpuMS() float64 {

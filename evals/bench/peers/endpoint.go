@@ -4,13 +4,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 )
 
 // endpoint is the loopback HTTP service both sides call, in the parent
 // process so that neither side's memory or CPU includes it.
 type endpoint struct {
-	URL string
-	srv *http.Server
+	URL   string
+	srv   *http.Server
+	posts atomic.Int64 // requests served so far
+	keys  atomic.Int64 // ... of which carried an Idempotency-Key
 }
 
 func startEndpoint() (*endpoint, error) {
@@ -18,17 +21,22 @@ func startEndpoint() (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e := &endpoint{URL: "http://" + l.Addr().String()}
+	e.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
 		io.Copy(io.Discard, r.Body)
+		e.posts.Add(1)
+		if r.Header.Get("Idempotency-Key") != "" {
+			e.keys.Add(1)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"ok":true}`)
 	})}
-	go srv.Serve(l)
-	return &endpoint{URL: "http://" + l.Addr().String(), srv: srv}, nil
+	go e.srv.Serve(l)
+	return e, nil
 }
 
 func (e *endpoint) Close() error { return e.srv.Close() }

@@ -19,8 +19,9 @@ type Machine struct {
 	Go       string  `json:"go"`
 	// FsyncUS is the median of a 4 KiB append + fdatasync on the work
 	// directory's filesystem: the floor under any durable commit there.
-	FsyncUS float64 `json:"fsync_us"`
-	Load1   float64 `json:"load1"` // load average when the run started
+	FsyncUS    float64 `json:"fsync_us"`
+	FsyncP99US float64 `json:"fsync_p99_us"`
+	Load1      float64 `json:"load1"` // load average when the run started
 }
 
 func describeMachine(dir string) Machine {
@@ -77,11 +78,11 @@ func diskOf(dir string) string {
 	return desc
 }
 
-// rawFsync returns the median time of n 4 KiB appends each followed by fdatasync.
-func rawFsync(dir string, n int) (float64, error) {
+// rawFsync returns the median and p99 time of n 4 KiB appends each followed by fdatasync.
+func rawFsync(dir string, n int) (p50, p99 float64, err error) {
 	f, err := os.CreateTemp(dir, "fsync-*")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
@@ -90,12 +91,12 @@ func rawFsync(dir string, n int) (float64, error) {
 	for range n {
 		t := time.Now()
 		if _, err := f.Write(block); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		ds = append(ds, time.Since(t))
 	}
-	return usQ(ds, 0.5), nil
+	return usQ(ds, 0.5), usQ(ds, 0.99), nil
 }

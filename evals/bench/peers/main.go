@@ -57,13 +57,14 @@ type Config struct {
 	Dir         string    // work directory; "" makes a temporary one
 	Keep        bool      `json:"-"` // keep the work directory
 	JSONOut     string    // also write the raw results as JSON here
+	ProfileDir  string    // write each child's CPU and heap profiles here
 	Exe         string    `json:"-"` // program to run as a child; "" is this executable
 	Log         io.Writer `json:"-"`
 }
 
 func defaultConfig() Config {
 	return Config{
-		Rounds: 5, Steps: 10, SeqRuns: 100, Concurrency: 64, ConcRuns: 10, Warmup: 5,
+		Rounds: 5, Steps: 10, SeqRuns: 200, Concurrency: 64, ConcRuns: 30, Warmup: 5,
 		Workloads: []string{"noop", "http"}, Log: os.Stderr,
 	}
 }
@@ -91,6 +92,7 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work directory")
 	fs.StringVar(&cfg.JSONOut, "json", "", "also write every round's raw figures to this file")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "write each child's CPU and heap profile (pprof) of the measured window to this directory")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -179,6 +181,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, err
 	}
+	if cfg.ProfileDir != "" {
+		if cfg.ProfileDir, err = filepath.Abs(cfg.ProfileDir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	// The cluster may run as another user (initdb refuses root): let it in.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
@@ -188,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{Date: time.Now().UTC().Format("2006-01-02"), Config: cfg, Machine: describeMachine(dir)}
 
 	logf("raw fsync reference in %s", dir)
-	if rep.Machine.FsyncUS, err = rawFsync(dir, 500); err != nil {
+	if rep.Machine.FsyncUS, rep.Machine.FsyncP99US, err = rawFsync(dir, 1000); err != nil {
 		return nil, err
 	}
 	logf("starting PostgreSQL from %s", bins)
@@ -224,15 +234,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					Concurrency: cfg.Concurrency, ConcRuns: cfg.ConcRuns, Warmup: cfg.Warmup,
 					HTTPURL: srv.URL + "/step",
 				}
+				if cfg.ProfileDir != "" {
+					base := filepath.Join(cfg.ProfileDir, fmt.Sprintf("r%d-%s-%s", r+1, w, side))
+					spec.CPUProfile, spec.MemProfile = base+".cpu.pprof", base+".heap.pprof"
+				}
 				switch side {
 				case "docket":
 					spec.Dir = filepath.Join(dir, fmt.Sprintf("ledger-r%d-%s", r, w))
 				case "dbos":
 					spec.DSN = pg.DSN(fmt.Sprintf("dbos_r%d_%s", r, w), cfg.DBOSPool)
 				}
+				posts0, keys0 := srv.posts.Load(), srv.keys.Load()
 				res, err := runChild(ctx, cfg.Exe, spec, pg, cfg.Log)
 				if err != nil {
 					return nil, fmt.Errorf("round %d, %s, %s: %w", r+1, w, side, err)
+				}
+				// Both sides must have done the same work: one request per step, with its key.
+				if w == "http" {
+					posts, keys := srv.posts.Load()-posts0, srv.keys.Load()-keys0
+					if posts != int64(res.StepsRun) || keys != posts {
+						return nil, fmt.Errorf("round %d, %s: the endpoint saw %d requests (%d with an Idempotency-Key) for %d steps",
+							r+1, side, posts, keys, res.StepsRun)
+					}
 				}
 				res.Round = r + 1
 				rep.Results = append(rep.Results, res)

@@ -121,8 +121,8 @@ func (rep *Report) Markdown(w io.Writer) {
 	m, pg, c := rep.Machine, rep.Postgres, rep.Config
 	fmt.Fprintf(w, "docket vs DBOS Transact %s, %s: %d CPUs (%s), %.1f GiB, %s, Linux %s, %s; load average %.2f at start\n",
 		rep.DBOSVersion, rep.Date, m.CPUs, m.CPUModel, m.MemGiB, m.Disk, m.Kernel, m.Go, m.Load1)
-	fmt.Fprintf(w, "raw 4 KiB append + fdatasync: p50 %.0f µs. PostgreSQL %s: fsync=%s, synchronous_commit=%s, wal_sync_method=%s, full_page_writes=%s, shared_buffers=%s; DBOS pool: %s\n",
-		m.FsyncUS, pg.Version, pg.Fsync, pg.SynchronousCommit, pg.WalSyncMethod, pg.FullPageWrites, pg.SharedBuffers, poolDesc(c.DBOSPool))
+	fmt.Fprintf(w, "raw 4 KiB append + fdatasync: p50 %.0f µs, p99 %.0f µs. PostgreSQL %s: fsync=%s, synchronous_commit=%s, wal_sync_method=%s, full_page_writes=%s, shared_buffers=%s; DBOS pool: %s\n",
+		m.FsyncUS, m.FsyncP99US, pg.Version, pg.Fsync, pg.SynchronousCommit, pg.WalSyncMethod, pg.FullPageWrites, pg.SharedBuffers, poolDesc(c.DBOSPool))
 	fmt.Fprintf(w, "%d rounds (A/B alternating), runs of %d chained steps: %d runs one at a time, then %d runs in flight × %d each\n\n",
 		c.Rounds, c.Steps, c.SeqRuns, c.Concurrency, c.ConcRuns)
 	fmt.Fprintln(w, "| workload | figure | docket | DBOS | docket ÷ DBOS (min–median–max) | better | docket ahead |")

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The test binary is also the child: Run re-executes it with childEnv set.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(childMain(spec, os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmoke runs the whole benchmark small: one round of each workload on a
+// real throwaway cluster, so that the program cannot rot. It skips only when
+// PostgreSQL's server binaries are not installed.
+func TestSmoke(t *testing.T) {
+	if _, err := findPostgres(""); errors.Is(err, ErrNoPostgres) {
+		t.Skipf("skipping the docket vs DBOS smoke run: %v", err)
+	}
+	var log bytes.Buffer
+	cfg := Config{Rounds: 1, Steps: 3, SeqRuns: 4, Concurrency: 4, ConcRuns: 2, Warmup: 1,
+		Workloads: []string{"noop", "http"}, Log: &log}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if rep.Postgres.Fsync != "on" || rep.Postgres.SynchronousCommit != "on" {
+		t.Errorf("cluster not durable: %+v", rep.Postgres)
+	}
+	if rep.DBOSVersion == "" {
+		t.Error("the report does not name the DBOS version")
+	}
+	if len(rep.Results) != 4 {
+		t.Fatalf("got %d results, want 4 (2 workloads × 2 sides)", len(rep.Results))
+	}
+	// Measured steps: the sequential runs, the concurrent warm-up (one run
+	// per worker) and the concurrent runs.
+	wantSteps := (cfg.SeqRuns + cfg.Concurrency + cfg.Concurrency*cfg.ConcRuns) * cfg.Steps
+	for _, r := range rep.Results {
+		where := r.Workload + "/" + r.Side
+		for name, v := range map[string]float64{
+			"gap p50": r.GapP50US, "gap p99": r.GapP99US, "run overhead": r.RunOverheadP50US,
+			"sequential rate": r.SeqStepsPerSec, "concurrent rate": r.ConcStepsPerSec,
+			"child peak": float64(r.ChildPeakKiB), "child CPU": r.ChildCPUMS,
+		} {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Errorf("%s: %s = %v, want a positive figure", where, name, v)
+			}
+		}
+		if r.GapP99US < r.GapP50US {
+			t.Errorf("%s: p99 %v below p50 %v", where, r.GapP99US, r.GapP50US)
+		}
+		if r.StepsTotal != wantSteps {
+			t.Errorf("%s: %d steps measured, want %d", where, r.StepsTotal, wantSteps)
+		}
+		if r.StepsRun != wantSteps+cfg.Warmup*cfg.Steps {
+			t.Errorf("%s: %d steps run, want %d", where, r.StepsRun, wantSteps+cfg.Warmup*cfg.Steps)
+		}
+		if r.Side == "dbos" && (r.PostgresPeakKiB <= 0 || r.PostgresCPUMS <= 0) {
+			t.Errorf("%s: PostgreSQL's memory %d KiB, CPU %v ms: the cluster was not measured", where, r.PostgresPeakKiB, r.PostgresCPUMS)
+		}
+		if r.Side == "docket" && (r.PostgresPeakKiB != 0 || r.PostgresCPUMS != 0) {
+			t.Errorf("%s: PostgreSQL's figures charged to docket", where)
+		}
+	}
+	if len(rep.Rows) != 2*len(metrics) {
+		t.Fatalf("got %d rows, want %d", len(rep.Rows), 2*len(metrics))
+	}
+	var out bytes.Buffer
+	rep.Markdown(&out)
+	for _, want := range []string{"| workload | figure | docket | DBOS |", "| noop | added latency per step, median |",
+		"| http | steps/s, 4 runs in flight |", "fsync=on, synchronous_commit=on"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	t.Logf("\n%s", out.String())
+}
+
+func TestSummarize(t *testing.T) {
+	res := func(round int, side string, gap, rate float64, peak, pg int64) Result {
+		return Result{Round: round, Side: side, Workload: "noop", GapP50US: gap, SeqStepsPerSec: rate,
+			ChildPeakKiB: peak, PostgresPeakKiB: pg}
+	}
+	rep := &Report{Config: Config{Rounds: 3, Workloads: []string{"noop"}}, Results: []Result{
+		res(1, "docket", 100, 2000, 1024, 0), res(1, "dbos", 200, 1000, 1024, 1024),
+		res(2, "dbos", 100, 1000, 1024, 1024), res(2, "docket", 300, 500, 4096, 0),
+		res(3, "docket", 50, 4000, 1024, 0), res(3, "dbos", 100, 1000, 1024, 1024),
+	}}
+	rep.summarize()
+	row := func(prefix string) Row {
+		for _, r := range rep.Rows {
+			if strings.HasPrefix(r.Metric, prefix) {
+				return r
+			}
+		}
+		t.Fatalf("no row %q", prefix)
+		return Row{}
+	}
+	gap := row("added latency per step, median")
+	if gap.RatioMin != 0.5 || gap.RatioMed != 0.5 || gap.RatioMax != 3 || gap.AheadIn != 2 || gap.RoundsCmp != 3 {
+		t.Errorf("gap row %+v: want ratios 0.5–0.5–3, ahead in 2 of 3", gap)
+	}
+	if gap.Docket != 100 || gap.DBOS != 100 {
+		t.Errorf("gap medians %v, %v: want 100, 100", gap.Docket, gap.DBOS)
+	}
+	rate := row("sequential")
+	if rate.RatioMin != 0.5 || rate.RatioMed != 2 || rate.RatioMax != 4 || rate.AheadIn != 2 || rate.Lower {
+		t.Errorf("rate row %+v: want 0.5–2–4, higher is better, ahead in 2", rate)
+	}
+	peak := row("peak RSS (DBOS")
+	if peak.RatioMed != 0.5 || peak.DBOS != 2 || peak.AheadIn != 2 {
+		t.Errorf("peak row %+v: DBOS's peak must include PostgreSQL's (2 MiB), ratio 0.5", peak)
+	}
+	alone := row("peak RSS of the process alone")
+	if alone.RatioMed != 1 || alone.AheadIn != 0 {
+		t.Errorf("process-alone row %+v: want ratio 1, never ahead", alone)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Rounds, cfg.Steps, cfg.Workloads = 0, -1, []string{"noop", "grpc"}
+	err := cfg.validate()
+	for _, want := range []string{"-rounds 0", "-steps -1", `unknown workload "grpc"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: %v, want it to mention %s", err, want)
+		}
+	}
+	if _, err := findPostgres(t.TempDir()); !errors.Is(err, ErrNoPostgres) {
+		t.Errorf("findPostgres(empty dir) = %v, want ErrNoPostgres", err)
+	}
+	var stderr bytes.Buffer
+	if code := parentMain([]string{"-pg-bin", t.TempDir(), "-rounds", "1"}, &bytes.Buffer{}, &stderr); code != 3 {
+		t.Errorf("exit code %d without PostgreSQL, want 3; stderr: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "install Debian's postgresql package") {
+		t.Errorf("stderr does not say what to do: %s", stderr.String())
+	}
+}
+
+// TestReportJSON checks that -json writes the rows and every child's result.
+func TestReportJSON(t *testing.T) {
+	rep := &Report{Config: Config{Rounds: 1, Workloads: []string{"http"}}, Results: []Result{
+		{Round: 1, Side: "docket", Workload: "http", GapP50US: 1}, {Round: 1, Side: "dbos", Workload: "http", GapP50US: 2},
+	}}
+	rep.summarize()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Results) != 2 || len(back.Rows) != len(metrics) || back.Rows[0].RatioMed != 0.5 {
+		t.Errorf("round trip lost data: %s", b)
+	}
+}
