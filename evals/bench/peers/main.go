@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,7 @@ type Config struct {
 	ConcRuns    int       // runs per concurrent worker
 	Warmup      int       // unmeasured runs before each phase
 	Workloads   []string  // "noop", "http"
+	Sides       []string  // "docket", "dbos" (both by default; one alone gives no ratios)
 	DBOSPool    int       // DBOS's pgx pool size (pool_max_conns); 0 leaves DBOS's default (20)
 	PGBin       string    // directory of initdb/pg_ctl; "" finds them
 	Dir         string    // work directory; "" makes a temporary one
@@ -65,7 +67,7 @@ type Config struct {
 func defaultConfig() Config {
 	return Config{
 		Rounds: 5, Steps: 10, SeqRuns: 200, Concurrency: 64, ConcRuns: 30, Warmup: 5,
-		Workloads: []string{"noop", "http"}, Log: os.Stderr,
+		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "dbos"}, Log: os.Stderr,
 	}
 }
 
@@ -87,6 +89,7 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ConcRuns, "conc-runs", cfg.ConcRuns, "runs per worker in the concurrent phase")
 	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured runs before each phase")
 	workloads := fs.String("workloads", strings.Join(cfg.Workloads, ","), "comma-separated: noop, http")
+	sides := fs.String("sides", strings.Join(cfg.Sides, ","), "comma-separated: docket, dbos (one side alone is for profiling it: no ratios)")
 	fs.IntVar(&cfg.DBOSPool, "dbos-pool", cfg.DBOSPool, "DBOS's connection pool size (0: DBOS's default, 20 connections, which served it better than 64 here)")
 	fs.StringVar(&cfg.PGBin, "pg-bin", "", "directory holding initdb and pg_ctl (default: PATH, then /usr/lib/postgresql/*/bin)")
 	fs.StringVar(&cfg.Dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
@@ -101,6 +104,7 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Workloads = strings.Split(*workloads, ",")
+	cfg.Sides = strings.Split(*sides, ",")
 	cfg.Log = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -136,6 +140,14 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Warmup < 0 {
 		errs = append(errs, fmt.Errorf("-warmup %d: must not be negative", cfg.Warmup))
+	}
+	for _, s := range cfg.Sides {
+		if s != "docket" && s != "dbos" {
+			errs = append(errs, fmt.Errorf("-sides: unknown side %q (want docket or dbos)", s))
+		}
+	}
+	if len(cfg.Sides) == 0 {
+		errs = append(errs, errors.New("-sides: none given"))
 	}
 	if len(cfg.Workloads) == 0 {
 		errs = append(errs, errors.New("-workloads: none given"))
@@ -226,6 +238,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				order = []string{"dbos", "docket"}
 			}
 			for _, side := range order {
+				if !slices.Contains(cfg.Sides, side) {
+					continue
+				}
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}

@@ -68,11 +68,16 @@ func (rep *Report) summarize() {
 			for round := 1; round <= rep.Config.Rounds; round++ {
 				a, okA := rep.find(round, w, "docket")
 				b, okB := rep.find(round, w, "dbos")
+				if okA {
+					dk = append(dk, m.get(a))
+				}
+				if okB {
+					db = append(db, m.get(b))
+				}
 				if !okA || !okB {
 					continue
 				}
 				x, y := m.get(a), m.get(b)
-				dk, db = append(dk, x), append(db, y)
 				if y > 0 {
 					ratios = append(ratios, x/y)
 					if (m.lower && x < y) || (!m.lower && x > y) {
@@ -136,8 +141,19 @@ func (rep *Report) Markdown(w io.Writer) {
 		if strings.HasPrefix(metric, "steps/s, concurrent") {
 			metric = fmt.Sprintf("steps/s, %d runs in flight", c.Concurrency)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s %s | %s %s | %.2f–**%.2f**–%.2f | %s | %d of %d rounds |\n",
-			r.Workload, metric, num(r.Docket), r.Unit, num(r.DBOS), r.Unit, r.RatioMin, r.RatioMed, r.RatioMax, better, r.AheadIn, r.RoundsCmp)
+		val := func(x float64) string {
+			if x == 0 {
+				return "—"
+			}
+			return num(x) + " " + r.Unit
+		}
+		ratio, ahead := "—", "—"
+		if r.RoundsCmp > 0 {
+			ratio = fmt.Sprintf("%.2f–**%.2f**–%.2f", r.RatioMin, r.RatioMed, r.RatioMax)
+			ahead = fmt.Sprintf("%d of %d rounds", r.AheadIn, r.RoundsCmp)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n",
+			r.Workload, metric, val(r.Docket), val(r.DBOS), ratio, better, ahead)
 	}
 }
 
