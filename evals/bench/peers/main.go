@@ -162,6 +162,9 @@ func (cfg Config) validate() error {
 
 // Run runs the whole benchmark: cluster, rounds, report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Sides == nil {
+		cfg.Sides = defaultConfig().Sides
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ func TestSmoke(t *testing.T) {
 	}
 	var log bytes.Buffer
 	cfg := Config{Rounds: 1, Steps: 3, SeqRuns: 4, Concurrency: 4, ConcRuns: 2, Warmup: 1,
-		Workloads: []string{"noop", "http"}, Log: &log}
+		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "dbos"}, Log: &log}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
