@@ -189,10 +189,17 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 			eng.close()
 		}
 	}()
-	n := 0
+	// Every run gets a new id; n counts the runs started, by both phases.
+	var (
+		mu sync.Mutex
+		n  int
+	)
 	runOne := func(tag string) error {
+		mu.Lock()
 		n++
-		return eng.run(ctx, fmt.Sprintf("%s-%d", tag, n), spec.Steps)
+		id := fmt.Sprintf("%s-%d", tag, n)
+		mu.Unlock()
+		return eng.run(ctx, id, spec.Steps)
 	}
 
 	// Sequential phase.
@@ -237,15 +244,10 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 	concurrently := func(runs int, tag string) error {
 		var wg sync.WaitGroup
 		errs := make(chan error, spec.Concurrency)
-		var mu sync.Mutex
 		for range spec.Concurrency {
 			wg.Go(func() {
 				for range runs {
-					mu.Lock()
-					n++
-					id := fmt.Sprintf("%s-%d", tag, n)
-					mu.Unlock()
-					if err := eng.run(ctx, id, spec.Steps); err != nil {
+					if err := runOne(tag); err != nil {
 						errs <- err
 						return
 					}
