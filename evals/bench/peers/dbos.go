@@ -21,8 +21,7 @@ type dbosSide struct {
 
 func openDBOS(ctx context.Context, spec childSpec, rec *recorder) (engine, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// The same client settings as docket's HTTP tools (a clone of the default
-	// transport keeping 100 idle connections per host).
+	// Configured like docket's HTTP tools (see newHTTPClient).
 	client := newHTTPClient()
 	var step func(ctx context.Context, wfID string, i int) error
 	switch spec.Workload {

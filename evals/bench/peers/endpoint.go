@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/docketrun/docket/tools/httptool"
 )
 
 // endpoint is the loopback HTTP service both sides call, in the parent
@@ -42,10 +44,10 @@ func startEndpoint() (*endpoint, error) {
 func (e *endpoint) Close() error { return e.srv.Close() }
 
 // newHTTPClient is the DBOS side's client, configured like docket's HTTP
-// tools: a clone of the default transport keeping up to 100 idle connections
-// per host (tools/httptool does the same).
+// tools: a clone of the default transport keeping as many idle connections
+// per host as tools/httptool's default client.
 func newHTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 100
+	t.MaxIdleConnsPerHost = httptool.DefaultMaxIdleConnsPerHost
 	return &http.Client{Transport: t}
 }
