@@ -75,8 +75,8 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: PostgreSQL's figures charged to docket", where)
 		}
 	}
-	if len(rep.Rows) != 2*len(metrics) {
-		t.Fatalf("got %d rows, want %d", len(rep.Rows), 2*len(metrics))
+	if len(rep.Rows) != 2*len(metrics(cfg)) {
+		t.Fatalf("got %d rows, want %d", len(rep.Rows), 2*len(metrics(cfg)))
 	}
 	var out bytes.Buffer
 	rep.Markdown(&out)
@@ -165,7 +165,7 @@ func TestReportJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Results) != 2 || len(back.Rows) != len(metrics) || back.Rows[0].RatioMed != 0.5 {
+	if len(back.Results) != 2 || len(back.Rows) != len(metrics(rep.Config)) || back.Rows[0].RatioMed != 0.5 {
 		t.Errorf("round trip lost data: %s", b)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // Report is a whole benchmark run.
@@ -41,15 +40,18 @@ type metric struct {
 	get        func(Result) float64
 }
 
-var metrics = []metric{
-	{"added latency per step, median", "µs", true, func(r Result) float64 { return r.GapP50US }},
-	{"added latency per step, p99", "µs", true, func(r Result) float64 { return r.GapP99US }},
-	{"sequential steps/s (one run at a time)", "steps/s", false, func(r Result) float64 { return r.SeqStepsPerSec }},
-	{"steps/s, concurrent runs", "steps/s", false, func(r Result) float64 { return r.ConcStepsPerSec }},
-	{"peak RSS (DBOS: its process + PostgreSQL)", "MiB", true, func(r Result) float64 { return r.PeakMiB() }},
-	{"peak RSS of the process alone (DBOS: without PostgreSQL)", "MiB", true, func(r Result) float64 { return float64(r.ChildPeakKiB) / 1024 }},
-	{"start + finish of a run (once per run)", "µs", true, func(r Result) float64 { return r.RunOverheadP50US }},
-	{"CPU per step (DBOS: + PostgreSQL)", "µs", true, func(r Result) float64 { return r.CPUPerStepUS() }},
+// metrics are the compared figures; cfg names the concurrency in its row.
+func metrics(cfg Config) []metric {
+	return []metric{
+		{"added latency per step, median", "µs", true, func(r Result) float64 { return r.GapP50US }},
+		{"added latency per step, p99", "µs", true, func(r Result) float64 { return r.GapP99US }},
+		{"sequential steps/s (one run at a time)", "steps/s", false, func(r Result) float64 { return r.SeqStepsPerSec }},
+		{fmt.Sprintf("steps/s, %d runs in flight", cfg.Concurrency), "steps/s", false, func(r Result) float64 { return r.ConcStepsPerSec }},
+		{"peak RSS (DBOS: its process + PostgreSQL)", "MiB", true, func(r Result) float64 { return r.PeakMiB() }},
+		{"peak RSS of the process alone (DBOS: without PostgreSQL)", "MiB", true, func(r Result) float64 { return float64(r.ChildPeakKiB) / 1024 }},
+		{"start + finish of a run (once per run)", "µs", true, func(r Result) float64 { return r.RunOverheadP50US }},
+		{"CPU per step (DBOS: + PostgreSQL)", "µs", true, func(r Result) float64 { return r.CPUPerStepUS() }},
+	}
 }
 
 func (rep *Report) summarize() {
@@ -62,7 +64,7 @@ func (rep *Report) summarize() {
 	}
 	rep.Rows = nil
 	for _, w := range rep.Config.Workloads {
-		for _, m := range metrics {
+		for _, m := range metrics(rep.Config) {
 			row := Row{Workload: w, Metric: m.name, Unit: m.unit, Lower: m.lower}
 			var dk, db, ratios []float64
 			for round := 1; round <= rep.Config.Rounds; round++ {
@@ -137,10 +139,6 @@ func (rep *Report) Markdown(w io.Writer) {
 		if r.Lower {
 			better = "lower"
 		}
-		metric := r.Metric
-		if strings.HasPrefix(metric, "steps/s, concurrent") {
-			metric = fmt.Sprintf("steps/s, %d runs in flight", c.Concurrency)
-		}
 		val := func(x float64) string {
 			if x == 0 {
 				return "—"
@@ -153,7 +151,7 @@ func (rep *Report) Markdown(w io.Writer) {
 			ahead = fmt.Sprintf("%d of %d rounds", r.AheadIn, r.RoundsCmp)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n",
-			r.Workload, metric, val(r.Docket), val(r.DBOS), ratio, better, ahead)
+			r.Workload, r.Metric, val(r.Docket), val(r.DBOS), ratio, better, ahead)
 	}
 }
 
