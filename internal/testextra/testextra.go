@@ -1,0 +1,44 @@
+// Package testextra decides what a test does when something outside Go that
+// it needs is missing: Node.js and the reference MCP servers, Chromium,
+// PostgreSQL's server binaries. The README's test command (make test)
+// installs them where it can; plain `go test ./...` without them skips those
+// tests, each with one line that names what is missing and how to get it.
+// When extras are required (CI=true, or DOCKET_REQUIRE_EXTRAS=1, which
+// make test sets), a missing extra fails the test instead, so a run that must
+// prove everything can never pass by skipping.
+//
+// Imports: the standard library only.
+package testextra
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// RequireEnv, when true, makes a missing extra a test failure. CI=true does
+// the same.
+const RequireEnv = "DOCKET_REQUIRE_EXTRAS"
+
+// Required reports whether a missing extra fails the test rather than skipping
+// it: CI or DOCKET_REQUIRE_EXTRAS is set to anything but "", "0" or "false".
+func Required() bool {
+	return truthy(os.Getenv("CI")) || truthy(os.Getenv(RequireEnv))
+}
+
+func truthy(v string) bool {
+	v = strings.TrimSpace(v)
+	return v != "" && v != "0" && !strings.EqualFold(v, "false")
+}
+
+// Missing ends the test because an extra is missing: what names it (and where
+// it was looked for), how says how to get it. It skips the test, or fails it
+// when Required; either way with one line.
+func Missing(t testing.TB, what, how string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("missing %s: %s (extras are required here: CI or %s is set)", what, how, RequireEnv)
+		return
+	}
+	t.Skipf("missing %s: %s (skipping; `make test` installs what it can and requires the rest)", what, how)
+}
