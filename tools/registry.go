@@ -26,6 +26,7 @@ type Registry struct {
 	entries map[string]*entry
 	names   []string
 	hash    string
+	legacy  string // Hash without bindings, as recorded by earlier versions
 }
 
 type entry struct {
@@ -115,7 +116,8 @@ func NewRegistry(ts ...Tool) (*Registry, error) {
 		return nil, &RegistryError{Problems: problems}
 	}
 	sort.Strings(r.names)
-	r.hash = r.computeHash()
+	r.hash = r.computeHash(true)
+	r.legacy = r.computeHash(false)
 	return r, nil
 }
 
@@ -441,11 +443,22 @@ func pointer(tokens []string) string {
 	return b.String()
 }
 
-// Hash is a stable digest ("sha256:<hex>") of every tool's definition (name,
-// class, canonical schemas, timeouts, key_ttl, visibility_lag, approval,
-// compensation); a change means "the tools changed". Descriptions are not part
-// of it.
+// Hash is a stable digest ("sha256:<hex>") of everything in the tool
+// definitions that changes what a call does or how it is protected: each
+// tool's name, class, canonical input and output schemas, timeout (it bounds
+// how long an earlier attempt may still take effect, so it sets when a
+// lookup's "not found" is trusted), key_ttl, visibility_lag, approval rules,
+// compensation, and its Binding (request, output pointer, key header, lookup;
+// an MCP tool's server). A change means "the tools changed". Descriptions are
+// not part of it: they only guide the model, and a recorded plan no longer
+// asks it.
 func (r *Registry) Hash() string { return r.hash }
+
+// LegacyHash is the digest earlier versions of docket recorded for the same
+// tools, which left out every Binding. A run whose recorded hash equals it
+// was started by such a version with tools whose other fields are unchanged;
+// whether their requests changed cannot be told.
+func (r *Registry) LegacyHash() string { return r.legacy }
 
 type hashedTool struct {
 	Name          string          `json:"name"`
@@ -458,6 +471,7 @@ type hashedTool struct {
 	Always        bool            `json:"approval_always"`
 	Above         []aboveLimit    `json:"approve_above,omitempty"`
 	Compensate    *hashedComp     `json:"compensate,omitempty"`
+	Binding       json.RawMessage `json:"binding,omitempty"`
 }
 
 type aboveLimit struct {
@@ -470,7 +484,7 @@ type hashedComp struct {
 	Args json.RawMessage `json:"args"`
 }
 
-func (r *Registry) computeHash() string {
+func (r *Registry) computeHash(withBinding bool) string {
 	defs := make([]hashedTool, 0, len(r.names))
 	for _, name := range r.names {
 		s := r.entries[name].spec
@@ -487,6 +501,9 @@ func (r *Registry) computeHash() string {
 		sort.Slice(h.Above, func(i, j int) bool { return h.Above[i].Arg < h.Above[j].Arg })
 		if s.Compensate != nil {
 			h.Compensate = &hashedComp{Tool: s.Compensate.Tool, Args: canonical(s.Compensate.Args)}
+		}
+		if withBinding {
+			h.Binding = canonical(s.Binding)
 		}
 		defs = append(defs, h)
 	}

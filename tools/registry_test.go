@@ -249,10 +249,23 @@ func TestHash(t *testing.T) {
 		"limit":    func(s *Spec) { s.Approval.Above["amount"] = "101" },
 		"comp":     func(s *Spec) { s.Compensate = &Compensation{Tool: "other", Args: json.RawMessage(`{}`)} },
 		"new name": func(s *Spec) { s.Name = "pay2" },
+		"binding":  func(s *Spec) { s.Binding = json.RawMessage(`{"kind":"http","request":{"url":"x"}}`) },
 	}
 	for name, mod := range differ {
 		if h := mk(mod); h == base {
 			t.Errorf("changing %s kept the hash", name)
 		}
+	}
+	// The legacy hash is the one earlier versions recorded: bindings left out,
+	// and equal to Hash for tools without one.
+	reg := func(b string) *Registry {
+		s := Spec{Name: "pay", Class: Keyed, InputSchema: json.RawMessage(paySchema), Binding: json.RawMessage(b)}
+		return mustRegistry(t, fakeTool{s})
+	}
+	if a, b := reg(""), reg(`{"url":"a"}`); a.Hash() != a.LegacyHash() || b.LegacyHash() != a.Hash() || b.Hash() == a.Hash() {
+		t.Errorf("legacy hash: %s %s %s %s", a.Hash(), a.LegacyHash(), b.Hash(), b.LegacyHash())
+	}
+	if a, b := reg(`{"a":1,"b":[2]}`), reg("{\n \"b\": [2], \"a\": 1.0}"); a.Hash() != b.Hash() {
+		t.Errorf("a binding is hashed in canonical form: %s != %s", a.Hash(), b.Hash())
 	}
 }

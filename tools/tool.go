@@ -69,6 +69,15 @@ type Spec struct {
 	VisibilityLag time.Duration
 	Approval      Approval
 	Compensate    *Compensation
+	// Binding is, as JSON, whatever else decides what a call does or how it
+	// is protected: an HTTP tool's request, output pointer, key header and
+	// lookup templates (as the file writes them); an MCP tool's server (its
+	// command or URL) and the file's output and lookup for it. It is part of
+	// Registry.Hash and is never shown: it holds no environment value, and a
+	// header or variable named like a credential appears only as a digest of
+	// its template. Nil for tools with nothing beyond the fields above (Go
+	// functions).
+	Binding json.RawMessage
 }
 
 // Call is one invocation of a tool.

@@ -412,6 +412,7 @@ type request struct {
 	headers []header
 	body    any // JSON tree; strings replaced by *template
 	hasBody bool
+	bodySrc json.RawMessage // the body as written (for the tools hash)
 }
 
 type header struct {
@@ -612,6 +613,7 @@ func (p *parser) request(raw json.RawMessage, where string, props schemaProps, e
 		} else {
 			r.body = p.bodyTemplate(v, join(where, "body"), props, env)
 			r.hasBody = true
+			r.bodySrc = raw
 		}
 	}
 	return r

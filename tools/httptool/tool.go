@@ -44,6 +44,7 @@ type Tool struct {
 type LookupTool struct{ *Tool }
 
 func (d *toolDef) build(o Options) tools.Tool {
+	d.spec.Binding = d.binding()
 	t := &Tool{spec: d.spec, call: d.call, output: d.output, keyHeader: d.keyHeader, lookup: d.lookup,
 		env: d.env, client: o.Client, now: o.Now, max: o.MaxResponseBytes}
 	if d.lookup != nil {

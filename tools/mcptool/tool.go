@@ -69,6 +69,7 @@ func newTool(s *server, mt *mcp.Tool) (tools.Tool, error) {
 		Name:        name,
 		Description: strings.TrimSpace(mt.Description),
 		InputSchema: in,
+		Binding:     s.cfg.Binding(mt.Name), // the server and the file's entry: part of the tools hash
 	}
 	if t.spec.Description == "" {
 		t.spec.Description = mt.Title
