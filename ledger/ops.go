@@ -29,11 +29,12 @@ const (
 	opCreateRun
 	opAddRevision
 	opMemo
+	opSetToolsHash
 )
 
 var opNames = [...]string{"none", "claim", "succeed", "fail", "needs_review", "resolve", "approve",
 	"reject", "edit", "skip", "compensated", "add_undo", "set_run_status", "note", "create_run",
-	"add_revision", "memo"}
+	"add_revision", "memo", "set_tools_hash"}
 
 // Op is one conditional change to the ledger; build it with the constructors
 // below. Apply commits ops atomically per call (all in one transaction, shared
@@ -287,6 +288,8 @@ func (b *batch) evalOp(o Op) (Result, error) {
 		return b.addRevision(o)
 	case opMemo:
 		return b.memo(o)
+	case opSetToolsHash:
+		return b.setToolsHash(o)
 	}
 	return errResult(fmt.Errorf("%w: unknown op", ErrInvalid)), nil
 }

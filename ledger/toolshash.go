@@ -1,0 +1,43 @@
+package ledger
+
+import "fmt"
+
+// SetToolsHash records that run runID now runs with the tool definitions
+// whose hash is hash (someone accepted a change of the tools file, DESIGN.md
+// "Runs, revisions, forks"), so that later resumes with the same tools are
+// not asked again. The run's ToolsHash becomes hash and event
+// run.tools_changed {"from", "to"} is appended in the same commit. A run that
+// already has hash is left as it is (no event): an identical repeat is
+// success. Op errors: ErrNotFound (no such run), ErrInvalid (empty hash or
+// run id).
+func SetToolsHash(runID, hash string) Op {
+	return Op{kind: opSetToolsHash, runID: runID, msg: hash}
+}
+
+func (b *batch) setToolsHash(o Op) (Result, error) {
+	if err := validID("run id", o.runID); err != nil {
+		return errResult(err), nil
+	}
+	if o.msg == "" {
+		return errResult(fmt.Errorf("%w: run %q: empty tools hash", ErrInvalid, o.runID)), nil
+	}
+	run, ok, err := b.run(o.runID)
+	if err != nil {
+		return opFailure(err)
+	}
+	if !ok {
+		return errResult(fmt.Errorf("%w: run %q", ErrNotFound, o.runID)), nil
+	}
+	if run.ToolsHash == o.msg {
+		return Result{run: run.Run}, nil
+	}
+	from := run.ToolsHash
+	run.ToolsHash = o.msg
+	if err := b.touch(run); err != nil {
+		return Result{}, err
+	}
+	if err := b.event(o.runID, "run.tools_changed", "", obj("from", from, "to", o.msg)); err != nil {
+		return Result{}, err
+	}
+	return Result{run: run.Run}, nil
+}
