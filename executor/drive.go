@@ -45,7 +45,8 @@ type driver struct {
 	nodes      map[string]*node
 	order      []string // topological, ties in plan order (no undo rows)
 	undo       map[string]ledger.Action
-	inflight   int
+	inflight   int    // actions taken by this drive whose outcome is not yet in their rows
+	settledGen uint64 // bumped whenever an action leaves inflight (its row holds its outcome)
 	failErr    string // first failure: no new action starts
 	rejected   bool   // the failure is a rejection (no compensation)
 	fatal      error  // the ledger failed: stop
@@ -227,8 +228,17 @@ func (d *driver) poke() {
 }
 
 // schedule starts ready actions until nothing is in flight and nothing more can start.
+//
+// An action counts as in flight until its outcome is in its row (leave), so
+// "nothing in flight" means every row this drive touched is up to date; and
+// the scheduler only stops when no action settled since it last looked for
+// ready ones (settledGen), so an outcome that lands between the look and the
+// check (a join whose last dependency just finished) is never missed.
 func (d *driver) schedule(ctx context.Context) {
 	for {
+		d.mu.Lock()
+		gen := d.settledGen
+		d.mu.Unlock()
 		var acts []*act
 		if ctx.Err() == nil {
 			acts, _, _ = d.start(ctx, nil, nil, nil)
@@ -238,10 +248,14 @@ func (d *driver) schedule(ctx context.Context) {
 		}
 		d.mu.Lock()
 		idle := d.inflight == 0
+		changed := d.settledGen != gen
 		stop := d.fatal != nil
 		d.mu.Unlock()
-		if idle && (len(acts) == 0 || stop) {
+		if idle && (stop || (len(acts) == 0 && !changed)) {
 			return
+		}
+		if idle && changed && len(acts) == 0 {
+			continue // an outcome landed while we looked: look again
 		}
 		select {
 		case <-d.wake:
@@ -300,10 +314,10 @@ type prepared struct {
 // results of lead.
 func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, out json.RawMessage) ([]*act, []ledger.Result, error) {
 	d.mu.Lock()
-	if finishing != nil {
-		d.inflight--
-	}
 	slots := d.e.cfg.Parallelism - d.inflight
+	if finishing != nil {
+		slots++ // its slot is free once its outcome is recorded with these claims
+	}
 	var picks []*node
 	canStart := d.fatal == nil && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
 	if canStart {
@@ -610,12 +624,12 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 		for _, s := range slots {
 			if !s.p.await {
 				s.p.n.done = true
-				d.inflight--
+				d.leaveLocked()
 			}
 		}
 		for _, a := range acts {
 			a.n.done = true
-			d.inflight--
+			d.leaveLocked()
 		}
 		d.mu.Unlock()
 		d.setFatal(fmt.Errorf("executor: run %s: write claims: %w", d.runID, err))
@@ -643,7 +657,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 				d.mu.Lock()
 				d.failLocked(fmt.Sprintf("action %s failed: %s", p.n.id, p.failed), false)
 				p.n.done = true
-				d.inflight--
+				d.leaveLocked()
 				d.mu.Unlock()
 			} else {
 				// Someone else got there first: decide from its record.
@@ -674,7 +688,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 			}
 			d.mu.Lock()
 			p.n.done = true
-			d.inflight--
+			d.leaveLocked()
 			d.mu.Unlock()
 			d.setFatal(&ActionError{RunID: d.runID, ActionID: p.n.id, Key: p.a.key, Op: "claim", Err: r.Err})
 		}
@@ -709,6 +723,21 @@ func (d *driver) claimed(a *act, n int, at time.Time) {
 	if h := d.e.cfg.Hooks.AfterClaim; h != nil {
 		h(a.n.id)
 	}
+}
+
+// leaveLocked ends an action's time in flight; call it (with d.mu held) only
+// once the action's row holds its outcome, or once this drive gave it up.
+func (d *driver) leaveLocked() {
+	d.inflight--
+	d.settledGen++
+}
+
+// leave is leaveLocked for callers not holding d.mu; it wakes the scheduler.
+func (d *driver) leave() {
+	d.mu.Lock()
+	d.leaveLocked()
+	d.mu.Unlock()
+	d.poke()
 }
 
 func (d *driver) updateRow(n *node, f func(*ledger.Action)) {

@@ -28,7 +28,7 @@ func (d *driver) work(ctx context.Context, a *act) {
 			d.release(a)
 			d.mu.Lock()
 			a.n.done = true
-			d.inflight--
+			d.leaveLocked()
 			d.mu.Unlock()
 			d.poke()
 			return
@@ -54,7 +54,12 @@ func (d *driver) release(a *act) {
 
 // succeed records a's output together with the claims of the actions it makes
 // ready, and returns those.
+//
+// a stays in flight until its row holds its outcome: a join that depends on
+// a and on an action finishing at the same time must find one of the two
+// settled, or the scheduler still waiting for the other.
 func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*act {
+	defer d.leave()
 	var lead []ledger.Op
 	if !(a.adopted && d.linked(a)) {
 		lead = []ledger.Op{ledger.Succeed(a.key, a.attempt, out)}
@@ -76,7 +81,7 @@ func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*ac
 			d.abandon(ctx, b, "not started: the output of "+a.n.id+" could not be recorded")
 			d.mu.Lock()
 			b.n.done = true
-			d.inflight--
+			d.leaveLocked()
 			d.mu.Unlock()
 		}
 		defer d.release(a)
@@ -133,7 +138,6 @@ func (d *driver) completeWith(ctx context.Context, a *act, succeed ledger.Op, ou
 	}
 	d.mu.Lock()
 	a.n.done = true
-	d.inflight--
 	d.mu.Unlock()
 	defer d.release(a)
 	res, err := d.e.led.Apply(context.WithoutCancel(ctx), succeed,
