@@ -97,8 +97,9 @@ func (t *Tool) Call(ctx context.Context, call tools.Call) (json.RawMessage, erro
 
 // Lookup runs the lookup block: found "nonempty" → a 2xx answer whose
 // selected value (after the lookup's output pointer; an array's first element)
-// is a non-empty array or object; an empty array or object, null, or 404 →
-// not found. found "status_200" → 200 is found, 404 not found. Other statuses
+// is a non-empty array or object; an empty array or object, null, an index
+// past the end of an array ("/results/0" on "results": []), or 404 → not
+// found. found "status_200" → 200 is found, 404 not found. Other statuses
 // are errors classified as for Call.
 func (t *LookupTool) Lookup(ctx context.Context, call tools.Call) (json.RawMessage, bool, error) {
 	l := t.lookup
@@ -361,7 +362,10 @@ func truncate(b []byte, n int) string {
 
 // selectOutput turns a 2xx body into the recorded output: the value at
 // pointer (or the whole JSON body); a non-JSON body becomes
-// {"status": N, "body": "text"}. firstOfArray takes an array's first element.
+// {"status": N, "body": "text"}. firstOfArray (lookups) takes an array's
+// first element unless the pointer's last step already indexed an array, and
+// an empty array or an index past the end of an array selects nothing
+// (errNothing), so that "/results" and "/results/0" select alike.
 func selectOutput(status int, body []byte, pointer string, firstOfArray bool) (json.RawMessage, error) {
 	if !json.Valid(body) {
 		if pointer != "" {
@@ -381,11 +385,14 @@ func selectOutput(status int, body []byte, pointer string, firstOfArray bool) (j
 	if err != nil {
 		return nil, err
 	}
-	v, err = resolvePointer(v, pointer)
+	v, indexed, err := resolvePointer(v, pointer)
 	if err != nil {
+		if firstOfArray && errors.Is(err, errPastEnd) {
+			return nil, errNothing
+		}
 		return nil, err
 	}
-	if arr, ok := v.([]any); ok && firstOfArray {
+	if arr, ok := v.([]any); ok && firstOfArray && !indexed {
 		if len(arr) == 0 {
 			return nil, errNothing
 		}
@@ -414,32 +421,42 @@ func splitPointer(p string) ([]string, error) {
 	return toks, nil
 }
 
-func resolvePointer(v any, p string) (any, error) {
+// errPastEnd is a pointer's index past the end of an array it reached.
+var errPastEnd = errors.New("index past the end of the array")
+
+// resolvePointer returns the value at p in v and whether p's last step
+// indexed an array. An index past the end of an array is an error wrapping
+// errPastEnd (a lookup's "not found"); any other miss is a plain error.
+func resolvePointer(v any, p string) (any, bool, error) {
 	toks, err := splitPointer(p)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	cur := v
+	indexed := false
 	for i, tk := range toks {
 		at := "/" + strings.Join(toks[:i+1], "/")
 		switch c := cur.(type) {
 		case map[string]any:
 			x, ok := c[tk]
 			if !ok {
-				return nil, fmt.Errorf("the response has nothing at %s", at)
+				return nil, false, fmt.Errorf("the response has nothing at %s", at)
 			}
-			cur = x
+			cur, indexed = x, false
 		case []any:
 			n, err := strconv.Atoi(tk)
-			if err != nil || n < 0 || n >= len(c) || (len(tk) > 1 && tk[0] == '0') {
-				return nil, fmt.Errorf("the response has nothing at %s (array of %d)", at, len(c))
+			if err != nil || n < 0 || (len(tk) > 1 && tk[0] == '0') {
+				return nil, false, fmt.Errorf("the response has nothing at %s (array of %d)", at, len(c))
 			}
-			cur = c[n]
+			if n >= len(c) {
+				return nil, false, fmt.Errorf("the response has nothing at %s (array of %d): %w", at, len(c), errPastEnd)
+			}
+			cur, indexed = c[n], true
 		default:
-			return nil, fmt.Errorf("the response has nothing at %s (%s)", at, jsonKind(cur))
+			return nil, false, fmt.Errorf("the response has nothing at %s (%s)", at, jsonKind(cur))
 		}
 	}
-	return cur, nil
+	return cur, indexed, nil
 }
 
 // errorf makes an error naming the tool and the request as written in the

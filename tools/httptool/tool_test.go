@@ -471,3 +471,52 @@ func TestSecretsNeverInErrorsOrLogs(t *testing.T) {
 		t.Errorf("request headers = %v", r.Header)
 	}
 }
+
+// TestLookupIndexedPointer: a lookup whose output pointer indexes an array
+// says "not found" for an index past the end of the array it found, and
+// "/results" and "/results/0" select alike (the first element).
+func TestLookupIndexedPointer(t *testing.T) {
+	t.Parallel()
+	var body string
+	def := func(name, found, output string) string {
+		return `{"name":"` + name + `","effect":"lookup","input_schema":{"type":"object"},
+		  "request":{"method":"POST","url":"{{env \"BASE\"}}/contacts"},
+		  "lookup":{"method":"GET","url":"{{env \"BASE\"}}/contacts?note={{key}}","found":"` + found + `","output":"` + output + `"}}`
+	}
+	b := setup(t, "["+def("whole", "nonempty", "/results")+","+def("first", "nonempty", "/results/0")+","+
+		def("deep", "nonempty", "/results/0/contact")+","+def("by_id", "status_200", "/results/0")+"]",
+		func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })
+	cases := []struct {
+		tools []string
+		body  string
+		found bool
+		out   string
+		err   string
+	}{
+		{[]string{"whole", "first", "deep"}, `{"results":[]}`, false, "", ""},
+		{[]string{"whole", "first"}, `{"results":[{"id":"c1"},{"id":"c2"}]}`, true, `{"id":"c1"}`, ""},
+		{[]string{"whole", "first"}, `{"results":[{}]}`, false, "", ""},
+		{[]string{"whole", "first"}, `{"results":[["a","b"]]}`, true, `["a","b"]`, ""},
+		{[]string{"deep"}, `{"results":[{"contact":{"id":"c1"}}]}`, true, `{"id":"c1"}`, ""},
+		{[]string{"deep"}, `{"results":[{"other":1}]}`, false, "", "the response has nothing at /results/0/contact"},
+		{[]string{"whole", "first"}, `{"other":1}`, false, "", "the response has nothing at /results"},
+		{[]string{"first"}, `{"results":{"x":1}}`, false, "", "the response has nothing at /results/0"},
+		{[]string{"by_id"}, `{"results":[{"id":"c1"}]}`, true, `{"id":"c1"}`, ""},
+		{[]string{"by_id"}, `{"results":[]}`, false, "", "the response has nothing at /results/0 (array of 0)"},
+	}
+	for _, c := range cases {
+		body = c.body
+		for _, name := range c.tools {
+			out, found, err := b.tools[name].(tools.Looker).Lookup(context.Background(), tools.Call{Key: "dk1_k", Args: json.RawMessage(`{}`)})
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Errorf("%s on %s: error %v, want %q", name, c.body, err, c.err)
+				}
+				continue
+			}
+			if err != nil || found != c.found || string(out) != c.out {
+				t.Errorf("%s on %s: got %s %v %v, want %s %v", name, c.body, out, found, err, c.out, c.found)
+			}
+		}
+	}
+}
