@@ -108,3 +108,12 @@ func (g *gate) halted() bool {
 	}
 	return false
 }
+
+// otherDrives reports whether another drive of this process holds the run's
+// gate (the caller holds one reference itself).
+func otherDrives(l *ledger.Ledger, runID string) bool {
+	gates.mu.Lock()
+	defer gates.mu.Unlock()
+	g := gates.m[gateKey{l, runID}]
+	return g != nil && g.refs > 1
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
@@ -273,7 +274,17 @@ func (d *driver) settle(ctx context.Context) error {
 	case open == 0:
 		st, ev = ledger.RunCompleted, "run.completed"
 	default:
-		return nil // work left that this drive could not start (interrupted)
+		d.mu.Lock()
+		stuck := d.readyLocked(rows)
+		d.mu.Unlock()
+		if len(stuck) > 0 && !otherDrives(d.e.led, d.runID) {
+			// Nothing is in flight, nothing waits for a person, and yet an
+			// action is ready: the scheduler missed it. Never a normal end.
+			err := &StallError{RunID: d.runID, Actions: stuck}
+			d.e.log.Error("executor bug: run stopped with ready actions not started", "run_id", d.runID, "actions", stuck)
+			return err
+		}
+		return nil // another drive of this process performs the rest
 	}
 	if st == d.g.status {
 		return nil
@@ -292,4 +303,52 @@ func (d *driver) settle(ctx context.Context) error {
 	d.g.status = st
 	d.e.log.Info("run status", "run_id", d.runID, "status", string(st), "error", errMsg)
 	return nil
+}
+
+// ErrStalled is the sentinel of StallError.
+var ErrStalled = errors.New("executor: run stopped with ready actions not started (a bug in docket)")
+
+// StallError says a drive ended with actions ready to run that it never
+// started, while nothing was in flight and nothing waited for a person. It is
+// a bug in docket, reported loudly instead of leaving the run "running": the
+// ledger is intact and driving the run again continues it.
+type StallError struct {
+	RunID   string
+	Actions []string // ready actions (approved, dependencies succeeded) never started
+}
+
+func (e *StallError) Error() string {
+	return fmt.Sprintf("executor: run %s stopped with actions %s ready but not started: this is a bug in docket, please report it; "+
+		"nothing was lost, and driving the run again (the same command) continues it", e.RunID, strings.Join(e.Actions, ", "))
+}
+
+func (e *StallError) Unwrap() error { return ErrStalled }
+
+// readyLocked lists the open actions whose dependencies all succeeded and that
+// do not wait for a person. Call with d.mu held.
+func (d *driver) readyLocked(rows []ledger.Action) []string {
+	st := make(map[string]ledger.Status, len(rows))
+	for _, r := range rows {
+		st[r.ID] = r.Status
+	}
+	var out []string
+	for _, r := range rows {
+		if r.Undo || (r.Status != ledger.StatusPending && r.Status != ledger.StatusApproved) {
+			continue
+		}
+		if n := d.nodes[r.ID]; n == nil || n.awaiting {
+			continue
+		}
+		ready := true
+		for _, dep := range r.DependsOn {
+			if st[dep] != ledger.StatusSucceeded {
+				ready = false
+				break
+			}
+		}
+		if ready {
+			out = append(out, r.ID)
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
@@ -120,4 +121,49 @@ func TestGraphShapesComplete(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestStalledDriveSaysSoLoudly checks the guard behind the fix above: a drive
+// that ends with an action ready but never started (a scheduler bug) returns
+// a StallError naming it, instead of leaving the run "running" in silence.
+// The stall is made by hand: the run is recorded, then settled without
+// scheduling anything.
+func TestStalledDriveSaysSoLoudly(t *testing.T) {
+	t.Parallel()
+	w := tooltest.NewWorld()
+	b := setup(t, []tools.Tool{w.Tool(spec("op", tools.Keyed))})
+	p := graphShapes[0].plan("op") // a, b, c depends on a and b
+	p.RunID = "stall"
+	rows, err := b.eng.initialRows(p, PolicyAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := b.led.CreateRun(ctx, ledger.Run{ID: "stall", Status: ledger.RunRunning, Revision: 1, Goal: p.Goal,
+		Policy: string(PolicyAll), ToolsHash: b.reg.Hash()}, p, rows); err != nil {
+		t.Fatal(err)
+	}
+	g := acquireGate(b.led, "stall")
+	defer releaseGate(b.led, "stall", g)
+	g.status = ledger.RunRunning
+	d := &driver{e: b.eng, runID: "stall", g: g, pol: PolicyAll, nodes: map[string]*node{}, undo: map[string]ledger.Action{},
+		firstClaim: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	recorded, err := b.led.Actions(ctx, "stall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.load(recorded); err != nil {
+		t.Fatal(err)
+	}
+	err = d.finish(ctx)
+	var se *StallError
+	if !errors.As(err, &se) || !errors.Is(err, ErrStalled) {
+		t.Fatalf("finish of a drive that started nothing: %v, want a StallError", err)
+	}
+	if fmt.Sprint(se.Actions) != "[a b]" {
+		t.Fatalf("stalled actions %v, want [a b] (c waits for them, it is not ready)", se.Actions)
+	}
+	// Driving it for real completes it: nothing was lost.
+	doc := b.resume("stall")
+	wantStatus(t, doc, ledger.RunCompleted)
 }
