@@ -276,7 +276,8 @@ func TestErrors(t *testing.T) {
 		{"bad after", "GET", "/v1/runs/nope/events?after=-1", nil, 400, "bad_request"},
 		{"bad status filter", "GET", "/v1/runs?status=sleepy", nil, 400, "bad_request"},
 		{"unknown endpoint", "GET", "/v1/nothing", nil, 404, "not_found"},
-		{"resolve nothing", "POST", "/v1/runs/nope/actions/a/resolve", `{}`, 404, "not_found"},
+		{"resolve nothing", "POST", "/v1/runs/nope/actions/a/resolve", `{"skip":true}`, 404, "not_found"},
+		{"resolve without a choice", "POST", "/v1/runs/nope/actions/a/resolve", `{}`, 400, "bad_request"},
 	}
 	for _, c := range cases {
 		var e errorBody
@@ -632,7 +633,7 @@ func TestRejectPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	b.call("POST", "/v1/runs", map[string]any{"run_id": "r-rej", "plan": onboardingPlan(t), "approve": "none"}, nil)
-	if code := b.call("POST", "/v1/runs/r-rej/reject", map[string]any{"reason": "wrong customer"}, nil); code != http.StatusOK {
+	if code := b.call("POST", "/v1/runs/r-rej/reject", map[string]any{"all": true, "reason": "wrong customer"}, nil); code != http.StatusOK {
 		t.Fatalf("reject plan = %d", code)
 	}
 	final := b.waitStatus("r-rej", ledger.RunFailed)
@@ -649,7 +650,7 @@ func TestRejectPlan(t *testing.T) {
 		t.Fatalf("no action rejected: %+v", final.Actions)
 	}
 	var e errorBody
-	if code := b.call("POST", "/v1/runs/r-rej/reject", nil, &e); code != http.StatusConflict {
+	if code := b.call("POST", "/v1/runs/r-rej/reject", map[string]any{"all": true}, &e); code != http.StatusConflict {
 		t.Fatalf("rejecting again = %d %+v, want 409", code, e)
 	}
 }

@@ -312,7 +312,7 @@ func (b *bundle) approveUntilDone(runID string) ledger.RunDoc {
 		if doc.Run.Status != ledger.RunAwaitingApproval {
 			return doc
 		}
-		if code := b.call("POST", "/v1/runs/"+runID+"/approve", map[string]any{}, nil); code != http.StatusOK {
+		if code := b.call("POST", "/v1/runs/"+runID+"/approve", map[string]any{"all": true}, nil); code != http.StatusOK {
 			b.t.Fatalf("approve = %d", code)
 		}
 	}

@@ -250,15 +250,11 @@ func (c *socket) read(ctx context.Context) {
 			return
 		}
 		c.conn.SetReadDeadline(time.Now().Add(wait))
-		var op reviewOp
-		if err := decodeStrict(data, &op); err != nil {
-			if !c.sendJSON(Message{Type: "error", Error: &apiError{Code: "bad_request", Message: err.Error()}}) {
-				return
-			}
-			continue
-		}
-		if op.Op == "" {
-			if !c.sendJSON(Message{Type: "error", ID: op.ID, Error: &apiError{Code: "bad_request", Message: "a message needs an op: approve, reject, edit, resolve, pause, resume or cancel"}}) {
+		// The same decoder as the HTTP endpoints: a field the op does not
+		// take is refused, and the whole plan is only ever "all": true.
+		op, err := decodeReview(data, reviewFrom{})
+		if err != nil {
+			if !c.sendJSON(Message{Type: "error", ID: op.ID, Op: op.Op, Error: &apiError{Code: "bad_request", Message: err.Error()}}) {
 				return
 			}
 			continue

@@ -119,7 +119,7 @@ func TestWebSocketBacklogLiveAndReview(t *testing.T) {
 	}
 	acks := make(chan wsMsg, 100)
 	approve := func(id string) {
-		if err := c.WriteJSON(map[string]any{"id": id, "op": "approve"}); err != nil {
+		if err := c.WriteJSON(map[string]any{"id": id, "op": "approve", "all": true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -378,13 +378,13 @@ func TestWebSocketAllRuns(t *testing.T) {
 	}
 	readUntil("all-1", "run.awaiting_approval")
 	// A review message names its run on this stream.
-	if err := c.WriteJSON(map[string]any{"id": "x", "op": "approve"}); err != nil {
+	if err := c.WriteJSON(map[string]any{"id": "x", "op": "approve", "all": true}); err != nil {
 		t.Fatal(err)
 	}
 	for {
 		m := read(t, c)
 		if m.Type == "error" {
-			if m.ID != "x" {
+			if m.ID != "x" || m.Error == nil || !strings.Contains(m.Error.Message, "names its run") {
 				t.Fatalf("error %+v", m)
 			}
 			break

@@ -131,7 +131,7 @@ func (c *approveCmd) Run(ctx context.Context, args []string) error {
 	}
 	runID, actions := pos[0], pos[1:]
 	if f.srv.remote() {
-		return f.remote(ctx, c.env, runID, "/approve", map[string]any{"actions": actions})
+		return f.remote(ctx, c.env, runID, "/approve", approveBody(actions))
 	}
 	s, err := f.open(ctx, c.env)
 	if err != nil {
@@ -142,6 +142,16 @@ func (c *approveCmd) Run(ctx context.Context, args []string) error {
 		return notFound(fmt.Errorf("approving %s: %w", describeTargets(runID, actions), err), runID)
 	}
 	return f.resume(ctx, c.env, s, runID)
+}
+
+// approveBody is the body of POST /v1/runs/{id}/approve: the named actions,
+// or, when none are named, the whole plan said explicitly (the service never
+// reads a missing or empty list as "everything").
+func approveBody(actions []string) map[string]any {
+	if len(actions) == 0 {
+		return map[string]any{"all": true}
+	}
+	return map[string]any{"actions": actions}
 }
 
 func describeTargets(runID string, actions []string) string {
@@ -216,9 +226,15 @@ func (c *resolveCmd) Run(ctx context.Context, args []string) error {
 		r.Done = json.RawMessage(*done)
 	}
 	if f.srv.remote() {
-		body := map[string]any{"retry": r.Retry, "skip": r.Skip}
-		if r.Done != nil {
-			body["done"] = r.Done
+		// Only the chosen field, as the service's resolve takes exactly one.
+		var body map[string]any
+		switch {
+		case r.Done != nil:
+			body = map[string]any{"done": r.Done}
+		case r.Retry:
+			body = map[string]any{"retry": true}
+		default:
+			body = map[string]any{"skip": true}
 		}
 		return f.remote(ctx, c.env, runID, "/actions/"+url.PathEscape(action)+"/resolve", body)
 	}
