@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/internal/testextra"
 	"github.com/docketrun/docket/ledger"
 )
 
@@ -55,14 +56,9 @@ func flakyEmail(t *testing.T, w *demoworld.World) string {
 // succeed live, then resolve a needs-review action while a second tab on the
 // same run follows along.
 func TestBrowserReview(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Chromium is not installed at %s; .ci/run installs it (apt-get install -y chromium)", chromiumPath)
-		}
-		t.Skipf("Chromium is not installed at %s (apt-get install -y chromium): skipping the browser test", chromiumPath)
-	}
 	if _, err := exec.LookPath(chromiumPath); err != nil {
-		t.Skipf("%s is not executable: %v", chromiumPath, err)
+		testextra.Missing(t, "Chromium at "+chromiumPath+" ("+err.Error()+")",
+			"apt-get install -y chromium (Debian's package; `make test` installs it when it runs as root or with passwordless sudo)")
 	}
 	var emailURL string
 	b := setup(t, options{toolsFile: func(w *demoworld.World) []byte {
