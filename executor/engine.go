@@ -261,7 +261,7 @@ func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOpti
 	}
 	if created {
 		e.log.Info("run created", "run_id", runID, "actions", len(rows), "policy", string(opts.Policy))
-	} else if err := e.checkTools(stored, opts); err != nil {
+	} else if err := e.checkTools(ctx, stored, opts); err != nil {
 		doc, _ := e.led.Doc(ctx, runID)
 		return doc, err
 	}
@@ -275,18 +275,39 @@ func (e *Engine) Resume(ctx context.Context, runID string, o *RunOptions) (ledge
 	if err != nil {
 		return ledger.RunDoc{}, fmt.Errorf("executor: resume run %s: %w", runID, err)
 	}
-	if err := e.checkTools(run, opts); err != nil {
+	if err := e.checkTools(ctx, run, opts); err != nil {
 		doc, _ := e.led.Doc(ctx, runID)
 		return doc, err
 	}
 	return e.drive(ctx, runID)
 }
 
-func (e *Engine) checkTools(run ledger.Run, opts RunOptions) error {
-	if cur := e.reg.Hash(); run.ToolsHash != cur && !opts.AcceptToolsChange {
-		return fmt.Errorf("%w: run %s was started with tools %s, now %s: pass AcceptToolsChange (--accept-tools-change) to resume anyway",
-			ErrToolsChanged, run.ID, run.ToolsHash, cur)
+// checkTools refuses to go on with a run whose tool definitions changed since
+// it started (ErrToolsChanged) unless opts accepts the change; an accepted
+// change is recorded on the run (ledger.SetToolsHash, event
+// run.tools_changed) before anything runs, so that later resumes with the
+// same tools go on without accepting it again.
+func (e *Engine) checkTools(ctx context.Context, run ledger.Run, opts RunOptions) error {
+	cur := e.reg.Hash()
+	if run.ToolsHash == cur {
+		return nil
 	}
+	if !opts.AcceptToolsChange {
+		var legacy string
+		if run.ToolsHash == e.reg.LegacyHash() {
+			legacy = " (the run was recorded by an earlier docket, whose tools hash left out requests, key headers and lookups: accept once if those did not change)"
+		}
+		return fmt.Errorf("%w: run %s was started with tools %s, now %s%s: pass AcceptToolsChange (--accept-tools-change) to resume anyway",
+			ErrToolsChanged, run.ID, run.ToolsHash, cur, legacy)
+	}
+	res, err := e.led.Apply(ctx, ledger.SetToolsHash(run.ID, cur))
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("executor: run %s: recording the accepted tools change: %w", run.ID, err)
+	}
+	e.log.Info("tools change accepted", "run_id", run.ID, "from", run.ToolsHash, "to", cur)
 	return nil
 }
 

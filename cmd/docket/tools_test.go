@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -83,6 +88,154 @@ func TestToolsUsage(t *testing.T) {
 		err := (&toolsCmd{env: toolsEnv(&out, &errb, nil)}).Run(context.Background(), args)
 		if code := exitCode(err); code != exitBad {
 			t.Errorf("%v: exit %d (%v)", args, code, err)
+		}
+	}
+}
+
+// fakeAPI is a small API for tools-file tests: charges (keyed by the
+// Idempotency-Key header, counted per path), mail, and contacts that can be
+// searched by the note they were created with.
+type fakeAPI struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	posts    map[string]int // requests that take effect, by path
+	contacts []map[string]any
+}
+
+func newFakeAPI(t *testing.T) *fakeAPI {
+	t.Helper()
+	a := &fakeAPI{posts: map[string]int{}}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == "GET" && r.URL.Path == "/contacts/search":
+			found := []map[string]any{}
+			for _, c := range a.contacts {
+				if c["note"] == r.URL.Query().Get("note") {
+					found = append(found, c)
+				}
+			}
+			json.NewEncoder(w).Encode(map[string]any{"results": found})
+		case r.Method == "POST" && r.URL.Path == "/contacts":
+			var in map[string]any
+			body, _ := io.ReadAll(r.Body)
+			if err := json.Unmarshal(body, &in); err != nil {
+				http.Error(w, "bad body", http.StatusBadRequest)
+				return
+			}
+			a.posts[r.URL.Path]++
+			c := map[string]any{"id": fmt.Sprintf("c%d", len(a.contacts)+1), "email": in["email"], "note": in["note"]}
+			a.contacts = append(a.contacts, c)
+			json.NewEncoder(w).Encode(map[string]any{"contact": c})
+		case r.Method == "POST":
+			a.posts[r.URL.Path]++
+			fmt.Fprintf(w, `{"id":"%s-%d"}`, strings.Trim(r.URL.Path, "/"), a.posts[r.URL.Path])
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *fakeAPI) count(path string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.posts[path]
+}
+
+func writeFile(t *testing.T, path, body string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestToolsChangeAcceptedOnce: changing a keyed tool's URL is a tools change
+// (the resume is refused, exit 2, nothing sent); --accept-tools-change
+// records the new tools on the run, so the next resume without the flag goes
+// on, and the charge already made is not made again at the new URL.
+func TestToolsChangeAcceptedOnce(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t)
+	dir := t.TempDir()
+	toolsFile := func(chargePath string) string {
+		return `{"version": 1, "tools": [
+		  {"name": "charge", "effect": "keyed", "input_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}},
+		   "request": {"method": "POST", "url": "` + api.srv.URL + chargePath + `"}, "key_header": "Idempotency-Key"},
+		  {"name": "mail", "effect": "at_most_once", "input_schema": {"type": "object", "properties": {"to": {"type": "string"}}},
+		   "request": {"method": "POST", "url": "` + api.srv.URL + `/mail"}}]}`
+	}
+	tools := writeFile(t, filepath.Join(dir, "tools.json"), toolsFile("/v1/charges"))
+	planPath := writeFile(t, filepath.Join(dir, "plan.json"), `{"goal": "charge then mail", "actions": [
+	  {"id": "charge", "tool": "charge", "args": {"amount": 5}},
+	  {"id": "mail", "tool": "mail", "args": {"to": "a@example.com"}, "depends_on": ["charge"]}]}`)
+	data := filepath.Join(dir, "data")
+	args := []string{"run", "--data", data, "--tools", tools, "--plan", planPath}
+
+	first := inproc(t, args...)
+	wantCode(t, first, exitPaused) // the mail waits for a person
+	runID := doc(t, first).RunID
+
+	writeFile(t, tools, toolsFile("/v2/charges"))
+	refused := inproc(t, args...)
+	wantCode(t, refused, exitBad)
+	if !strings.Contains(refused.stderr, "--accept-tools-change") {
+		t.Fatalf("the refusal should say how to accept the change:\n%s", refused)
+	}
+	accepted := inproc(t, append(args, "--accept-tools-change")...)
+	wantCode(t, accepted, exitPaused)
+	again := inproc(t, args...)
+	wantCode(t, again, exitPaused) // recorded: no need to accept again
+	done := inproc(t, "approve", "--data", data, "--tools", tools, runID, "mail")
+	wantCode(t, done, exitOK)
+	if d := doc(t, done); d.Status != "completed" {
+		t.Fatalf("after approving the mail: %+v", d)
+	}
+	if v1, v2, m := api.count("/v1/charges"), api.count("/v2/charges"), api.count("/mail"); v1 != 1 || v2 != 0 || m != 1 {
+		t.Fatalf("charges v1 %d, v2 %d, mails %d: want 1, 0, 1", v1, v2, m)
+	}
+}
+
+// TestLookupEmptyArrayAfterCrash: after a crash, a lookup whose search
+// answers {"results": []} means "not found" whether its output pointer is
+// "/results" or "/results/0", so the write goes out exactly once; when the
+// write went out before the crash, the lookup finds it and nothing is sent
+// again.
+func TestLookupEmptyArrayAfterCrash(t *testing.T) {
+	t.Parallel()
+	for _, ptr := range []string{"/results", "/results/0"} {
+		for _, point := range []string{"after_claim", "after_call"} {
+			t.Run(strings.Trim(ptr, "/")+"_"+point, func(t *testing.T) {
+				t.Parallel()
+				api := newFakeAPI(t)
+				dir := t.TempDir()
+				tools := writeFile(t, filepath.Join(dir, "tools.json"), `{"version": 1, "tools": [
+				  {"name": "mk", "effect": "lookup", "timeout": "1s",
+				   "input_schema": {"type": "object", "properties": {"email": {"type": "string"}}},
+				   "request": {"method": "POST", "url": "`+api.srv.URL+`/contacts", "body": {"email": "{{.email}}", "note": "{{key}}"}},
+				   "output": "/contact",
+				   "lookup": {"method": "GET", "url": "`+api.srv.URL+`/contacts/search?note={{key}}", "found": "nonempty", "output": "`+ptr+`"}}]}`)
+				planPath := writeFile(t, filepath.Join(dir, "plan.json"), `{"goal": "one contact", "actions": [
+				  {"id": "mk", "tool": "mk", "args": {"email": "a@example.com"}}]}`)
+				args := []string{"run", "--data", filepath.Join(dir, "data"), "--tools", tools, "--plan", planPath}
+				if r := child(t, point+":mk", args...); !r.killed {
+					t.Fatalf("never reached the crash point:\n%s", r)
+				}
+				resumed := inproc(t, args...)
+				wantCode(t, resumed, exitOK)
+				d := doc(t, resumed)
+				if n := api.count("/contacts"); n != 1 {
+					t.Fatalf("%d contacts created, want exactly 1\n%s", n, resumed)
+				}
+				var out struct{ ID string }
+				if err := json.Unmarshal(d.action("mk").Output, &out); err != nil || out.ID != "c1" {
+					t.Fatalf("recorded output %s (%v), want the contact c1", d.action("mk").Output, err)
+				}
+			})
 		}
 	}
 }
