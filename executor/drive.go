@@ -295,6 +295,7 @@ type act struct {
 	// that it did not take effect. Retries that then run out on calls that
 	// were not sent end in needs_review, not failed.
 	maybeDone bool
+	unknownAt time.Time // claim time of the latest attempt whose outcome is unknown
 }
 
 // prepared is what preparing a node yields.

@@ -319,15 +319,91 @@ func TestKeyInFlightRetriedThenNeedsReview(t *testing.T) {
 		return nil, tools.InFlight(time.Second, fmt.Errorf("409 key in flight"))
 	}}
 	b := setup(t, []tools.Tool{noLook{ft}})
+	start := b.clock.Now()
 	doc := b.run("r1", mkPlan(t, pa("a", "k", `{}`)), PolicySafe)
 	wantStatus(t, doc, ledger.RunPaused)
 	wantAction(t, doc, "a", ledger.StatusNeedsReview)
-	if int(calls.Load()) != b.cfg.Retry.WithDefaults().MaxAttempts {
-		t.Fatalf("calls %d", calls.Load())
+	// "In flight" is asked again until the earlier request must have ended
+	// (its claim + the call timeout + the skew margin), not just for the
+	// attempt budget: a provider may hold a key for the whole timeout.
+	cfg := b.cfg.WithDefaults()
+	if n := int(calls.Load()); n <= cfg.Retry.MaxAttempts {
+		t.Fatalf("calls %d: gave up within the attempt budget (%d)", n, cfg.Retry.MaxAttempts)
+	}
+	if waited, bound := b.clock.Now().Sub(start), cfg.CallTimeout+cfg.SkewMargin; waited < bound {
+		t.Fatalf("needs_review after %v, before the earlier request's timeout + margin (%v)", waited, bound)
 	}
 	for _, d := range b.sleepLog() {
 		if d < time.Second {
 			t.Fatalf("waited %v, less than the provider asked (1s)", d)
 		}
+	}
+}
+
+// TestKeyInFlightWaitsForTheEarlierRequest: the first request's connection
+// breaks (outcome unknown) while the provider goes on processing it for 4s of
+// a 20s timeout, answering 409 to the same key meanwhile. The executor keeps
+// asking, with backoff, and records the one effect when the provider answers.
+// Regression: four retries in about 2s, then needs_review.
+func TestKeyInFlightWaitsForTheEarlierRequest(t *testing.T) {
+	t.Parallel()
+	var b *bundle
+	var mu sync.Mutex
+	var doneAt time.Time
+	effects := 0
+	ft := &tooltest.Tool{SpecValue: tools.Spec{Name: "k", Description: "k", Class: tools.Keyed, InputSchema: objSchema, Timeout: 20 * time.Second},
+		CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := b.clock.Now()
+			switch {
+			case doneAt.IsZero():
+				doneAt = now.Add(4 * time.Second) // the provider works on it for 4s
+				effects++
+				return nil, fmt.Errorf("connection reset by peer") // the client never hears back
+			case now.Before(doneAt):
+				return nil, tools.InFlight(0, fmt.Errorf("409: a request with this key is in progress"))
+			}
+			return json.RawMessage(`{"id":"ch_1"}`), nil // the stored answer for the key
+		}}
+	b = setup(t, []tools.Tool{noLook{ft}})
+	doc := b.run("r1", mkPlan(t, pa("a", "k", `{}`)), PolicyAll)
+	wantStatus(t, doc, ledger.RunCompleted)
+	a := wantAction(t, doc, "a", ledger.StatusSucceeded)
+	if string(a.Output) != `{"id":"ch_1"}` || effects != 1 {
+		t.Fatalf("output %s, %d effects", a.Output, effects)
+	}
+	if n := len(ft.Calls()); n < 3 {
+		t.Fatalf("%d calls: want the unknown one, at least one 409, then the answer", n)
+	}
+}
+
+// TestDefiniteRefusalAfterUnknownOutcomeNeedsReview: attempt 1 commits but
+// its answer is lost (500); attempt 2 is refused with a 4xx. The refusal says
+// nothing about attempt 1, whose effect may exist: needs_review, not failed
+// (failing would also compensate, or let a person retry into a duplicate).
+func TestDefiniteRefusalAfterUnknownOutcomeNeedsReview(t *testing.T) {
+	t.Parallel()
+	for _, class := range []tools.Class{tools.Keyed, tools.Idempotent} {
+		t.Run(string(class), func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			ft := &tooltest.Tool{SpecValue: spec("t", class), CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+				if calls.Add(1) == 1 {
+					return nil, fmt.Errorf("500 internal server error after the write")
+				}
+				return nil, tools.Permanent(fmt.Errorf("400 bad request"))
+			}}
+			b := setup(t, []tools.Tool{noLook{ft}})
+			doc := b.run("r1", mkPlan(t, pa("a", "t", `{}`)), PolicyAll)
+			wantStatus(t, doc, ledger.RunPaused)
+			a := wantAction(t, doc, "a", ledger.StatusNeedsReview)
+			if !strings.Contains(a.Error, "earlier attempt's outcome is unknown") {
+				t.Fatalf("reason %q does not say why a person is asked", a.Error)
+			}
+			if n := calls.Load(); n != 2 {
+				t.Fatalf("%d calls, want 2", n)
+			}
+		})
 	}
 }

@@ -315,6 +315,7 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			}
 			a.attempt = 0
 			a.maybeDone = true
+			a.unknownAt = rec.ClaimedAt
 			cp := *rec
 			cp.State = ledger.StatusPending
 			rec = &cp
@@ -347,6 +348,7 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			next := rec.Attempt + 1
 			if stale {
 				a.maybeDone = true
+				a.unknownAt = rec.ClaimedAt
 			} else if rec.Attempt > 0 && !a.maybeDone {
 				a.maybeDone = d.earlierUnknown(ctx, a)
 			}
@@ -551,6 +553,13 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 
 	switch outcome {
 	case tools.Definite:
+		if a.maybeDone && spec.Class != tools.ReadOnly {
+			// "It did not happen" answers this attempt only: an earlier one
+			// whose outcome is unknown may have taken effect, so neither
+			// failing (and compensating) nor calling again is safe.
+			d.park(ctx, a, fmt.Sprintf("attempt %d was refused (%s), but an earlier attempt's outcome is unknown, so its effect may exist", a.attempt, msg))
+			return nil, endRecorded, false
+		}
 		if d.record(ctx, a, ledger.Fail(a.key, a.attempt, msg, false, mustJSON(map[string]string{"outcome": outcome.String()}))) {
 			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, msg })
 			log.Warn("action failed", "error", msg)
@@ -577,16 +586,28 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		}
 		return d.retry(ctx, a, outcome, after, msg, time.Time{})
 	case tools.KeyInFlight:
+		// Another request with this key is still being processed. It ends
+		// within the tool's timeout of its claim: keep asking (with backoff)
+		// until then, whatever the attempt budget, and only past that ask a
+		// person.
 		a.maybeDone = true
-		if !d.canRetry(a, after) {
-			d.park(ctx, a, fmt.Sprintf("the provider still reports the key in flight after %d attempts: %s", a.tries, msg))
+		since := d.inFlightSince(ctx, a)
+		deadline := since.Add(d.timeout(spec) + d.e.cfg.SkewMargin)
+		now := d.e.clock.Now()
+		if !now.Before(deadline) || a.tries >= maxInFlightTries {
+			d.park(ctx, a, fmt.Sprintf("the provider still reports the key in flight after %d attempts, %v after the earlier request was claimed (its timeout is %v): %s",
+				a.tries, now.Sub(since).Round(time.Millisecond), d.timeout(spec), msg))
 			return nil, endRecorded, false
 		}
-		return d.retry(ctx, a, outcome, after, msg, time.Time{})
+		if w := deadline.Sub(now); after > w {
+			after = w // look again once the earlier request must have ended
+		}
+		return d.retry(ctx, a, outcome, max(after, d.e.cfg.Retry.Base), msg, time.Time{})
 	}
 
 	// Unknown outcome: the effect may have happened. By class.
 	a.maybeDone = true
+	a.unknownAt = a.claimAt
 	switch spec.Class {
 	case tools.AtMostOnce:
 		d.park(ctx, a, "outcome unknown (at-most-once: not retried): "+msg)
@@ -811,4 +832,21 @@ func (d *driver) note(ctx context.Context, a *act, data map[string]any) {
 	if err != nil {
 		d.e.log.Warn("could not record a note", "run_id", d.runID, "action_id", a.n.id, "error", err)
 	}
+}
+
+// maxInFlightTries bounds the attempts of one drive that meet "key in flight"
+// (the backoff grows, so the tool's timeout is normally reached first).
+const maxInFlightTries = 40
+
+// inFlightSince returns when the request that a keyed provider reports in
+// flight was claimed, as well as this drive knows: the latest attempt whose
+// outcome is unknown, else the key's first claim, else our own claim.
+func (d *driver) inFlightSince(ctx context.Context, a *act) time.Time {
+	if !a.unknownAt.IsZero() {
+		return a.unknownAt
+	}
+	if t := d.firstClaimAt(ctx, a.key); !t.IsZero() {
+		return t
+	}
+	return a.claimAt
 }
