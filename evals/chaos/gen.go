@@ -152,6 +152,30 @@ func GeneratePlan(seed uint64, n int) ([]byte, int) {
 				Args: map[string]any{"to": email, "template": "receipt", "ref": ref(first, "id")}}, true)
 		}
 	}
+	// Shapes people make (a separate random stream, so the actions above
+	// stay those of earlier harness versions): a wide fan-out from a
+	// customer's contact, joined again by one action that depends on every
+	// branch and on the settings (themselves a join): fan-in, diamond and
+	// join of joins in one plan.
+	shapes := newRand(seed, "shapes", n)
+	for c := 1; c <= customers; c++ {
+		if shapes.Float64() >= 0.4 {
+			continue
+		}
+		pre := fmt.Sprintf("c%d", c)
+		contact := pre + "_contact"
+		join := []string{pre + "_settings"}
+		refs := map[string]any{}
+		for i := 1; i <= 2+shapes.IntN(5); i++ {
+			id := fmt.Sprintf("%s_fan%d", pre, i)
+			add(genAction{ID: id, Tool: ToolLead, DependsOn: []string{contact},
+				Args: map[string]any{"name": fmt.Sprintf("Referral %d of %s of %s", i, pre, run), "email": fmt.Sprintf("ref%d.%s.%s@example.test", i, pre, run)}}, false)
+			join = append(join, id)
+			refs[id] = ref(id, "id")
+		}
+		add(genAction{ID: pre + "_digest", Tool: ToolEmail, DependsOn: join,
+			Args: map[string]any{"to": fmt.Sprintf("%s.%s@example.test", pre, run), "template": "digest", "ref": ref(pre+"_settings", "account")}}, false)
+	}
 	b, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
 		panic(err) // maps of strings and numbers only: cannot fail

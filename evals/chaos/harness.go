@@ -471,6 +471,22 @@ func (h *harness) runJob(ctx context.Context, worker int, j job) RunResult {
 			continue
 		}
 		afterKill = false
+		// docket prints a Run JSON only when it could read the run.
+		if len(bytes.TrimSpace(o.stdout)) == 0 && o.code == 1 && strings.Contains(o.stderr, "opening data directory") {
+			// The ledger would not open after a kill. Counted and reported;
+			// the same command again is what a person would do.
+			res.OpenFailures++
+			if res.OpenError == "" {
+				res.OpenError = lastLine(o.stderr)
+			}
+			doc = nil
+			continue
+		}
+		if len(bytes.TrimSpace(o.stdout)) == 0 && o.code == 4 {
+			// Busy: another process held the data directory. Run it again.
+			doc = nil
+			continue
+		}
 		var d runDoc
 		if err := json.Unmarshal(o.stdout, &d); err != nil || d.RunID == "" {
 			return fail(fmt.Errorf("run %s: no Run JSON on stdout (%v): %s", runID, err, o))
@@ -494,9 +510,15 @@ func (h *harness) runJob(ctx context.Context, worker int, j job) RunResult {
 		case d.Status == "completed" || d.Status == "failed":
 		case d.Status == "paused":
 			continue
-		default:
-			// Busy, or stopped while running: run it again.
+		case o.code == 4:
+			// Busy (another process held the data directory): run it again.
 			continue
+		default:
+			// A run ends completed, failed or paused; a clean exit that
+			// leaves it anything else (a join never started, "stopped while
+			// running") is a bug in docket, never something to retry past.
+			return fail(fmt.Errorf("run %s: docket exited %d leaving the run %s (not killed, not busy): a run must end completed, failed or paused: %s",
+				runID, o.code, d.Status, o))
 		}
 		break
 	}
