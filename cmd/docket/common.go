@@ -80,7 +80,7 @@ func openLedgerConfig(ctx context.Context, cfg ledger.Config) (*ledger.Ledger, e
 	}
 	l, err := ledger.Open(ctx, cfg)
 	if errors.Is(err, ledger.ErrLocked) {
-		return nil, withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it; retry when it is done: %w", dir, err))
+		return nil, withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it (%w); retry when it is done, or, if it is docket serve, act through it: add --server URL --token T to this command", dir, err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening data directory %s: %w", dir, err)
@@ -188,24 +188,14 @@ func writeDoc(w io.Writer, doc ledger.RunDoc) error {
 	return err
 }
 
-// refusalDoc is the Run JSON printed when a command could not drive the run
-// at all (bad input, busy data directory): the run's own record was not read,
-// so it carries the request and the reason.
-func refusalDoc(runID, goal string, policy executor.Policy, status ledger.RunStatus, err error) ledger.RunDoc {
-	msg := err.Error()
-	if errors.Is(err, errQuiet) {
-		msg = "invalid command line (the problem is on stderr; see -h)"
+// storedDoc is the run as the ledger holds it, when it holds one: what a
+// command that failed prints instead of a Run JSON it would have to make up.
+func storedDoc(ctx context.Context, l *ledger.Ledger, runID string) (ledger.RunDoc, bool) {
+	if runID == "" {
+		return ledger.RunDoc{}, false
 	}
-	return ledger.RunDoc{
-		Run: ledger.Run{
-			ID:     runID,
-			Status: status,
-			Goal:   goal,
-			Policy: string(policy),
-			Error:  msg,
-		},
-		Actions: []ledger.Action{},
-	}
+	doc, err := l.Doc(context.WithoutCancel(ctx), runID)
+	return doc, err == nil
 }
 
 // runOutcome turns a run's status into the command's result: completed → nil

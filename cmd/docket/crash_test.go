@@ -116,7 +116,8 @@ func TestCrashMatrix(t *testing.T) {
 }
 
 // TestBusyDataDirectory: while one process holds the data directory, a second
-// `docket run` exits 4 with Run JSON on stdout, and so does a read command.
+// `docket run` exits 4, says so and how to act through a running service,
+// and prints no Run JSON (it cannot read the run); so does a read command.
 func TestBusyDataDirectory(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -127,12 +128,14 @@ func TestBusyDataDirectory(t *testing.T) {
 
 	busy := child(t, "", args...)
 	wantCode(t, busy, exitBusy)
-	d := doc(t, busy)
-	if d.RunID == "" || !strings.Contains(d.Error, "busy") {
-		t.Fatalf("busy Run JSON should name the run and say busy: %+v", d)
+	if busy.stdout != "" || !strings.Contains(busy.stderr, "busy") || !strings.Contains(busy.stderr, "--server URL") {
+		t.Fatalf("busy: want no Run JSON and a message that says busy and suggests --server URL\n%s", busy)
 	}
 	list := inproc(t, "runs", "list", "--data", b.data)
 	wantCode(t, list, exitBusy)
+	if !strings.Contains(list.stderr, "--server URL") {
+		t.Fatalf("busy read command should suggest --server URL\n%s", list)
+	}
 }
 
 // TestPlanMismatchAndRerun: the same run id with another plan is refused

@@ -55,17 +55,14 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		}
 		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools, mf)
 	}()
-	if doc.Run.ID == "" && err != nil {
-		status := ledger.RunFailed
-		if exitCode(err) == exitBusy {
-			// Another process holds the data directory, most likely driving
-			// this very run: it is not known to have failed.
-			status = ledger.RunRunning
+	// The Run JSON is printed when there is a run to show, as the ledger (or
+	// the service) holds it. A refusal before that (bad input, a busy data
+	// directory, a service out of reach) prints nothing on stdout: a made-up
+	// run would claim a status nobody knows.
+	if doc.Run.ID != "" {
+		if werr := writeDoc(c.env.Stdout, doc); werr != nil && err == nil {
+			err = werr
 		}
-		doc = refusalDoc(*runID, *goal, policy, status, err)
-	}
-	if werr := writeDoc(c.env.Stdout, doc); werr != nil && err == nil {
-		err = werr
 	}
 	if err != nil {
 		return err
@@ -169,13 +166,11 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 		return ledger.RunDoc{}, err
 	}
 	doc, err := eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+	if err != nil && doc.Run.ID == "" {
+		// Show the run that holds the id (if any), as it is.
+		doc, _ = storedDoc(ctx, l, *runID)
+	}
 	if errors.Is(err, executor.ErrPlanMismatch) {
-		if doc.Run.ID == "" {
-			// Show the run that holds the id, as it is.
-			if stored, derr := l.Doc(ctx, *runID); derr == nil {
-				doc = stored
-			}
-		}
 		err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: pass a new --run-id to run this plan as a new run, or use docket replay to record it as a revision of that run (%w)", *runID, err))
 	}
 	return doc, toolsChanged(err, *runID)
@@ -203,6 +198,9 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 		return ledger.RunDoc{}, err
 	}
 	doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+	if err != nil && doc.Run.ID == "" {
+		doc, _ = storedDoc(ctx, l, *runID)
+	}
 	if errors.Is(err, planner.ErrConfig) {
 		err = usageError("planning from a goal needs a model: set OPENAI_MODEL (and OPENAI_BASE_URL, OPENAI_API_KEY) or pass --model; or write the plan and pass --plan FILE (%v)", err)
 	}

@@ -71,23 +71,19 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 		}
 		return c.exec(ctx, *data, *toolsPath, req)
 	}()
-	if doc.Run.ID == "" && err != nil {
-		status := ledger.RunFailed
-		if code := exitCode(err); code == exitBusy || code == exitFailed {
-			// Busy, or a tool server out of reach: the run is not known to
-			// have failed; the same request later continues it.
-			status = ledger.RunRunning
-		}
-		doc = refusalDoc(req.RunID, req.Goal, executor.Policy(req.Approve), status, err)
-	}
 	// DESIGN.md: while a step waits for a person it says "paused", whether an
 	// approval or a review is awaited; the actions' statuses tell which.
 	outDoc := doc
 	if outDoc.Run.Status == ledger.RunAwaitingApproval {
 		outDoc.Run.Status = ledger.RunPaused
 	}
-	if werr := writeDoc(c.env.Stdout, outDoc); werr != nil && err == nil {
-		err = werr
+	// The Run JSON is printed when there is a run to show, as the ledger holds
+	// it; a refusal before that (bad input, a busy data directory, a tool
+	// server out of reach) prints nothing on stdout rather than a made-up run.
+	if outDoc.Run.ID != "" {
+		if werr := writeDoc(c.env.Stdout, outDoc); werr != nil && err == nil {
+			err = werr
+		}
 	}
 	if err != nil {
 		return err
@@ -192,6 +188,9 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 		doc, err = c.planGoal(ctx, eng, l, reg, req, opts)
 	default:
 		return ledger.RunDoc{}, withCode(exitBad, fmt.Errorf(`run %s does not exist: the first request for a step needs "plan" or "goal"`, req.RunID))
+	}
+	if err != nil && doc.Run.ID == "" {
+		doc, _ = storedDoc(ctx, l, req.RunID)
 	}
 	return doc, toolsChanged(err, req.RunID)
 }
