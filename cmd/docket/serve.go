@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,7 +133,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer l.Close()
-	named, generated, err := serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data)
+	named, generated, source, err := serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data)
 	if err != nil {
 		return err
 	}
@@ -158,9 +159,13 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return withCode(exitBad, fmt.Errorf("listening on %s: %w", *addr, err))
 	}
-	base := "http://" + ln.Addr().String()
+	base, other, everywhere := serveURL(ln.Addr(), *addr)
 
 	fmt.Fprintf(out, "docket serve: listening on %s/\n", base)
+	if everywhere {
+		fmt.Fprintf(out, "  on every network interface (--addr %s); other machines: %s/\n", *addr, other)
+		fmt.Fprintf(errOut, "docket serve: warning: --addr %s serves the API and the review page in plain HTTP on every network interface: anyone who can reach this machine can try the token, and tokens and session cookies cross the network unencrypted. Listen on 127.0.0.1 (the default) and put a TLS-terminating proxy in front to serve other machines.\n", *addr)
+	}
 	fmt.Fprintf(out, "  data directory: %s\n", *data)
 	switch {
 	case world != nil && pcfg.Model == demomodel.Model:
@@ -178,6 +183,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", filepath.Join(*data, tokenFile), generated)
 		fmt.Fprintf(out, "  open %s/ and sign in with this token\n", base)
 	} else {
+		fmt.Fprintf(out, "  token: %s\n", source)
 		fmt.Fprintf(out, "  open %s/ and sign in with your token\n", base)
 	}
 
@@ -223,8 +229,9 @@ var tokenNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
 
 // serveTokens builds the named tokens: the flags, else DOCKET_TOKEN, else the
 // token kept in the data directory, else a new one (returned as generated,
-// to be shown once).
-func serveTokens(flags []string, env, dataDir string) (named map[string]string, generated string, err error) {
+// to be shown once). source says where the tokens came from, for the
+// start-up message (never the token itself).
+func serveTokens(flags []string, env, dataDir string) (named map[string]string, generated, source string, err error) {
 	named = map[string]string{}
 	add := func(v string) error {
 		name, secret := "default", v
@@ -242,37 +249,59 @@ func serveTokens(flags []string, env, dataDir string) (named map[string]string, 
 	}
 	for _, v := range flags {
 		if err := add(v); err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 	}
 	if len(named) > 0 {
-		return named, "", nil
+		return named, "", "from --token", nil
 	}
 	if env != "" {
 		if err := add(env); err != nil {
-			return nil, "", fmt.Errorf("DOCKET_TOKEN: %w", err)
+			return nil, "", "", fmt.Errorf("DOCKET_TOKEN: %w", err)
 		}
-		return named, "", nil
+		return named, "", "from $DOCKET_TOKEN", nil
 	}
 	path := filepath.Join(dataDir, tokenFile)
 	if b, err := os.ReadFile(path); err == nil {
 		if err := add(strings.TrimSpace(string(b))); err != nil {
-			return nil, "", fmt.Errorf("%s: %w", path, err)
+			return nil, "", "", fmt.Errorf("%s: %w", path, err)
 		}
-		return named, "", nil
+		return named, "", fmt.Sprintf("generated at first start and kept in %s (read it there: cat %s)", path, path), nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, "", fmt.Errorf("reading the token: %w", err)
+		return nil, "", "", fmt.Errorf("reading the token: %w", err)
 	}
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return nil, "", fmt.Errorf("generating a token: %w", err)
+		return nil, "", "", fmt.Errorf("generating a token: %w", err)
 	}
 	tok := "dkt_" + hex.EncodeToString(raw[:])
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
-		return nil, "", fmt.Errorf("storing the generated token: %w", err)
+		return nil, "", "", fmt.Errorf("storing the generated token: %w", err)
 	}
 	named["default"] = tok
-	return named, tok, nil
+	return named, tok, "generated, kept in " + path, nil
+}
+
+// serveURL is the URL to open for a listener started with --addr flagAddr.
+// A listener on every interface (0.0.0.0, ::, or no host) prints as
+// [::]:PORT, which no browser opens: the URL names the loopback address
+// instead, other is the URL for other machines (by host name), and
+// everywhere says so.
+func serveURL(a net.Addr, flagAddr string) (base, other string, everywhere bool) {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return "http://" + a.String(), "", false
+	}
+	port := strconv.Itoa(tcp.Port)
+	loopback := "127.0.0.1"
+	if h, _, err := net.SplitHostPort(flagAddr); err == nil && strings.Contains(h, ":") {
+		loopback = "::1" // an IPv6 wildcard such as [::]
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "HOST"
+	}
+	return "http://" + net.JoinHostPort(loopback, port), "http://" + net.JoinHostPort(host, port), true
 }
 
 // --- acting through a running service (--server URL --token T) ---
@@ -330,13 +359,36 @@ func (e *serverError) Error() string {
 	return msg
 }
 
-// exitCode of a server error: refused input is 2, the rest 1.
+// exitCode of a server error: refused input is 2; a service that cannot
+// take the request now (503: shutting down, or out of space) is 4, retry
+// later; the rest 1.
 func (e *serverError) exit() int {
 	switch e.status {
 	case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusRequestEntityTooLarge, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotImplemented:
 		return exitBad
+	case http.StatusServiceUnavailable:
+		return exitBusy
 	}
 	return exitFailed
+}
+
+// errUnreachable is the error of a command whose --server could not be
+// reached, or whose answer was lost on the way: not a failed run, so it exits
+// 4 like a busy data directory (retry later).
+var errUnreachable = errors.New("the docket service is unreachable")
+
+// unreachable explains a request that got no answer. A connection that was
+// never made sent nothing; one that broke after the request was written may
+// have been carried out.
+func (c *client) unreachable(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("calling %s: %w", c.base, err) // interrupted here, not there
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return withCode(exitBusy, fmt.Errorf("%w: could not connect to %s (%v), so nothing was sent; is docket serve running there? Retry when it is", errUnreachable, c.base, op.Err))
+	}
+	return withCode(exitBusy, fmt.Errorf("%w: the connection to %s broke before its answer (%v); the request may have been carried out: see where the run is with docket runs show --server %s RUN before acting again", errUnreachable, c.base, err, c.base))
 }
 
 // do sends one request and decodes a 2xx answer into out.
@@ -368,7 +420,7 @@ func (c *client) doHeader(ctx context.Context, method, path string, body any, he
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("calling %s: %w", c.base, err)
+		return nil, c.unreachable(ctx, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

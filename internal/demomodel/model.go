@@ -11,8 +11,9 @@
 // ("action_id": "a1") to reference earlier actions' outputs
 // ("${a1.output.id}"), and closes with a one-line summary. It keeps no state:
 // every reply is a function of the request, so a replayed conversation gets
-// the same answers. Any goal it does not understand is answered with a short
-// explanation and no tool calls.
+// the same answers. A goal it cannot plan is refused (the wire's "refusal"
+// field, also in the content), saying what it knows (Knows), so the planner
+// reports it rather than recording an empty plan.
 //
 // Imports: the standard library and github.com/sashabaranov/go-openai (for the
 // wire types).
@@ -218,15 +219,22 @@ func Reply(req openai.ChatCompletionRequest) (openai.ChatCompletionMessage, int)
 	if lastUser < 0 {
 		return assistant("Tell me what to do, for example: onboard ACME: create the CRM contact, invoice 1200 EUR, email the welcome pack.")
 	}
-	g, ok := understand(req.Messages[lastUser].Content)
-	if !ok {
-		return assistant("I am docket's demo model and only plan customer onboardings against the demo world. Try: onboard ACME: create the CRM contact, invoice 1200 EUR, email the welcome pack.")
-	}
 	offered := map[string]bool{}
 	for _, t := range req.Tools {
 		if t.Function != nil {
 			offered[t.Function.Name] = true
 		}
+	}
+	// A goal it cannot plan is refused (the wire's "refusal" field), so the
+	// planner reports it instead of recording an empty plan as if nothing
+	// needed doing.
+	refuse := func(why string) (openai.ChatCompletionMessage, int) {
+		text := why + " " + Knows(offered)
+		return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text, Refusal: text}, prompt
+	}
+	g, ok := understand(req.Messages[lastUser].Content)
+	if !ok {
+		return refuse("docket's demo model cannot plan this goal: it is a scripted stand-in for a real model.")
 	}
 	// What happened since the user's message: calls made (by tool name) and
 	// their results (by call id).
@@ -265,9 +273,36 @@ func Reply(req openai.ChatCompletionRequest) (openai.ChatCompletionMessage, int)
 		return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{call}}, prompt
 	}
 	if len(calls) == 0 {
-		return assistant(fmt.Sprintf("I understood that %s should be onboarded, but the goal names no step I can plan (contact, invoice, settings, email).", g.company))
+		return refuse(fmt.Sprintf("docket's demo model understood that %s should be onboarded, but the goal names no step it can plan.", g.company))
 	}
 	return assistant(st.summary())
+}
+
+// steps are what the demo model can plan: the words of a goal that select a
+// step, and the demo world's tool that performs it, in call order.
+var steps = []struct{ words, tool string }{
+	{"price", "catalogue_price"},
+	{"contact/crm", "crm_create_contact"},
+	{"invoice AMOUNT CUR", "payments_create_invoice"},
+	{"settings", "settings_put"},
+	{"email/welcome", "email_send"},
+}
+
+// Knows says, in a few lines, what the demo model understands given the
+// tools offered (nil: any), and how to plan anything else.
+func Knows(offered map[string]bool) string {
+	var known []string
+	for _, st := range steps {
+		if offered == nil || offered[st.tool] {
+			known = append(known, st.words+" → "+st.tool)
+		}
+	}
+	if len(known) == 0 {
+		known = []string{"none: the demo world's tools are not offered"}
+	}
+	return `It knows "onboard COMPANY: ..." with these steps: ` + strings.Join(known, ", ") +
+		`; e.g. "onboard ACME: create the CRM contact, invoice 1200 EUR, email the welcome pack". ` +
+		"Other goals need a real model (OPENAI_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY) or a plan."
 }
 
 type state struct {

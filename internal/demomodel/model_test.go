@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -118,6 +119,32 @@ func TestUnknownGoal(t *testing.T) {
 	})
 	if len(msg.ToolCalls) != 0 || !strings.Contains(msg.Content, "onboard") {
 		t.Fatalf("reply = %+v", msg)
+	}
+	// It refuses (so the planner does not record an empty plan as if nothing
+	// needed doing) and says what it knows of the tools offered.
+	if !strings.Contains(msg.Refusal, "cannot plan this goal") || !strings.Contains(msg.Refusal, "email_send") || strings.Contains(msg.Refusal, "crm_create_contact") {
+		t.Fatalf("refusal = %q", msg.Refusal)
+	}
+}
+
+// Through the real planner, a goal the demo model cannot plan is a planning
+// error (refused) whose message says so and lists every step it knows, in
+// full (the planner clips refusals at 500 bytes).
+func TestUnknownGoalIsRefusedThroughThePlanner(t *testing.T) {
+	t.Parallel()
+	_, reg := setup(t)
+	p := newPlanner(t, reg, &http.Client{Transport: demomodel.Transport()}, demomodel.BaseURL)
+	for _, goal := range []string{"buy milk and send it to Bob", "onboard ACME"} {
+		res, err := p.Plan(context.Background(), planner.Request{Goal: goal})
+		var pe *planner.PlanningError
+		if !errors.As(err, &pe) || pe.Reason != planner.ReasonRefused {
+			t.Fatalf("%q: got %+v, %v; want a refusal", goal, res, err)
+		}
+		for _, w := range []string{"demo model", "catalogue_price", "crm_create_contact", "payments_create_invoice", "settings_put", "email_send", "OPENAI_MODEL", "or a plan."} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: the refusal lacks %q: %v", goal, w, err)
+			}
+		}
 	}
 }
 

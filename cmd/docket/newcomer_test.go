@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/ledger"
+)
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestServerUnreachable: a --server nobody answers on is not a failed run
+// (exit 1) but "unavailable, retry later" (exit 4), says that nothing was
+// sent, and prints no made-up Run JSON. A connection that breaks after the
+// request was sent says the request may have been carried out; a service
+// answering 503 is also exit 4.
+func TestServerUnreachable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	planPath := b.plan(t, "plan", string(demoworld.OnboardingPlan()))
+	down := "http://" + closedPort(t)
+	vars := map[string]string{"DOCKET_TOKEN": "tok-0123456789abcdef"}
+	for _, args := range [][]string{
+		{"run", "--server", down, "--plan", planPath, "--run-id", "r1"},
+		{"runs", "list", "--server", down},
+		{"runs", "show", "--server", down, "r1"},
+		{"approve", "--server", down, "r1"},
+	} {
+		r := inprocEnv(t, vars, args...)
+		if r.code != exitBusy {
+			t.Errorf("exit %d, want 4 (retry later)\n%s", r.code, r)
+			continue
+		}
+		for _, w := range []string{"unreachable", down, "nothing was sent", "docket serve running"} {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("stderr lacks %q\n%s", w, r)
+			}
+		}
+		if r.stdout != "" {
+			t.Errorf("a command that reached no service printed a Run JSON\n%s", r)
+		}
+	}
+
+	// Accepts the request, then hangs up without an answer.
+	hangup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(hangup.Close)
+	r := inprocEnv(t, vars, "runs", "list", "--server", hangup.URL)
+	if r.code != exitBusy || !strings.Contains(r.stderr, "may have been carried out") || !strings.Contains(r.stderr, "runs show --server "+hangup.URL) {
+		t.Errorf("a connection broken before the answer: want exit 4 saying the request may have been carried out\n%s", r)
+	}
+
+	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error": {"code": "shutting_down", "message": "the service is shutting down"}}`))
+	}))
+	t.Cleanup(unavailable.Close)
+	r = inprocEnv(t, vars, "run", "--server", unavailable.URL, "--plan", planPath, "--run-id", "r1")
+	if r.code != exitBusy || !strings.Contains(r.stderr, "shutting down") || r.stdout != "" {
+		t.Errorf("a 503 answer: want exit 4 and no Run JSON\n%s", r)
+	}
+}
+
+// TestStepBusyPrintsNoMadeUpRun: a step whose data directory is held by
+// another process exits 4 and prints nothing on stdout (it cannot read the
+// run; before, it printed a run "running" created at 0001-01-01).
+func TestStepBusyPrintsNoMadeUpRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l, err := ledger.Open(context.Background(), ledger.Config{Dir: b.data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := stepInproc(t, stepRequestJSON(t, "busy-step", demoworld.OnboardingPlan(), "all"), b.stepArgs()...)
+	wantCode(t, r, exitBusy)
+	if r.stdout != "" || !strings.Contains(r.stderr, "--server URL") {
+		t.Fatalf("busy step: want no stdout and a hint to use --server URL\n%s", r)
+	}
+}
+
+// TestServeEveryInterface: --addr 0.0.0.0:PORT prints a URL a browser can
+// open (not http://[::]:PORT), the URL for other machines, and a warning that
+// the API is plain HTTP on every interface.
+func TestServeEveryInterface(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := startServe(t, nil, "--data", filepath.Join(dir, "data"), "--addr", "0.0.0.0:0")
+	if !strings.HasPrefix(s.base, "http://127.0.0.1:") {
+		t.Fatalf("listening URL %q: want http://127.0.0.1:PORT\n%s", s.base, strings.Join(s.lines, "\n"))
+	}
+	resp, err := http.Get(s.base + "/healthz")
+	if err != nil {
+		t.Fatalf("the printed URL does not answer: %v", err)
+	}
+	resp.Body.Close()
+	out := strings.Join(s.lines, "\n")
+	if !strings.Contains(out, "every network interface") || !strings.Contains(out, "other machines: http://") {
+		t.Fatalf("stdout should say it listens everywhere and give the URL for other machines:\n%s", out)
+	}
+	if w := s.stderr.String(); !strings.Contains(w, "warning") || !strings.Contains(w, "plain HTTP on every network interface") {
+		t.Fatalf("no plain-HTTP warning on stderr:\n%s", w)
+	}
+
+	// The default (loopback) warns about nothing.
+	local := startServe(t, nil, "--data", filepath.Join(dir, "data2"))
+	if strings.Contains(local.stderr.String(), "plain HTTP") || strings.Contains(strings.Join(local.lines, "\n"), "every network interface") {
+		t.Fatalf("a loopback listener warned:\n%s\n%s", strings.Join(local.lines, "\n"), local.stderr)
+	}
+}
+
+// TestServeRestartSaysWhereTheTokenIs: the generated token is shown once; on
+// restart serve says which file keeps it (and still never prints it).
+func TestServeRestartSaysWhereTheTokenIs(t *testing.T) {
+	t.Parallel()
+	data := filepath.Join(t.TempDir(), "data")
+	first := startServe(t, nil, "--data", data)
+	if first.token == "" {
+		t.Fatalf("first start showed no generated token:\n%s", strings.Join(first.lines, "\n"))
+	}
+	first.stop() // (a stop this early may report the interrupted start-up)
+	second := startServe(t, nil, "--data", data)
+	out := strings.Join(second.lines, "\n")
+	path := filepath.Join(data, tokenFile)
+	if !strings.Contains(out, "kept in "+path) {
+		t.Fatalf("restart should say the token is kept in %s:\n%s", path, out)
+	}
+	if strings.Contains(out, first.token) {
+		t.Fatalf("restart printed the token:\n%s", out)
+	}
+	kept, err := os.ReadFile(path)
+	if err != nil || strings.TrimSpace(string(kept)) != first.token {
+		t.Fatalf("the token file does not hold the token: %v", err)
+	}
+	env := startServe(t, map[string]string{"DOCKET_TOKEN": "from-the-environment-0123"}, "--data", filepath.Join(t.TempDir(), "d"))
+	if !strings.Contains(strings.Join(env.lines, "\n"), "token: from $DOCKET_TOKEN") {
+		t.Fatalf("serve should say the token comes from DOCKET_TOKEN:\n%s", strings.Join(env.lines, "\n"))
+	}
+}
+
+// TestServeDemoModelUnknownGoal: with no model configured, a goal the demo
+// model cannot plan is refused (422) with a message that says so and lists
+// what it knows; no empty run is recorded as "completed".
+func TestServeDemoModelUnknownGoal(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"))
+	var answer struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	code := s.post(t, "/v1/runs", map[string]any{"run_id": "milk", "goal": "buy milk and send it to Bob"}, &answer)
+	if code != http.StatusUnprocessableEntity {
+		t.Fatalf("POST /v1/runs with a goal the demo model does not know: %d %+v, want 422", code, answer)
+	}
+	for _, w := range []string{"demo model", "onboard", "crm_create_contact", "email_send", "OPENAI_MODEL"} {
+		if !strings.Contains(answer.Error.Message, w) {
+			t.Errorf("refusal message lacks %q: %s", w, answer.Error.Message)
+		}
+	}
+	req, _ := http.NewRequest("GET", s.base+"/v1/runs", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list runList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Runs) != 0 {
+		t.Fatalf("a refused goal recorded runs: %+v", list.Runs)
+	}
+}
