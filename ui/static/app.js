@@ -14,6 +14,9 @@ const state = {
   refreshTimer: null,
   tools: {},        // name -> tool info (class, request template)
   open: {},         // action id -> "edit" | "done": an editor left open across renders
+  resolved: {},     // action id -> true: the executor filled in its references after an approval
+  planner: false,   // the server can plan a goal
+  allLive: false,   // the all-runs stream is open
 };
 
 class APIError extends Error {
@@ -76,8 +79,17 @@ function pretty(v) {
 
 function setConn(kind, text) {
   const c = $("conn");
+  c.hidden = false;
   c.className = "conn conn-" + kind;
   c.textContent = text;
+}
+
+// With no run open, the badge tells about the all-runs stream (it keeps the
+// runs list live); with a run open, about that run's stream.
+function setConnAll() {
+  if (state.ws) return;
+  if (state.allLive) setConn("on", "live");
+  else setConn("wait", "connecting…");
 }
 
 // --- sign in ---
@@ -101,6 +113,7 @@ async function start() {
 
 function showSignIn(msg) {
   $("app").hidden = true;
+  $("conn").hidden = true;
   $("signin").hidden = false;
   $("signin-error").textContent = msg || "";
   $("token").focus();
@@ -110,9 +123,16 @@ async function showApp(me) {
   $("signin").hidden = true;
   $("app").hidden = false;
   $("who").textContent = me.who;
-  if (!me.planner) {
-    $("goal").placeholder = "this server has no model configured: create runs with a plan through the API";
+  state.planner = !!me.planner;
+  // Without a model a goal cannot be planned: say so, and offer the plan form.
+  $("goal").disabled = !state.planner;
+  $("create").disabled = !state.planner;
+  $("no-model").hidden = state.planner;
+  if (!state.planner) {
+    $("goal").placeholder = "this server has no model configured";
+    $("plan-box").open = true;
   }
+  setConnAll();
   try {
     const t = await api("GET", "/v1/tools");
     for (const x of t.tools) state.tools[x.name] = x;
@@ -130,7 +150,7 @@ let listTimer = null;
 function connectAll() {
   const proto = location.protocol === "https:" ? "wss://" : "ws://";
   const ws = new WebSocket(proto + location.host + "/v1/ws");
-  ws.onopen = () => { allRetries = 0; };
+  ws.onopen = () => { allRetries = 0; state.allLive = true; setConnAll(); };
   ws.onmessage = (m) => {
     let msg;
     try { msg = JSON.parse(m.data); } catch (_) { return; }
@@ -139,7 +159,10 @@ function connectAll() {
     }
   };
   ws.onclose = () => {
-    setTimeout(connectAll, Math.min(10000, 500 * 2 ** allRetries++));
+    state.allLive = false;
+    const delay = Math.min(10000, 500 * 2 ** allRetries++);
+    if (!state.ws) setConn("off", "disconnected: reconnecting in " + Math.round(delay / 100) / 10 + "s");
+    setTimeout(connectAll, delay);
   };
 }
 
@@ -196,8 +219,50 @@ $("new-run").addEventListener("submit", async (ev) => {
   } catch (e) {
     $("new-run-error").textContent = describe(e);
   } finally {
-    btn.disabled = false;
+    btn.disabled = !state.planner;
     btn.textContent = "Plan it";
+  }
+});
+
+// --- new run from a plan (pasted or from a file) ---
+
+$("plan-file").addEventListener("change", async () => {
+  const f = $("plan-file").files[0];
+  if (!f) return;
+  $("plan-error").textContent = "";
+  try {
+    $("plan-json").value = await f.text(); // shown before it is sent
+  } catch (e) {
+    $("plan-error").textContent = "Reading " + f.name + ": " + e.message;
+  }
+});
+
+$("plan-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("plan-error").textContent = "";
+  let plan;
+  try { plan = JSON.parse($("plan-json").value); } catch (e) { $("plan-error").textContent = "Not valid JSON: " + e.message; return; }
+  // A whole POST /v1/runs body pasted by mistake: take its plan.
+  if (plan && !Array.isArray(plan.actions) && plan.plan && typeof plan.plan === "object") plan = plan.plan;
+  const btn = $("submit-plan");
+  btn.disabled = true;
+  try {
+    const doc = await api("POST", "/v1/runs", { plan, approve: $("policy").value });
+    $("plan-json").value = "";
+    $("plan-file").value = "";
+    await loadRuns();
+    selectRun(doc.run_id, doc);
+  } catch (e) {
+    $("plan-error").textContent = describe(e);
+  } finally {
+    btn.disabled = false;
+  }
+});
+
+$("plan-json").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
+    ev.preventDefault();
+    $("plan-form").requestSubmit();
   }
 });
 
@@ -216,6 +281,7 @@ function selectRun(id, doc) {
     state.doc = null;
     state.lastSeq = 0;
     state.open = {};
+    state.resolved = {};
     $("events").replaceChildren();
     $("replay-editor").hidden = true;
     history.replaceState(null, "", "#run=" + encodeURIComponent(id));
@@ -268,6 +334,7 @@ function connect() {
     if (msg.type === "event" && msg.event && state.wsRun === state.runId) {
       if (msg.event.seq <= state.lastSeq) return; // never twice
       state.lastSeq = msg.event.seq;
+      track(msg.event);
       logEvent(msg.event);
       scheduleRefresh();
       if (msg.event.type.startsWith("run.")) loadRuns();
@@ -282,6 +349,18 @@ function connect() {
     setConn("off", why + ": reconnecting in " + Math.round(delay / 100) / 10 + "s");
     state.reconnectTimer = setTimeout(() => { if (state.runId === id) connect(); }, delay);
   };
+}
+
+// track remembers which actions the executor edited by filling in their
+// references after they were approved: they wait for a second approval of
+// the resolved arguments, and the page says why.
+function track(ev) {
+  if (!ev.action_id) return;
+  if (ev.type === "action.edited") {
+    state.resolved[ev.action_id] = !!(ev.data && typeof ev.data.by === "string" && ev.data.by.startsWith("executor"));
+  } else if (ev.type !== "run.awaiting_approval") {
+    delete state.resolved[ev.action_id];
+  }
 }
 
 function logEvent(ev) {
@@ -368,6 +447,11 @@ function renderAction(a) {
   const buttons = el("div", { class: "buttons" });
   const op = (label, name, fn, cls) => buttons.append(el("button", { "data-op": name, class: cls, onclick: fn, text: label }));
   const live = state.doc && !["completed", "failed", "cancelled"].includes(state.doc.status);
+  if (live && a.status === "pending" && a.attempts === 0 && state.resolved[a.id]) {
+    li.insertBefore(el("p", { class: "resolved-note", "data-role": "resolved",
+      text: "Arguments resolved: confirm what will be sent. You approved this action before its references to earlier outputs were filled in; the arguments below are what it will send." }),
+      li.querySelector("details"));
+  }
   if (live && reviewable) {
     if (a.status === "pending") op("Approve", "approve", () => act("POST", `/actions/${enc(a.id)}/approve`, {}));
     op("Reject", "reject", () => {
@@ -469,10 +553,12 @@ async function act(method, suffix, body) {
   }
 }
 
-$("approve-all").addEventListener("click", () => act("POST", "/approve", {}));
+// The whole plan is always said explicitly: the service never reads a
+// missing or empty list as "everything".
+$("approve-all").addEventListener("click", () => act("POST", "/approve", { all: true }));
 $("reject-all").addEventListener("click", () => {
   const reason = prompt("Reject every action of " + state.runId + " that has not started? Why:", "");
-  if (reason !== null) act("POST", "/reject", { reason });
+  if (reason !== null) act("POST", "/reject", { all: true, reason });
 });
 $("pause").addEventListener("click", () => act("POST", "/pause", {}));
 $("resume").addEventListener("click", () => act("POST", "/resume", {}));
