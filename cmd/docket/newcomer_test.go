@@ -197,3 +197,44 @@ func TestServeDemoModelUnknownGoal(t *testing.T) {
 		t.Fatalf("a refused goal recorded runs: %+v", list.Runs)
 	}
 }
+
+// TestReadmeCLIReferenceShowsTools: the commands that continue a run refuse
+// to work without --tools, so the README's CLI reference shows it on each.
+func TestReadmeCLIReferenceShowsTools(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	planPath := filepath.Join(dir, "p.json")
+	if err := os.WriteFile(planPath, demoworld.OnboardingPlan(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, args string }{
+		{"approve", "r1"},
+		{"reject", "r1 a1"},
+		{"resolve", "r1 a1 --skip"},
+		{"replay", "r1 --plan " + planPath},
+		{"fork", "r1"},
+	} {
+		r := inproc(t, append([]string{c.name, "--data", data}, strings.Fields(c.args)...)...)
+		if r.code != exitBad || !strings.Contains(r.stderr, "--tools FILE is required") {
+			t.Errorf("%s without --tools: exit %d\n%s", c.name, r.code, r)
+		}
+		row := ""
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "| `docket "+c.name+" ") || strings.Contains(line, "/ `docket "+c.name+" ") {
+				row = line
+			}
+		}
+		if row == "" {
+			t.Errorf("the README's CLI reference has no row for docket %s", c.name)
+			continue
+		}
+		if !strings.Contains(row, "`docket "+c.name+" --tools F ") {
+			t.Errorf("the README's CLI reference shows docket %s without --tools F: %s", c.name, row)
+		}
+	}
+}
