@@ -605,7 +605,12 @@ func (l *Ledger) writer(writes <-chan *flight, done chan<- struct{}) {
 	var n uint64
 	for f := range writes {
 		n++
-		err := l.write(f.b)
+		// Admitted only if Badger can finish it and what it sets off
+		// (space.go); a refused batch writes nothing.
+		err := l.space.admit(commitBytes(f.b))
+		if err == nil {
+			err = l.write(f.b)
+		}
 		if err != nil {
 			err = fmt.Errorf("ledger: commit: %w", translate(err))
 			for _, r := range f.in {
@@ -660,6 +665,8 @@ func translate(err error) error {
 		return ErrClosed
 	case errors.Is(err, badger.ErrTxnTooBig):
 		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+	case isNoSpaceErr(err) && !errors.Is(err, ErrNoSpace):
+		return fmt.Errorf("%w: %v", ErrNoSpace, err)
 	}
 	return err
 }

@@ -34,6 +34,12 @@ type Config struct {
 	// SubscriberBuffer is how many live events a subscription may have queued
 	// before it ends with ErrLagged; default 4096.
 	SubscriberBuffer int
+	// MinFreeBytes is the free space kept on the data directory's file system
+	// for Badger's own writes (flushes, compaction, Close): a commit that
+	// would leave less is refused with ErrNoSpace, and a directory with less
+	// at Open is opened read-only (space.go). Default: derived from
+	// MemTableSize (59 MiB with the default 8 MiB memtables).
+	MinFreeBytes int64
 	// AfterSync, when set, is called by the committer right after each durable
 	// sync and before any acknowledgement of the writes it covered (test hook).
 	AfterSync func()
@@ -68,6 +74,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.GCInterval = cmp.Or(cfg.GCInterval, DefaultGCInterval)
 	cfg.MemTableSize = cmp.Or(cfg.MemTableSize, DefaultMemTableSize)
 	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, DefaultSubscriberBuffer)
+	cfg.MinFreeBytes = cmp.Or(cfg.MinFreeBytes, minFree(cfg))
 	return cfg
 }
 
@@ -83,6 +90,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("%w: negative GCInterval", ErrInvalid)
 	case cfg.SubscriberBuffer < 1:
 		return fmt.Errorf("%w: SubscriberBuffer must be positive", ErrInvalid)
+	case cfg.MinFreeBytes < 0:
+		return fmt.Errorf("%w: negative MinFreeBytes", ErrInvalid)
 	}
 	return nil
 }
@@ -104,6 +113,7 @@ type Ledger struct {
 
 	hub   hub
 	stats stats
+	space spaceGuard
 
 	// committer-owned state (only the committer goroutine touches these).
 	seqs     map[string]uint64 // last committed event seq per run (loaded at first use)
@@ -131,9 +141,23 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	}
 	log := cfg.Logger.With("component", "ledger")
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		if isNoSpaceErr(err) {
+			return nil, fmt.Errorf("%w on %s: creating the data directory: %v", ErrNoSpace, cfg.Dir, err)
+		}
 		return nil, fmt.Errorf("ledger: creating data directory: %w", err)
 	}
+	space := spaceGuard{dir: cfg.Dir, minFree: cfg.MinFreeBytes}
 	opts := badgerOptions(cfg, log)
+	// Opening for writing makes Badger write (a lock file, a new memtable and
+	// value-log file, flushes of what a killed process left): without the
+	// headroom, open read-only so that reads keep working (space.go).
+	free, known := freeBytes(cfg.Dir)
+	if known && free < space.minFree {
+		space.readOnly = true
+		opts = opts.WithReadOnly(true)
+		log.Warn("data directory's file system is full: opened read-only, writes are refused until it is opened again with space",
+			"dir", cfg.Dir, "free_bytes", free, "min_free_bytes", space.minFree)
+	}
 	db, err := badger.Open(opts)
 	if err != nil && !isLockErr(err) && isCrashLeftoverErr(err) {
 		// The first open after a crash can fail once on a file the killed
@@ -145,13 +169,23 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		db, err = badger.Open(opts)
 	}
 	if err != nil {
-		if isLockErr(err) {
+		switch {
+		case isLockErr(err):
 			return nil, fmt.Errorf("%w: %s", ErrLocked, cfg.Dir)
+		case space.readOnly:
+			// Nothing to read without writing first (an empty directory, or a
+			// log a killed process left that Badger must truncate).
+			return nil, fmt.Errorf("%w: it cannot be opened without writing (%v)", space.noSpace(free, space.minFree), err)
+		case isNoSpaceErr(err):
+			return nil, fmt.Errorf("%w on %s: opening: %v", ErrNoSpace, cfg.Dir, err)
 		}
 		return nil, fmt.Errorf("ledger: opening %s: %w", cfg.Dir, err)
 	}
-	if err := checkFormat(db); err != nil {
+	if err := checkFormat(db, space.readOnly); err != nil {
 		db.Close()
+		if space.readOnly && errors.Is(err, errEmptyReadOnly) {
+			return nil, fmt.Errorf("%w: a new ledger cannot be created", space.noSpace(free, space.minFree))
+		}
 		return nil, err
 	}
 	var inc [8]byte
@@ -175,6 +209,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		// per-entry overhead estimate.
 		maxBatchSize:  db.MaxBatchSize() * 3 / 4,
 		maxBatchCount: db.MaxBatchCount() * 3 / 4,
+		space:         space,
 	}
 	l.hub.init()
 	go l.commitLoop()
@@ -182,10 +217,17 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	return l, nil
 }
 
+// vlogFileSize is Badger's value-log file size for cfg: a value must fit in
+// one value-log file; the file being written is mapped and resident, so it
+// is kept small.
+func vlogFileSize(cfg Config) int64 {
+	return max(int64(32<<20), int64(cfg.MaxOutputBytes)+(1<<20))
+}
+
+func (l *Ledger) vlogFileSize() int64 { return vlogFileSize(l.cfg) }
+
 func badgerOptions(cfg Config, log *slog.Logger) badger.Options {
-	// A value must fit in one value-log file; the file being written is
-	// mapped and resident, so it is kept small.
-	vlogSize := max(int64(32<<20), int64(cfg.MaxOutputBytes)+(1<<20))
+	vlogSize := vlogFileSize(cfg)
 	return badger.DefaultOptions(cfg.Dir).
 		WithLogger(badgerLogger{log: log}).
 		// Every commit is synced inside Badger before Commit returns (WAL,
@@ -217,9 +259,13 @@ func isCrashLeftoverErr(err error) bool {
 		(strings.Contains(s, ".vlog") && strings.Contains(s, "Create a new file"))
 }
 
+// errEmptyReadOnly: an empty directory opened read-only has no format record
+// and none can be written.
+var errEmptyReadOnly = errors.New("ledger: empty directory opened read-only")
+
 // checkFormat writes the format version into an empty directory and refuses
 // a directory holding another version or other data.
-func checkFormat(db *badger.DB) error {
+func checkFormat(db *badger.DB, readOnly bool) error {
 	var have []byte
 	var empty bool
 	err := db.View(func(txn *badger.Txn) error {
@@ -247,6 +293,8 @@ func checkFormat(db *badger.DB) error {
 		return fmt.Errorf("%w: directory has format %q, this build reads %q", ErrFormat, have, formatVersion)
 	case !empty:
 		return fmt.Errorf("%w: directory holds data but no docket format record", ErrFormat)
+	case readOnly:
+		return errEmptyReadOnly
 	}
 	if err := db.Update(func(txn *badger.Txn) error {
 		return txn.Set(metaFormatKey, []byte(formatVersion))
@@ -272,6 +320,21 @@ func (l *Ledger) Close() error {
 	close(l.gcStop)
 	<-l.gcDone
 	l.hub.closeAll(ErrClosed)
+	if !l.space.readOnly {
+		// Badger's Close flushes the memtable into a table through a
+		// mapping: on a full file system that store would fault (SIGBUS).
+		// The memtable is durable in its synced write-ahead log, which the
+		// next Open replays: leave it there, and Badger open, rather than
+		// crash. (The process is expected to exit: the directory stays
+		// locked by this process until it does.)
+		if free, ok := freeBytes(l.cfg.Dir); ok {
+			if need := flushBytes(l.cfg.Dir); free < need {
+				l.log.Error("no space to flush the memtable at close: leaving it in the write-ahead log for the next open",
+					"dir", l.cfg.Dir, "free_bytes", free, "needed_bytes", need)
+				return fmt.Errorf("%w: closed without flushing the memtable (it stays in the write-ahead log, replayed at the next open)", l.space.noSpace(free, need))
+			}
+		}
+	}
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("ledger: closing badger: %w", err)
 	}
@@ -301,7 +364,16 @@ func (l *Ledger) gcLoop() {
 			continue
 		case <-t.C:
 		}
+		if l.space.readOnly {
+			continue
+		}
 		for i := 0; i < 16; i++ { // a bounded number of rewrites per tick
+			// A rewrite copies up to one value-log file's live values
+			// through the value log's mapping before deleting the file.
+			if err := l.space.admit(l.vlogFileSize()); err != nil {
+				l.log.Warn("value log GC postponed", "err", err)
+				break
+			}
 			err := l.db.RunValueLogGC(0.5)
 			if err == nil {
 				continue
