@@ -37,16 +37,17 @@ var authSchemes = []string{"bearer", "basic", "token", "digest", "bot", "apikey"
 // LiteralSecret reports whether value, the template of a header or variable
 // called name, types a credential into the tools file: the name looks like a
 // credential (CredentialName) and the value holds literal text besides its
-// {{...}} templates and an authorization scheme ("Bearer", "Basic", ...).
+// {{...}} templates, an authorization scheme ("Bearer", "Basic", ...) and
+// parameter names written before a template ("session=").
 // "Bearer {{env \"PAY_KEY\"}}" is not one; "Bearer sk_live_abc" is.
 func LiteralSecret(name, value string) bool {
 	if !CredentialName(name) {
 		return false
 	}
 	for _, w := range strings.Fields(templateAction.ReplaceAllString(value, " ")) {
-		w = strings.Trim(w, `"',;:=`)
-		if w == "" {
-			continue
+		w = strings.Trim(w, `"',;`)
+		if w == "" || strings.HasSuffix(w, "=") || strings.HasSuffix(w, ":") {
+			continue // a parameter's name before its template ("session={{env \"S\"}}")
 		}
 		known := false
 		for _, s := range authSchemes {

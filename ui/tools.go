@@ -6,11 +6,14 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/docketrun/docket/tools"
 )
 
 // requestTemplate is an HTTP tool's request as the tools file writes it, with
-// every {{env "NAME"}} masked, so the page can preview the request an action
-// will send without ever seeing a secret.
+// every {{env "NAME"}} and every header value that types a credential into
+// the file (tools.MaskHeader) masked, so the page can preview the request an
+// action will send without ever seeing a secret.
 type requestTemplate struct {
 	Method    string            `json:"method"`
 	URL       string            `json:"url"`
@@ -57,7 +60,7 @@ func parseTemplates(file []byte) (map[string]requestTemplate, error) {
 		if len(req.Headers) > 0 {
 			rt.Headers = map[string]string{}
 			for k, v := range req.Headers {
-				rt.Headers[k] = mask(v)
+				rt.Headers[k] = mask(tools.MaskHeader(k, v)) // a credential typed into the file, too
 			}
 		}
 		if len(req.Body) > 0 {

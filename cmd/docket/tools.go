@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -76,6 +78,11 @@ func (c *toolsCmd) check(path string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	for _, tl := range f.Tools {
+		if ht, ok := httpTool(tl); ok {
+			printView(out, tl.Spec().Name, ht.View())
+		}
+	}
 	for _, srv := range f.MCPServers {
 		where := "command " + srv.Command
 		if srv.URL != "" {
@@ -93,10 +100,67 @@ func (c *toolsCmd) check(path string) error {
 		sort.Strings(names)
 		for _, n := range names {
 			fmt.Fprintf(out, "  %s.%s: %s\n", srv.Name, n, srv.Tools[n].Effect)
+			if l := srv.Tools[n].Lookup; l != nil {
+				at := cmp.Or(l.Output, "the result")
+				fmt.Fprintf(out, "    lookup: calls %s.%s; found: a non-empty object or array at %s, recorded as it is; "+
+					"not found: nothing there (a missing member, an index past the end of an array), null, or an empty array or object\n",
+					srv.Name, l.Tool, at)
+			}
 		}
 	}
 	fmt.Fprintf(out, "\ntools hash %s\n", reg.Hash())
+	for _, warn := range f.Warnings {
+		fmt.Fprintf(c.env.Stderr, "docket: warning: %s\n", warn)
+	}
 	return nil
+}
+
+// httpTool returns the HTTP tool behind t, if it is one.
+func httpTool(t tools.Tool) (*httptool.Tool, bool) {
+	switch t := t.(type) {
+	case *httptool.Tool:
+		return t, true
+	case *httptool.LookupTool:
+		return t.Tool, true
+	}
+	return nil, false
+}
+
+// printView prints what a tool sends and, for a lookup, what it will do.
+// Values that type a credential into the file are masked by the view.
+func printView(out io.Writer, name string, v httptool.View) {
+	fmt.Fprintf(out, "\n%s: %s %s\n", name, v.Request.Method, v.Request.URL)
+	printHeaders(out, "  ", v.Request.Headers)
+	if len(v.Request.Body) > 0 {
+		fmt.Fprintf(out, "  body %s\n", v.Request.Body)
+	}
+	if v.KeyHeader != "" {
+		fmt.Fprintf(out, "  key in header %s\n", v.KeyHeader)
+	}
+	if v.Output != "" {
+		fmt.Fprintf(out, "  records %s of the answer\n", v.Output)
+	}
+	if l := v.Lookup; l != nil {
+		fmt.Fprintf(out, "  lookup: %s %s (found: %s)\n", l.Method, l.URL, l.Found)
+		printHeaders(out, "    ", l.Headers)
+		if len(l.Body) > 0 {
+			fmt.Fprintf(out, "    body %s\n", l.Body)
+		}
+		for _, line := range l.Explain {
+			fmt.Fprintf(out, "    %s\n", line)
+		}
+	}
+}
+
+func printHeaders(out io.Writer, indent string, h map[string]string) {
+	names := make([]string, 0, len(h))
+	for n := range h {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(out, "%sheader %s: %s\n", indent, n, h[n])
+	}
 }
 
 func details(s tools.Spec, looks bool) string {

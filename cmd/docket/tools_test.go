@@ -239,3 +239,57 @@ func TestLookupEmptyArrayAfterCrash(t *testing.T) {
 		}
 	}
 }
+
+// TestToolsCheckSecretsAndLookups: tools check warns about a credential typed
+// into the file and never prints it, and says what each lookup will do.
+func TestToolsCheckSecretsAndLookups(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := writeFile(t, filepath.Join(dir, "tools.json"), `{"version": 1, "tools": [
+	  {"name": "mk", "effect": "lookup", "input_schema": {"type": "object"},
+	   "request": {"method": "POST", "url": "https://crm.example.com/contacts",
+	               "headers": {"Authorization": "Bearer sk_live_typed_in", "X-Api-Key": "{{env \"CRM_KEY\"}}", "X-Tenant": "acme"},
+	               "body": {"note": "{{key}}", "api_token": "tok_typed_in"}},
+	   "output": "/contact",
+	   "lookup": {"method": "GET", "url": "https://crm.example.com/contacts?note={{key}}", "headers": {"Cookie": "session=abc123typed"},
+	              "found": "nonempty", "output": "/results/0"}}],
+	 "mcp_servers": [{"name": "gh", "command": "gh-mcp", "env": {"GITHUB_TOKEN": "ghp_typed_in"},
+	   "tools": {"create_issue": {"effect": "lookup", "lookup": {"tool": "search_issues", "args": {"q": "${input.title}"}, "found": "nonempty", "output": "/items"}}}}]}`)
+	var out, errb bytes.Buffer
+	cmd := &toolsCmd{env: toolsEnv(&out, &errb, map[string]string{"CRM_KEY": "crm-key-from-env"})}
+	if err := cmd.Run(context.Background(), []string{"check", "--tools", path}); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	all := out.String() + errb.String()
+	for _, secret := range []string{"sk_live_typed_in", "tok_typed_in", "abc123typed", "ghp_typed_in", "crm-key-from-env"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("%s was printed:\n%s", secret, all)
+		}
+	}
+	for _, want := range []string{
+		`tool "mk": request.headers.Authorization: header Authorization looks like a credential typed into the tools file`,
+		`tool "mk": lookup.headers.Cookie: header Cookie looks like a credential`,
+		`mcp_servers[0].env.GITHUB_TOKEN: variable GITHUB_TOKEN looks like a credential`,
+	} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+	for _, bad := range []string{"X-Api-Key looks like", "X-Tenant looks like"} {
+		if strings.Contains(errb.String(), bad) {
+			t.Errorf("warned about a header that is not typed in (%s):\n%s", bad, errb.String())
+		}
+	}
+	for _, want := range []string{
+		"header Authorization: ••••", `header X-Api-Key: {{env "CRM_KEY"}}`, "header X-Tenant: acme", "header Cookie: ••••",
+		`"api_token":"••••"`,
+		"found: a 2xx answer with a non-empty object or array at /results/0; records that value",
+		"not found: a 404 answer, or at /results/0 null, an empty array or object (or an empty first element), or an index past the end of an array",
+		"what it records must have the shape of the call's /contact",
+		"lookup: calls gh.search_issues; found: a non-empty object or array at /items",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -34,6 +34,10 @@ type File struct {
 	Tools []tools.Tool
 	// MCPServers are the file's mcp_servers entries, checked but not connected.
 	MCPServers []MCPServer
+	// Warnings are things that work but should change: a credential typed
+	// into the file (a header or variable named like one, with a literal
+	// value instead of {{env "NAME"}}). They never quote the value.
+	Warnings []Problem
 
 	client *http.Client
 }
@@ -197,13 +201,25 @@ func ParseOptions(data []byte, opts Options) (*File, error) {
 	if len(p.problems) > 0 {
 		return nil, &LoadError{Problems: p.problems}
 	}
+	f.Warnings = p.warnings
 	return f, nil
 }
 
 type parser struct {
 	opts     Options
 	problems []Problem
+	warnings []Problem
 	tool     string // current tool, for problems
+}
+
+// secret warns when a header or variable named like a credential has a
+// literal value in the file (tools.LiteralSecret).
+func (p *parser) secret(field, kind, name, value string) {
+	if tools.LiteralSecret(name, value) {
+		p.warnings = append(p.warnings, Problem{Tool: p.tool, Field: field, Msg: fmt.Sprintf(
+			"%s %s looks like a credential typed into the tools file: anyone who can read the file (or a tools listing) sees it; "+
+				"put it in the environment and write {{env \"NAME\"}} (it is masked when shown)", kind, name)})
+	}
 }
 
 func (p *parser) add(field, format string, a ...any) {
@@ -588,7 +604,9 @@ func (p *parser) request(raw json.RawMessage, where string, props schemaProps, e
 			p.checkURL(r, join(where, "url"), env)
 		}
 	}
-	for name, v := range p.strMap(m, where, "headers") {
+	hdrs := p.strMap(m, where, "headers")
+	for _, name := range sortedKeys(hdrs) {
+		v := hdrs[name]
 		hw := join(where, "headers."+name)
 		if !headerName.MatchString(name) {
 			p.add(hw, "invalid header name")
@@ -600,6 +618,7 @@ func (p *parser) request(raw json.RawMessage, where string, props schemaProps, e
 			continue
 		}
 		p.useTemplate(t, hw, props, env)
+		p.secret(hw, "header", name, v)
 		r.headers = append(r.headers, header{name: http.CanonicalHeaderKey(name), value: t})
 	}
 	sort.Slice(r.headers, func(i, j int) bool { return r.headers[i].name < r.headers[j].name })
@@ -917,11 +936,15 @@ func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
 	}
 	s.Env = p.strMap(m, where, "env")
 	s.Headers = p.strMap(m, where, "headers")
-	for kind, vals := range map[string]map[string]string{"env": s.Env, "headers": s.Headers} {
-		for k, v := range vals {
+	for _, kind := range []string{"env", "headers"} {
+		vals := map[string]map[string]string{"env": s.Env, "headers": s.Headers}[kind]
+		for _, k := range sortedKeys(vals) {
+			v := vals[k]
 			if _, err := ExpandEnv(v, p.opts.Env); err != nil {
 				p.add(join(where, kind+"."+k), "%v", err)
 			}
+			what := map[string]string{"env": "variable", "headers": "header"}[kind]
+			p.secret(join(where, kind+"."+k), what, k, v)
 		}
 	}
 	if raw, ok := m["trust_annotations"]; ok {
