@@ -26,6 +26,23 @@ var (
 	ErrNotReviewable = errors.New("executor: action is not in a state that allows this")      // approve after claim, etc.
 )
 
+// invalidPlan wraps the problems a plan's validation found so that
+// errors.Is(err, ErrInvalidPlan) holds without saying "invalid plan" twice:
+// plan.Errors already reads "invalid plan: ...".
+func invalidPlan(err error) error { return invalidPlanError{err} }
+
+type invalidPlanError struct{ err error }
+
+func (e invalidPlanError) Error() string {
+	var pe plan.Errors
+	if errors.As(e.err, &pe) {
+		return e.err.Error()
+	}
+	return "invalid plan: " + e.err.Error()
+}
+
+func (e invalidPlanError) Unwrap() []error { return []error{ErrInvalidPlan, e.err} }
+
 // ActionError says which run, action and key an error is about. It wraps the
 // cause; errors.Is(err, ErrNotReviewable) and ledger sentinels work through it.
 type ActionError struct {
@@ -233,7 +250,7 @@ func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOpti
 		return ledger.RunDoc{}, fmt.Errorf("%w: run %s: no plan", ErrInvalidPlan, runID)
 	}
 	if err := p.Validate(e.reg); err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("%w: run %s: %w", ErrInvalidPlan, runID, err)
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: %w", runID, invalidPlan(err))
 	}
 	pc := *p
 	pc.RunID = runID
@@ -362,7 +379,7 @@ func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan) (ledger
 		return ledger.RunDoc{}, fmt.Errorf("%w: replay run %s: no plan", ErrInvalidPlan, runID)
 	}
 	if err := p.Validate(e.reg); err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("%w: replay run %s: %w", ErrInvalidPlan, runID, err)
+		return ledger.RunDoc{}, fmt.Errorf("executor: replay run %s: %w", runID, invalidPlan(err))
 	}
 	run, err := e.led.GetRun(ctx, runID)
 	if err != nil {

@@ -138,7 +138,7 @@ func (e *Engine) Edit(ctx context.Context, runID, actionID string, args json.Raw
 		return &ActionError{RunID: runID, ActionID: actionID, Op: "edit", Err: ledger.ErrNotFound}
 	}
 	if err := pc.Validate(e.reg); err != nil {
-		return &ActionError{RunID: runID, ActionID: actionID, Op: "edit", Err: fmt.Errorf("%w: %w", ErrInvalidPlan, err)}
+		return &ActionError{RunID: runID, ActionID: actionID, Op: "edit", Err: invalidPlan(err)}
 	}
 	return e.applyReview(ctx, runID, "edit", []string{actionID}, []ledger.Op{ledger.Edit(runID, actionID, args, by)})
 }

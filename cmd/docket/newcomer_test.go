@@ -238,3 +238,41 @@ func TestReadmeCLIReferenceShowsTools(t *testing.T) {
 		}
 	}
 }
+
+// TestNoDoublePrefix: an edit or a replay that does not fit the tools says
+// "invalid plan" once, not "invalid plan: invalid plan:" (nor "executor:
+// invalid plan: ... invalid plan:").
+func TestNoDoublePrefix(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"))
+	var created struct {
+		Actions []struct {
+			ID string `json:"id"`
+		} `json:"actions"`
+	}
+	if code := s.post(t, "/v1/runs", map[string]any{"run_id": "dp", "plan": json.RawMessage(demoworld.OnboardingPlan()), "approve": "none"}, &created); code != http.StatusCreated || len(created.Actions) == 0 {
+		t.Fatalf("creating the run: %d %+v", code, created)
+	}
+	var answer struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	code := s.post(t, "/v1/runs/dp/actions/"+created.Actions[0].ID+"/edit", map[string]any{"args": map[string]any{"bogus": 1}}, &answer)
+	if code != http.StatusUnprocessableEntity {
+		t.Fatalf("edit with bad args: %d %s", code, answer.Error.Message)
+	}
+	if n := strings.Count(answer.Error.Message, "invalid plan"); n != 1 {
+		t.Errorf("edit refusal says \"invalid plan\" %d times: %s", n, answer.Error.Message)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"actions": [{"id": "x", "tool": "email_send", "args": {"to": 1}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := inprocEnv(t, map[string]string{"DOCKET_TOKEN": s.token}, "replay", "--server", s.base, "dp", "--plan", bad)
+	wantCode(t, r, exitBad)
+	if n := strings.Count(r.stderr, "invalid plan"); n != 1 {
+		t.Errorf("replay refusal says \"invalid plan\" %d times:\n%s", n, r)
+	}
+}

@@ -186,7 +186,7 @@ func (a *Activities) RunPlan(ctx context.Context, req Request) (Result, error) {
 	if len(req.Plan) > 0 {
 		p, perr := plan.Decode(req.Plan)
 		if perr != nil {
-			return Result{}, badRequest(fmt.Errorf("run %s: invalid plan: %w", runID, perr), nil)
+			return Result{}, badRequest(fmt.Errorf("run %s: %w", runID, perr), nil)
 		}
 		doc, err = a.eng.Run(ctx, runID, p, opts)
 	} else {
