@@ -272,7 +272,7 @@ func TestNoDoublePrefix(t *testing.T) {
 	}
 	r := inprocEnv(t, map[string]string{"DOCKET_TOKEN": s.token}, "replay", "--server", s.base, "dp", "--plan", bad)
 	wantCode(t, r, exitBad)
-	if n := strings.Count(r.stderr, "invalid plan"); n != 1 {
+	if n := strings.Count(r.stderr, "invalid plan"); n != 1 || strings.Contains(r.stderr, "invalid_plan: invalid plan") {
 		t.Errorf("replay refusal says \"invalid plan\" %d times:\n%s", n, r)
 	}
 }

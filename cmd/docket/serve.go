@@ -352,7 +352,7 @@ type serverError struct {
 }
 
 func (e *serverError) Error() string {
-	msg := fmt.Sprintf("server answered %d %s: %s", e.status, e.Code, e.Message)
+	msg := fmt.Sprintf("the service answered %d (%s): %s", e.status, e.Code, e.Message)
 	if len(e.Details) > 0 && string(e.Details) != "null" {
 		msg += " " + string(e.Details)
 	}
