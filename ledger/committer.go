@@ -607,7 +607,7 @@ func (l *Ledger) writer(writes <-chan *flight, done chan<- struct{}) {
 		n++
 		// Admitted only if Badger can finish it and what it sets off
 		// (space.go); a refused batch writes nothing.
-		err := l.space.admit(commitBytes(f.b))
+		err := l.space.admit(commitBytes(f.b), l.log)
 		if err == nil {
 			err = l.write(f.b)
 		}

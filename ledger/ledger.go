@@ -113,7 +113,7 @@ type Ledger struct {
 
 	hub   hub
 	stats stats
-	space spaceGuard
+	space *spaceGuard
 
 	// committer-owned state (only the committer goroutine touches these).
 	seqs     map[string]uint64 // last committed event seq per run (loaded at first use)
@@ -146,36 +146,39 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		}
 		return nil, fmt.Errorf("ledger: creating data directory: %w", err)
 	}
-	space := spaceGuard{dir: cfg.Dir, minFree: cfg.MinFreeBytes}
+	space := &spaceGuard{dir: cfg.Dir, minFree: cfg.MinFreeBytes, reserve: reserveBytes(cfg)}
 	opts := badgerOptions(cfg, log)
 	// Opening for writing makes Badger write (a lock file, a new memtable and
 	// value-log file, flushes of what a killed process left): without the
-	// headroom, open read-only so that reads keep working (space.go).
+	// headroom, open read-only so that reads keep working, or, where Badger
+	// cannot open read-only, for writing in the reserve's space (space.go).
 	free, known := freeBytes(cfg.Dir)
+	var db *badger.DB
+	var err error
 	if known && free < space.minFree {
-		space.readOnly = true
-		opts = opts.WithReadOnly(true)
-		log.Warn("data directory's file system is full: opened read-only, writes are refused until it is opened again with space",
-			"dir", cfg.Dir, "free_bytes", free, "min_free_bytes", space.minFree)
-	}
-	db, err := badger.Open(opts)
-	if err != nil && !isLockErr(err) && isCrashLeftoverErr(err) {
-		// The first open after a crash can fail once on a file the killed
-		// process left half-made; the failed open repairs it and a second
-		// open succeeds: a memtable file (upstream badger#2207), or an empty
-		// value-log file, which Badger truncates and then reports as "Create
-		// a new file" (seen by the chaos harness in ~0.3% of SIGKILLs).
-		log.Warn("retrying open after a crash leftover", "err", err)
-		db, err = badger.Open(opts)
+		db, err = openBadger(opts.WithReadOnly(true), log)
+		switch {
+		case err == nil:
+			space.readOnly = true
+			log.Warn("the data directory's file system is full: opened read-only; writes are refused until it is opened again with space",
+				"dir", cfg.Dir, "free_bytes", free, "min_free_bytes", space.minFree)
+		case isLockErr(err):
+		case space.releaseReserve(log):
+			log.Warn("the data directory cannot be opened read-only; opening it for writing in the reserve's space, writes are refused until space is freed",
+				"dir", cfg.Dir, "read_only_err", err)
+			db, err = openBadger(opts, log)
+		default:
+			// Nothing to read without writing first (an empty directory, or a
+			// log a killed process left that Badger must truncate).
+			return nil, fmt.Errorf("%w: it cannot be opened without writing (%v)", space.noSpace(free, space.minFree), err)
+		}
+	} else {
+		db, err = openBadger(opts, log)
 	}
 	if err != nil {
 		switch {
 		case isLockErr(err):
 			return nil, fmt.Errorf("%w: %s", ErrLocked, cfg.Dir)
-		case space.readOnly:
-			// Nothing to read without writing first (an empty directory, or a
-			// log a killed process left that Badger must truncate).
-			return nil, fmt.Errorf("%w: it cannot be opened without writing (%v)", space.noSpace(free, space.minFree), err)
 		case isNoSpaceErr(err):
 			return nil, fmt.Errorf("%w on %s: opening: %v", ErrNoSpace, cfg.Dir, err)
 		}
@@ -211,6 +214,9 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		maxBatchCount: db.MaxBatchCount() * 3 / 4,
 		space:         space,
 	}
+	if free, ok := freeBytes(cfg.Dir); ok {
+		space.keepReserve(free, 0, log)
+	}
 	l.hub.init()
 	go l.commitLoop()
 	go l.gcLoop()
@@ -225,6 +231,21 @@ func vlogFileSize(cfg Config) int64 {
 }
 
 func (l *Ledger) vlogFileSize() int64 { return vlogFileSize(l.cfg) }
+
+// openBadger opens Badger with opts, retrying once after a crash leftover.
+func openBadger(opts badger.Options, log *slog.Logger) (*badger.DB, error) {
+	db, err := badger.Open(opts)
+	if err != nil && !isLockErr(err) && isCrashLeftoverErr(err) {
+		// The first open after a crash can fail once on a file the killed
+		// process left half-made; the failed open repairs it and a second
+		// open succeeds: a memtable file (upstream badger#2207), or an empty
+		// value-log file, which Badger truncates and then reports as "Create
+		// a new file" (seen by the chaos harness in ~0.3% of SIGKILLs).
+		log.Warn("retrying open after a crash leftover", "err", err)
+		db, err = badger.Open(opts)
+	}
+	return db, err
+}
 
 func badgerOptions(cfg Config, log *slog.Logger) badger.Options {
 	vlogSize := vlogFileSize(cfg)
@@ -323,12 +344,17 @@ func (l *Ledger) Close() error {
 	if !l.space.readOnly {
 		// Badger's Close flushes the memtable into a table through a
 		// mapping: on a full file system that store would fault (SIGBUS).
-		// The memtable is durable in its synced write-ahead log, which the
-		// next Open replays: leave it there, and Badger open, rather than
-		// crash. (The process is expected to exit: the directory stays
-		// locked by this process until it does.)
+		// Give the reserve back for it; if even that is not enough, the
+		// memtable stays in its synced write-ahead log, which the next Open
+		// replays: leave it there, and Badger open, rather than crash. (The
+		// process is expected to exit: the directory stays locked by this
+		// process until it does.)
 		if free, ok := freeBytes(l.cfg.Dir); ok {
-			if need := flushBytes(l.cfg.Dir); free < need {
+			need := flushBytes(l.cfg.Dir)
+			if free < need && l.space.releaseReserve(l.log) {
+				free, _ = freeBytes(l.cfg.Dir)
+			}
+			if free < need {
 				l.log.Error("no space to flush the memtable at close: leaving it in the write-ahead log for the next open",
 					"dir", l.cfg.Dir, "free_bytes", free, "needed_bytes", need)
 				return fmt.Errorf("%w: closed without flushing the memtable (it stays in the write-ahead log, replayed at the next open)", l.space.noSpace(free, need))
@@ -370,7 +396,7 @@ func (l *Ledger) gcLoop() {
 		for i := 0; i < 16; i++ { // a bounded number of rewrites per tick
 			// A rewrite copies up to one value-log file's live values
 			// through the value log's mapping before deleting the file.
-			if err := l.space.admit(l.vlogFileSize()); err != nil {
+			if err := l.space.admit(l.vlogFileSize(), l.log); err != nil {
 				l.log.Warn("value log GC postponed", "err", err)
 				break
 			}

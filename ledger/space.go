@@ -3,9 +3,11 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -57,11 +59,20 @@ var ErrNoSpace = errors.New("ledger: no space left")
 // read-only open of a directory a killed process left unflushed (it would
 // have to truncate the log): then Open itself returns ErrNoSpace.
 //
-// What this cannot prevent: another process taking the headroom between our
-// check and Badger's background writes. Close re-checks before Badger's
-// final flush and, if the flush cannot fit, leaves the memtable in its
-// (synced) write-ahead log, which the next Open replays, instead of
-// faulting.
+// A full disk is usually filled by someone else, down to the last byte, after
+// our last commit; Badger's Close must still flush the memtable into a table,
+// and a read-only open refuses a directory whose write-ahead log was not
+// flushed. For both, the ledger keeps a reserve file (reserveName, about two
+// memtables: 21 MiB by default, preallocated) made while there is space and
+// given back when there is not: Close deletes it when the flush would not fit
+// otherwise, and Open, when the directory cannot be opened read-only,
+// deletes it and opens for writing (the guard still refuses commits until
+// space is back, and then the same handle writes and remakes the reserve).
+//
+// What this cannot prevent: another process taking the headroom (or the
+// reserve just given back) between our check and Badger's writes. If Close
+// cannot fit the flush even with the reserve, it leaves the memtable in its
+// synced write-ahead log, which the next Open replays, instead of faulting.
 
 // minFree is the default Config.MinFreeBytes: the headroom kept free for
 // Badger's writes beyond the commit being admitted.
@@ -82,12 +93,97 @@ func minFree(cfg Config) int64 {
 	return flushes + compaction + discardFileSize
 }
 
+// reserveName is the reserve file in the data directory (Badger ignores
+// files it does not name).
+const reserveName = "docket-space-reserve"
+
+// reserveBytes is the reserve's size: Close's flush of both memtables (or,
+// at Open, of what a killed process left), a quarter more for table
+// indexes, and a MiB for new log headers and the discard statistics.
+func reserveBytes(cfg Config) int64 {
+	return 2*cfg.MemTableSize*5/4 + 1<<20
+}
+
 // spaceGuard admits writes against the free space of the data directory's
-// file system.
+// file system and keeps the reserve.
 type spaceGuard struct {
 	dir      string
 	minFree  int64
-	readOnly bool // opened read-only for lack of space: every write is refused
+	reserve  int64 // reserve file size
+	readOnly bool  // opened read-only for lack of space: every write is refused
+
+	mu       sync.Mutex // the committer and value-log GC admit concurrently
+	reserved bool       // the reserve file exists
+}
+
+func (g *spaceGuard) reservePath() string { return filepath.Join(g.dir, reserveName) }
+
+// keepReserve makes the reserve file when it is missing and free space
+// allows it on top of need and the headroom. Failures are logged, not fatal:
+// without a reserve the ledger still refuses writes it cannot finish.
+func (g *spaceGuard) keepReserve(free, need int64, log *slog.Logger) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reserved || g.readOnly {
+		return
+	}
+	if fi, err := os.Stat(g.reservePath()); err == nil && fi.Size() >= g.reserve {
+		g.reserved = true
+		return
+	}
+	if free < need+g.minFree+g.reserve {
+		return
+	}
+	if err := preallocate(g.reservePath(), g.reserve); err != nil {
+		os.Remove(g.reservePath())
+		log.Warn("could not make the free-space reserve", "path", g.reservePath(), "err", err)
+		return
+	}
+	g.reserved = true
+}
+
+// releaseReserve deletes the reserve file, giving its space back; it reports
+// whether there was one.
+func (g *spaceGuard) releaseReserve(log *slog.Logger) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := os.Remove(g.reservePath()); err != nil {
+		g.reserved = false
+		return false
+	}
+	g.reserved = false
+	log.Warn("file system full: released the free-space reserve", "path", g.reservePath(), "bytes", g.reserve)
+	return true
+}
+
+// preallocate creates path with size bytes of allocated (not sparse) space,
+// synced, so deleting it later really frees that much.
+func preallocate(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := allocate(f, size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeZeros allocates by writing, where fallocate is not available.
+func writeZeros(f *os.File, size int64) error {
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		n := min(int64(len(buf)), size-off)
+		if _, err := f.WriteAt(buf[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // commitBytes bounds what committing b writes to Badger's logs: each entry
@@ -106,16 +202,21 @@ func commitBytes(b *batch) int64 {
 const pageSize = 4096
 
 // admit returns nil when need bytes may be written now, leaving the headroom
-// free; else an ErrNoSpace saying how much is free and how much is needed.
-func (g *spaceGuard) admit(need int64) error {
+// free (and remakes the reserve when there is room for it too); else an
+// ErrNoSpace saying how much is free and how much is needed.
+func (g *spaceGuard) admit(need int64, log *slog.Logger) error {
 	if g.readOnly {
 		return fmt.Errorf("%w on %s: it was opened read-only because its file system was full; free space and run the command again (a running service must be restarted to write)", ErrNoSpace, g.dir)
 	}
 	free, ok := freeBytes(g.dir)
-	if !ok || free >= need+g.minFree {
+	if !ok {
 		return nil
 	}
-	return g.noSpace(free, need+g.minFree)
+	if free < need+g.minFree {
+		return g.noSpace(free, need+g.minFree)
+	}
+	g.keepReserve(free, need, log)
+	return nil
 }
 
 func (g *spaceGuard) noSpace(free, want int64) error {

@@ -3,7 +3,9 @@
 package ledger
 
 import (
+	"errors"
 	"io/fs"
+	"os"
 	"syscall"
 )
 
@@ -25,4 +27,14 @@ func blocksOf(fi fs.FileInfo) (int64, bool) {
 		return 0, false
 	}
 	return st.Blocks * 512, true
+}
+
+// allocate gives f size bytes of allocated blocks (fallocate), or writes
+// zeros where the file system does not support it.
+func allocate(f *os.File, size int64) error {
+	err := syscall.Fallocate(int(f.Fd()), 0, 0, size)
+	if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+		return writeZeros(f, size)
+	}
+	return err
 }

@@ -117,73 +117,98 @@ func claimAndSucceed(ctx context.Context, l *ledger.Ledger, run string, p *plan.
 
 // A full file system under a running ledger: writes are refused with
 // ErrNoSpace (no SIGBUS), reads keep working, and once space is freed the
-// same handle writes again; everything acknowledged is there after reopen.
-// Before the guard this test died of SIGBUS ("unexpected fault address")
-// inside Badger when the fill left the memtable no page to grow into.
+// same handle writes again. Filled again and closed, the reserve makes room
+// for Badger's final flush; opened while full, the ledger reads and refuses
+// writes. Everything acknowledged is there at the end. Before the guard this
+// test died of SIGBUS ("unexpected fault address") inside Badger.
 func TestNoSpaceRefusesWritesAndRecovers(t *testing.T) {
 	mnt := mountTmpfs(t, 32<<20)
 	ctx := context.Background()
 	dir := filepath.Join(mnt, "data")
 	cfg := ledger.Config{Dir: dir, MemTableSize: 1 << 20} // MinFreeBytes: default, 17 MiB here
-	l, err := ledger.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
+	var l *ledger.Ledger
+	open := func() {
+		t.Helper()
+		var err error
+		if l, err = ledger.Open(ctx, cfg); err != nil {
+			t.Fatalf("Open: %v", err)
+		}
 	}
+	t.Cleanup(func() { l.Close() }) // before the unmount
+	open()
 	p := spacePlan(400)
 	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r", Goal: p.Goal, Policy: "all"}, p, nil); err != nil {
 		t.Fatal(err)
 	}
 	done := 0
-	for ; done < 10; done++ {
-		if err := claimAndSucceed(ctx, l, "r", p, done, 100); err != nil {
-			t.Fatal(err)
+	perform := func(n int) {
+		t.Helper()
+		for end := done + n; done < end; done++ {
+			if err := claimAndSucceed(ctx, l, "r", p, done, 100); err != nil {
+				t.Fatalf("action %d: %v", done, err)
+			}
 		}
+	}
+	refused := func(when string) {
+		t.Helper()
+		err := claimAndSucceed(ctx, l, "r", p, done, 100)
+		if !errors.Is(err, ledger.ErrNoSpace) {
+			t.Fatalf("write %s: %v, want ErrNoSpace", when, err)
+		}
+		if !strings.Contains(err.Error(), dir) {
+			t.Errorf("the error does not name the directory: %v", err)
+		}
+	}
+	reads := func(when string) {
+		t.Helper()
+		d, err := l.Doc(ctx, "r")
+		if err != nil {
+			t.Fatalf("reading %s: %v", when, err)
+		}
+		if n := succeeded(d); n != done {
+			t.Fatalf("%s: %d actions succeeded in the ledger, %d acknowledged", when, n, done)
+		}
+		if _, _, err := l.ListRuns(ctx, ledger.ListOptions{}); err != nil {
+			t.Fatalf("listing %s: %v", when, err)
+		}
+	}
+	perform(10)
+	if _, err := os.Stat(filepath.Join(dir, "docket-space-reserve")); err != nil {
+		t.Fatalf("no free-space reserve: %v", err)
 	}
 
 	filler := fill(t, mnt)
 	t.Logf("free after the fill: %d bytes", freeOn(t, mnt))
-	err = claimAndSucceed(ctx, l, "r", p, done, 100)
-	if !errors.Is(err, ledger.ErrNoSpace) {
-		t.Fatalf("write on a full file system: %v, want ErrNoSpace", err)
-	}
-	if !strings.Contains(err.Error(), dir) {
-		t.Errorf("the error does not name the directory: %v", err)
-	}
-	// Reads still work, and show what was acknowledged.
-	d, err := l.Doc(ctx, "r")
-	if err != nil {
-		t.Fatalf("reading on a full file system: %v", err)
-	}
-	if n := succeeded(d); n != done {
-		t.Fatalf("%d actions succeeded in the ledger, %d acknowledged", n, done)
-	}
-	if _, _, err := l.ListRuns(ctx, ledger.ListOptions{}); err != nil {
-		t.Fatalf("listing on a full file system: %v", err)
-	}
-
+	refused("on a full file system")
+	reads("on a full file system")
 	// Space comes back: the same handle writes again, no reopen.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	for ; done < 40; done++ {
-		if err := claimAndSucceed(ctx, l, "r", p, done, 100); err != nil {
-			t.Fatalf("after freeing space, action %d: %v", done, err)
-		}
+	perform(30)
+
+	// Full again, then closed: the reserve gives Badger's flush its room.
+	filler = fill(t, mnt)
+	refused("on a full file system, again")
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close on a full file system: %v", err)
 	}
+	// Opened while full: read-only, reads work, writes are ErrNoSpace.
+	open()
+	reads("after opening on a full file system")
+	refused("after opening on a full file system")
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = ledger.Open(ctx, cfg)
-	if err != nil {
+
+	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	d, err = l.Doc(ctx, "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := succeeded(d); n != done {
-		t.Fatalf("after reopen %d actions succeeded, %d acknowledged", n, done)
+	open()
+	perform(10)
+	reads("after freeing space")
+	if _, err := os.Stat(filepath.Join(dir, "docket-space-reserve")); err != nil {
+		t.Fatalf("the free-space reserve was not remade: %v", err)
 	}
 }
 
