@@ -63,6 +63,11 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
 	case errors.Is(err, errShuttingDown):
 		writeError(w, http.StatusServiceUnavailable, "shutting_down", err.Error(), nil)
+	case errors.Is(err, ledger.ErrNoSpace):
+		// The data directory's disk is full: nothing was written, reads
+		// still work; the same request succeeds once space is freed.
+		w.Header().Set("Retry-After", "30")
+		writeError(w, http.StatusServiceUnavailable, "no_space", err.Error(), nil)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusServiceUnavailable, "cancelled", err.Error(), nil)
 	default:
