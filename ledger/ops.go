@@ -30,11 +30,12 @@ const (
 	opAddRevision
 	opMemo
 	opSetToolsHash
+	opSetPause
 )
 
 var opNames = [...]string{"none", "claim", "succeed", "fail", "needs_review", "resolve", "approve",
 	"reject", "edit", "skip", "compensated", "add_undo", "set_run_status", "note", "create_run",
-	"add_revision", "memo", "set_tools_hash"}
+	"add_revision", "memo", "set_tools_hash", "set_pause"}
 
 // Op is one conditional change to the ledger; build it with the constructors
 // below. Apply commits ops atomically per call (all in one transaction, shared
@@ -290,6 +291,8 @@ func (b *batch) evalOp(o Op) (Result, error) {
 		return b.memo(o)
 	case opSetToolsHash:
 		return b.setToolsHash(o)
+	case opSetPause:
+		return b.setPause(o)
 	}
 	return errResult(fmt.Errorf("%w: unknown op", ErrInvalid)), nil
 }

@@ -110,6 +110,10 @@ type Run struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"` // last change of the run or of any of its actions
 	Error     string    `json:"error,omitempty"`
+	// PausedBy names the person who paused the run (SetPause); "" when the
+	// run is not paused by a person. Only an explicit resume clears it: a
+	// run paused by a person stays paused whoever drives it.
+	PausedBy string `json:"paused_by,omitempty"`
 }
 
 // Action is one action of a run's current revision: the row of the Run JSON.
