@@ -26,7 +26,8 @@ type node struct {
 	row      ledger.Action // latest known row (kept up to date from our own writes)
 	tool     tools.Tool
 	spec     tools.Spec
-	refs     []string // action ids referenced by the args
+	args     json.RawMessage // args to resolve: as planned or edited by a person (resolved data never)
+	refs     []string        // action ids referenced by args
 	started  bool     // taken by this drive
 	done     bool     // this drive is finished with it (any outcome)
 	awaiting bool     // waits for a person's approval
@@ -53,6 +54,10 @@ type driver struct {
 	firstClaim map[string]time.Time
 	resumed    bool
 	settled    bool // the run's final status was written with the last outcome
+
+	// tmpl holds, for rows whose args were written back resolved (shown
+	// to a reviewer), the args with references to resolve them from.
+	tmpl map[string]json.RawMessage
 
 	wake chan struct{}
 	wg   sync.WaitGroup
@@ -81,7 +86,9 @@ func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error)
 		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: %w", runID, err)
 	}
 	g.status = run.Status
-	g.pausedByPerson = false // Run and Resume mean "continue"
+	// A person's pause holds until an explicit resume (Engine.Unpause): this
+	// drive concludes what is in flight and starts nothing new.
+	g.pausedByPerson = run.Status == ledger.RunPaused && run.PausedBy != ""
 	g.claimMu.Unlock()
 	if run.Status == ledger.RunCancelled || run.Status == ledger.RunCompleted {
 		return doc(nil)
@@ -93,6 +100,9 @@ func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error)
 	rows, err := e.led.Actions(ctx, runID)
 	if err != nil {
 		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: read actions: %w", runID, err)
+	}
+	if d.tmpl, err = d.templates(ctx, run, rows); err != nil {
+		return doc(err)
 	}
 	if err := d.load(rows); err != nil {
 		return doc(err)
@@ -125,11 +135,19 @@ func (d *driver) load(rows []ledger.Action) error {
 			return &ActionError{RunID: d.runID, ActionID: r.ID, Key: r.Key, Op: "load",
 				Err: fmt.Errorf("%w: %q (the tools changed since the run started?)", tools.ErrUnknownTool, r.Tool)}
 		}
-		refs, err := plan.Refs(r.Args)
-		if err != nil {
-			return &ActionError{RunID: d.runID, ActionID: r.ID, Op: "load", Err: err}
+		n := &node{id: r.ID, row: r, tool: t, spec: t.Spec(), args: r.Args}
+		if tm, ok := d.tmpl[r.ID]; ok {
+			n.args = tm
 		}
-		n := &node{id: r.ID, row: r, tool: t, spec: t.Spec()}
+		var refs []plan.Ref
+		if r.Key == "" {
+			// Args with references to resolve. Once claimed, a row's args are
+			// resolved data (its key was derived from them): never parsed again.
+			var err error
+			if refs, err = plan.Refs(n.args); err != nil {
+				return &ActionError{RunID: d.runID, ActionID: r.ID, Op: "load", Err: err}
+			}
+		}
 		for _, ref := range refs {
 			if !slices.Contains(n.refs, ref.Action) {
 				n.refs = append(n.refs, ref.Action)
@@ -434,8 +452,8 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		return p
 	}
 	resolved := row.Args
-	if len(n.refs) > 0 {
-		r, err := plan.Resolve(row.Args, outputs)
+	if row.Key == "" && len(n.refs) > 0 {
+		r, err := plan.Resolve(n.args, outputs)
 		if err != nil {
 			return d.prepFail(n, fmt.Sprintf("resolve references: %v", err))
 		}
@@ -467,7 +485,7 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		p.await = true
 		if !jsonEqual(row.Args, resolved) {
 			// Show the reviewer what will be sent.
-			p.ops = append(p.ops, ledger.Edit(d.runID, n.id, resolved, "executor (references resolved)"))
+			p.ops = append(p.ops, ledger.Edit(d.runID, n.id, resolved, resolvedBy))
 			p.shown = resolved
 		}
 		d.e.log.Debug("action waits for approval", "run_id", d.runID, "action_id", n.id, "reason", why)
@@ -807,4 +825,80 @@ func errText(err error) string {
 		s = s[:2000] + "…"
 	}
 	return strings.ToValidUTF8(s, "?")
+}
+
+// resolvedBy is the author of the edit that shows a reviewer an action's
+// arguments with its references resolved.
+const resolvedBy = "executor (references resolved)"
+
+// templates finds the unclaimed rows whose args the executor wrote back
+// resolved (event action.edited by resolvedBy, the latest edit of the
+// current revision) and returns the args to resolve them from: the last
+// person's edit before it, else the recorded plan's. Resolved values are
+// data: parsing them again as references would refuse text that contains
+// "${", and lose the references for a later resolution.
+func (d *driver) templates(ctx context.Context, run ledger.Run, rows []ledger.Action) (map[string]json.RawMessage, error) {
+	var suspects bool
+	for _, r := range rows {
+		if !r.Undo && r.Key == "" && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved) {
+			suspects = true
+			break
+		}
+	}
+	if !suspects {
+		return nil, nil
+	}
+	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("executor: run %s: read events: %w", d.runID, err)
+	}
+	lastBy := map[string]string{}
+	personArgs := map[string]json.RawMessage{}
+	for _, ev := range evs {
+		switch ev.Type {
+		case "run.replayed":
+			clear(lastBy) // a new revision: its plan holds the edits before it
+			clear(personArgs)
+		case "action.edited":
+			var data struct {
+				Args json.RawMessage `json:"args"`
+				By   string          `json:"by"`
+			}
+			if json.Unmarshal(ev.Data, &data) != nil {
+				continue
+			}
+			lastBy[ev.ActionID] = data.By
+			if data.By != resolvedBy && len(data.Args) > 0 {
+				personArgs[ev.ActionID] = data.Args
+			}
+		}
+	}
+	var out map[string]json.RawMessage
+	var planned map[string]json.RawMessage
+	for _, r := range rows {
+		if r.Key != "" || lastBy[r.ID] != resolvedBy {
+			continue
+		}
+		tm, ok := personArgs[r.ID]
+		if !ok {
+			if planned == nil {
+				p, err := d.e.led.Plan(ctx, d.runID, run.Revision)
+				if err != nil {
+					return nil, fmt.Errorf("executor: run %s: read plan revision %d: %w", d.runID, run.Revision, err)
+				}
+				planned = make(map[string]json.RawMessage, len(p.Actions))
+				for _, a := range p.Actions {
+					planned[a.ID] = a.Args
+				}
+			}
+			if tm, ok = planned[r.ID]; !ok {
+				continue
+			}
+		}
+		if out == nil {
+			out = map[string]json.RawMessage{}
+		}
+		out[r.ID] = tm
+	}
+	return out, nil
 }
