@@ -28,9 +28,9 @@ type node struct {
 	spec     tools.Spec
 	args     json.RawMessage // args to resolve: as planned or edited by a person (resolved data never)
 	refs     []string        // action ids referenced by args
-	started  bool     // taken by this drive
-	done     bool     // this drive is finished with it (any outcome)
-	awaiting bool     // waits for a person's approval
+	started  bool            // taken by this drive
+	done     bool            // this drive is finished with it (any outcome)
+	awaiting bool            // waits for a person's approval
 }
 
 // driver drives one run once: from a load of its rows until nothing more can
