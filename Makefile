@@ -1,0 +1,41 @@
+# `make test` is the README's test command: it installs what the tests need
+# outside Go (.ci/extras: the pinned reference MCP servers with npm, Chromium
+# and PostgreSQL's server binaries with apt-get when it may), then runs every
+# test of the three Go modules under the race detector, with every extra
+# required (DOCKET_REQUIRE_EXTRAS=1): it proves everything or fails saying
+# what is missing. .ci/run runs it, then `make soak`.
+#
+#   make test         set-up + the whole suite (main module, executor/temporalstep, evals/bench/peers)
+#   make soak         the long soak runs of cmd/docket (DOCKET_SOAK=1), which make test skips
+#   make extras       only the set-up
+#   make mcpservers   only the reference MCP servers (into .mcpservers)
+
+GO ?= go
+GOTEST = $(GO) test -race
+
+# The soak tests of cmd/docket: the pattern lives in cmd/docket/soak_test.go
+# (soakRun), which also fails a test that asks to be a soak test outside it.
+SOAK_RUN = $(shell sed -n 's/^const soakRun = `\(.*\)`$$/\1/p' cmd/docket/soak_test.go)
+
+.PHONY: test soak extras mcpservers
+
+# The separate modules follow the main one through a replace, so their go.sum
+# may lag behind requirements the main module gained since: -mod=mod lets go
+# add them.
+test: export DOCKET_REQUIRE_EXTRAS = 1
+test: extras
+	$(GOTEST) -timeout 20m ./...
+	cd executor/temporalstep && GOFLAGS=-mod=mod $(GOTEST) -timeout 8m ./...
+	cd evals/bench/peers && GOFLAGS=-mod=mod $(GOTEST) -timeout 6m ./...
+
+soak: export DOCKET_SOAK = 1
+soak: export DOCKET_REQUIRE_EXTRAS = 1
+soak: extras
+	@test -n '$(SOAK_RUN)' || { echo 'make soak: no soakRun in cmd/docket/soak_test.go'; exit 1; }
+	$(GOTEST) -timeout 25m -run '$(SOAK_RUN)' ./cmd/docket
+
+extras:
+	.ci/extras
+
+mcpservers:
+	.ci/extras mcpservers
