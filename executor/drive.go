@@ -54,6 +54,8 @@ type driver struct {
 	firstClaim map[string]time.Time
 	resumed    bool
 	settled    bool // the run's final status was written with the last outcome
+	// undoAwaiting lists compensating actions waiting for a person's approval.
+	undoAwaiting []string
 
 	// tmpl holds, for rows whose args were written back resolved (shown
 	// to a reviewer), the args with references to resolve them from.

@@ -129,9 +129,11 @@ func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) 
 	if err != nil {
 		return fmt.Errorf("executor: run %s: read events for compensation: %w", d.runID, err)
 	}
+	// Every action that counts as succeeded is undone, newest first: the
+	// ones a person marked done (action.resolved) as well.
 	last := map[string]uint64{}
 	for _, ev := range evs {
-		if ev.Type == "action.succeeded" && ev.ActionID != "" {
+		if (ev.Type == "action.succeeded" || ev.Type == "action.resolved") && ev.ActionID != "" {
 			last[ev.ActionID] = ev.Seq
 		}
 	}
@@ -159,8 +161,15 @@ func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) 
 		undoID := id + ".undo"
 		ur, exists := byID[undoID]
 		if exists && (ur.Status == ledger.StatusNeedsReview || ur.Status == ledger.StatusFailed ||
-			ur.Status == ledger.StatusSkipped) {
-			continue // a person decides, or it could not be undone
+			ur.Status == ledger.StatusSkipped || ur.Status == ledger.StatusRejected) {
+			continue // a person decides, or decided it is not undone
+		}
+		if exists && ur.Status == ledger.StatusSucceeded {
+			// Undone (a person marked the undo done): say so on the original.
+			if !d.record(ctx, &act{n: &node{id: undoID}, key: ur.Key}, ledger.Compensated(d.runID, id)) {
+				return d.fatalErr()
+			}
+			continue
 		}
 		ct, ok := d.e.reg.Get(comp.Tool)
 		if !ok {
@@ -188,6 +197,20 @@ func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) 
 		a := &act{n: un, key: key, args: args, undoOf: id}
 		if !exists {
 			a.preOps = []ledger.Op{ledger.AddUndo(d.runID, un.row)}
+		}
+		if un.row.Attempts == 0 {
+			// An undo is an action like any other: the tools file's approval
+			// rules and the run's policy apply to it.
+			if ok, why := d.approved(un, args); !ok {
+				if !exists && !d.record(ctx, a, a.preOps...) {
+					return d.fatalErr()
+				}
+				d.mu.Lock()
+				d.undoAwaiting = append(d.undoAwaiting, undoID)
+				d.mu.Unlock()
+				d.e.log.Info("compensation waits for approval", "run_id", d.runID, "action_id", id, "undo", undoID, "reason", why)
+				continue
+			}
 		}
 		d.e.log.Info("compensating", "run_id", d.runID, "action_id", id, "undo", undoID, "key", key)
 		out, how := d.execute(ctx, a)
@@ -267,6 +290,8 @@ func (d *driver) settle(ctx context.Context) error {
 		st, ev, data = ledger.RunPaused, "run.paused", map[string]any{"reason": "needs_review", "actions": needs}
 	case failMsg != "" && started > 0:
 		return nil // a claimed action still needs its outcome: a later drive concludes it first
+	case len(d.undoAwaiting) > 0:
+		st, ev, data = ledger.RunAwaitingApproval, "run.awaiting_approval", map[string]any{"actions": d.undoAwaiting}
 	case failMsg != "":
 		st, ev, errMsg, data = ledger.RunFailed, "run.failed", failMsg, map[string]any{"error": failMsg}
 	case len(awaiting) > 0:

@@ -17,6 +17,12 @@ func reviewable(r ledger.Action) bool {
 		(r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved)
 }
 
+// undoAwaiting reports whether r is a compensating action that was never
+// claimed: it waits for a person's approval (approve or reject it).
+func undoAwaiting(r ledger.Action) bool {
+	return r.Undo && r.Attempts == 0 && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved)
+}
+
 func (e *Engine) rowsByID(ctx context.Context, runID, op string) (map[string]ledger.Action, []ledger.Action, error) {
 	rows, err := e.led.Actions(ctx, runID)
 	if err != nil {
@@ -62,7 +68,7 @@ func (e *Engine) Approve(ctx context.Context, runID string, actionIDs []string, 
 	var ids []string
 	if len(actionIDs) == 0 {
 		for _, r := range rows {
-			if reviewable(r) && r.Status == ledger.StatusPending {
+			if (reviewable(r) || undoAwaiting(r)) && r.Status == ledger.StatusPending {
 				ops = append(ops, ledger.Approve(runID, r.ID, r.Args, by))
 				ids = append(ids, r.ID)
 			}
@@ -73,7 +79,7 @@ func (e *Engine) Approve(ctx context.Context, runID string, actionIDs []string, 
 			if !ok {
 				return &ActionError{RunID: runID, ActionID: id, Op: "approve", Err: ledger.ErrNotFound}
 			}
-			if !reviewable(r) {
+			if !reviewable(r) && !undoAwaiting(r) {
 				return &ActionError{RunID: runID, ActionID: id, Key: r.Key, Op: "approve",
 					Err: fmt.Errorf("%w: status %s after %d attempts", ErrNotReviewable, r.Status, r.Attempts)}
 			}

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/docketrun/docket/ledger"
@@ -61,5 +62,109 @@ func TestResolvedDataIsNeverParsedAgain(t *testing.T) {
 			b.restart()
 			wantStatus(t, b.resume("r1"), ledger.RunCompleted)
 		})
+	}
+}
+
+// compWorld is a world with a charge tool of class chargeClass compensated by
+// refund (refundSpec), and ship, which the test makes fail.
+func compWorld(t *testing.T, chargeClass tools.Class, refund tools.Spec, fault func(tool string, n int) tooltest.Fault) (*bundle, *tooltest.World) {
+	t.Helper()
+	w := tooltest.NewWorld()
+	w.FaultFunc = func(tool string, c tools.Call, n int) tooltest.Fault { return fault(tool, n) }
+	charge := spec("charge", chargeClass)
+	charge.Compensate = &tools.Compensation{Tool: refund.Name, Args: json.RawMessage(`{"charge":"${output.id}","amount":"${input.amount}"}`)}
+	refund.InputSchema = objSchema
+	return setup(t, []tools.Tool{w.Tool(charge), w.Tool(refund), w.Tool(spec("ship", tools.Keyed))}), w
+}
+
+var chargeThenShip = []string{`{"amount":5000}`, `{"to":"x"}`}
+
+// TestResolvedDoneIsCompensated: an at-most-once charge whose outcome was
+// unknown, marked done by a person, counts as succeeded: when the run fails
+// later, it is undone like any other. Regression: compensation looked only at
+// action.succeeded events.
+func TestResolvedDoneIsCompensated(t *testing.T) {
+	t.Parallel()
+	b, w := compWorld(t, tools.AtMostOnce, spec("refund", tools.Keyed), func(tool string, n int) tooltest.Fault {
+		switch {
+		case tool == "charge":
+			return tooltest.LoseReply
+		case tool == "ship":
+			return tooltest.Reject
+		}
+		return tooltest.NoFault
+	})
+	p := mkPlan(t, pa("c", "charge", chargeThenShip[0]), pa("s", "ship", chargeThenShip[1], "c"))
+	doc := b.run("r1", p, PolicyAll)
+	wantAction(t, doc, "c", ledger.StatusNeedsReview)
+	if err := b.eng.Resolve(context.Background(), "r1", "c", ledger.Resolution{Done: json.RawMessage(`{"id":"ch_9"}`), By: "ann"}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	doc = b.resume("r1")
+	wantStatus(t, doc, ledger.RunFailed)
+	wantAction(t, doc, "c", ledger.StatusCompensated)
+	u := wantAction(t, doc, "c.undo", ledger.StatusSucceeded)
+	if string(u.Args) != `{"amount":5000,"charge":"ch_9"}` || w.Effects(u.Key) != 1 {
+		t.Fatalf("refund %s took effect %d times", u.Args, w.Effects(u.Key))
+	}
+}
+
+// TestFailedCompensationPausesForAPerson: a refund refused (400) leaves a
+// charge in place: the run pauses (needs_review on the undo, named) instead
+// of ending failed with nobody asked.
+func TestFailedCompensationPausesForAPerson(t *testing.T) {
+	t.Parallel()
+	b, _ := compWorld(t, tools.Keyed, spec("refund", tools.Keyed), func(tool string, n int) tooltest.Fault {
+		if tool == "ship" || tool == "refund" {
+			return tooltest.Reject
+		}
+		return tooltest.NoFault
+	})
+	p := mkPlan(t, pa("c", "charge", chargeThenShip[0]), pa("s", "ship", chargeThenShip[1], "c"))
+	doc := b.run("r1", p, PolicyAll)
+	wantStatus(t, doc, ledger.RunPaused)
+	wantAction(t, doc, "c", ledger.StatusSucceeded)
+	u := wantAction(t, doc, "c.undo", ledger.StatusNeedsReview)
+	if !strings.Contains(u.Error, "compensation of c") {
+		t.Fatalf("undo reason %q does not name what it undoes", u.Error)
+	}
+	// The person refunds by hand and says so: the charge counts as undone.
+	if err := b.eng.Resolve(context.Background(), "r1", "c.undo", ledger.Resolution{Done: json.RawMessage(`{"id":"manual"}`), By: "ann"}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	doc = b.resume("r1")
+	wantStatus(t, doc, ledger.RunFailed)
+	wantAction(t, doc, "c", ledger.StatusCompensated)
+}
+
+// TestCompensationObeysApprovalRules: an at-most-once refund with
+// approval: always waits for a person under --approve none instead of
+// running on its own.
+func TestCompensationObeysApprovalRules(t *testing.T) {
+	t.Parallel()
+	refund := spec("refund", tools.AtMostOnce)
+	refund.Approval = tools.Approval{Always: true}
+	b, w := compWorld(t, tools.Keyed, refund, func(tool string, n int) tooltest.Fault {
+		if tool == "ship" {
+			return tooltest.Reject
+		}
+		return tooltest.NoFault
+	})
+	p := mkPlan(t, pa("c", "charge", chargeThenShip[0]), pa("s", "ship", chargeThenShip[1], "c"))
+	doc := b.run("r1", p, PolicyAll)
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	u := wantAction(t, doc, "c.undo", ledger.StatusPending)
+	if w.Effects(keyOf(t, "r1", "c.undo", "refund", string(u.Args))) != 0 {
+		t.Fatal("the refund ran without its approval")
+	}
+	if err := b.eng.Approve(context.Background(), "r1", []string{"c.undo"}, "ann"); err != nil {
+		t.Fatalf("Approve: %v", err)
+	}
+	doc = b.resume("r1")
+	wantStatus(t, doc, ledger.RunFailed)
+	wantAction(t, doc, "c", ledger.StatusCompensated)
+	u = wantAction(t, doc, "c.undo", ledger.StatusSucceeded)
+	if w.Effects(u.Key) != 1 {
+		t.Fatalf("refund effects %d", w.Effects(u.Key))
 	}
 }

@@ -553,6 +553,12 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 
 	switch outcome {
 	case tools.Definite:
+		if a.undoOf != "" {
+			// An undo that cannot be done leaves the effect in place: a
+			// person decides (undo by hand and mark it done, retry, or skip).
+			d.park(ctx, a, fmt.Sprintf("compensation of %s refused: %s", a.undoOf, msg))
+			return nil, endRecorded, false
+		}
 		if a.maybeDone && spec.Class != tools.ReadOnly {
 			// "It did not happen" answers this attempt only: an earlier one
 			// whose outcome is unknown may have taken effect, so neither
@@ -571,6 +577,10 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	case tools.NotSentOutcome, tools.NotProcessed:
 		if !d.canRetry(a, after) {
 			final := fmt.Sprintf("gave up after %d attempts (%s): %s", a.tries, outcome, msg)
+			if a.undoOf != "" {
+				d.park(ctx, a, fmt.Sprintf("compensation of %s not done: %s", a.undoOf, final))
+				return nil, endRecorded, false
+			}
 			if a.maybeDone && spec.Class != tools.ReadOnly {
 				d.park(ctx, a, final+"; an earlier attempt's outcome is unknown, so its effect may exist")
 				return nil, endRecorded, false
