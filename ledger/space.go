@@ -206,7 +206,7 @@ const pageSize = 4096
 // ErrNoSpace saying how much is free and how much is needed.
 func (g *spaceGuard) admit(need int64, log *slog.Logger) error {
 	if g.readOnly {
-		return fmt.Errorf("%w on %s: it was opened read-only because its file system was full; free space and run the command again (a running service must be restarted to write)", ErrNoSpace, g.dir)
+		return fmt.Errorf("%w on %s: opened read-only, its file system was full; nothing was written (a process must open it again to write)", ErrNoSpace, g.dir)
 	}
 	free, ok := freeBytes(g.dir)
 	if !ok {

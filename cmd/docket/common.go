@@ -83,9 +83,18 @@ func openLedgerConfig(ctx context.Context, cfg ledger.Config) (*ledger.Ledger, e
 		return nil, withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it (%w); retry when it is done, or, if it is docket serve, act through it: add --server URL --token T to this command", dir, err))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening data directory %s: %w", dir, err)
+		return nil, noSpace(fmt.Errorf("opening data directory %s: %w", dir, err), dir)
 	}
 	return l, nil
+}
+
+// noSpace explains ledger.ErrNoSpace (exit 5): what happened and what to do.
+// Other errors pass through.
+func noSpace(err error, dir string) error {
+	if !errors.Is(err, ledger.ErrNoSpace) {
+		return err
+	}
+	return withCode(exitNoSpace, fmt.Errorf("no space left on %s: free space and run the same command again (%w)", dir, err))
 }
 
 // cliLogger is the logger commands give to the libraries: warnings and errors

@@ -32,12 +32,21 @@ func exitCode(err error) int {
 	return exitFailed
 }
 
+// exitNoSpace (5) is a full file system under the data directory
+// (ledger.ErrNoSpace): retryable once space is freed, and nothing
+// acknowledged was lost; the same command again resumes. It is not 4: busy
+// passes by itself (the other process finishes) and its advice (go through
+// --server) is wrong here, while a full disk needs someone to free space, so
+// a workflow engine may retry both but should alert on 5.
+const exitNoSpace = 5
+
 // exitMappers let packages' sentinel errors choose exit codes; each command
 // file may append one in init.
 var exitMappers = []func(error) (int, bool){packageErrorCode}
 
 // packageErrorCode maps the errors of the packages cmd wires together:
-// a data directory held by another process is "busy" (4); a plan that is
+// a data directory held by another process is "busy" (4), one whose file
+// system is full is "no space" (5); a plan that is
 // invalid, differs from the one recorded under the same run id, was made for
 // other tool definitions, names an unknown run, or asks for a transition the
 // action's state does not allow, or carries an id the ledger refuses, is
@@ -46,6 +55,8 @@ func packageErrorCode(err error) (int, bool) {
 	switch {
 	case errors.Is(err, ledger.ErrLocked):
 		return exitBusy, true
+	case errors.Is(err, ledger.ErrNoSpace):
+		return exitNoSpace, true
 	case errors.Is(err, executor.ErrPlanMismatch),
 		errors.Is(err, executor.ErrInvalidPlan),
 		errors.Is(err, executor.ErrToolsChanged),

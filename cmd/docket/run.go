@@ -173,7 +173,7 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	if errors.Is(err, executor.ErrPlanMismatch) {
 		err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: pass a new --run-id to run this plan as a new run, or use docket replay to record it as a revision of that run (%w)", *runID, err))
 	}
-	return doc, toolsChanged(err, *runID)
+	return doc, noSpace(toolsChanged(err, *runID), data)
 }
 
 // execGoal is `docket run --goal`: the planner plans the run once (through
@@ -204,7 +204,7 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 	if errors.Is(err, planner.ErrConfig) {
 		err = usageError("planning from a goal needs a model: set OPENAI_MODEL (and OPENAI_BASE_URL, OPENAI_API_KEY) or pass --model; or write the plan and pass --plan FILE (%v)", err)
 	}
-	return doc, toolsChanged(err, *runID)
+	return doc, noSpace(toolsChanged(err, *runID), data)
 }
 
 // toolsChanged explains executor.ErrToolsChanged (exit 2) and what to do about it.
