@@ -3,8 +3,11 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/tools"
@@ -166,5 +169,49 @@ func TestCompensationObeysApprovalRules(t *testing.T) {
 	u = wantAction(t, doc, "c.undo", ledger.StatusSucceeded)
 	if w.Effects(u.Key) != 1 {
 		t.Fatalf("refund effects %d", w.Effects(u.Key))
+	}
+}
+
+// TestKeyTTLIsCheckedBeforeEveryCall: keyed tool with key_ttl 2s and no
+// lookup. Attempt 1 commits but its answer is lost; attempt 2 is answered
+// 429 with Retry-After 3s. Attempt 3 would go out past the key's TTL, when
+// the provider may have forgotten the key and charge again: a person
+// decides instead. Regression: the TTL was checked before the backoff wait,
+// not before the call, and never on the 429/409 paths.
+func TestKeyTTLIsCheckedBeforeEveryCall(t *testing.T) {
+	t.Parallel()
+	for _, second := range []string{"429", "409"} {
+		t.Run(second, func(t *testing.T) {
+			t.Parallel()
+			var calls int
+			var mu sync.Mutex
+			s := spec("charge", tools.Keyed)
+			s.KeyTTL = 2 * time.Second
+			ft := &tooltest.Tool{SpecValue: s, CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				calls++
+				switch calls {
+				case 1:
+					return nil, fmt.Errorf("500 after the charge was made")
+				case 2:
+					if second == "429" {
+						return nil, tools.RetryAfter(3*time.Second, fmt.Errorf("429 slow down"))
+					}
+					return nil, tools.InFlight(3*time.Second, fmt.Errorf("409 in flight"))
+				}
+				return json.RawMessage(`{"id":"ch_2"}`), nil // a second charge
+			}}
+			b := setup(t, []tools.Tool{noLook{ft}})
+			doc := b.run("r1", mkPlan(t, pa("c", "charge", `{"amount":1}`)), PolicyAll)
+			wantStatus(t, doc, ledger.RunPaused)
+			a := wantAction(t, doc, "c", ledger.StatusNeedsReview)
+			if !strings.Contains(a.Error, "key_ttl") {
+				t.Fatalf("reason %q does not name key_ttl", a.Error)
+			}
+			if calls != 2 {
+				t.Fatalf("%d calls, want 2 (none past the key's TTL)", calls)
+			}
+		})
 	}
 }

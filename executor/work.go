@@ -678,6 +678,20 @@ func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after
 		return nil, endStopped, false
 	}
 	a.attempt = 0
+	if a.n.spec.Class == tools.Keyed && a.maybeDone && lookFrom.IsZero() && d.pastKeyTTL(ctx, a, nil) {
+		// Checked after the wait, right before the next claim and call: past
+		// key_ttl the provider may have forgotten the key of an attempt
+		// whose outcome is unknown, and a call could repeat its effect.
+		if _, ok := a.n.tool.(tools.Looker); ok {
+			lookFrom = a.unknownAt
+			if lookFrom.IsZero() {
+				lookFrom = a.claimAt
+			}
+		} else {
+			d.needsReviewPending(ctx, a, &ledger.KeyRecord{Attempt: prev})
+			return nil, endRecorded, false
+		}
+	}
 	out, found, how, held := d.claimNext(ctx, a, prev+1, false, lookFrom)
 	switch {
 	case held:
