@@ -59,8 +59,12 @@ func keyWaiter(l *ledger.Ledger, key string) (<-chan struct{}, bool) {
 // writing. So once Pause or Cancel returns, no drive of this process claims a
 // new action of the run.
 type gate struct {
-	refs    int
-	claimMu sync.RWMutex
+	refs   int // holders: drives, and status changes or reviews in progress (gates.mu)
+	drives int // drives of this process that hold the gate (gates.mu)
+	// undriven is closed when drives drops to 0 (gates.mu); nil while no
+	// drive holds the gate.
+	undriven chan struct{}
+	claimMu  sync.RWMutex
 	// guarded by claimMu (read under R, written under W)
 	status         ledger.RunStatus
 	pausedByPerson bool // Pause was called while a drive was active
@@ -116,4 +120,53 @@ func otherDrives(l *ledger.Ledger, runID string) bool {
 	defer gates.mu.Unlock()
 	g := gates.m[gateKey{l, runID}]
 	return g != nil && g.refs > 1
+}
+
+// acquireDrive is acquireGate for a drive: while it holds the gate, driving
+// reports true. A drive counts itself before it first takes claimMu and reads
+// the run's rows after that, so a review change made under claimMu's write
+// lock while driving was false is seen by every drive that starts later.
+func acquireDrive(l *ledger.Ledger, runID string) *gate {
+	g := acquireGate(l, runID)
+	gates.mu.Lock()
+	if g.drives == 0 {
+		g.undriven = make(chan struct{})
+	}
+	g.drives++
+	gates.mu.Unlock()
+	return g
+}
+
+func releaseDrive(l *ledger.Ledger, runID string, g *gate) {
+	gates.mu.Lock()
+	g.drives--
+	if g.drives == 0 {
+		close(g.undriven)
+		g.undriven = nil
+	}
+	gates.mu.Unlock()
+	releaseGate(l, runID, g)
+}
+
+// whenUndriven returns a channel that is closed once no drive of this
+// process drives the run of g (already closed when none does).
+func (g *gate) whenUndriven() <-chan struct{} {
+	gates.mu.Lock()
+	defer gates.mu.Unlock()
+	if g.undriven == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return g.undriven
+}
+
+// driving reports whether a drive of this process is driving the run of g.
+// A drive keeps the rows it loaded in memory (and claims from them), so a
+// change to a row it may still start (an edit, a new revision) would be
+// overwritten or ignored: callers refuse such changes while it is true.
+func (g *gate) driving() bool {
+	gates.mu.Lock()
+	defer gates.mu.Unlock()
+	return g.drives > 0
 }

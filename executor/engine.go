@@ -24,6 +24,10 @@ var (
 	ErrToolsChanged  = errors.New("executor: tool definitions changed since the run started") // resume needs AcceptToolsChange
 	ErrInvalidPlan   = errors.New("executor: invalid plan")                                   // wraps plan.Errors / tools.ArgsError
 	ErrNotReviewable = errors.New("executor: action is not in a state that allows this")      // approve after claim, etc.
+	// ErrBusy: the change would be lost or would abandon work: a drive of
+	// this process is driving the run (edit, reject, replay), or an action
+	// has no settled outcome yet (replay over needs_review or claimed).
+	ErrBusy = errors.New("executor: the run has work in progress")
 )
 
 // invalidPlan wraps the problems a plan's validation found so that
@@ -115,7 +119,12 @@ type Config struct {
 	Parallelism int             // independent actions in flight per run, default 8
 	CallTimeout time.Duration   // per-call timeout when the tool has none, default 30s
 	SkewMargin  time.Duration   // clock-skew margin for lookup "not found", default 2s
-	Hooks       Hooks
+	// BusyWait is how long an edit, a rejection or a replay waits for a
+	// drive of the run (in this process) to stop before it is refused with
+	// ErrBusy, default 2s. A drive keeps the rows it loaded, so such a change
+	// is never made under it.
+	BusyWait time.Duration
+	Hooks    Hooks
 
 	// Sleep waits d or until ctx ends (returning ctx.Err()). Backoffs and
 	// lookup visibility waits go through it so tests can advance a fake clock.
@@ -156,6 +165,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.Parallelism = cmp.Or(cfg.Parallelism, 8)
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 30*time.Second)
 	cfg.SkewMargin = cmp.Or(cfg.SkewMargin, 2*time.Second)
+	cfg.BusyWait = cmp.Or(cfg.BusyWait, 2*time.Second)
 	if cfg.Sleep == nil {
 		cfg.Sleep = realSleep
 	}
@@ -183,8 +193,8 @@ func (cfg Config) validate() error {
 		errs = append(errs, fmt.Errorf("Retry: need 0 <= Base <= Max and MaxElapsed >= 0 (got %v, %v, %v)",
 			cfg.Retry.Base, cfg.Retry.Max, cfg.Retry.MaxElapsed))
 	}
-	if cfg.CallTimeout < 0 || cfg.SkewMargin < 0 {
-		errs = append(errs, errors.New("CallTimeout and SkewMargin must not be negative"))
+	if cfg.CallTimeout < 0 || cfg.SkewMargin < 0 || cfg.BusyWait < 0 {
+		errs = append(errs, errors.New("CallTimeout, SkewMargin and BusyWait must not be negative"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("executor: invalid config: %w", errors.Join(errs...))
@@ -282,10 +292,21 @@ func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOpti
 		doc, _ := e.led.Doc(ctx, runID)
 		return doc, err
 	}
+	return e.driveCounted(ctx, runID)
+}
+
+// driveCounted drives the run, counted as a drive of this process (see
+// gate.driving) from before it reads anything.
+func (e *Engine) driveCounted(ctx context.Context, runID string) (ledger.RunDoc, error) {
+	g := acquireDrive(e.led, runID)
+	defer releaseDrive(e.led, runID, g)
 	return e.drive(ctx, runID)
 }
 
 // Resume drives an existing run (after approvals, resolutions, a restart).
+// A run a person paused (Pause) stays paused: Resume concludes what is in
+// flight, starts nothing new and returns the run with status paused; only
+// Unpause lifts a person's pause.
 func (e *Engine) Resume(ctx context.Context, runID string, o *RunOptions) (ledger.RunDoc, error) {
 	opts := o.orDefault()
 	run, err := e.led.GetRun(ctx, runID)
@@ -296,7 +317,7 @@ func (e *Engine) Resume(ctx context.Context, runID string, o *RunOptions) (ledge
 		doc, _ := e.led.Doc(ctx, runID)
 		return doc, err
 	}
-	return e.drive(ctx, runID)
+	return e.driveCounted(ctx, runID)
 }
 
 // checkTools refuses to go on with a run whose tool definitions changed since
@@ -374,7 +395,17 @@ func needsPerson(pol Policy, spec tools.Spec, args json.RawMessage) bool {
 
 // Replay records p as a new revision of runID (replay with edits) and drives it:
 // unchanged actions keep their keys and outputs; changed ones run.
-func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan) (ledger.RunDoc, error) {
+//
+// It refuses (ErrBusy) to replay over work that is not settled: while a drive
+// of this process drives the run (it waits up to Config.BusyWait for it to
+// stop), or while an action of the current revision has no settled outcome
+// (claimed, waiting for a retry after an attempt, or needs_review: a person
+// resolves it first). Like Resume, it refuses a run whose tools changed
+// (ErrToolsChanged) unless o accepts the change. A run a person paused stays
+// paused with the new revision recorded (Unpause, then Resume, runs it).
+// o's Policy is not used: the run keeps the policy it was created with.
+func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (ledger.RunDoc, error) {
+	opts := o.orDefault()
 	if p == nil {
 		return ledger.RunDoc{}, fmt.Errorf("%w: replay run %s: no plan", ErrInvalidPlan, runID)
 	}
@@ -391,37 +422,73 @@ func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan) (ledger
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	rev, err := e.led.AddRevision(ctx, runID, &pc, rows)
+	g, unlock, err := e.lockUndriven(ctx, runID, "replay", "record a new revision")
 	if err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("executor: replay run %s: record revision: %w", runID, err)
-	}
-	e.log.Info("run replayed", "run_id", runID, "revision", rev)
-	// The new revision runs whatever the old one ended as (run.replayed says so).
-	if err := e.reopen(ctx, runID); err != nil {
 		return ledger.RunDoc{}, err
 	}
-	return e.drive(ctx, runID)
+	rev, err := e.recordRevision(ctx, g, runID, &pc, rows, opts)
+	unlock()
+	if err != nil {
+		doc, _ := e.led.Doc(ctx, runID)
+		return doc, err
+	}
+	e.log.Info("run replayed", "run_id", runID, "revision", rev)
+	return e.driveCounted(ctx, runID)
 }
 
-// reopen moves a finished run back to running for a new revision.
-func (e *Engine) reopen(ctx context.Context, runID string) error {
-	g := acquireGate(e.led, runID)
-	defer releaseGate(e.led, runID, g)
-	g.claimMu.Lock()
-	defer g.claimMu.Unlock()
+// recordRevision checks that runID may take a new revision and records it,
+// with the run moved back to running (unless a person paused it). Call with
+// g.claimMu held for writing and no drive of the run in this process.
+func (e *Engine) recordRevision(ctx context.Context, g *gate, runID string, p *plan.Plan, rows []ledger.Action, opts RunOptions) (int, error) {
+	run, err := e.led.GetRun(ctx, runID)
+	if err != nil {
+		return 0, fmt.Errorf("executor: replay run %s: %w", runID, err)
+	}
+	if err := e.checkTools(ctx, run, opts); err != nil {
+		return 0, err
+	}
+	cur, err := e.led.Actions(ctx, runID)
+	if err != nil {
+		return 0, fmt.Errorf("executor: replay run %s: %w", runID, err)
+	}
+	for _, r := range cur {
+		switch {
+		case r.Status == ledger.StatusNeedsReview:
+			return 0, &ActionError{RunID: runID, ActionID: r.ID, Key: r.Key, Op: "replay", Err: fmt.Errorf(
+				"%w: action %s needs review (its outcome is unknown): check the external system and settle it first with "+
+					"docket resolve %s %s (--done OUTPUT_JSON | --retry | --skip), or POST /v1/runs/%s/actions/%s/resolve; then replay",
+				ErrBusy, r.ID, runID, r.ID, runID, r.ID)}
+		case r.Status == ledger.StatusClaimed || sentBefore(r):
+			return 0, &ActionError{RunID: runID, ActionID: r.ID, Key: r.Key, Op: "replay", Err: fmt.Errorf(
+				"%w: action %s was started and has no recorded outcome yet: continue the run (the same docket command, "+
+					"or docket approve/resolve) so that it is concluded, then replay", ErrBusy, r.ID)}
+		}
+	}
+	rev, err := e.led.AddRevision(ctx, runID, p, rows)
+	if err != nil {
+		return 0, fmt.Errorf("executor: replay run %s: record revision: %w", runID, err)
+	}
+	// The new revision runs whatever the old one ended as (run.replayed says
+	// so), except that a person's pause holds.
+	if run.Status == ledger.RunPaused && run.PausedBy != "" {
+		g.status, g.pausedByPerson = ledger.RunPaused, true
+		return rev, nil
+	}
 	res, err := e.led.Apply(ctx, ledger.SetRunStatus(runID, ledger.RunRunning, "", "", nil))
 	if err == nil {
 		err = res[0].Err
 	}
 	if err != nil {
-		return fmt.Errorf("executor: replay run %s: %w", runID, err)
+		return 0, fmt.Errorf("executor: replay run %s: %w", runID, err)
 	}
-	g.status = ledger.RunRunning
-	g.pausedByPerson = false
-	return nil
+	g.status, g.pausedByPerson = ledger.RunRunning, false
+	return rev, nil
 }
 
-// Fork starts newRunID with the current plan of runID: everything runs again.
+// Fork starts newRunID with the current revision's recorded plan of runID:
+// everything runs again. Changes a reviewer made to actions through Edit are
+// not part of any plan revision and are not carried over (a replay records
+// them as a revision).
 func (e *Engine) Fork(ctx context.Context, runID, newRunID string, o *RunOptions) (ledger.RunDoc, error) {
 	if newRunID == runID {
 		return ledger.RunDoc{}, fmt.Errorf("executor: fork run %s: the new run id must differ", runID)

@@ -1,11 +1,13 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
@@ -21,6 +23,39 @@ func reviewable(r ledger.Action) bool {
 // claimed: it waits for a person's approval (approve or reject it).
 func undoAwaiting(r ledger.Action) bool {
 	return r.Undo && r.Attempts == 0 && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved)
+}
+
+// lockUndriven takes runID's gate with claimMu held for writing at a moment
+// when no drive of this process drives the run, waiting up to
+// Config.BusyWait (or until ctx ends) for drives to stop. A drive claims from
+// the rows it loaded, so a change to a row it may still start (edit, reject)
+// or a new revision made under it would be ignored or overwritten; made here,
+// every later drive reads it. unlock releases both.
+func (e *Engine) lockUndriven(ctx context.Context, runID, op, what string) (g *gate, unlock func(), err error) {
+	g = acquireGate(e.led, runID)
+	t := time.NewTimer(e.cfg.BusyWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.whenUndriven():
+		case <-t.C:
+			releaseGate(e.led, runID, g)
+			return nil, nil, fmt.Errorf("executor: %s: run %s: %w: the run is being driven (an action is in flight or about to start), "+
+				"and a drive works from the rows it loaded, so it cannot %s now: try again once it stops "+
+				"(pause the run to make it stop sooner)", op, runID, ErrBusy, what)
+		case <-ctx.Done():
+			releaseGate(e.led, runID, g)
+			return nil, nil, fmt.Errorf("executor: %s: run %s: %w", op, runID, ctx.Err())
+		}
+		g.claimMu.Lock()
+		if !g.driving() {
+			return g, func() {
+				g.claimMu.Unlock()
+				releaseGate(e.led, runID, g)
+			}, nil
+		}
+		g.claimMu.Unlock() // a new drive started meanwhile: wait for it too
+	}
 }
 
 func (e *Engine) rowsByID(ctx context.Context, runID, op string) (map[string]ledger.Action, []ledger.Action, error) {
@@ -93,8 +128,17 @@ func (e *Engine) Approve(ctx context.Context, runID string, actionIDs []string, 
 	return e.applyReview(ctx, runID, "approve", ids, ops)
 }
 
-// Reject rejects one action; the run fails cleanly when it gets there.
+// Reject rejects one action that was never started. The run then fails:
+// actions not started yet are skipped, actions already started finish and
+// are recorded (nothing started is abandoned), and nothing is compensated.
+// While a drive of this process drives the run, Reject waits for it to stop
+// (Config.BusyWait), then refuses with ErrBusy.
 func (e *Engine) Reject(ctx context.Context, runID, actionID, reason, by string) error {
+	_, unlock, err := e.lockUndriven(ctx, runID, "reject", "reject action "+actionID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	byID, _, err := e.rowsByID(ctx, runID, "reject")
 	if err != nil {
 		return err
@@ -111,8 +155,15 @@ func (e *Engine) Reject(ctx context.Context, runID, actionID, reason, by string)
 }
 
 // Edit changes a not-yet-claimed action's arguments (validated against the
-// tool's schema); its key changes accordingly.
+// tool's schema); its key changes accordingly. While a drive of this process
+// drives the run, Edit waits for it to stop (Config.BusyWait), then refuses
+// with ErrBusy: the drive would send the action with the arguments it loaded.
 func (e *Engine) Edit(ctx context.Context, runID, actionID string, args json.RawMessage, by string) error {
+	_, unlock, err := e.lockUndriven(ctx, runID, "edit", "edit action "+actionID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	p, err := e.led.Plan(ctx, runID, 0)
 	if err != nil {
 		return fmt.Errorf("executor: edit: run %s: %w", runID, err)
@@ -194,19 +245,57 @@ func (e *Engine) Resolve(ctx context.Context, runID, actionID string, r ledger.R
 	return e.applyReview(ctx, runID, "resolve", []string{actionID}, []ledger.Op{ledger.Resolve(runID, actionID, r)})
 }
 
-// Pause, Cancel: a paused or cancelled run starts no new actions; in-flight ones
-// finish and are recorded. Resume continues a paused run.
+// Pause stops a run until a person resumes it (Unpause): no new action
+// starts, in-flight ones finish and are recorded. The pause is recorded on the
+// run (ledger.Run.PausedBy), so it holds across processes: approving an
+// action, rerunning `docket run` or `docket step`, Resume and a restart of the
+// service all leave the run paused.
 func (e *Engine) Pause(ctx context.Context, runID, by string) error {
-	return e.setStatusByPerson(ctx, runID, ledger.RunPaused, "run.paused", by)
+	return e.setStatusByPerson(ctx, runID, ledger.RunPaused, by)
 }
 
 // Cancel stops a run for good: no new action starts; in-flight ones finish and
-// are recorded.
+// are recorded; actions never started are skipped.
 func (e *Engine) Cancel(ctx context.Context, runID, by string) error {
-	return e.setStatusByPerson(ctx, runID, ledger.RunCancelled, "run.cancelled", by)
+	return e.setStatusByPerson(ctx, runID, ledger.RunCancelled, by)
 }
 
-func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.RunStatus, ev, by string) error {
+// Unpause lifts a person's pause (Pause), as by: the run is running again and
+// the next drive (Resume) continues it. A run that is not paused by a person
+// is left as it is (nil). A completed, failed or cancelled run is refused
+// (ErrNotReviewable): there is nothing to resume. It does not drive the run.
+func (e *Engine) Unpause(ctx context.Context, runID, by string) error {
+	g := acquireGate(e.led, runID)
+	defer releaseGate(e.led, runID, g)
+	g.claimMu.Lock()
+	defer g.claimMu.Unlock()
+	run, err := e.led.GetRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("executor: resume run %s: %w", runID, err)
+	}
+	switch run.Status {
+	case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
+		return fmt.Errorf("executor: resume run %s: %w: the run is %s: there is nothing to resume", runID, ErrNotReviewable, run.Status)
+	}
+	if run.Status != ledger.RunPaused || run.PausedBy == "" {
+		if g.status == ledger.RunPaused {
+			g.pausedByPerson = false // paused by a person before pauses were recorded
+		}
+		return nil
+	}
+	res, err := e.led.Apply(ctx, ledger.SetPause(runID, "", ledger.RunRunning, mustJSON(map[string]string{"by": by, "reason": "requested"})))
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("executor: resume run %s: %w", runID, err)
+	}
+	g.status, g.pausedByPerson = ledger.RunRunning, false
+	e.log.Info("run resumed by a person", "run_id", runID)
+	return nil
+}
+
+func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.RunStatus, by string) error {
 	g := acquireGate(e.led, runID)
 	defer releaseGate(e.led, runID, g)
 	g.claimMu.Lock()
@@ -219,13 +308,25 @@ func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.
 	case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
 		return fmt.Errorf("executor: %s run %s: %w: the run is %s", st, runID, ErrNotReviewable, run.Status)
 	}
-	if run.Status == st {
-		g.status = st
-		g.pausedByPerson = st == ledger.RunPaused
-		return nil
+	data := mustJSON(map[string]string{"by": by, "reason": "requested"})
+	var ops []ledger.Op
+	if st == ledger.RunPaused {
+		ops = append(ops, ledger.SetPause(runID, cmp.Or(by, "a person"), "", data))
+	} else {
+		ops = append(ops, ledger.SetRunStatus(runID, st, "run.cancelled", "", data))
+		// Actions never started will never start: say so (a drive in flight
+		// claims nothing once the status is written, under the same lock).
+		rows, err := e.led.Actions(ctx, runID)
+		if err != nil {
+			return fmt.Errorf("executor: %s run %s: %w", st, runID, err)
+		}
+		for _, r := range rows {
+			if reviewable(r) && r.Key == "" {
+				ops = append(ops, ledger.Skip(runID, r.ID, "not started: the run was cancelled"))
+			}
+		}
 	}
-	data, _ := json.Marshal(map[string]string{"by": by, "reason": "requested"})
-	res, err := e.led.Apply(ctx, ledger.SetRunStatus(runID, st, ev, "", data))
+	res, err := e.led.Apply(ctx, ops...)
 	if err == nil {
 		err = res[0].Err
 	}

@@ -116,7 +116,7 @@ func TestReplayForkAndEditBeforeExecution(t *testing.T) {
 
 	// Replay with c edited: only c runs again.
 	p2 := mkPlan(t, p1.Actions[0], p1.Actions[1], pa("c", "mk", `{"name":"cid2"}`))
-	doc, err := b.eng.Replay(context.Background(), "r1", p2)
+	doc, err := b.eng.Replay(context.Background(), "r1", p2, nil)
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}
@@ -139,7 +139,7 @@ func TestReplayForkAndEditBeforeExecution(t *testing.T) {
 
 	// Replay with a edited: a runs, and b because its resolved args change.
 	p3 := mkPlan(t, pa("a", "mk", `{"name":"bob"}`), p1.Actions[1], p2.Actions[2])
-	doc, err = b.eng.Replay(context.Background(), "r1", p3)
+	doc, err = b.eng.Replay(context.Background(), "r1", p3, nil)
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}
@@ -367,12 +367,25 @@ func TestCancelAndPauseWhileRunning(t *testing.T) {
 			}
 			wantStatus(t, doc, want)
 			wantAction(t, doc, "a", ledger.StatusSucceeded) // in flight: finished and recorded
-			wantAction(t, doc, "b", ledger.StatusApproved)  // never started
+			if pause {
+				wantAction(t, doc, "b", ledger.StatusApproved) // never started, still to do
+			} else {
+				wantAction(t, doc, "b", ledger.StatusSkipped) // never started, never will (issue 24)
+			}
 			if len(put.Calls()) != 0 {
 				t.Fatal("a new action started after pause/cancel")
 			}
 			doc = b.resume("r1")
 			if pause {
+				// A person's pause holds until an explicit resume (issue 24.10).
+				wantStatus(t, doc, ledger.RunPaused)
+				if len(put.Calls()) != 0 {
+					t.Fatal("Resume lifted a person's pause")
+				}
+				if err := b.eng.Unpause(context.Background(), "r1", "ann"); err != nil {
+					t.Fatal(err)
+				}
+				doc = b.resume("r1")
 				wantStatus(t, doc, ledger.RunCompleted)
 				if n := b.count("r1", "run.resumed"); n != 1 {
 					t.Fatalf("%d run.resumed events", n)
