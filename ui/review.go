@@ -343,6 +343,9 @@ func (s *Server) review(ctx context.Context, runID string, op reviewOp, by strin
 		err = s.eng.Pause(ctx, runID, by)
 		drive = false
 	case "resume":
+		// Only an explicit resume lifts a person's pause; approving or
+		// resolving drives the run on, which leaves a pause in place.
+		err = s.eng.Unpause(ctx, runID, by)
 	case "cancel":
 		err = s.eng.Cancel(ctx, runID, by)
 		drive = false

@@ -53,6 +53,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, "invalid", err.Error(), nil)
 	case errors.Is(err, ledger.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error(), nil)
+	case errors.Is(err, executor.ErrBusy):
+		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
 	case errors.Is(err, executor.ErrNotReviewable), errors.Is(err, ledger.ErrConflict):
 		writeError(w, http.StatusConflict, "not_reviewable", err.Error(), nil)
 	case errors.Is(err, executor.ErrPlanMismatch):
@@ -480,7 +482,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	s.watch(runID, false)
 	doc, err := s.startAndWaitRevision(r.Context(), runID, run.Revision, func(ctx context.Context, eng *executor.Engine) error {
-		_, err := eng.Replay(ctx, runID, p)
+		_, err := eng.Replay(ctx, runID, p, nil)
 		return err
 	})
 	if err != nil {
