@@ -273,6 +273,12 @@ func waitingMessageFlags(doc ledger.RunDoc, data string) string {
 		fmt.Fprintf(&b, "\n  to approve: docket approve%s %s %s   (or reject one: docket reject%s %s ACTION)",
 			data, r.ID, strings.Join(approve, " "), data, r.ID)
 	}
+	// A paused run with nothing to resolve was paused by a person (the Run
+	// JSON a service sends does not say who): only resume lifts it.
+	if r.Status == ledger.RunPaused && (r.PausedBy != "" || len(review) == 0) {
+		fmt.Fprintf(&b, "\n  paused by %s: nothing new starts (approving or running it again does not resume it); to continue: docket resume%s %s",
+			cmp.Or(r.PausedBy, "a person"), data, r.ID)
+	}
 	return b.String()
 }
 

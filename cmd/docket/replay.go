@@ -46,7 +46,7 @@ func (c *replayCmd) Run(ctx context.Context, args []string) error {
 	if err := checkPlan(p, *planPath, s.tools); err != nil {
 		return err
 	}
-	doc, err := s.engine.Replay(ctx, runID, p)
+	doc, err := s.engine.Replay(ctx, runID, p, &executor.RunOptions{AcceptToolsChange: *f.acceptTools})
 	return finish(c.env, doc, notFound(toolsChanged(err, runID), runID), *f.data, *f.tools)
 }
 

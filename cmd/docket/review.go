@@ -16,7 +16,7 @@ import (
 
 func init() {
 	register("approve", "approve actions of a run (all waiting ones by default) and continue it", func(env Env) command { return &approveCmd{env: env} })
-	register("reject", "reject an action of a run; the run then ends without it", func(env Env) command { return &rejectCmd{env: env} })
+	register("reject", "reject an action not started yet: the run then fails (actions not started are skipped, started ones finish and are recorded)", func(env Env) command { return &rejectCmd{env: env} })
 	register("resolve", "settle an action whose outcome is unknown (--done, --retry or --skip) and continue the run", func(env Env) command { return &resolveCmd{env: env} })
 }
 
