@@ -104,27 +104,26 @@ func wantUnprotectedDuplicates(t *testing.T, seed uint64, rep *chaos.Report) {
 	}
 }
 
-// TestChaosSmall is the chaos run of -short: a few hundred actions per
-// workload, real SIGKILLs, 0 duplicates and 0 lost with the protections on.
-// Without -short, TestChaos runs the same checks at ten times the size.
+// TestChaosSmall is the chaos run of every change (make test, and -short): a
+// few hundred actions per workload, real SIGKILLs, 0 duplicates and 0 lost with
+// the protections on. The soak run (DOCKET_SOAK=1, make soak) adds TestChaos,
+// the same checks at seven times the size.
 func TestChaosSmall(t *testing.T) {
-	if !testing.Short() {
-		t.Skip("TestChaos runs the full-size experiment")
-	}
 	seed := chaosSeed(t)
 	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 300})
 	wantUnprotectedDuplicates(t, seed, rep)
 	wantKept(t, seed, rep, 300, 25)
 }
 
-// TestChaos is the normal suite's chaos run: at least 2,000 actions and 200
-// kills, 0 duplicates and 0 lost with the protections on. (The unprotected
-// side of the report is checked by TestChaosCommand, on a smaller workload,
-// to keep this test's time down.)
+// TestChaos is the soak run's chaos run (DOCKET_SOAK=1, make soak; .ci/run
+// runs it): at least 2,000 actions and 200 kills, 0 duplicates and 0 lost
+// with the protections on. (The unprotected side of the report is checked by
+// TestChaosCommand, on a smaller workload, to keep this test's time down.)
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: TestChaosSmall runs a smaller experiment")
 	}
+	soak(t)
 	seed := chaosSeed(t)
 	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 2000, ProtectedOnly: true})
 	wantKept(t, seed, rep, 2000, 200)
@@ -137,11 +136,12 @@ func TestChaos(t *testing.T) {
 // and the report says so. Faults that leave outcomes unknown after a commit
 // are frequent here (over half of the writes), so that enough lookups race
 // the lag: about 20 per experiment, each a duplicate with probability ~0.6
-// when the declared lag is too small.
+// when the declared lag is too small. A soak test (DOCKET_SOAK=1, make soak).
 func TestChaosVisibilityLag(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: several seconds of lag per lookup")
 	}
+	soak(t)
 	t.Parallel() // mostly waiting for the lag
 	seed := chaosSeed(t)
 	faults := chaos.Faults{CommitDrop: 0.45, CommitThen500: 0.1, Late: 0.05}
