@@ -215,3 +215,54 @@ func TestKeyTTLIsCheckedBeforeEveryCall(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelDuringUnknownOutcomesLeavesThemReconcilable: the run is
+// cancelled while a keyed call and an idempotent call are in flight; both
+// commit, then their answers are lost. Their effects may exist: each action
+// goes to needs_review (a person can say what happened), never back to
+// pending in a cancelled run where nothing can conclude them.
+func TestCancelDuringUnknownOutcomesLeavesThemReconcilable(t *testing.T) {
+	t.Parallel()
+	w := tooltest.NewWorld()
+	inFlight := make(chan struct{}, 2)
+	release := make(chan struct{})
+	w.FaultFunc = func(tool string, c tools.Call, n int) tooltest.Fault { return tooltest.LoseReply }
+	block := func(tl *tooltest.Tool) *tooltest.Tool {
+		inner := tl.CallFunc
+		tl.CallFunc = func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+			inFlight <- struct{}{}
+			<-release
+			return inner(ctx, c)
+		}
+		return tl
+	}
+	b := setup(t, []tools.Tool{block(w.Tool(spec("charge", tools.Keyed))), block(w.Tool(spec("put", tools.Idempotent)))})
+	p := mkPlan(t, pa("c", "charge", `{"amount":1}`), pa("p", "put", `{"v":1}`))
+	done := make(chan ledger.RunDoc, 1)
+	go func() {
+		doc, _ := b.eng.Run(context.Background(), "r1", p, &RunOptions{Policy: PolicyAll})
+		done <- doc
+	}()
+	<-inFlight
+	<-inFlight
+	if err := b.eng.Cancel(context.Background(), "r1", "ann"); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	close(release)
+	<-done
+	doc := b.doc("r1")
+	wantStatus(t, doc, ledger.RunCancelled)
+	for _, id := range []string{"c", "p"} {
+		a := wantAction(t, doc, id, ledger.StatusNeedsReview)
+		if w.Effects(a.Key) != 1 {
+			t.Fatalf("%s: %d effects", id, w.Effects(a.Key))
+		}
+	}
+	// A person says what happened; the ledger takes it.
+	if err := b.eng.Resolve(context.Background(), "r1", "c", ledger.Resolution{Done: json.RawMessage(`{"id":"seen"}`), By: "ann"}); err != nil {
+		t.Fatalf("Resolve on the cancelled run: %v", err)
+	}
+	if a := wantAction(t, b.doc("r1"), "c", ledger.StatusSucceeded); string(a.Output) != `{"id":"seen"}` {
+		t.Fatalf("output %s", a.Output)
+	}
+}

@@ -665,6 +665,12 @@ func (d *driver) canRetry(a *act, after time.Duration) bool {
 // action.attempt_failed), waits the backoff and claims the next attempt.
 // lookFrom, when set, makes the next attempt look before it calls.
 func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after time.Duration, msg string, lookFrom time.Time) (json.RawMessage, end, bool) {
+	if a.maybeDone && d.cancelled() {
+		// The run was cancelled while the call was in flight: nothing more
+		// is sent, and the effect may exist; a person says what happened.
+		d.park(ctx, a, "the run was cancelled while this call was in flight; its outcome is unknown: "+msg)
+		return nil, endRecorded, false
+	}
 	wait := d.e.backoff(a.tries, after)
 	data := mustJSON(map[string]any{"outcome": outcome.String(), "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
 	if !d.record(ctx, a, ledger.Fail(a.key, a.attempt, msg, true, data)) {
@@ -678,6 +684,13 @@ func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after
 		return nil, endStopped, false
 	}
 	a.attempt = 0
+	if a.maybeDone && d.cancelled() {
+		// Cancelled during the wait: claim the next attempt only to park it.
+		if _, how := d.claimAlways(ctx, a, prev+1); how == endSucceeded {
+			d.park(ctx, a, "the run was cancelled while this action waited to be retried; an earlier attempt's outcome is unknown: "+msg)
+		}
+		return nil, endRecorded, false
+	}
 	if a.n.spec.Class == tools.Keyed && a.maybeDone && lookFrom.IsZero() && d.pastKeyTTL(ctx, a, nil) {
 		// Checked after the wait, right before the next claim and call: past
 		// key_ttl the provider may have forgotten the key of an attempt
@@ -873,4 +886,26 @@ func (d *driver) inFlightSince(ctx context.Context, a *act) time.Time {
 		return t
 	}
 	return a.claimAt
+}
+
+// cancelled reports whether the run was cancelled (by this process).
+func (d *driver) cancelled() bool {
+	d.g.claimMu.RLock()
+	defer d.g.claimMu.RUnlock()
+	return d.g.status == ledger.RunCancelled
+}
+
+// claimAlways claims attempt n of a.key whatever the run's status (to park
+// it: never to call). how is endSucceeded when we hold the claim.
+func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
+		return false, endStopped
+	}
+	d.claimed(a, n, res[0].Key.ClaimedAt)
+	return true, endSucceeded
 }
