@@ -68,10 +68,13 @@
 //	k\0<key>                         key -> run id
 //	e\0<run>\0<seq BE8>              event
 //	m\0<run>\0<name>                 memo
+//	c\0<run>\0<sha256 hex>           a value of 64 KiB or more, stored once (large.go)
 //
 // Records start with an encoding tag byte. Runs, key records and events are a
 // uvarint length, JSON metadata, then the raw JSON of their large field (a key
-// record's output, an event's data), so reading never re-parses outputs. Rows,
+// record's output, an event's data), so reading never re-parses outputs.
+// Args of 64 KiB or more are written once per run, as a content blob that
+// the plan revision, the rows and the key record refer to (large.go). Rows,
 // the most numerous records a resume reads, use a compact binary encoding
 // (rowenc.go).
 //

@@ -21,6 +21,7 @@ const (
 	kindKeyIdx = 'k' // k\0<key>                       -> run id
 	kindEvent  = 'e' // e\0<run>\0<seq BE8>            -> event
 	kindMemo   = 'm' // m\0<run>\0<name>               -> memo value
+	kindBlob   = 'c' // c\0<run>\0<sha256 hex>         -> a large value, stored once (large.go)
 )
 
 // formatVersion is the on-disk format this code writes and reads.
@@ -75,6 +76,8 @@ func eventKey(runID string, seq uint64) []byte {
 }
 
 func memoKey(runID, name string) []byte { return append(runPrefix(kindMemo, runID), name...) }
+
+func blobKey(runID, hash string) []byte { return append(runPrefix(kindBlob, runID), hash...) }
 
 // validID checks a run id, action id, key or memo name: non-empty, at most
 // 512 bytes, no NUL (NUL separates key components).
@@ -161,17 +164,41 @@ func rowFromAction(a Action, ord int) storedRow {
 		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord}
 }
 
-func encodeKeyRec(k KeyRecord) ([]byte, error) {
-	out := k.Output
-	k.Output = nil
-	return encode(k, out)
+// storedKeyRec is a key record's metadata as stored. Args of largeValue
+// bytes or more are not copied into it: ArgsRef names the content blob that
+// holds them (shared with the row and the plan, large.go) and "args" is null.
+// Records written before ArgsRef existed carry their args inline and read
+// the same way.
+type storedKeyRec struct {
+	KeyRecord
+	Args    json.RawMessage `json:"args"` // shadows KeyRecord.Args
+	ArgsRef string          `json:"args_ref,omitempty"`
 }
 
+func encodeKeyRec(k KeyRecord) ([]byte, error) {
+	s := storedKeyRec{KeyRecord: k, Args: k.Args}
+	s.KeyRecord.Output, s.KeyRecord.Args = nil, nil
+	if h, ok := refHash(k.Args); ok {
+		s.Args, s.ArgsRef = nil, h
+	}
+	return encode(s, k.Output)
+}
+
+// decodeKeyRec decodes a key record; args held in a blob come back as a
+// reference (large.go), which the readers resolve.
 func decodeKeyRec(b []byte) (KeyRecord, error) {
-	var k KeyRecord
-	blob, err := decode(b, &k)
+	var s storedKeyRec
+	blob, err := decode(b, &s)
+	k := s.KeyRecord
 	if err != nil {
 		return k, err
+	}
+	k.Args = s.Args
+	if s.ArgsRef != "" {
+		if !validHash(s.ArgsRef) {
+			return k, fmt.Errorf("%w: key record names a malformed args blob", ErrFormat)
+		}
+		k.Args = refOf(s.ArgsRef)
 	}
 	if len(blob) > 0 {
 		k.Output = json.RawMessage(blob)

@@ -54,6 +54,8 @@ type Op struct {
 	planJSON                 []byte
 	planHash                 string
 	rows                     []Action
+	big                      *bigValue                  // args (or row.Args) when large, named by the caller (large.go)
+	blobs                    map[string]json.RawMessage // a revision's large values by blob name
 }
 
 // Result is the outcome of one Op: Err is nil, a *ConflictError, or another
@@ -82,7 +84,7 @@ type Result struct {
 // A row that is rejected, skipped or compensated, or claimed under another
 // key, conflicts too. Missing run or row: ErrNotFound.
 func Claim(runID, actionID, tool, key string, args json.RawMessage, n int) Op {
-	return Op{kind: opClaim, runID: runID, actionID: actionID, tool: tool, key: key, args: args, n: n}
+	return Op{kind: opClaim, runID: runID, actionID: actionID, tool: tool, key: key, args: args, n: n, big: bigOf(args)}
 }
 
 // Succeed records output for attempt n: the key must be claimed with Attempt n
@@ -133,7 +135,7 @@ func Resolve(runID, actionID string, r Resolution) Op {
 // Event action.approved {"by"}. Identical repeat: success. A row that was
 // claimed is resolved with Resolve, not approved.
 func Approve(runID, actionID string, args json.RawMessage, by string) Op {
-	return Op{kind: opApprove, runID: runID, actionID: actionID, args: args, by: by}
+	return Op{kind: opApprove, runID: runID, actionID: actionID, args: args, by: by, big: bigOf(args)}
 }
 
 // Reject marks a not-yet-claimed row rejected (Error holds the reason). Event
@@ -143,10 +145,11 @@ func Reject(runID, actionID, reason, by string) Op {
 }
 
 // Edit replaces a not-yet-claimed row's planned args (clears any approval,
-// status back to pending). Event action.edited {"args","by"}. Editing to the
+// status back to pending). Event action.edited {"args","by"} (args of 64 KiB
+// or more are not inlined: {"args_truncated":true,"by"}). Editing to the
 // same args changes nothing (success).
 func Edit(runID, actionID string, args json.RawMessage, by string) Op {
-	return Op{kind: opEdit, runID: runID, actionID: actionID, args: args, by: by}
+	return Op{kind: opEdit, runID: runID, actionID: actionID, args: args, by: by, big: bigOf(args)}
 }
 
 // Skip marks a not-yet-claimed row skipped (e.g. a dependent of a rejected or
@@ -168,7 +171,7 @@ func Compensated(runID, actionID string) Op {
 // with another tool or args: *ConflictError). No event: the row's own claim
 // and outcome events follow.
 func AddUndo(runID string, row Action) Op {
-	return Op{kind: opAddUndo, runID: runID, row: row}
+	return Op{kind: opAddUndo, runID: runID, row: row, big: bigOf(row.Args)}
 }
 
 // SetRunStatus moves a run to status with an event of type eventType (e.g.
@@ -269,7 +272,28 @@ func outputData(out json.RawMessage, kv ...any) json.RawMessage {
 	return obj(append(kv, "output", out)...)
 }
 
+// evalOp evaluates one op; its result carries values, never references to
+// blobs (large.go).
+// argsData is the event data for args: inline below 64 KiB, like outputs.
+func argsData(args json.RawMessage, kv ...any) json.RawMessage {
+	if len(args) > eventInlineMax {
+		return obj(append([]any{"args_truncated", true}, kv...)...)
+	}
+	return obj(append([]any{"args", args}, kv...)...)
+}
+
 func (b *batch) evalOp(o Op) (Result, error) {
+	res, err := b.evalOpRefs(o)
+	if err != nil {
+		return res, err
+	}
+	if err := b.resolveResult(o, &res); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+func (b *batch) evalOpRefs(o Op) (Result, error) {
 	switch o.kind {
 	case opClaim:
 		return b.claim(o)
@@ -415,14 +439,18 @@ func (b *batch) claim(o Op) (Result, error) {
 		return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "key has no record: the first claim is attempt 1, not %d", o.n), nil
 	}
 	now := b.l.now()
-	rec = KeyRecord{Key: o.key, RunID: o.runID, ActionID: o.actionID, Tool: o.tool, Args: o.args,
+	args, err := b.stash(o.runID, o.args, o.big) // one blob for the key record and the row
+	if err != nil {
+		return Result{}, err
+	}
+	rec = KeyRecord{Key: o.key, RunID: o.runID, ActionID: o.actionID, Tool: o.tool, Args: args,
 		State: StatusClaimed, Attempt: o.n, Owner: b.l.incarnation, ClaimedAt: now, UpdatedAt: now}
 	if err := b.putKeyRec(rec, !has); err != nil {
 		return Result{}, err
 	}
 	row.Key, row.Status, row.Attempts, row.Error = o.key, StatusClaimed, o.n, ""
 	if len(o.args) > 0 {
-		row.Args = o.args
+		row.Args = args
 	}
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
 		return Result{}, err
@@ -672,11 +700,20 @@ func (b *batch) review(o Op) (Result, error) {
 		if args == nil {
 			args = row.Args
 		}
-		if row.Status == StatusApproved && row.Key == "" && jsonEqual(row.ApprovedArgs, args) {
-			return done()
+		if row.Status == StatusApproved && row.Key == "" {
+			same, err := b.sameArgs(o.runID, row.ApprovedArgs, args, o.big)
+			if err != nil {
+				return Result{}, err
+			}
+			if same {
+				return done()
+			}
 		}
 		if !unclaimed {
 			return refuse()
+		}
+		if args, err = b.stash(o.runID, args, o.big); err != nil {
+			return Result{}, err
 		}
 		row.Status, row.ApprovedArgs = StatusApproved, args
 		evType, data = "action.approved", obj("by", o.by)
@@ -690,14 +727,24 @@ func (b *batch) review(o Op) (Result, error) {
 		row.Status, row.Error, row.ApprovedArgs = StatusRejected, o.msg, nil
 		evType, data = "action.rejected", obj("reason", o.msg, "by", o.by)
 	case opEdit:
-		if unclaimed && jsonEqual(row.Args, o.args) {
-			return done()
+		if unclaimed {
+			same, err := b.sameArgs(o.runID, row.Args, o.args, o.big)
+			if err != nil {
+				return Result{}, err
+			}
+			if same {
+				return done()
+			}
 		}
 		if !unclaimed {
 			return refuse()
 		}
-		row.Status, row.Args, row.ApprovedArgs = StatusPending, o.args, nil
-		evType, data = "action.edited", obj("args", o.args, "by", o.by)
+		args, err := b.stash(o.runID, o.args, o.big)
+		if err != nil {
+			return Result{}, err
+		}
+		row.Status, row.Args, row.ApprovedArgs = StatusPending, args, nil
+		evType, data = "action.edited", argsData(o.args, "by", o.by)
 	case opSkip:
 		if row.Status == StatusSkipped {
 			return done()
@@ -764,10 +811,20 @@ func (b *batch) addUndo(o Op) (Result, error) {
 		return Result{}, err
 	}
 	if exists {
-		if row.Tool == a.Tool && jsonEqual(row.Args, a.Args) {
+		same, err := b.sameArgs(o.runID, row.Args, a.Args, o.big)
+		if err != nil {
+			return Result{}, err
+		}
+		if row.Tool == a.Tool && same {
 			return Result{Action: row.action(o.runID)}, nil
 		}
 		return b.conflict(o, o.runID, a.ID, "", KeyRecord{}, &row, "row %q exists with other tool or args", a.ID), nil
+	}
+	if a.Args, err = b.stash(o.runID, a.Args, o.big); err != nil {
+		return Result{}, err
+	}
+	if a.ApprovedArgs, err = b.stash(o.runID, a.ApprovedArgs, o.big); err != nil {
+		return Result{}, err
 	}
 	row = rowFromAction(a, run.Rows)
 	row.Key, row.Status, row.Attempts, row.Error, row.Undo = "", StatusPending, 0, "", true
@@ -889,6 +946,9 @@ func (b *batch) createRun(o Op) (Result, error) {
 	if err := b.putRun(r); err != nil {
 		return Result{}, err
 	}
+	if err := b.putBlobs(r.ID, o.blobs); err != nil {
+		return Result{}, err
+	}
 	b.put(planKey(r.ID, 1), nil, o.planJSON)
 	if err := b.event(r.ID, "run.created", "", obj("goal", r.Goal, "policy", r.Policy)); err != nil {
 		return Result{}, err
@@ -926,6 +986,9 @@ func (b *batch) addRevision(o Op) (Result, error) {
 	rev := run.Revision + 1
 	run.Revision, run.Rows, run.RevHash = rev, len(o.rows), o.planHash
 	if err := b.touch(run); err != nil {
+		return Result{}, err
+	}
+	if err := b.putBlobs(o.runID, o.blobs); err != nil {
 		return Result{}, err
 	}
 	b.put(planKey(o.runID, rev), nil, o.planJSON)

@@ -72,10 +72,6 @@ func revisionOp(kind opKind, runID string, p *plan.Plan, rows []Action) (Op, err
 	if err != nil {
 		return Op{}, fmt.Errorf("%w: hashing plan: %v", ErrInvalid, err)
 	}
-	pj, err := json.Marshal(p)
-	if err != nil {
-		return Op{}, fmt.Errorf("%w: encoding plan: %v", ErrInvalid, err)
-	}
 	if rows == nil {
 		for _, a := range p.Actions {
 			rows = append(rows, Action{ID: a.ID, Tool: a.Tool, Args: a.Args, DependsOn: a.DependsOn, Status: StatusPending})
@@ -84,7 +80,19 @@ func revisionOp(kind opKind, runID string, p *plan.Plan, rows []Action) (Op, err
 	if err := checkRows(rows); err != nil {
 		return Op{}, err
 	}
-	return Op{kind: kind, runID: runID, planJSON: pj, planHash: hash, rows: rows}, nil
+	// Large args are stored once, as blobs that the plan record and the rows
+	// refer to (large.go); hashed here, in the caller's goroutine.
+	h, blobs := hasher{}, map[string]json.RawMessage{}
+	pj, err := planRecord(p, h, blobs)
+	if err != nil {
+		return Op{}, fmt.Errorf("%w: encoding plan: %v", ErrInvalid, err)
+	}
+	stored := make([]Action, len(rows))
+	for i, a := range rows {
+		a.Args, a.ApprovedArgs = h.ref(a.Args, blobs), h.ref(a.ApprovedArgs, blobs)
+		stored[i] = a
+	}
+	return Op{kind: kind, runID: runID, planJSON: pj, planHash: hash, rows: stored, blobs: blobs}, nil
 }
 
 // applyOne runs one internal op and turns its op-level error into the error.
@@ -245,7 +253,7 @@ func (l *Ledger) ListRuns(ctx context.Context, o ListOptions) (runs []Run, next 
 // Plan returns revision rev of a run's plan (0 = current). Errors:
 // ErrNotFound, ErrClosed.
 func (l *Ledger) Plan(ctx context.Context, runID string, rev int) (*plan.Plan, error) {
-	var p plan.Plan
+	var p *plan.Plan
 	err := l.view(ctx, func(txn *badger.Txn) error {
 		if rev <= 0 {
 			r, err := readRun(txn, runID)
@@ -254,7 +262,10 @@ func (l *Ledger) Plan(ctx context.Context, runID string, rev int) (*plan.Plan, e
 			}
 			rev = r.Revision
 		}
-		ok, err := getDecoded(txn, planKey(runID, rev), func(v []byte) error { return json.Unmarshal(v, &p) })
+		ok, err := getDecoded(txn, planKey(runID, rev), func(v []byte) (err error) {
+			p, err = decodePlan(v, txnResolver(txn, runID))
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("ledger: reading plan of run %q: %w", runID, err)
 		}
@@ -266,7 +277,7 @@ func (l *Ledger) Plan(ctx context.Context, runID string, rev int) (*plan.Plan, e
 	if err != nil {
 		return nil, err
 	}
-	return &p, nil
+	return p, nil
 }
 
 // Actions returns the rows of the run's current revision in plan order, followed
@@ -356,8 +367,12 @@ func readActions(txn *badger.Txn, r storedRun) ([]Action, error) {
 		}
 	}
 	out := make([]Action, len(rows))
+	blobs := txnResolver(txn, r.ID) // large args: one read per blob (large.go)
 	for i, row := range rows {
 		out[i] = row.action(r.ID)
+		if err := blobs.action(&out[i]); err != nil {
+			return nil, fmt.Errorf("ledger: reading args of run %q action %q: %w", r.ID, row.ID, err)
+		}
 		if row.Status == StatusSucceeded || row.Status == StatusCompensated {
 			out[i].Output = outputs[row.Key]
 		}
@@ -401,8 +416,10 @@ func (l *Ledger) Key(ctx context.Context, key string) (KeyRecord, error) {
 		if err != nil {
 			return err
 		}
-		rec, err = decodeKeyRec(v)
-		return err
+		if rec, err = decodeKeyRec(v); err != nil {
+			return err
+		}
+		return txnResolver(txn, runID).keyRec(&rec)
 	})
 	return rec, err
 }
