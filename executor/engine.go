@@ -418,6 +418,9 @@ func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan, o *RunO
 	}
 	pc := *p
 	pc.RunID = runID
+	if err := e.refuseUndoneReplay(ctx, run, &pc); err != nil {
+		return ledger.RunDoc{}, err
+	}
 	rows, err := e.initialRows(&pc, Policy(cmp.Or(run.Policy, string(PolicySafe))))
 	if err != nil {
 		return ledger.RunDoc{}, err

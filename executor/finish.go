@@ -377,3 +377,53 @@ func (d *driver) readyLocked(rows []ledger.Action) []string {
 	}
 	return out
 }
+
+// ErrUndone is the sentinel of a replay refused because it would build on an
+// action that was undone (compensated).
+var ErrUndone = errors.New("executor: a compensated action cannot be reused")
+
+// refuseUndone refuses a new revision that keeps an action unchanged whose
+// effect was undone: its key would return the undone output, and the rest of
+// the plan would build on an effect that no longer exists. The person changes
+// the action's arguments (a new key: it runs again) or forks the run.
+func refuseUndone(runID string, old []ledger.Action, oldPlan, next *plan.Plan) error {
+	planned := map[string]plan.Action{}
+	if oldPlan != nil {
+		for _, a := range oldPlan.Actions {
+			planned[a.ID] = a
+		}
+	}
+	byID := map[string]ledger.Action{}
+	for _, r := range old {
+		byID[r.ID] = r
+	}
+	var undone []string
+	for _, a := range next.Actions {
+		r, ok := byID[a.ID]
+		if !ok || r.Status != ledger.StatusCompensated || r.Tool != a.Tool {
+			continue
+		}
+		if pa, ok := planned[a.ID]; ok && pa.Tool == a.Tool && jsonEqual(pa.Args, a.Args) {
+			undone = append(undone, a.ID)
+		}
+	}
+	if len(undone) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: replay run %s: %s was compensated (undone) and is unchanged in the new plan: "+
+		"its key would return the undone output; change its arguments so it runs again under a new key, or fork the run to start over",
+		ErrUndone, runID, strings.Join(undone, ", "))
+}
+
+// refuseUndoneReplay applies refuseUndone to the run's current revision.
+func (e *Engine) refuseUndoneReplay(ctx context.Context, run ledger.Run, next *plan.Plan) error {
+	old, err := e.led.Actions(ctx, run.ID)
+	if err != nil {
+		return fmt.Errorf("executor: replay run %s: read actions: %w", run.ID, err)
+	}
+	oldPlan, err := e.led.Plan(ctx, run.ID, run.Revision)
+	if err != nil {
+		return fmt.Errorf("executor: replay run %s: read plan revision %d: %w", run.ID, run.Revision, err)
+	}
+	return refuseUndone(run.ID, old, oldPlan, next)
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/tooltest"
 )
@@ -264,5 +265,37 @@ func TestCancelDuringUnknownOutcomesLeavesThemReconcilable(t *testing.T) {
 	}
 	if a := wantAction(t, b.doc("r1"), "c", ledger.StatusSucceeded); string(a.Output) != `{"id":"seen"}` {
 		t.Fatalf("output %s", a.Output)
+	}
+}
+
+// TestReplayNeverBuildsOnAnUndoneAction: charge (compensated by refund),
+// then ship, refused the first time. The run fails and refunds the charge.
+// A replay that fixes only the shipping address must not ship against the
+// refunded charge (the charge's unchanged key would return its undone
+// output): it is refused, naming the charge; nothing more happens.
+func TestReplayNeverBuildsOnAnUndoneAction(t *testing.T) {
+	t.Parallel()
+	b, w := compWorld(t, tools.Keyed, spec("refund", tools.Keyed), func(tool string, n int) tooltest.Fault {
+		if tool == "ship" && n == 1 {
+			return tooltest.Reject
+		}
+		return tooltest.NoFault
+	})
+	ship := func(to string) *plan.Plan {
+		return mkPlan(t, pa("c", "charge", chargeThenShip[0]), pa("s", "ship", `{"to":"`+to+`","charge":"${c.output.id}"}`, "c"))
+	}
+	doc := b.run("r1", ship("nowhere"), PolicyAll)
+	wantStatus(t, doc, ledger.RunFailed)
+	charge := wantAction(t, doc, "c", ledger.StatusCompensated)
+	before := len(w.Keys())
+	doc, err := b.eng.Replay(context.Background(), "r1", ship("somewhere"), nil)
+	if err == nil || !strings.Contains(err.Error(), "c") || !strings.Contains(err.Error(), "compensated") {
+		t.Fatalf("Replay over an undone charge: %v (status %s), want a refusal naming c", err, doc.Run.Status)
+	}
+	if got := len(w.Keys()); got != before || w.Effects(charge.Key) != 1 {
+		t.Fatalf("the replay acted: %d keys (was %d), charge effects %d", got, before, w.Effects(charge.Key))
+	}
+	if d := b.doc("r1"); d.Run.Status != ledger.RunFailed || d.Run.Revision != 1 {
+		t.Fatalf("after the refusal: status %s revision %d, want failed 1", d.Run.Status, d.Run.Revision)
 	}
 }

@@ -322,6 +322,12 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 		}
 		switch rec.State {
 		case ledger.StatusSucceeded, ledger.StatusCompensated:
+			if rec.State == ledger.StatusCompensated && a.undoOf == "" && !d.linked(a) {
+				// A new revision meets a key whose effect was undone: its
+				// output describes nothing that exists. Never build on it.
+				d.fail(fmt.Sprintf("action %s: its key was compensated (undone) in an earlier revision; change its arguments to run it again, or fork the run", a.n.id))
+				return nil, endStopped, false
+			}
 			a.attempt = rec.Attempt
 			a.adopted = true
 			if !d.linked(a) {
