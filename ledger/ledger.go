@@ -156,7 +156,14 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	var db *badger.DB
 	var err error
 	if known && free < space.minFree {
-		db, err = openBadger(opts.WithReadOnly(true), log)
+		if hasUnflushedLog(cfg.Dir) {
+			// Badger refuses to open it read-only (it must truncate the log),
+			// and its replay reads the log's sparse tail, which on tmpfs
+			// faults when the file system is full: do not try.
+			err = errors.New("the write-ahead log of a process that did not close it is not flushed")
+		} else {
+			db, err = openBadger(opts.WithReadOnly(true), log)
+		}
 		switch {
 		case err == nil:
 			space.readOnly = true

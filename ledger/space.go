@@ -57,7 +57,10 @@ var ErrNoSpace = errors.New("ledger: no space left")
 // memtable or value-log file, no flush), so reads (runs list, runs show, the
 // API's GETs) keep working and every write is ErrNoSpace. Badger refuses a
 // read-only open of a directory a killed process left unflushed (it would
-// have to truncate the log): then Open itself returns ErrNoSpace.
+// have to truncate the log), and replaying that log reads its sparse tail,
+// which on tmpfs allocates pages and faults when the file system is full:
+// such a directory is not tried read-only but opened in the reserve's space
+// (below), or refused with ErrNoSpace when there is no reserve.
 //
 // A full disk is usually filled by someone else, down to the last byte, after
 // our last commit; Badger's Close must still flush the memtable into a table,
@@ -236,6 +239,14 @@ func flushBytes(dir string) int64 {
 		n += allocatedBytes(m)
 	}
 	return n*5/4 + discardBytes
+}
+
+// hasUnflushedLog reports memtable write-ahead logs (*.mem) in dir: a process
+// that did not close the directory (killed, or closed without space to
+// flush) left them for the next open for writing to replay.
+func hasUnflushedLog(dir string) bool {
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
+	return len(matches) > 0
 }
 
 // discardBytes is slack for the discard statistics Badger may store at Close.

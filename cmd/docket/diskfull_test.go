@@ -239,6 +239,54 @@ func TestDiskFullRun(t *testing.T) {
 	}
 }
 
+// A process killed mid-run leaves its memtable in the write-ahead log, which
+// Badger will not open read-only; when the disk is then full, the ledger
+// gives back its reserve and opens for writing, so reads still work, writes
+// are refused (exit 5, Run JSON), and the rerun after freeing space
+// completes with one charge per action.
+func TestDiskFullAfterKill(t *testing.T) {
+	mnt := mountTmpfs(t, diskTmpfsSize)
+	w := newChargeWorld(t)
+	close(w.open)
+	dir := t.TempDir()
+	data := filepath.Join(mnt, "data")
+	tools := w.toolsFile(t, dir)
+	planPath := filepath.Join(dir, "plan.json")
+	if err := os.WriteFile(planPath, []byte(diskPlan), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "--data", data, "--tools", tools, "--plan", planPath, "--run-id", "killed-1", "--approve", "all"}
+	if r := child(t, "after_outcome:gate", args...); !r.killed {
+		t.Fatalf("the child never reached after_outcome of gate\n%s", r)
+	}
+	filler := fillDisk(t, mnt)
+
+	list := child(t, "", "runs", "list", "--data", data)
+	wantCode(t, list, exitOK)
+	if !strings.Contains(list.stdout, "killed-1") {
+		t.Fatalf("runs list does not show the run\n%s", list)
+	}
+	again := child(t, "", args...)
+	wantCode(t, again, exitNoSpace)
+	if d := doc(t, again); d.RunID != "killed-1" || d.action("gate").Status != "succeeded" {
+		t.Fatalf("the same command on a full disk after a kill\n%s", again)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	done := child(t, "", args...)
+	wantCode(t, done, exitOK)
+	if s := doc(t, done).Status; s != "completed" {
+		t.Fatalf("status %q after space was freed\n%s", s, done)
+	}
+	for ref, n := range w.effectsOf("first", "gate", "last") {
+		if n != 1 {
+			t.Errorf("%d charges for %s, want exactly 1", n, ref)
+		}
+	}
+}
+
 // servedChild is `docket serve` running as a child process (a fault in it
 // must not take the test down with it).
 type servedChild struct {
