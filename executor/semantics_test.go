@@ -299,3 +299,22 @@ func TestReplayNeverBuildsOnAnUndoneAction(t *testing.T) {
 		t.Fatalf("after the refusal: status %s revision %d, want failed 1", d.Run.Status, d.Run.Revision)
 	}
 }
+
+// TestRetryAfterBeyondTheBudgetSaysSo: a 429 asking to wait an hour is not
+// retried within the drive; the failure says why (the wait exceeds the retry
+// budget) and that nothing was processed.
+func TestRetryAfterBeyondTheBudgetSaysSo(t *testing.T) {
+	t.Parallel()
+	ft := &tooltest.Tool{SpecValue: spec("k", tools.Keyed), CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+		return nil, tools.RetryAfter(time.Hour, fmt.Errorf("429 too many requests"))
+	}}
+	b := setup(t, []tools.Tool{noLook{ft}})
+	doc := b.run("r1", mkPlan(t, pa("a", "k", `{}`)), PolicyAll)
+	a := wantAction(t, doc, "a", ledger.StatusFailed)
+	if !strings.Contains(a.Error, "wait 1h0m0s") || !strings.Contains(a.Error, "retry budget") || !strings.Contains(a.Error, "nothing was processed") {
+		t.Fatalf("error %q does not say the wait exceeds the retry budget", a.Error)
+	}
+	if n := len(ft.Calls()); n != 1 {
+		t.Fatalf("%d calls", n)
+	}
+}

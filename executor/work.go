@@ -583,6 +583,10 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	case tools.NotSentOutcome, tools.NotProcessed:
 		if !d.canRetry(a, after) {
 			final := fmt.Sprintf("gave up after %d attempts (%s): %s", a.tries, outcome, msg)
+			if r := d.e.cfg.Retry; after > 0 && a.tries < r.MaxAttempts {
+				final = fmt.Sprintf("the provider asked to wait %v before another attempt, beyond this run's retry budget (%v in all, %v used): %s; "+
+					"nothing was processed, so running the same command again later is safe", after, r.MaxElapsed, d.e.clock.Now().Sub(a.began).Round(time.Millisecond), msg)
+			}
 			if a.undoOf != "" {
 				d.park(ctx, a, fmt.Sprintf("compensation of %s not done: %s", a.undoOf, final))
 				return nil, endRecorded, false
