@@ -559,6 +559,9 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 
 	switch outcome {
 	case tools.Definite:
+		if d.outputTooLarge(ctx, a, err, msg) { // large.go: it took effect
+			return nil, endRecorded, false
+		}
 		if a.undoOf != "" {
 			// An undo that cannot be done leaves the effect in place: a
 			// person decides (undo by hand and mark it done, retry, or skip).

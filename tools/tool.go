@@ -183,6 +183,14 @@ func Classify(err error) (Outcome, time.Duration) {
 	return Unknown, 0
 }
 
+// ErrOutputTooLarge is returned (wrapped, inside Permanent) by a tool whose
+// call was answered with success but with more output than the tool may
+// return (tools/httptool: its response cap): the call took effect, only its
+// answer is lost, and calling again would give the same answer. The executor
+// never calls again: read_only and idempotent actions fail; keyed, lookup and
+// at_most_once actions go to needs_review (their effect exists).
+var ErrOutputTooLarge = errors.New("output too large")
+
 // ErrUnknownTool is returned (wrapped) for a tool name that is not registered.
 var ErrUnknownTool = errors.New("unknown tool")
 

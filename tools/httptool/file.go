@@ -19,7 +19,8 @@ import (
 const DefaultTimeout = 30 * time.Second
 
 // DefaultMaxResponseBytes caps how much of a response is read (8 MiB). A 2xx
-// response beyond it is an error (outcome unknown: the effect happened).
+// response beyond it is a definite failure wrapping tools.ErrOutputTooLarge
+// (the effect happened; calling again would give the same answer).
 const DefaultMaxResponseBytes = 8 << 20
 
 // DefaultMaxIdleConnsPerHost is how many idle connections the default client

@@ -191,11 +191,47 @@ func (t *Tool) do(ctx context.Context, r *request, call tools.Call, isCall bool)
 	}
 	if int64(len(body)) > t.max {
 		if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-			return nil, nil, t.errorf(r, "%d response larger than the %d-byte cap (the request took effect; outcome unknown)", resp.StatusCode, t.max)
+			return nil, nil, t.tooLarge(r, resp, int64(len(body)), isCall)
 		}
 		body = body[:t.max]
 	}
 	return resp, body, nil
+}
+
+// overCapMeasure bounds how much of an answer over the cap is read (and
+// discarded) to say how large it was.
+const overCapMeasure = 256 << 20
+
+// tooLarge is the error for a 2xx answer over the response cap: a definite
+// failure (calling again gives the same answer) wrapping
+// tools.ErrOutputTooLarge, naming the cap and the answer's size. The call
+// took effect: the executor decides by effect class what that means.
+func (t *Tool) tooLarge(r *request, resp *http.Response, read int64, isCall bool) error {
+	n := read
+	if resp.ContentLength > n {
+		n = resp.ContentLength
+	} else if m, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, overCapMeasure)); m > 0 {
+		n += m
+	}
+	size := fmt.Sprintf("%s, %d bytes", mib(n), n)
+	if n > read && n == read+overCapMeasure && resp.ContentLength < 0 {
+		size = "more than " + size
+	}
+	what := "the call took effect but its answer"
+	if !isCall {
+		what = "the lookup's answer"
+	}
+	msg := fmt.Sprintf("tool %q: %s %s: %s (%d response, %s) exceeds the %s output cap (%d bytes)",
+		t.spec.Name, r.method, r.urlSrc, what, resp.StatusCode, size, mib(t.max), t.max)
+	return tools.Permanent(&toolError{msg: t.redact(msg), err: tools.ErrOutputTooLarge})
+}
+
+// mib formats a byte count in MiB ("8 MiB", "9.5 MiB").
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 func decodeArgs(raw json.RawMessage) (map[string]any, error) {

@@ -349,8 +349,12 @@ func TestCallResponseSizeCap(t *testing.T) {
 		w.WriteHeader(status)
 		io.WriteString(w, big)
 	}, func(o *Options) { o.MaxResponseBytes = 100 })
+	// A 2xx over the cap took effect and would answer the same again: a
+	// definite failure naming the cap and the size (issue 13.7), which the
+	// executor never retries.
 	_, err := call(t, b.tools["get"], `{}`)
-	if o, _ := tools.Classify(err); o != tools.Unknown || !strings.Contains(err.Error(), "larger than the 100-byte cap") {
+	if o, _ := tools.Classify(err); o != tools.Definite || !errors.Is(err, tools.ErrOutputTooLarge) ||
+		!strings.Contains(err.Error(), "202 bytes") || !strings.Contains(err.Error(), "output cap (100 bytes)") {
 		t.Errorf("2xx over the cap: %v %v", o, err)
 	}
 	status = 400
