@@ -413,3 +413,42 @@ func TestApproveOneActionLeavesAtMostOnceAlone(t *testing.T) {
 	}
 	check("one-http")
 }
+
+// Replay and fork are HTTP only (the socket refuses them as unknown ops,
+// above); their bodies are read as strictly: a missing plan or a field they
+// do not take is a 400, and nothing is recorded.
+func TestReplayAndForkBodies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.createPayMail("rf")
+	before := b.eventCount("rf")
+	cases := []struct {
+		path, body string
+		code       int
+	}{
+		{"/replay", ``, http.StatusBadRequest},
+		{"/replay", `{}`, http.StatusBadRequest},
+		{"/replay", `{"plan":` + string(payMailPlan("rf")) + `,"all":true}`, http.StatusBadRequest},
+		{"/replay", `{"actions":["pay"]}`, http.StatusBadRequest},
+		{"/replay", `{"plan":null}`, http.StatusUnprocessableEntity},
+		{"/fork", `{"run_id":"rf-2","actions":["pay"]}`, http.StatusBadRequest},
+		{"/fork", `{"run_id":"rf-2","all":true}`, http.StatusBadRequest},
+	}
+	for _, c := range cases {
+		var body any
+		if c.body != "" {
+			body = c.body
+		}
+		var e errorBody
+		if code := b.call("POST", "/v1/runs/rf"+c.path, body, &e); code != c.code || e.Error.Message == "" {
+			t.Errorf("POST %s %s = %d %+v, want %d", c.path, c.body, code, e.Error, c.code)
+		}
+	}
+	if n := b.eventCount("rf"); n != before {
+		t.Fatalf("refused replays and forks changed the run: %d events, had %d", n, before)
+	}
+	var e errorBody
+	if code := b.call("GET", "/v1/runs/rf-2", nil, &e); code != http.StatusNotFound {
+		t.Fatalf("a refused fork created rf-2: %d", code)
+	}
+}
