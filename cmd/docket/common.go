@@ -253,12 +253,16 @@ func localFlags(dataDir, toolsPath string) string {
 func waitingMessageFlags(doc ledger.RunDoc, data string) string {
 	r := doc.Run
 	var review, approve []string
+	why := map[string]string{}
+	shown := map[string]string{}
 	for _, a := range doc.Actions {
 		switch a.Status {
 		case ledger.StatusNeedsReview:
 			review = append(review, a.ID)
+			why[a.ID] = a.Error
 		case ledger.StatusPending:
 			approve = append(approve, a.ID)
+			shown[a.ID] = a.Tool + " " + clip(string(a.Args), 200)
 		}
 	}
 	var b strings.Builder
@@ -267,9 +271,15 @@ func waitingMessageFlags(doc ledger.RunDoc, data string) string {
 		fmt.Fprintf(&b, " (%s)", r.Error)
 	}
 	for _, id := range review {
-		fmt.Fprintf(&b, "\n  %s: outcome unknown; check the external system, then: docket resolve%s %s %s (--done OUTPUT_JSON | --retry | --skip)", id, data, r.ID, id)
+		fmt.Fprintf(&b, "\n  %s: %s; check the external system, then: docket resolve%s %s %s (--done OUTPUT_JSON | --retry | --skip)",
+			id, cmp.Or(why[id], "outcome unknown"), data, r.ID, id)
 	}
 	if len(review) == 0 && len(approve) > 0 {
+		for _, id := range approve {
+			// The arguments as they will be sent (references resolved once
+			// their actions ran: approving confirms these values).
+			fmt.Fprintf(&b, "\n  %s waits for approval: %s", id, shown[id])
+		}
 		fmt.Fprintf(&b, "\n  to approve: docket approve%s %s %s   (or reject one: docket reject%s %s ACTION)",
 			data, r.ID, strings.Join(approve, " "), data, r.ID)
 	}

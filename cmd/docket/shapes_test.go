@@ -97,15 +97,23 @@ func startKeyedAPI(t *testing.T, jitter bool, seed uint64) *keyedAPI {
 	return k
 }
 
-func (k *keyedAPI) toolsFile(t *testing.T, dir string) string {
+// toolsFile writes the tools file of one keyed tool "op"; extra adds fields
+// to its definition.
+func (k *keyedAPI) toolsFile(t *testing.T, dir string, extra ...map[string]any) string {
 	t.Helper()
-	tf := map[string]any{"version": 1, "tools": []any{map[string]any{
+	op := map[string]any{
 		"name": "op", "description": "A keyed write.", "effect": "keyed",
 		"input_schema": map[string]any{"type": "object"},
 		"request":      map[string]any{"method": "POST", "url": k.srv.URL + "/op"},
 		"key_header":   "Idempotency-Key",
 		"timeout":      "5s",
-	}}}
+	}
+	for _, e := range extra {
+		for k, v := range e {
+			op[k] = v
+		}
+	}
+	tf := map[string]any{"version": 1, "tools": []any{op}}
 	b, _ := json.Marshal(tf)
 	p := filepath.Join(dir, "tools.json")
 	if err := os.WriteFile(p, b, 0o600); err != nil {
