@@ -88,7 +88,7 @@ type createRequest struct {
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, ok := s.readBodyMax(w, r, s.cfg.MaxRunBodyBytes) // a plan as large as the CLI takes
 	if !ok {
 		return
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxBodyBytes caps request bodies. Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxRunBodyBytes caps POST /v1/runs bodies, which carry a plan as large
+	// as the CLI accepts. Default: MaxBodyBytes when that is set, else
+	// plan.MaxDocumentSize + 1 MiB (17 MiB).
+	MaxRunBodyBytes int64
 	// SessionTTL is how long a session cookie stays valid. Default 12h.
 	SessionTTL time.Duration
 	// WSBuffer is how many messages may wait for one WebSocket client
@@ -79,6 +84,7 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.MaxRunBodyBytes = cmp.Or(cfg.MaxRunBodyBytes, cfg.MaxBodyBytes, plan.MaxDocumentSize+1<<20)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, 12*time.Hour)
 	cfg.WSBuffer = cmp.Or(cfg.WSBuffer, 1024)
@@ -120,8 +126,8 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("notify URL %q: want an http(s) URL", cfg.Notify))
 		}
 	}
-	if cfg.MaxBodyBytes < 1 || cfg.WSBuffer < 1 || cfg.WSPing <= 0 || cfg.WSSlowAfter <= 0 || cfg.WSReadLimit < 1 {
-		errs = append(errs, errors.New("MaxBodyBytes, WSBuffer, WSPing, WSSlowAfter and WSReadLimit must be positive"))
+	if cfg.MaxBodyBytes < 1 || cfg.MaxRunBodyBytes < 1 || cfg.WSBuffer < 1 || cfg.WSPing <= 0 || cfg.WSSlowAfter <= 0 || cfg.WSReadLimit < 1 {
+		errs = append(errs, errors.New("MaxBodyBytes, MaxRunBodyBytes, WSBuffer, WSPing, WSSlowAfter and WSReadLimit must be positive"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("ui: invalid config: %w", errors.Join(errs...))
@@ -500,10 +506,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // readBody reads a size-capped body; false means an error answer was sent.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	return s.readBodyMax(w, r, s.cfg.MaxBodyBytes)
+}
+
+// readBodyMax reads a body of at most limit bytes; over it, 413 naming the
+// limit and the body's size (when the request declared it).
+func (s *Server) readBodyMax(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than %d bytes", s.cfg.MaxBodyBytes), nil)
+		msg := fmt.Sprintf("the request body is larger than %d bytes, the limit of this endpoint", limit)
+		if r.ContentLength > limit {
+			msg = fmt.Sprintf("the request body is %d bytes, larger than %d bytes, the limit of this endpoint", r.ContentLength, limit)
+		}
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", msg, nil)
 		return nil, false
 	}
 	if err != nil {
