@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
@@ -212,10 +212,13 @@ func TestNoSpaceRefusesWritesAndRecovers(t *testing.T) {
 	}
 }
 
-// spaceMemtable sets the memtable size of TestNoSpaceUnderOwnWrites; the
-// default keeps it quick, -space.memtable=8388608 measures docket's defaults
-// (59 MiB headroom, on a 160 MiB tmpfs).
-var spaceMemtable = flag.Int64("space.memtable", 1<<20, "memtable size for TestNoSpaceUnderOwnWrites")
+// spaceMemtable and spaceFill size TestNoSpaceUnderOwnWrites; the defaults
+// keep it quick, -space.memtable=8388608 -space.fill=67108864 measures
+// docket's defaults (59 MiB headroom, 21 MiB reserve, 64 MiB of writes).
+var (
+	spaceMemtable = flag.Int64("space.memtable", 1<<20, "memtable size for TestNoSpaceUnderOwnWrites")
+	spaceFill     = flag.Int64("space.fill", 6<<20, "bytes TestNoSpaceUnderOwnWrites writes beyond the headroom and reserve")
+)
 
 // Our own writes fill the file system: the ledger refuses them before Badger
 // runs out of pages for its memtable flushes, compactions and Close. A
@@ -223,10 +226,14 @@ var spaceMemtable = flag.Int64("space.memtable", 1<<20, "memtable size for TestN
 // which says how much of the headroom Badger really used after the last
 // admitted commit (the measure behind minFree).
 func TestNoSpaceUnderOwnWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short: fills a tmpfs through the ledger")
+	}
 	mt := *spaceMemtable
 	cfg := ledger.Config{MemTableSize: mt}
-	headroom := 6*mt + 11<<20 // minFree for cfg
-	mnt := mountTmpfs(t, headroom+headroom/2+24<<20)
+	headroom := 6*mt + 11<<20   // minFree for cfg
+	reserve := 2*mt*5/4 + 1<<20 // reserveBytes for cfg
+	mnt := mountTmpfs(t, headroom+reserve+*spaceFill)
 	ctx := context.Background()
 	cfg.Dir = filepath.Join(mnt, "data")
 	l, err := ledger.Open(ctx, cfg)
@@ -238,13 +245,15 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 	lowest.Store(freeOn(t, mnt))
 	stop := make(chan struct{})
 	polled := make(chan struct{})
-	go func() {
+	go func() { // samples the free space every 250µs (a sample, not a wait)
 		defer close(polled)
+		tick := time.NewTicker(250 * time.Microsecond)
+		defer tick.Stop()
 		for {
 			select {
 			case <-stop:
 				return
-			default:
+			case <-tick.C:
 			}
 			var st syscall.Statfs_t
 			if syscall.Statfs(mnt, &st) == nil {
@@ -252,12 +261,11 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 					lowest.Store(f)
 				}
 			}
-			runtime.Gosched()
 		}
 	}()
 	// One run per worker, so that no single commit is large.
 	const workers = 32
-	p := spacePlan(3_000)
+	p := spacePlan(1_000)
 	for w := range workers {
 		if _, _, err := l.CreateRun(ctx, ledger.Run{ID: fmt.Sprint("r", w), Goal: p.Goal, Policy: "all"}, p, nil); err != nil {
 			t.Fatal(err)
@@ -280,15 +288,19 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 				ackedBy[w]++
 				acked.Add(1)
 			}
-			errs <- errors.New("the file system never filled")
 		}()
 	}
 	wg.Wait()
 	close(errs)
+	refusals := 0
 	for err := range errs {
 		if !errors.Is(err, ledger.ErrNoSpace) {
 			t.Fatal(err)
 		}
+		refusals++
+	}
+	if refusals == 0 {
+		t.Fatal("the file system never filled")
 	}
 	atRefusal := freeOn(t, mnt)
 	if err := l.Close(); err != nil {
