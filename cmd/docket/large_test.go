@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -89,5 +90,37 @@ func TestOverCapAnswerIsCalledOnce(t *testing.T) {
 				t.Errorf("the API was called %d times, want exactly once", n)
 			}
 		})
+	}
+}
+
+// TestStepTakesWhatRunTakes: `docket step` reads a request carrying a plan
+// as large as `docket run --plan` takes (a 9 MiB argument; its stdin limit
+// was 8 MiB before), and refuses a larger request (exit 2) naming the limit
+// and the request's size.
+func TestStepTakesWhatRunTakes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tools := writeFile(t, filepath.Join(dir, "tools.json"), `{"version": 1, "tools": [{"name": "store", "description": "store a blob",
+  "effect": "keyed", "key_header": "Idempotency-Key", "input_schema": {"type": "object", "properties": {"blob": {"type": "string"}}},
+  "request": {"method": "POST", "url": "http://127.0.0.1:1/blobs"}}]}`)
+	step := func(req string) result {
+		var out, errb strings.Builder
+		env := testEnv(&out, &errb)
+		env.Stdin = strings.NewReader(req)
+		args := []string{"step", "--data", filepath.Join(dir, "data"), "--tools", tools}
+		code := report(runEnv(context.Background(), args, env), &errb)
+		return result{args: args, code: code, stdout: out.String(), stderr: errb.String()}
+	}
+	req := func(n int) string {
+		return `{"run_id": "big", "approve": "none", "plan": {"goal": "store", "actions": [{"id": "a", "tool": "store", "args": {"blob": "` +
+			strings.Repeat("x", n) + `"}}]}}`
+	}
+	if r := step(req(9 << 20)); r.code != exitPaused {
+		t.Fatalf("a 9 MiB plan: exit %d, want %d (waiting for approval)\n%.2000s", r.code, exitPaused, r.stderr)
+	}
+	big := req(18 << 20)
+	r := step(big)
+	if r.code != exitBad || !strings.Contains(r.stderr, fmt.Sprintf("%d bytes or more", len(big))) || !strings.Contains(r.stderr, "limit of 17825792 bytes") {
+		t.Fatalf("an 18 MiB request: exit %d, want %d naming its size and the limit\n%.2000s", r.code, exitBad, r.stderr)
 	}
 }

@@ -39,8 +39,9 @@ type stepCmd struct {
 
 const stepUsage = "step [--data DIR] --tools FILE < request.json   (request: {\"run_id\", \"plan\"? | \"goal\"?, \"approve\"?})"
 
-// maxStepRequest bounds the request read from stdin.
-const maxStepRequest = 8 << 20
+// maxStepRequest bounds the request read from stdin: a plan as large as
+// `docket run --plan` takes (plan.MaxDocumentSize) and 1 MiB for the rest.
+const maxStepRequest = plan.MaxDocumentSize + 1<<20
 
 // stepRequest is the request on stdin.
 type stepRequest struct {
@@ -103,7 +104,8 @@ func readStepRequest(r io.Reader) (stepRequest, error) {
 		return req, usageError("reading the request from stdin: %v", err)
 	}
 	if len(data) > maxStepRequest {
-		return req, usageError("the request on stdin is larger than %d bytes", maxStepRequest)
+		n, _ := io.Copy(io.Discard, io.LimitReader(r, 1<<30))
+		return req, usageError("the request on stdin is %d bytes or more, larger than the limit of %d bytes (a 16 MiB plan + 1 MiB)", int64(len(data))+n, maxStepRequest)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return req, usageError(`step needs a request on stdin: {"run_id": "ID", "plan": {...} | "goal": "TEXT", "approve": "safe"}`)
