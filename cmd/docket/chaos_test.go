@@ -81,8 +81,27 @@ func wantKept(t *testing.T, seed uint64, rep *chaos.Report, minActions, minKills
 		t.Errorf("seed %d: protected workload: %d duplicates %+v, %d lost, %d at-most-once re-executions; want none",
 			seed, p.Duplicates.Total, p.Duplicates, p.Lost, p.AtMostOnceReexec)
 	}
+	if p.ControlViolations != 0 {
+		t.Errorf("seed %d: %d broken expectations of pauses, cancels, edits or replays the service acknowledged", seed, p.ControlViolations)
+	}
 	if !rep.OK() {
 		t.Errorf("seed %d: the report is not OK", seed)
+	}
+}
+
+// wantControl checks that people acted on runs in flight (through docket
+// serve) and the service answered: at least min operations acknowledged or
+// refused, and with all, every kind (pause, cancel, edit, replay).
+func wantControl(t *testing.T, seed uint64, rep *chaos.Report, min int, all bool) {
+	t.Helper()
+	p := rep.Mode(chaos.Protected)
+	c := p.Control
+	answered := c.Pauses + c.Cancels + c.Edits + c.EditsRefused + c.Replays + c.ReplaysRefused
+	if p.ControlRuns == 0 || answered < min {
+		t.Errorf("seed %d: %d runs with operations in flight, %d operations answered (%+v); want at least %d", seed, p.ControlRuns, answered, c, min)
+	}
+	if all && (c.Pauses == 0 || c.Resumes == 0 || c.Cancels == 0 || c.Edits+c.EditsRefused == 0 || c.Replays+c.ReplaysRefused == 0) {
+		t.Errorf("seed %d: not every kind of operation was issued in flight: %+v", seed, c)
 	}
 }
 
@@ -105,14 +124,17 @@ func wantUnprotectedDuplicates(t *testing.T, seed uint64, rep *chaos.Report) {
 }
 
 // TestChaosSmall is the chaos run of every change (make test, and -short): a
-// few hundred actions per workload, real SIGKILLs, 0 duplicates and 0 lost with
-// the protections on. The soak run (DOCKET_SOAK=1, make soak) adds TestChaos,
-// the same checks at seven times the size.
+// few hundred actions per workload, real SIGKILLs, about a third of the runs
+// driven by a docket serve child while a person pauses, cancels, edits or
+// replays them in flight; 0 duplicates, 0 lost and every acknowledged
+// operation honoured with the protections on. The soak run (DOCKET_SOAK=1,
+// make soak) adds TestChaos, the same checks at seven times the size.
 func TestChaosSmall(t *testing.T) {
 	seed := chaosSeed(t)
 	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 300})
 	wantUnprotectedDuplicates(t, seed, rep)
 	wantKept(t, seed, rep, 300, 25)
+	wantControl(t, seed, rep, 1, false)
 }
 
 // TestChaos is the soak run's chaos run (DOCKET_SOAK=1, make soak; .ci/run
@@ -127,6 +149,7 @@ func TestChaos(t *testing.T) {
 	seed := chaosSeed(t)
 	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 2000, ProtectedOnly: true})
 	wantKept(t, seed, rep, 2000, 200)
+	wantControl(t, seed, rep, 20, true)
 }
 
 // TestChaosVisibilityLag: leads become visible to searches up to 8s late. With

@@ -24,7 +24,10 @@ type RunResult struct {
 	OpenFailures int      `json:"open_failures,omitempty"`
 	OpenError    string   `json:"open_error,omitempty"`
 	Audit        RunAudit `json:"audit"`
-	Error        string   `json:"error,omitempty"` // the harness could not finish the run
+	// Control is what a person did to the run while it was in flight
+	// (driven by docket serve), nil for a run driven by docket run alone.
+	Control *ControlStats `json:"control,omitempty"`
+	Error   string        `json:"error,omitempty"` // the harness could not finish the run
 }
 
 // RunAudit compares one run's ledger with the world.
@@ -48,6 +51,14 @@ type RunAudit struct {
 	RepeatWrites int `json:"repeat_writes"`
 	// LookupHits counts searches that found a prior effect.
 	LookupHits int `json:"lookup_hits"`
+	// ControlViolations counts broken expectations of a pause, cancel, edit
+	// or replay the service acknowledged (auditControl).
+	ControlViolations int `json:"control_violations,omitempty"`
+	// CancelLeftPending counts actions of a cancelled run that had been
+	// attempted (outcome known: nothing happened) and were waiting for their
+	// next attempt when the cancel came: docket leaves them pending, not
+	// skipped. Reported; not a duplicate or a loss.
+	CancelLeftPending int `json:"cancel_left_pending,omitempty"`
 	// Findings describe each duplicate or loss, for people.
 	Findings []string `json:"findings,omitempty"`
 }

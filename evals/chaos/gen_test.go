@@ -203,3 +203,158 @@ func TestAudit(t *testing.T) {
 		})
 	}
 }
+
+// TestControlSchedule: a run's control is drawn from its own stream: the
+// same seed gives the same control, every operation is drawn, about a third
+// of the runs get one, and the runs the regression tests replay
+// (cmd/docket TestChaosRegression*) get none, so they are still driven by
+// docket run alone with the plans and kill points that found their bugs.
+func TestControlSchedule(t *testing.T) {
+	t.Parallel()
+	ops := map[string]int{}
+	for n := range 1000 {
+		c := controlFor(5, n)
+		if c != controlFor(5, n) {
+			t.Fatalf("control of run %d not reproducible", n)
+		}
+		if c.Delay <= 0 || c.Hold <= 0 || c.Pick < 0 || c.Pick >= 1 {
+			t.Fatalf("control %+v", c)
+		}
+		ops[c.Op]++
+	}
+	for _, op := range []string{OpPause, OpCancel, OpEdit, OpReplay} {
+		if ops[op] < 30 {
+			t.Errorf("1000 runs: %d get %s (%v)", ops[op], op, ops)
+		}
+	}
+	if ops[""] < 600 || ops[""] > 730 {
+		t.Errorf("1000 runs: %d without a control (%v)", ops[""], ops)
+	}
+	for _, r := range []struct {
+		seed uint64
+		n    int
+	}{{2, 21}, {2, 35}, {20261130, 232}, {20261130, 317}} {
+		if c := controlFor(r.seed, r.n); c.Op != "" {
+			t.Errorf("seed %d run %d, replayed by a regression test, gets %s", r.seed, r.n, c.Op)
+		}
+	}
+}
+
+// TestPickEdit: an edit or replay changes the field the world files the
+// effect under, of an action that has not started; none is left once every
+// action has started.
+func TestPickEdit(t *testing.T) {
+	t.Parallel()
+	b, _ := GeneratePlan(3, 4)
+	var p genPlan
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	cur := &runDoc{}
+	for _, a := range p.Actions {
+		cur.Actions = append(cur.Actions, docAction{ID: a.ID, Tool: a.Tool, Status: "approved"})
+	}
+	cur.Actions[0].Status, cur.Actions[0].Attempts = "succeeded", 1
+	for _, pick := range []float64{0, 0.5, 0.999} {
+		e, args := pickEdit(p, cur, pick)
+		if e == nil || e.Action == cur.Actions[0].ID || e.Old == e.New {
+			t.Fatalf("pick %v: %+v", pick, e)
+		}
+		if got := fieldOf(mustMarshal(args), e.Path); got != e.New {
+			t.Fatalf("pick %v: edited args hold %v at %v, want %v", pick, got, e.Path, e.New)
+		}
+		var tool string
+		for _, a := range p.Actions {
+			if a.ID == e.Action {
+				tool = a.Tool
+				if orig := fieldOf(mustMarshal(a.Args), e.Path); orig != e.Old {
+					t.Fatalf("the plan was changed: %v, want %v", orig, e.Old)
+				}
+			}
+		}
+		if editField[tool] == nil {
+			t.Fatalf("picked %s (%s), which has no effect to check", e.Action, tool)
+		}
+	}
+	for i := range cur.Actions {
+		cur.Actions[i].Attempts = 1
+	}
+	if e, _ := pickEdit(p, cur, 0.3); e != nil {
+		t.Fatalf("every action started, picked %+v", e)
+	}
+}
+
+// TestAuditControl: the expectations of acknowledged operations.
+func TestAuditControl(t *testing.T) {
+	t.Parallel()
+	mk := func(status string, actions ...docAction) *runDoc {
+		return &runDoc{RunID: "r", Status: status, Revision: 1, Actions: actions}
+	}
+	charge := func(ref string) string {
+		return `{"customer": "ct_1", "amount": 5, "currency": "EUR", "reference": "` + ref + `"}`
+	}
+	chargeEdit := edited{Action: "c", Path: []string{"reference"}, Old: "ref", New: "ref-edited"}
+	cases := []struct {
+		name  string
+		final *runDoc
+		st    ctlState
+		want  int // findings
+		left  int // started actions left pending in a cancelled run
+	}{{
+		name:  "cancel: never-started skipped, in-flight settled",
+		final: mk("cancelled", act("a", ToolCharge, "succeeded", 1, charge("a"), `{}`), act("b", ToolCharge, "skipped", 0, charge("b"), `null`)),
+		st:    ctlState{cancel: mk("running", act("a", ToolCharge, "claimed", 1, charge("a"), `null`), act("b", ToolCharge, "approved", 0, charge("b"), `null`))},
+	}, {
+		name:  "cancel: an action not started at the cancel ran afterwards",
+		final: mk("cancelled", act("b", ToolCharge, "succeeded", 1, charge("b"), `{}`)),
+		st:    ctlState{cancel: mk("running", act("b", ToolCharge, "approved", 0, charge("b"), `null`))},
+		want:  1,
+	}, {
+		name:  "cancel: the run did not end cancelled, an unknown outcome left claimed",
+		final: mk("completed", act("a", ToolCharge, "claimed", 1, charge("a"), `null`)),
+		st:    ctlState{cancel: mk("running", act("a", ToolCharge, "claimed", 1, charge("a"), `null`))},
+		want:  2,
+	}, {
+		name:  "cancel: a started action waiting for its next attempt is left pending (counted apart)",
+		final: mk("cancelled", act("a", ToolCharge, "pending", 1, charge("a"), `null`)),
+		st:    ctlState{cancel: mk("running", act("a", ToolCharge, "pending", 1, charge("a"), `null`))},
+		left:  1,
+	}, {
+		name:  "edit accepted and honoured",
+		final: mk("completed", act("c", ToolCharge, "succeeded", 1, charge("ref-edited"), `{}`)),
+		st:    ctlState{accepted: []edited{chargeEdit}},
+	}, {
+		name:  "edit accepted, the action ran with the old arguments",
+		final: mk("completed", act("c", ToolCharge, "succeeded", 1, charge("ref"), `{}`)),
+		st:    ctlState{accepted: []edited{chargeEdit}},
+		want:  1,
+	}, {
+		name:  "edit refused, the action ran with the new arguments",
+		final: mk("completed", act("c", ToolCharge, "succeeded", 1, charge("ref-edited"), `{}`)),
+		st:    ctlState{refused: []edited{chargeEdit}},
+		want:  1,
+	}, {
+		name: "replay: what succeeded before keeps its key and output",
+		final: &runDoc{RunID: "r", Status: "completed", Revision: 2, Actions: []docAction{
+			{ID: "a", Tool: ToolCharge, Status: "succeeded", Attempts: 1, Key: "k1", Args: json.RawMessage(charge("a")), Output: json.RawMessage(`{"id": "ch_1"}`)},
+			{ID: "c", Tool: ToolCharge, Status: "succeeded", Attempts: 1, Key: "k3", Args: json.RawMessage(charge("ref-edited")), Output: json.RawMessage(`{"id": "ch_2"}`)}}},
+		st: ctlState{replayed: true, accepted: []edited{chargeEdit}, before: &runDoc{Revision: 1, Actions: []docAction{
+			{ID: "a", Status: "succeeded", Key: "k1", Output: json.RawMessage(`{"id":"ch_1"}`)}, {ID: "c", Status: "approved"}}}},
+	}, {
+		name: "replay: an action that had succeeded ran again under a new key, and no new revision",
+		final: &runDoc{RunID: "r", Status: "completed", Revision: 1, Actions: []docAction{
+			{ID: "a", Tool: ToolCharge, Status: "succeeded", Attempts: 2, Key: "k2", Args: json.RawMessage(charge("a")), Output: json.RawMessage(`{"id": "ch_3"}`)}}},
+		st: ctlState{replayed: true, before: &runDoc{Revision: 1, Actions: []docAction{
+			{ID: "a", Status: "succeeded", Key: "k1", Output: json.RawMessage(`{"id":"ch_1"}`)}}}},
+		want: 2,
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := c.st
+			got := auditControl(c.final, &st)
+			if len(got) != c.want || len(st.leftPending) != c.left {
+				t.Fatalf("findings %q (want %d), left pending %v (want %d)", got, c.want, st.leftPending, c.left)
+			}
+		})
+	}
+}

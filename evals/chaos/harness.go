@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,11 @@ type Config struct {
 	Faults Faults
 	// Progress, when set, receives a line now and then.
 	Progress io.Writer
+	// KillAfterCancel lets the kill schedule go on after a cancel. By
+	// default a run a person cancels is cancelled in a service child with no
+	// kill armed: docket does not drive a cancelled run again, so actions in
+	// flight when such a child dies stay claimed or pending.
+	KillAfterCancel bool
 	// OnResult, when set, is called after each run's result is recorded
 	// (tests use it to interrupt an experiment at a known point).
 	OnResult func(RunResult)
@@ -337,7 +343,8 @@ func (h *harness) noteLocked(force bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos: seed %d, %s", h.st.Seed, time.Since(h.started).Round(time.Second))
 	for _, m := range rep {
-		fmt.Fprintf(&b, "; %s: %d runs, %d actions, %d kills, %d duplicates, %d lost", m.Mode, m.Runs, m.Actions, m.Kills, m.Duplicates.Total, m.Lost)
+		fmt.Fprintf(&b, "; %s: %d runs, %d actions, %d kills, %d operations in flight, %d duplicates, %d lost", m.Mode, m.Runs, m.Actions, m.Kills,
+			m.Control.Pauses+m.Control.Cancels+m.Control.Edits+m.Control.EditsRefused+m.Control.Replays+m.Control.ReplaysRefused, m.Duplicates.Total, m.Lost)
 	}
 	if h.jobs > 0 {
 		fmt.Fprintf(&b, " (this session: %d runs to do)", h.jobs)
@@ -347,10 +354,11 @@ func (h *harness) noteLocked(force bool) {
 
 // runDoc is the part of the Run JSON (DESIGN.md) the harness reads.
 type runDoc struct {
-	RunID   string      `json:"run_id"`
-	Status  string      `json:"status"`
-	Error   string      `json:"error"`
-	Actions []docAction `json:"actions"`
+	RunID    string      `json:"run_id"`
+	Status   string      `json:"status"`
+	Revision int         `json:"revision"`
+	Error    string      `json:"error"`
+	Actions  []docAction `json:"actions"`
 }
 
 type docAction struct {
@@ -392,37 +400,18 @@ func killFor(seed uint64, n, step int, actions []string) kill {
 // runJob drives one run to its end (completed or failed) through kills and
 // person resolutions, then audits the world against the ledger.
 func (h *harness) runJob(ctx context.Context, worker int, j job) RunResult {
-	planJSON, size := GeneratePlan(h.st.Seed, j.n)
-	var p genPlan
-	json.Unmarshal(planJSON, &p)
-	ids := make([]string, len(p.Actions))
-	for i, a := range p.Actions {
-		ids[i] = a.ID
+	if c := controlFor(h.st.Seed, j.n); c.Op != "" {
+		return h.runServe(ctx, worker, j, c)
 	}
-	short := map[string]string{Protected: "p", Unprotected: "u"}[j.mode]
-	runID := fmt.Sprintf("%s%d-e%d", short, j.n, h.st.Epoch)
-	res := RunResult{Mode: j.mode, N: j.n, RunID: runID, Actions: size, Resolved: map[string]int{}}
+	_, res, rf, err := h.prepare(worker, j)
 	fail := func(err error) RunResult {
 		res.Error = err.Error()
 		return res
 	}
-	wdir := filepath.Join(h.dir, fmt.Sprintf("w%d", worker))
-	files := filepath.Join(wdir, "files")
-	if err := os.MkdirAll(files, 0o755); err != nil {
+	if err != nil {
 		return fail(err)
 	}
-	data := filepath.Join(wdir, "data")
-	planPath := filepath.Join(files, runID+".plan.json")
-	toolsPath := filepath.Join(files, runID+".tools.json")
-	ns := runID
-	tools := ToolsFile(ToolsOptions{Base: h.world.url + "/" + ns, Protected: j.mode == Protected,
-		Timeout: h.st.Timeout, LagDeclared: h.st.LagDeclared})
-	if err := os.WriteFile(planPath, planJSON, 0o644); err != nil {
-		return fail(err)
-	}
-	if err := os.WriteFile(toolsPath, tools, 0o644); err != nil {
-		return fail(err)
-	}
+	runID, data, planPath, toolsPath, ns, ids := rf.runID, rf.data, rf.planPath, rf.toolsPath, rf.ns, rf.ids
 	runArgs := []string{"run", "--data", data, "--tools", toolsPath, "--plan", planPath, "--run-id", runID, "--approve", "all"}
 	retries := map[string]int{} // person --retry decisions per action
 	start := time.Now()
@@ -524,26 +513,46 @@ func (h *harness) runJob(ctx context.Context, worker int, j job) RunResult {
 	}
 	res.Status = doc.Status
 	res.Seconds = time.Since(start).Seconds()
+	return h.finish(ctx, res, rf, retries, nil)
+}
 
-	// The audit: the ledger's view (runs show --json) against the world's.
-	show, err := h.cfg.Docket.spawn(ctx, []string{"runs", "show", "--json", "--data", data, runID}, kill{})
+// finish audits a run that ended: the ledger's view (runs show --json)
+// against the world's, and what a person did to it while it was in flight
+// (st, nil when nothing).
+func (h *harness) finish(ctx context.Context, res RunResult, rf runFiles, retries map[string]int, st *ctlState) RunResult {
+	fail := func(err error) RunResult {
+		res.Error = err.Error()
+		return res
+	}
+	show, err := h.cfg.Docket.spawn(ctx, []string{"runs", "show", "--json", "--data", rf.data, rf.runID}, kill{})
 	if err != nil {
 		return fail(err)
 	}
 	var final runDoc
 	if err := json.Unmarshal(show.stdout, &final); err != nil || show.code != 0 {
-		return fail(fmt.Errorf("runs show %s: %v: %s", runID, err, show))
+		return fail(fmt.Errorf("runs show %s: %v: %s", rf.runID, err, show))
 	}
-	world, err := h.audit(ctx, ns)
+	world, err := h.audit(ctx, rf.ns)
 	if err != nil {
 		return fail(err)
 	}
-	res.Audit = auditRun(&final, world, retries)
-	if len(res.Audit.Findings) == 0 {
-		os.Remove(planPath)
-		os.Remove(toolsPath)
+	audited := final
+	if st != nil && len(st.superseded) > 0 {
+		audited.Actions = append(slices.Clone(final.Actions), st.superseded...)
 	}
-	if err := h.drop(ctx, ns); err != nil {
+	res.Audit = auditRun(&audited, world, retries)
+	if st != nil {
+		for _, f := range auditControl(&final, st) {
+			res.Audit.ControlViolations++
+			res.Audit.Findings = append(res.Audit.Findings, rf.runID+": "+f)
+		}
+		res.Audit.CancelLeftPending = len(st.leftPending)
+	}
+	if len(res.Audit.Findings) == 0 {
+		os.Remove(rf.planPath)
+		os.Remove(rf.toolsPath)
+	}
+	if err := h.drop(ctx, rf.ns); err != nil {
 		return fail(err)
 	}
 	return res
@@ -621,6 +630,13 @@ func (h *harness) person(ctx context.Context, ns string, doc *runDoc, a *docActi
 			if c.Note == a.Key {
 				return json.Marshal(c)
 			}
+		}
+	case a.Tool == ToolSettings:
+		// Only a cancelled run asks about settings (idempotent: otherwise
+		// simply sent again): set if the world holds the action's value.
+		acct := s("account")
+		if st, ok := w.Settings[acct]; ok && string(st.Value) == canonicalJSON(args["settings"]) {
+			return json.Marshal(map[string]any{"account": acct, "settings": st.Value})
 		}
 	case a.Tool == ToolEmail && a.Class == "at_most_once":
 		used := map[string]bool{}

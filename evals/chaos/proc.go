@@ -273,3 +273,146 @@ func (w *worldProc) stop() {
 		<-w.done
 	}
 }
+
+// serveProc is a `docket serve` child: the process that drives a run while
+// the harness issues pauses, cancels, edits and replays through its API.
+type serveProc struct {
+	url  string        // http://ADDR, once it listens
+	done chan struct{} // closed when the process has exited
+	out  outcome       // valid once done is closed
+	cmd  *exec.Cmd
+}
+
+// serveLine starts the line `docket serve` prints on stdout when it listens.
+const serveLine = "docket serve: listening on "
+
+// startServe starts `docket serve` with args (which must listen on
+// 127.0.0.1:0) and kills it as k says. It returns once the child says where
+// it listens, or once it exited without saying so (then url is "" and done
+// is closed).
+func (d Docket) startServe(ctx context.Context, args []string, k kill) (*serveProc, error) {
+	p := &serveProc{done: make(chan struct{}), out: outcome{args: args}}
+	cmd := exec.Command(d.Exe, args...)
+	cmd.Env = append(os.Environ(), d.Env...)
+	if k.Point != "" {
+		cmd.Args = []string{d.Exe, "chaos"}
+		spec, err := json.Marshal(ChildSpec{Args: args, Crash: k.Point + ":" + k.Action})
+		if err != nil {
+			return nil, err
+		}
+		cmd.Env = append(cmd.Env, ChildEnv+"="+string(spec))
+	}
+	setParentDeath(cmd)
+	p.cmd = cmd
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting docket serve: %w", err)
+	}
+	var (
+		mu     sync.Mutex
+		signal bool
+	)
+	killNow := func() {
+		mu.Lock()
+		signal = true
+		mu.Unlock()
+		cmd.Process.Signal(syscall.SIGKILL)
+	}
+	var timed *time.Timer
+	if k.After > 0 {
+		timed = time.AfterFunc(k.After, killNow)
+	}
+	stop := context.AfterFunc(ctx, func() { cmd.Process.Signal(syscall.SIGKILL) })
+	listening := make(chan string, 1)
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go func() {
+		defer pipes.Done()
+		sc := bufio.NewScanner(stdout)
+		sent := false
+		for sc.Scan() {
+			if l := sc.Text(); !sent && strings.HasPrefix(l, serveLine) {
+				listening <- strings.TrimSuffix(strings.TrimPrefix(l, serveLine), "/")
+				sent = true
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	tail := &tailBuffer{max: 8 << 10}
+	go func() {
+		defer pipes.Done()
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if k.Point != "" && strings.HasPrefix(line, CrashMarker) {
+				killNow()
+			}
+			tail.WriteString(line + "\n")
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	go func() {
+		pipes.Wait()
+		cmd.Wait()
+		stop()
+		if timed != nil {
+			timed.Stop()
+		}
+		p.out.stderr = tail.String()
+		p.out.code = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			mu.Lock()
+			p.out.killed = signal
+			mu.Unlock()
+		}
+		close(p.done)
+	}()
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	select {
+	case p.url = <-listening:
+		return p, nil
+	case <-p.done:
+		return p, nil
+	case <-t.C:
+		p.kill()
+		return nil, fmt.Errorf("docket serve did not say where it listens within a minute")
+	}
+}
+
+// kill ends the child at once and waits for it.
+func (p *serveProc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop asks the child to shut down (SIGTERM: in-flight actions finish and
+// are recorded) and waits for it.
+func (p *serveProc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.kill()
+	}
+}
+
+// dead reports whether the child has exited.
+func (p *serveProc) dead() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}

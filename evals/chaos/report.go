@@ -40,6 +40,13 @@ type ModeReport struct {
 	LostMissing      int `json:"lost_missing"`
 	LostUnexplained  int `json:"lost_unexplained"`
 	AtMostOnceReexec int `json:"at_most_once_automatic_reexecutions"`
+	// Control sums what people did to runs in flight (through docket
+	// serve); ControlRuns counts those runs; ControlViolations the broken
+	// expectations of acknowledged operations.
+	ControlRuns       int          `json:"control_runs"`
+	Control           ControlStats `json:"control"`
+	ControlViolations int          `json:"control_violations"`
+	CancelLeftPending int          `json:"cancel_left_pending"`
 	// PersonResolved counts pauses a person resolved, also by the class of
 	// the action.
 	PersonResolved        int            `json:"person_resolved"`
@@ -85,7 +92,7 @@ func (r *Report) OK() bool {
 		if m.Mode != Protected {
 			continue
 		}
-		if len(m.Errors) > 0 || m.Duplicates.Total > 0 || m.Lost > 0 || m.AtMostOnceReexec > 0 {
+		if len(m.Errors) > 0 || m.Duplicates.Total > 0 || m.Lost > 0 || m.AtMostOnceReexec > 0 || m.ControlViolations > 0 {
 			return false
 		}
 	}
@@ -150,6 +157,21 @@ func summarize(results []RunResult) []ModeReport {
 		m.LostUnexplained += r.Audit.LostUnexplained
 		m.Lost = m.LostMissing + m.LostUnexplained
 		m.AtMostOnceReexec += r.Audit.AtMostOnceReexec
+		m.ControlViolations += r.Audit.ControlViolations
+		m.CancelLeftPending += r.Audit.CancelLeftPending
+		if c := r.Control; c != nil {
+			m.ControlRuns++
+			m.Control.Pauses += c.Pauses
+			m.Control.Resumes += c.Resumes
+			m.Control.Cancels += c.Cancels
+			m.Control.Edits += c.Edits
+			m.Control.EditsRefused += c.EditsRefused
+			m.Control.Replays += c.Replays
+			m.Control.ReplaysRefused += c.ReplaysRefused
+			m.Control.Superseded += c.Superseded
+			m.Control.Late += c.Late
+			m.Control.NothingLeft += c.NothingLeft
+		}
 		for c, n := range r.Resolved {
 			m.PersonResolved += n
 			m.PersonResolvedByClass[c] += n
@@ -227,6 +249,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return fmt.Sprintf("%s (%s + %s)", group(m.Lost), group(m.LostMissing), group(m.LostUnexplained))
 	})
 	row("at-most-once automatic re-executions", num(func(m *ModeReport) int { return m.AtMostOnceReexec }))
+	row("runs a person acted on in flight (docket serve)", num(func(m *ModeReport) int { return m.ControlRuns }))
+	row("  pauses / resumes acknowledged", func(m *ModeReport) string {
+		return fmt.Sprintf("%s / %s", group(m.Control.Pauses), group(m.Control.Resumes))
+	})
+	row("  cancels acknowledged", num(func(m *ModeReport) int { return m.Control.Cancels }))
+	row("  edits accepted / refused (409)", func(m *ModeReport) string {
+		return fmt.Sprintf("%s / %s", group(m.Control.Edits), group(m.Control.EditsRefused))
+	})
+	row("  replays accepted / refused (409)", func(m *ModeReport) string {
+		return fmt.Sprintf("%s / %s", group(m.Control.Replays), group(m.Control.ReplaysRefused))
+	})
+	row("  effects of a revision a replay changed after they ran", num(func(m *ModeReport) int { return m.Control.Superseded }))
+	row("  too late (run ended) / nothing left to change", func(m *ModeReport) string {
+		return fmt.Sprintf("%s / %s", group(m.Control.Late), group(m.Control.NothingLeft))
+	})
+	row("  cancelled runs: started actions left pending (no effect)", num(func(m *ModeReport) int { return m.CancelLeftPending }))
+	row("  broken expectations of acknowledged operations", num(func(m *ModeReport) int { return m.ControlViolations }))
 	row("pauses resolved by a person", func(m *ModeReport) string {
 		var parts []string
 		classes := make([]string, 0, len(m.PersonResolvedByClass))
