@@ -92,9 +92,27 @@ func (e *Engine) applyReview(ctx context.Context, runID, op string, ids []string
 	return errors.Join(errs...)
 }
 
-// Approve approves the given actions (all not-yet-claimed ones if none given),
-// as the reviewer saw them. It does not drive the run; call Resume.
+// ErrNothingNamed: Approve was given no action ids. Approving every waiting
+// action is ApproveAll, never the meaning of an empty list (a message that
+// forgot its ids must not approve an email nobody looked at).
+var ErrNothingNamed = errors.New("executor: approve names no action (to approve every waiting action, use ApproveAll)")
+
+// Approve approves the named actions as the reviewer saw them (ErrNothingNamed
+// when actionIDs is empty). It does not drive the run; call Resume.
 func (e *Engine) Approve(ctx context.Context, runID string, actionIDs []string, by string) error {
+	if len(actionIDs) == 0 {
+		return fmt.Errorf("run %s: %w", runID, ErrNothingNamed)
+	}
+	return e.approve(ctx, runID, actionIDs, by)
+}
+
+// ApproveAll approves every action of the run that waits for a person's
+// approval, as the reviewer saw them. It does not drive the run; call Resume.
+func (e *Engine) ApproveAll(ctx context.Context, runID, by string) error {
+	return e.approve(ctx, runID, nil, by)
+}
+
+func (e *Engine) approve(ctx context.Context, runID string, actionIDs []string, by string) error {
 	byID, rows, err := e.rowsByID(ctx, runID, "approve")
 	if err != nil {
 		return err

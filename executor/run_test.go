@@ -174,7 +174,7 @@ func TestReplayForkAndEditBeforeExecution(t *testing.T) {
 	if err := b.eng.Edit(context.Background(), "r3", "e", json.RawMessage(`{"name":"${nope.output}"}`), "ann"); !errors.Is(err, ErrInvalidPlan) {
 		t.Fatalf("Edit with a bad reference: %v", err)
 	}
-	if err := b.eng.Approve(context.Background(), "r3", nil, "ann"); err != nil {
+	if err := b.eng.ApproveAll(context.Background(), "r3", "ann"); err != nil {
 		t.Fatalf("Approve: %v", err)
 	}
 	doc = b.resume("r3")
@@ -239,7 +239,7 @@ func TestApprovalPolicies(t *testing.T) {
 			}
 			doc = b.resume("r1")
 			wantAction(t, doc, tc.waiting[0], ledger.StatusSucceeded)
-			if err := b.eng.Approve(context.Background(), "r1", nil, "ann"); err != nil {
+			if err := b.eng.ApproveAll(context.Background(), "r1", "ann"); err != nil {
 				t.Fatalf("Approve all: %v", err)
 			}
 			doc = b.resume("r1")
@@ -260,7 +260,7 @@ func TestApprovalIsAskedAgainWhenResolvedArgsDiffer(t *testing.T) {
 	doc := b.run("r1", p, PolicyNone)
 	wantStatus(t, doc, ledger.RunAwaitingApproval)
 	// The reviewer approves everything as planned (s with its reference).
-	if err := b.eng.Approve(context.Background(), "r1", nil, "ann"); err != nil {
+	if err := b.eng.ApproveAll(context.Background(), "r1", "ann"); err != nil {
 		t.Fatalf("Approve: %v", err)
 	}
 	if got := string(row(t, b.doc("r1"), "s").Args); got != `{"to":"${a.output.id}"}` {

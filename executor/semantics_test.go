@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ func TestResolvedDataIsNeverParsedAgain(t *testing.T) {
 			doc := b.run("r1", p, pol)
 			ctx := context.Background()
 			for i := 0; doc.Run.Status == ledger.RunAwaitingApproval && i < 3; i++ {
-				if err := b.eng.Approve(ctx, "r1", nil, "ann"); err != nil {
+				if err := b.eng.ApproveAll(ctx, "r1", "ann"); err != nil {
 					t.Fatalf("Approve: %v", err)
 				}
 				doc = b.resume("r1")
@@ -317,4 +318,34 @@ func TestRetryAfterBeyondTheBudgetSaysSo(t *testing.T) {
 	if n := len(ft.Calls()); n != 1 {
 		t.Fatalf("%d calls", n)
 	}
+}
+
+// TestApproveNamesWhatItApproves: an empty list approves nothing (it is
+// refused); the whole plan is ApproveAll. Regression (issue 13.2): a review
+// message without ids approved every waiting action, an email included.
+func TestApproveNamesWhatItApproves(t *testing.T) {
+	t.Parallel()
+	w := tooltest.NewWorld()
+	mail := w.Tool(spec("mail", tools.AtMostOnce))
+	b := setup(t, []tools.Tool{w.Tool(spec("pay", tools.Keyed)), mail})
+	doc := b.run("r1", mkPlan(t, pa("pay", "pay", `{}`), pa("mail", "mail", `{}`)), PolicyNone)
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	for _, ids := range [][]string{nil, {}} {
+		if err := b.eng.Approve(context.Background(), "r1", ids, "ann"); !errors.Is(err, ErrNothingNamed) {
+			t.Fatalf("Approve(%v) = %v, want ErrNothingNamed", ids, err)
+		}
+	}
+	if err := b.eng.Approve(context.Background(), "r1", []string{"pay"}, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	doc = b.resume("r1")
+	wantAction(t, doc, "pay", ledger.StatusSucceeded)
+	wantAction(t, doc, "mail", ledger.StatusPending)
+	if len(mail.Calls()) != 0 {
+		t.Fatal("mail was sent without being named")
+	}
+	if err := b.eng.ApproveAll(context.Background(), "r1", "ann"); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, b.resume("r1"), ledger.RunCompleted)
 }

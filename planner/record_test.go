@@ -72,7 +72,7 @@ func TestPlanRunRecordsOnce(t *testing.T) {
 	// reference resolved): the recorded plan is used, the model is not called.
 	var rr2 *planner.RunResult
 	for i := 0; i < 2; i++ {
-		if err := eng.Approve(ctx, runID, nil, "test"); err != nil {
+		if err := eng.ApproveAll(ctx, runID, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if rr2, err = p.PlanRun(ctx, eng, l, runID, req, nil); err != nil {

@@ -398,7 +398,7 @@ func TestResumeRunningOnStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Approve(context.Background(), "r-resume", nil, "test"); err != nil {
+	if err := eng.ApproveAll(context.Background(), "r-resume", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.led.Apply(context.Background(), ledger.SetRunStatus("r-resume", ledger.RunRunning, "run.resumed", "", nil)); err != nil {

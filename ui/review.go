@@ -303,7 +303,7 @@ func (s *Server) review(ctx context.Context, runID string, op reviewOp, by strin
 		// meaning is reached only through an explicit all.
 		switch {
 		case op.All:
-			err = s.eng.Approve(ctx, runID, nil, by)
+			err = s.eng.ApproveAll(ctx, runID, by)
 		case len(op.Actions) > 0:
 			err = s.eng.Approve(ctx, runID, op.Actions, by)
 		default:

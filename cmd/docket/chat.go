@@ -210,8 +210,10 @@ func (s *chat) handle(ctx context.Context, line string) error {
 		if !ok || !yes(answer) {
 			return s.decline(ctx, runID, waiting)
 		}
-		if err := s.eng.Approve(ctx, runID, waiting, reviewer(s.env)); err != nil {
-			return err
+		if len(waiting) > 0 {
+			if err := s.eng.Approve(ctx, runID, waiting, reviewer(s.env)); err != nil {
+				return err
+			}
 		}
 		if doc, err = s.eng.Resume(ctx, runID, nil); err != nil {
 			return err

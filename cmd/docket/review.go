@@ -138,7 +138,11 @@ func (c *approveCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.close()
-	if err := s.engine.Approve(ctx, runID, actions, reviewer(c.env)); err != nil {
+	approve := func() error { return s.engine.Approve(ctx, runID, actions, reviewer(c.env)) }
+	if len(actions) == 0 { // `docket approve RUN`: the whole plan, as documented
+		approve = func() error { return s.engine.ApproveAll(ctx, runID, reviewer(c.env)) }
+	}
+	if err := approve(); err != nil {
 		return notFound(fmt.Errorf("approving %s: %w", describeTargets(runID, actions), err), runID)
 	}
 	return f.resume(ctx, c.env, s, runID)

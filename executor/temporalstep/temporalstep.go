@@ -116,12 +116,12 @@ func New(ctx context.Context, cfg Config) (*Activities, error) {
 	return &Activities{l: l, eng: eng}, nil
 }
 
-// Approve approves actions of a run that waits for a person (by names the
-// reviewer), for workflows that collect approvals as signals; call RunPlan
+// Approve approves the named actions of a run that waits for a person (by
+// names the reviewer; an empty list is refused, never "all"), for workflows that collect approvals as signals; call RunPlan
 // again afterwards to continue the run.
 func (a *Activities) Approve(ctx context.Context, runID string, actionIDs []string, by string) error {
 	if err := a.eng.Approve(ctx, runID, actionIDs, by); err != nil {
-		if errors.Is(err, executor.ErrNotReviewable) || errors.Is(err, ledger.ErrNotFound) {
+		if errors.Is(err, executor.ErrNotReviewable) || errors.Is(err, ledger.ErrNotFound) || errors.Is(err, executor.ErrNothingNamed) {
 			return badRequest(fmt.Errorf("approving %v of run %s: %w", actionIDs, runID, err), nil)
 		}
 		return fmt.Errorf("approving %v of run %s: %w", actionIDs, runID, err)
