@@ -265,7 +265,7 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 	}()
 	// One run per worker, so that no single commit is large.
 	const workers = 32
-	p := spacePlan(1_000)
+	p := spacePlan(int(*spaceFill/(workers<<10)) + 500) // about twice what fills it
 	for w := range workers {
 		if _, _, err := l.CreateRun(ctx, ledger.Run{ID: fmt.Sprint("r", w), Goal: p.Goal, Policy: "all"}, p, nil); err != nil {
 			t.Fatal(err)
