@@ -21,10 +21,10 @@ import (
 type effectWorld struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
-	n      map[string]int             // requests per tool
-	eff    map[string]int             // effects per tool
-	keys   map[string]string          // Idempotency-Key → stored answer
-	bodies map[string][]string        // request bodies per tool
+	n      map[string]int      // requests per tool
+	eff    map[string]int      // effects per tool
+	keys   map[string]string   // Idempotency-Key → stored answer
+	bodies map[string][]string // request bodies per tool
 	script func(tool string, n int) step
 	forget bool // the provider has forgotten every key (past its key_ttl)
 }
