@@ -64,10 +64,23 @@ func (s *Server) resumeFn(runID string) func(ctx context.Context) error {
 
 func (s *Server) loop(runID string, fn func(ctx context.Context) error) {
 	defer s.driveWG.Done()
+	wait := time.Second
 	for {
 		s.metrics.drives.Add(1)
 		if err := fn(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("drive stopped with an error", "run_id", runID, "err", err)
+			if errors.Is(err, ledger.ErrNoSpace) {
+				// The disk filled mid-run: nothing was lost, and the run
+				// goes on by itself once space is back (no restart needed).
+				s.log.Warn("no space left: the run continues once space is freed", "run_id", runID, "retry_in", wait)
+				select {
+				case <-time.After(wait):
+					wait = min(2*wait, 30*time.Second)
+					fn = s.resumeFn(runID)
+					continue
+				case <-s.ctx.Done():
+				}
+			}
 		}
 		s.mu.Lock()
 		n := s.drives[runID]

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/gorilla/websocket"
+
 	"bufio"
 	"encoding/json"
 	"errors"
@@ -290,11 +292,14 @@ func TestDiskFullAfterKill(t *testing.T) {
 // servedChild is `docket serve` running as a child process (a fault in it
 // must not take the test down with it).
 type servedChild struct {
-	cmd  *exec.Cmd
-	base string
-	out  strings.Builder
-	done chan error
+	cmd    *exec.Cmd
+	base   string
+	stderr *lockedBuffer // its log
+	done   chan error
 }
+
+// output is what the service logged so far.
+func (s *servedChild) output() string { return s.stderr.String() }
 
 func startServeChild(t *testing.T, args ...string) *servedChild {
 	t.Helper()
@@ -304,9 +309,9 @@ func startServeChild(t *testing.T, args ...string) *servedChild {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &servedChild{cmd: cmd, done: make(chan error, 1)}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	s := &servedChild{cmd: cmd, done: make(chan error, 1), stderr: stderr}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -421,5 +426,77 @@ func TestDiskFullServe(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve did not stop after SIGTERM")
+	}
+}
+
+// TestDiskFullServeResumesAnInterruptedRun: the disk fills while a run is
+// being driven by `docket serve` (the call of "gate" is at the provider).
+// Recording its outcome is refused; once space is freed the service goes on
+// with the run by itself, without a restart, and each charge happens once.
+func TestDiskFullServeResumesAnInterruptedRun(t *testing.T) {
+	mnt := mountTmpfs(t, diskTmpfsSize)
+	w := newChargeWorld(t)
+	dir := t.TempDir()
+	const token = "disk-full-test-token"
+	s := startServeChild(t, "--data", filepath.Join(mnt, "data"), "--tools", w.toolsFile(t, dir), "--token", token)
+	body := fmt.Sprintf(`{"run_id": "mid", "approve": "all", "plan": %s}`, diskPlan)
+	if status, _, code := s.call(t, "POST", "/v1/runs", token, body); status != http.StatusCreated {
+		t.Fatalf("POST /v1/runs: %d %s", status, code)
+	}
+	waitClosed(t, w.arrived, "the gate charge at the provider")
+	filler := fillDisk(t, mnt)
+	close(w.open) // the provider answers; the outcome cannot be recorded now
+
+	// Follow the run's events; free the space once the drive was refused.
+	u := "ws" + strings.TrimPrefix(s.base, "http") + "/v1/runs/mid/ws?after=0"
+	c, resp, err := websocket.DefaultDialer.Dial(u, http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil {
+		t.Fatalf("dial %s: %v (%v)", u, err, resp)
+	}
+	defer c.Close()
+	freed := false
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if !freed && strings.Contains(s.output(), "no space left: the run continues once space is freed") {
+			if err := os.Remove(filler); err != nil {
+				t.Fatal(err)
+			}
+			freed = true
+		}
+		c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		var m struct {
+			Event *struct {
+				Type string `json:"type"`
+			} `json:"event"`
+		}
+		err := c.ReadJSON(&m)
+		if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+			if time.Now().After(deadline) {
+				t.Fatalf("run mid did not complete (freed %v); serve said:\n%s", freed, s.output())
+			}
+			// A read deadline breaks a gorilla connection: dial again, from the start.
+			c.Close()
+			if c, _, err = websocket.DefaultDialer.Dial(u, http.Header{"Authorization": {"Bearer " + token}}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("reading events: %v", err)
+		}
+		if m.Event != nil && m.Event.Type == "run.completed" {
+			break
+		}
+		if m.Event != nil && (m.Event.Type == "run.failed" || m.Event.Type == "run.paused") {
+			t.Fatalf("run mid ended %s", m.Event.Type)
+		}
+	}
+	if !freed {
+		t.Fatal("the run completed on a full disk?")
+	}
+	for ref, n := range w.effectsOf("first", "gate", "last") {
+		if n != 1 {
+			t.Errorf("%d charges for %s, want 1", n, ref)
+		}
 	}
 }

@@ -360,13 +360,16 @@ func (e *serverError) Error() string {
 }
 
 // exitCode of a server error: refused input is 2; a service that cannot
-// take the request now (503: shutting down, or out of space) is 4, retry
-// later; the rest 1.
+// take the request now (503: shutting down) is 4, retry later; out of space
+// (503 no_space) is 5, as locally; the rest 1.
 func (e *serverError) exit() int {
 	switch e.status {
 	case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusRequestEntityTooLarge, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotImplemented:
 		return exitBad
 	case http.StatusServiceUnavailable:
+		if e.Code == "no_space" {
+			return exitNoSpace // the service's disk is full: someone must free space
+		}
 		return exitBusy
 	}
 	return exitFailed
