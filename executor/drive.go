@@ -92,7 +92,10 @@ func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error)
 	// drive concludes what is in flight and starts nothing new.
 	g.pausedByPerson = run.Status == ledger.RunPaused && run.PausedBy != ""
 	g.claimMu.Unlock()
-	if run.Status == ledger.RunCancelled || run.Status == ledger.RunCompleted {
+	if run.Status == ledger.RunCancelled {
+		return doc(d.concludeCancelled(ctx))
+	}
+	if run.Status == ledger.RunCompleted {
 		return doc(nil)
 	}
 	d.pol = Policy(run.Policy)
@@ -903,4 +906,65 @@ func (d *driver) templates(ctx context.Context, run ledger.Run, rows []ledger.Ac
 		out[r.ID] = tm
 	}
 	return out, nil
+}
+
+// concludeCancelled settles what a cancelled run left open when the process
+// that drove it stopped: nothing new starts, but an action claimed by a
+// process that is gone, or waiting for a retry after an attempt whose outcome
+// is unknown, may have taken effect: needs_review, so a person can say what
+// happened. One waiting for a retry after attempts that surely did nothing is
+// skipped. An action in flight in this process is left to its worker.
+func (d *driver) concludeCancelled(ctx context.Context) error {
+	rows, err := d.e.led.Actions(ctx, d.runID)
+	if err != nil {
+		return fmt.Errorf("executor: run %s: read actions: %w", d.runID, err)
+	}
+	for _, r := range rows {
+		if r.Key == "" || (r.Status != ledger.StatusClaimed && !sentBefore(r)) {
+			continue
+		}
+		release, _, ok := takeKey(d.e.led, r.Key)
+		if !ok {
+			continue // a worker of this process holds it: it concludes it
+		}
+		err := d.concludeOne(ctx, r)
+		release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *driver) concludeOne(ctx context.Context, r ledger.Action) error {
+	rec, err := d.e.led.Key(ctx, r.Key)
+	if err != nil {
+		return fmt.Errorf("executor: run %s: action %s: read key: %w", d.runID, r.ID, err)
+	}
+	const why = "the run was cancelled while this action's outcome was unknown (the process driving it stopped); check the external system, then resolve it"
+	var ops []ledger.Op
+	switch rec.State {
+	case ledger.StatusClaimed:
+		ops = []ledger.Op{ledger.NeedsReview(r.Key, rec.Attempt, why)}
+	case ledger.StatusPending:
+		a := &act{n: &node{id: r.ID, row: r}, key: r.Key}
+		if rec.Attempt == 0 || !d.earlierUnknown(ctx, a) {
+			ops = []ledger.Op{ledger.Skip(d.runID, r.ID, "not attempted again: the run was cancelled")}
+		} else {
+			ops = []ledger.Op{ledger.Claim(d.runID, r.ID, r.Tool, r.Key, r.Args, rec.Attempt+1), ledger.NeedsReview(r.Key, rec.Attempt+1, why)}
+		}
+	default:
+		return nil
+	}
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ops...)
+	if err != nil {
+		return fmt.Errorf("executor: run %s: action %s: conclude after cancel: %w", d.runID, r.ID, err)
+	}
+	for _, x := range res {
+		if x.Err != nil && !errors.Is(x.Err, ledger.ErrConflict) {
+			return &ActionError{RunID: d.runID, ActionID: r.ID, Key: r.Key, Op: "conclude after cancel", Err: x.Err}
+		}
+	}
+	d.e.log.Warn("cancelled run: action concluded", "run_id", d.runID, "action_id", r.ID, "key", r.Key, "state", string(rec.State))
+	return nil
 }

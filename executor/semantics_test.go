@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,4 +349,89 @@ func TestApproveNamesWhatItApproves(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, b.resume("r1"), ledger.RunCompleted)
+}
+
+// TestCancelledRunConcludesWhatWasInFlightAfterACrash: the run is cancelled
+// while an action's call is at the provider, and the process dies before the
+// outcome is recorded. A later drive of the cancelled run (any command on
+// it) does not start anything, but it concludes the claim: needs_review, so
+// a person can say what happened. Regression: a cancelled run was never
+// driven again, the action stayed claimed and resolve refused it.
+func TestCancelledRunConcludesWhatWasInFlightAfterACrash(t *testing.T) {
+	t.Parallel()
+	w := tooltest.NewWorld()
+	var b *bundle
+	var once sync.Once
+	opt := func(c *Config) {
+		c.Hooks.AfterCall = func(id string) {
+			if id == "c" {
+				once.Do(func() {
+					if err := b.eng.Cancel(context.Background(), "r1", "ann"); err != nil {
+						t.Errorf("Cancel: %v", err)
+					}
+					b.led.Close() // the process dies before recording the outcome
+				})
+			}
+		}
+	}
+	b = setup(t, []tools.Tool{w.Tool(spec("charge", tools.Keyed)), w.Tool(spec("mail", tools.AtMostOnce))}, opt)
+	p := mkPlan(t, pa("c", "charge", `{"amount":1}`), pa("m", "mail", `{}`, "c"))
+	b.eng.Run(context.Background(), "r1", p, &RunOptions{Policy: PolicyAll})
+	b.restart()
+	doc := b.resume("r1")
+	wantStatus(t, doc, ledger.RunCancelled)
+	c := wantAction(t, doc, "c", ledger.StatusNeedsReview)
+	if !strings.Contains(c.Error, "cancelled") {
+		t.Fatalf("reason %q", c.Error)
+	}
+	if a := row(t, doc, "m"); a.Attempts != 0 || a.Status == ledger.StatusSucceeded {
+		t.Fatalf("m ran after the cancel: %s", a.Status)
+	}
+	if n := w.Effects(c.Key); n != 1 {
+		t.Fatalf("charge effects %d", n)
+	}
+	if err := b.eng.Resolve(context.Background(), "r1", "c", ledger.Resolution{Done: json.RawMessage(`{"id":"seen"}`), By: "ann"}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+}
+
+// TestCancelDuringARetryWait: the run is cancelled while an action waits to
+// be retried. After a 429 (nothing processed) it is skipped; after an unknown
+// outcome it goes to needs_review. Neither stays pending in a cancelled run.
+func TestCancelDuringARetryWait(t *testing.T) {
+	t.Parallel()
+	for _, unknown := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unknown=%v", unknown), func(t *testing.T) {
+			t.Parallel()
+			var b *bundle
+			var calls atomic.Int32
+			ft := &tooltest.Tool{SpecValue: spec("k", tools.Keyed), CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+				calls.Add(1)
+				if unknown {
+					return nil, fmt.Errorf("connection reset after the request was sent")
+				}
+				return nil, tools.RetryAfter(time.Second, fmt.Errorf("429"))
+			}}
+			b = setup(t, []tools.Tool{noLook{ft}}, func(c *Config) {
+				inner := c.Sleep
+				c.Sleep = func(ctx context.Context, d time.Duration) error {
+					if err := b.eng.Cancel(context.Background(), "r1", "ann"); err != nil {
+						t.Errorf("Cancel: %v", err)
+					}
+					return inner(ctx, d)
+				}
+			})
+			b.eng.Run(context.Background(), "r1", mkPlan(t, pa("a", "k", `{}`)), &RunOptions{Policy: PolicyAll})
+			doc := b.doc("r1")
+			wantStatus(t, doc, ledger.RunCancelled)
+			want := ledger.StatusSkipped
+			if unknown {
+				want = ledger.StatusNeedsReview
+			}
+			wantAction(t, doc, "a", want)
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("%d calls after the cancel", n-1)
+			}
+		})
+	}
 }

@@ -697,7 +697,14 @@ func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after
 		return nil, endStopped, false
 	}
 	a.attempt = 0
-	if a.maybeDone && d.cancelled() {
+	if d.cancelled() {
+		if !a.maybeDone {
+			// Cancelled during the wait, and nothing it sent took effect.
+			if d.record(ctx, a, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled")) {
+				d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
+			}
+			return nil, endRecorded, false
+		}
 		// Cancelled during the wait: claim the next attempt only to park it.
 		if _, how := d.claimAlways(ctx, a, prev+1); how == endSucceeded {
 			d.park(ctx, a, "the run was cancelled while this action waited to be retried; an earlier attempt's outcome is unknown: "+msg)
