@@ -449,7 +449,11 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	ops := append(a.preOps, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
 	d.g.claimMu.RLock()
 	if d.g.halted() {
+		cancelled := d.g.status == ledger.RunCancelled
 		d.g.claimMu.RUnlock()
+		if cancelled && n > 1 {
+			return false, d.concludeOnCancel(ctx, a, n)
+		}
 		return false, endStopped
 	}
 	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ops...)
@@ -698,18 +702,7 @@ func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after
 	}
 	a.attempt = 0
 	if d.cancelled() {
-		if !a.maybeDone {
-			// Cancelled during the wait, and nothing it sent took effect.
-			if d.record(ctx, a, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled")) {
-				d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
-			}
-			return nil, endRecorded, false
-		}
-		// Cancelled during the wait: claim the next attempt only to park it.
-		if _, how := d.claimAlways(ctx, a, prev+1); how == endSucceeded {
-			d.park(ctx, a, "the run was cancelled while this action waited to be retried; an earlier attempt's outcome is unknown: "+msg)
-		}
-		return nil, endRecorded, false
+		return nil, d.concludeOnCancel(ctx, a, prev+1), false
 	}
 	if a.n.spec.Class == tools.Keyed && a.maybeDone && lookFrom.IsZero() && d.pastKeyTTL(ctx, a, nil) {
 		// Checked after the wait, right before the next claim and call: past
@@ -928,4 +921,21 @@ func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
 	}
 	d.claimed(a, n, res[0].Key.ClaimedAt)
 	return true, endSucceeded
+}
+
+// concludeOnCancel ends an action that was attempted before and would now
+// be attempted again (attempt n) in a run that was cancelled meanwhile:
+// skipped when nothing it sent took effect, needs_review when an earlier
+// attempt's outcome is unknown. Never left pending where nothing concludes it.
+func (d *driver) concludeOnCancel(ctx context.Context, a *act, n int) end {
+	if !a.maybeDone {
+		if d.record(ctx, a, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled")) {
+			d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
+		}
+		return endRecorded
+	}
+	if _, how := d.claimAlways(ctx, a, n); how == endSucceeded {
+		d.park(ctx, a, "the run was cancelled before this action's next attempt; an earlier attempt's outcome is unknown")
+	}
+	return endRecorded
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -188,6 +189,32 @@ func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 			s.watch(r.ID, false)
 			s.kick(r.ID)
 			n++
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	// A run cancelled while actions were in flight, by a process that then
+	// stopped, has actions whose outcome is unknown: a drive concludes them
+	// (needs_review or skipped) and starts nothing.
+	after = ""
+	for {
+		runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunCancelled, After: after, Limit: 1000})
+		if err != nil {
+			return n, fmt.Errorf("ui: listing cancelled runs: %w", err)
+		}
+		for _, r := range runs {
+			rows, err := s.led.Actions(ctx, r.ID)
+			if err != nil {
+				return n, fmt.Errorf("ui: reading run %s: %w", r.ID, err)
+			}
+			if slices.ContainsFunc(rows, func(a ledger.Action) bool {
+				return a.Status == ledger.StatusClaimed || (a.Key != "" && a.Attempts > 0 && (a.Status == ledger.StatusPending || a.Status == ledger.StatusApproved))
+			}) {
+				s.kick(r.ID)
+				n++
+			}
 		}
 		if next == "" {
 			return n, nil

@@ -354,3 +354,23 @@ func TestChaosRegressionSkippedAfterUnknown(t *testing.T) {
 		t.Fatalf("seed %d runs 232 and 317: %d effects the ledger does not know in 3 rounds", seed, lost)
 	}
 }
+
+// TestChaosRegressionCancelThenKill replays the runs where seed 11 found
+// effects the ledger never concluded: plans 15 and 23 of `docket chaos
+// --seed 11`, cancelled in a service child that was then killed with a
+// charge in flight. Executor bug, fixed (executor
+// TestCancelledRunConcludesWhatWasInFlightAfterACrash): a cancelled run was
+// never driven again, so the charge stayed claimed, resolve refused it, and
+// the world kept an effect the ledger did not know.
+func TestChaosRegressionCancelThenKill(t *testing.T) {
+	const seed = 11
+	for round := range 2 {
+		rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Only: []int{15, 23}, ProtectedOnly: true, Workers: 2})
+		p := rep.Mode(chaos.Protected)
+		t.Logf("round %d: %d lost, %d duplicates, %d control violations %q", round, p.Lost, p.Duplicates.Total, p.ControlViolations, p.Findings)
+		if p.Lost > 0 || p.Duplicates.Total > 0 || p.ControlViolations > 0 || len(p.Errors) > 0 {
+			t.Fatalf("seed %d runs 15 and 23: %d lost, %d duplicates, %d broken expectations, errors %q, findings %q",
+				seed, p.Lost, p.Duplicates.Total, p.ControlViolations, p.Errors, p.Findings)
+		}
+	}
+}

@@ -113,11 +113,9 @@ func newCtlState(c control) *ctlState {
 	case OpPause:
 		s.phases = []string{"delay", "pause", "settle", "hold", "resume"}
 	case OpCancel:
-		// Before the cancel the service is restarted gracefully with no kill
-		// armed (calm): a kill after a cancel leaves its in-flight actions
-		// unreconciled (docket does not drive a cancelled run again), a
-		// docket limitation the report names; Config.KillAfterCancel keeps
-		// the kills to show it.
+		// With Config.CalmBeforeCancel the service is restarted gracefully
+		// with no kill armed first (calm); by default kills go on, and the
+		// audit checks that a killed child's open actions are concluded.
 		s.phases = []string{"delay", "calm", "hold", "cancel"}
 	case OpEdit:
 		s.phases = []string{"delay", "edit"}
@@ -451,7 +449,7 @@ func (h *harness) phase(ctx context.Context, a *api, rf runFiles, p genPlan, st 
 		st.stats.Resumes++
 		return nil
 	case "calm":
-		if !a.armed || h.cfg.KillAfterCancel {
+		if !a.armed || !h.cfg.CalmBeforeCancel {
 			return nil
 		}
 		st.calm, st.restart = true, true
@@ -765,9 +763,10 @@ func auditControl(final *runDoc, st *ctlState) []string {
 				find("action %s is left %s in the cancelled run", x.ID, x.Status)
 			case (x.Status == "pending" || x.Status == "approved") && x.Attempts > 0:
 				// Started, then waiting for its next attempt when the cancel
-				// came: it never runs again, yet stays pending (a docket
-				// limitation, counted apart). An effect of an earlier attempt
-				// would show in auditRun as unexplained.
+				// came: docket skips it (nothing it sent took effect) or asks
+				// a person (an attempt's outcome is unknown), never leaves it
+				// pending where nothing can conclude it.
+				find("action %s is left pending after %d attempts in the cancelled run (want skipped or needs_review, then resolved)", x.ID, x.Attempts)
 				st.leftPending = append(st.leftPending, x.ID)
 			}
 		}

@@ -315,9 +315,10 @@ func TestAuditControl(t *testing.T) {
 		st:    ctlState{cancel: mk("running", act("a", ToolCharge, "claimed", 1, charge("a"), `null`))},
 		want:  2,
 	}, {
-		name:  "cancel: a started action waiting for its next attempt is left pending (counted apart)",
+		name:  "cancel: a started action waiting for its next attempt is left pending",
 		final: mk("cancelled", act("a", ToolCharge, "pending", 1, charge("a"), `null`)),
 		st:    ctlState{cancel: mk("running", act("a", ToolCharge, "pending", 1, charge("a"), `null`))},
+		want:  1,
 		left:  1,
 	}, {
 		name:  "edit accepted and honoured",

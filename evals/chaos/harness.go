@@ -53,11 +53,11 @@ type Config struct {
 	Faults Faults
 	// Progress, when set, receives a line now and then.
 	Progress io.Writer
-	// KillAfterCancel lets the kill schedule go on after a cancel. By
-	// default a run a person cancels is cancelled in a service child with no
-	// kill armed: docket does not drive a cancelled run again, so actions in
-	// flight when such a child dies stay claimed or pending.
-	KillAfterCancel bool
+	// CalmBeforeCancel restarts a run's service child with no kill armed
+	// before a cancel. Off by default: kills go on after a cancel, and a
+	// later drive of the cancelled run concludes what a killed child left
+	// open (needs_review or skipped), which the audit then checks.
+	CalmBeforeCancel bool
 	// OnResult, when set, is called after each run's result is recorded
 	// (tests use it to interrupt an experiment at a known point).
 	OnResult func(RunResult)
