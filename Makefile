@@ -32,7 +32,7 @@ soak: export DOCKET_SOAK = 1
 soak: export DOCKET_REQUIRE_EXTRAS = 1
 soak: extras
 	@test -n '$(SOAK_RUN)' || { echo 'make soak: no soakRun in cmd/docket/soak_test.go'; exit 1; }
-	$(GOTEST) -timeout 14m -run '$(SOAK_RUN)' ./cmd/docket
+	$(GOTEST) -timeout 18m -run '$(SOAK_RUN)' ./cmd/docket
 
 extras:
 	.ci/extras
