@@ -118,6 +118,14 @@ func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error)
 	if err := d.fatalErr(); err != nil {
 		return doc(err)
 	}
+	if d.cancelled() {
+		// Cancelled while this drive ran: workers interrupted (a context that
+		// ended, a lookup wait) may have left claims whose outcome is unknown.
+		// Conclude them now, whatever the context: nothing else will.
+		if err := d.concludeCancelled(context.WithoutCancel(ctx)); err != nil {
+			return doc(err)
+		}
+	}
 	if ctx.Err() != nil {
 		return doc(fmt.Errorf("executor: run %s: %w", runID, ctx.Err()))
 	}

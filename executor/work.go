@@ -929,7 +929,15 @@ func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
 // attempt's outcome is unknown. Never left pending where nothing concludes it.
 func (d *driver) concludeOnCancel(ctx context.Context, a *act, n int) end {
 	if !a.maybeDone {
-		if d.record(ctx, a, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled")) {
+		var ops []ledger.Op
+		if rec, err := d.e.led.Key(ctx, a.key); err == nil && rec.State == ledger.StatusClaimed {
+			// The previous attempt's claim still stands (its process is gone,
+			// and a trusted lookup found no effect): close it first.
+			ops = append(ops, ledger.Fail(a.key, rec.Attempt, "no effect: a lookup after the trust window found none", true,
+				mustJSON(map[string]string{"outcome": tools.NotSentOutcome.String()})))
+		}
+		ops = append(ops, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled"))
+		if d.record(ctx, a, ops...) {
 			d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
 		}
 		return endRecorded

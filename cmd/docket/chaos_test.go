@@ -374,3 +374,20 @@ func TestChaosRegressionCancelThenKill(t *testing.T) {
 		}
 	}
 }
+
+// TestChaosRegressionCancelDuringLookupWait replays plans 83 and 140 of
+// `docket chaos --seed 898073004126034120`, where a cancel landed while
+// lookup actions, claimed by a killed service, waited in their visibility
+// window. Executor bug, fixed: once the lookup was trusted (no effect), the
+// cancelled retry was skipped without closing the dead process's claim; the
+// ledger refused the skip, the drive stopped with an error, and the actions
+// stayed claimed in the cancelled run.
+func TestChaosRegressionCancelDuringLookupWait(t *testing.T) {
+	const seed = 898073004126034120
+	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Only: []int{83, 140}, ProtectedOnly: true, Workers: 2})
+	p := rep.Mode(chaos.Protected)
+	if p.Lost > 0 || p.Duplicates.Total > 0 || p.ControlViolations > 0 || len(p.Errors) > 0 {
+		t.Fatalf("seed %d runs 83 and 140: %d lost, %d duplicates, %d broken expectations, errors %q, findings %q",
+			seed, p.Lost, p.Duplicates.Total, p.ControlViolations, p.Errors, p.Findings)
+	}
+}
