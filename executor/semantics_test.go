@@ -435,3 +435,32 @@ func TestCancelDuringARetryWait(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalAfterAPersonsRetryFails: attempt 1's outcome is unknown,
+// attempt 2 is refused (402): needs_review (attempt 1 may have taken
+// effect). The person checks, finds nothing, and says retry; attempt 3 is
+// refused again: now the action fails. Regression: the earlier unknown was
+// never considered settled, so every retry went back to needs_review and
+// the run never ended (chaos seed 898073004126034120 run 41: 61 attempts).
+func TestRefusalAfterAPersonsRetryFails(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	ft := &tooltest.Tool{SpecValue: spec("charge", tools.Keyed), CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+		if calls.Add(1) == 1 {
+			return nil, fmt.Errorf("500 after the write")
+		}
+		return nil, tools.Permanent(fmt.Errorf("402 card declined"))
+	}}
+	b := setup(t, []tools.Tool{noLook{ft}})
+	doc := b.run("r1", mkPlan(t, pa("c", "charge", `{"amount":9500}`)), PolicyAll)
+	wantAction(t, doc, "c", ledger.StatusNeedsReview)
+	if err := b.eng.Resolve(context.Background(), "r1", "c", ledger.Resolution{Retry: true, By: "ann"}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	doc = b.resume("r1")
+	wantStatus(t, doc, ledger.RunFailed)
+	wantAction(t, doc, "c", ledger.StatusFailed)
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("%d calls, want 3", n)
+	}
+}

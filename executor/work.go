@@ -850,27 +850,33 @@ func (d *driver) earlierUnknown(ctx context.Context, a *act) bool {
 	if err != nil {
 		return true
 	}
+	unknown := false
 	for _, ev := range evs {
 		if ev.ActionID != a.n.id {
 			continue
 		}
 		switch ev.Type {
 		case "action.needs_review":
-			return true
+			unknown = true
+		case "action.resolved":
+			// A person looked at the external system and decided (done,
+			// retry or skip): what came before is settled.
+			unknown = false
 		case "action.attempt_failed":
 			var data struct{ Outcome, Phase string }
 			if json.Unmarshal(ev.Data, &data) != nil {
-				return true
+				unknown = true
+				continue
 			}
 			if data.Phase == "lookup" {
 				continue // a note of a lookup wait
 			}
 			if data.Outcome != tools.NotSentOutcome.String() && data.Outcome != tools.NotProcessed.String() {
-				return true
+				unknown = true
 			}
 		}
 	}
-	return false
+	return unknown
 }
 
 // note appends an informational action.attempt_failed event (no state change).

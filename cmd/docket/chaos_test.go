@@ -391,3 +391,20 @@ func TestChaosRegressionCancelDuringLookupWait(t *testing.T) {
 			seed, p.Lost, p.Duplicates.Total, p.ControlViolations, p.Errors, p.Findings)
 	}
 }
+
+// TestChaosRegressionRefusedAfterRetry replays plan 41 of `docket chaos
+// --seed 898073004126034120`: a charge whose first attempt's outcome was
+// unknown was then declined (402), so it went to needs_review; the person
+// found nothing and said retry; declined again, it went back to needs_review
+// every time, and the run never ended. Fixed (executor
+// TestRefusalAfterAPersonsRetryFails): a person's resolution settles what
+// came before.
+func TestChaosRegressionRefusedAfterRetry(t *testing.T) {
+	const seed = 898073004126034120
+	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Only: []int{41}, ProtectedOnly: true, Workers: 1})
+	p := rep.Mode(chaos.Protected)
+	if p.Lost > 0 || p.Duplicates.Total > 0 || p.ControlViolations > 0 || len(p.Errors) > 0 {
+		t.Fatalf("seed %d run 41: %d lost, %d duplicates, %d broken expectations, errors %q, findings %q",
+			seed, p.Lost, p.Duplicates.Total, p.ControlViolations, p.Errors, p.Findings)
+	}
+}
