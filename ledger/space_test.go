@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,33 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketrun/docket/internal/testextra"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory and unmounts it
-// when the test ends. It skips the test, saying why, where mounting is not
-// allowed (not root, a container without CAP_SYS_ADMIN, or CI=true).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Skip("skipped under CI=true: CI containers may not mount a tmpfs (this test needs `mount -t tmpfs`, as root)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: mounting a small tmpfs to fill needs root")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("skipped: mounting a tmpfs is not allowed here: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // fill writes a file of zeros until the file system is full (ENOSPC) and
 // returns its path.
@@ -122,7 +98,7 @@ func claimAndSucceed(ctx context.Context, l *ledger.Ledger, run string, p *plan.
 // writes. Everything acknowledged is there at the end. Before the guard this
 // test died of SIGBUS ("unexpected fault address") inside Badger.
 func TestNoSpaceRefusesWritesAndRecovers(t *testing.T) {
-	mnt := mountTmpfs(t, 32<<20)
+	mnt := testextra.MountTmpfs(t, 32<<20)
 	ctx := context.Background()
 	dir := filepath.Join(mnt, "data")
 	cfg := ledger.Config{Dir: dir, MemTableSize: 1 << 20} // MinFreeBytes: default, 17 MiB here
@@ -233,7 +209,7 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 	cfg := ledger.Config{MemTableSize: mt}
 	headroom := 6*mt + 11<<20   // minFree for cfg
 	reserve := 2*mt*5/4 + 1<<20 // reserveBytes for cfg
-	mnt := mountTmpfs(t, headroom+reserve+*spaceFill)
+	mnt := testextra.MountTmpfs(t, headroom+reserve+*spaceFill)
 	ctx := context.Background()
 	cfg.Dir = filepath.Join(mnt, "data")
 	l, err := ledger.Open(ctx, cfg)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/docketrun/docket/internal/testextra"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,30 +25,6 @@ import (
 // default headroom (59 MiB) and reserve (21 MiB) plus the runs, so that
 // docket writes before the fill and again once it is removed.
 const diskTmpfsSize = 100 << 20
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory and unmounts it
-// when the test ends. It skips the test, saying why, where mounting is not
-// allowed (not root, a container without CAP_SYS_ADMIN, or CI=true).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Skip("skipped under CI=true: CI containers may not mount a tmpfs (this test needs `mount -t tmpfs`, as root)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: mounting a small tmpfs to fill needs root")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("skipped: mounting a tmpfs is not allowed here: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // fillDisk writes zeros into a file until the file system is full (ENOSPC)
 // and returns the file's path.
@@ -182,7 +159,7 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 // action. Before the fix the child died of SIGBUS (exit 2, a goroutine dump,
 // no Run JSON) and so did `runs list`.
 func TestDiskFullRun(t *testing.T) {
-	mnt := mountTmpfs(t, diskTmpfsSize)
+	mnt := testextra.MountTmpfs(t, diskTmpfsSize)
 	w := newChargeWorld(t)
 	dir := t.TempDir()
 	data := filepath.Join(mnt, "data")
@@ -247,7 +224,7 @@ func TestDiskFullRun(t *testing.T) {
 // are refused (exit 5, Run JSON), and the rerun after freeing space
 // completes with one charge per action.
 func TestDiskFullAfterKill(t *testing.T) {
-	mnt := mountTmpfs(t, diskTmpfsSize)
+	mnt := testextra.MountTmpfs(t, diskTmpfsSize)
 	w := newChargeWorld(t)
 	close(w.open)
 	dir := t.TempDir()
@@ -371,7 +348,7 @@ func (s *servedChild) call(t *testing.T, method, path, token, body string) (int,
 // the same request is accepted and the run completes with one charge per
 // action; it then stops cleanly.
 func TestDiskFullServe(t *testing.T) {
-	mnt := mountTmpfs(t, diskTmpfsSize)
+	mnt := testextra.MountTmpfs(t, diskTmpfsSize)
 	w := newChargeWorld(t)
 	close(w.open) // nothing is gated here
 	dir := t.TempDir()
@@ -434,7 +411,7 @@ func TestDiskFullServe(t *testing.T) {
 // Recording its outcome is refused; once space is freed the service goes on
 // with the run by itself, without a restart, and each charge happens once.
 func TestDiskFullServeResumesAnInterruptedRun(t *testing.T) {
-	mnt := mountTmpfs(t, diskTmpfsSize)
+	mnt := testextra.MountTmpfs(t, diskTmpfsSize)
 	w := newChargeWorld(t)
 	dir := t.TempDir()
 	const token = "disk-full-test-token"

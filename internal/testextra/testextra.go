@@ -11,7 +11,9 @@
 package testextra
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -41,4 +43,28 @@ func Missing(t testing.TB, what, how string) {
 		return
 	}
 	t.Skipf("missing %s: %s (skipping; `make test` installs what it can and requires the rest)", what, how)
+}
+
+// MountTmpfs mounts a tmpfs of size bytes on a new directory, for tests that
+// fill a file system (a full disk), and unmounts it when the test ends. It
+// needs root and a kernel that lets this process mount; where mounting is
+// refused it skips the test saying why. That is a property of the machine,
+// not something make test could install, so it skips under CI too: a CI
+// machine that runs as root on a VM runs these tests.
+func MountTmpfs(t testing.TB, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: mounting a small tmpfs to fill needs root")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		t.Skipf("skipped: mounting a tmpfs is not allowed here: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
 }
