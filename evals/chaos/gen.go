@@ -168,7 +168,9 @@ func GeneratePlan(seed uint64, n int) ([]byte, int) {
 		refs := map[string]any{}
 		for i := 1; i <= 2+shapes.IntN(5); i++ {
 			id := fmt.Sprintf("%s_fan%d", pre, i)
-			add(genAction{ID: id, Tool: ToolLead, DependsOn: []string{contact},
+			// Contacts (a lookup by key, no visibility lag): the lag races
+			// stay those of the leads, which TestChaosVisibilityLag counts.
+			add(genAction{ID: id, Tool: ToolContact, DependsOn: []string{contact},
 				Args: map[string]any{"name": fmt.Sprintf("Referral %d of %s of %s", i, pre, run), "email": fmt.Sprintf("ref%d.%s.%s@example.test", i, pre, run)}}, false)
 			join = append(join, id)
 			refs[id] = ref(id, "id")

@@ -45,6 +45,10 @@ type Config struct {
 	LagDeclared *time.Duration
 	// ProtectedOnly skips the unprotected workload.
 	ProtectedOnly bool
+	// NoControl runs every plan through `docket run`, with no person
+	// pausing, cancelling, editing or replaying it in flight: for
+	// experiments that isolate one race (TestChaosVisibilityLag).
+	NoControl bool
 	// Only, when set, runs just these plans of the workload (by number, as
 	// RunResult.N and the run ids name them): a regression test replays the
 	// runs where a seed found a problem. Actions is then ignored.
@@ -400,7 +404,7 @@ func killFor(seed uint64, n, step int, actions []string) kill {
 // runJob drives one run to its end (completed or failed) through kills and
 // person resolutions, then audits the world against the ledger.
 func (h *harness) runJob(ctx context.Context, worker int, j job) RunResult {
-	if c := controlFor(h.st.Seed, j.n); c.Op != "" {
+	if c := controlFor(h.st.Seed, j.n); c.Op != "" && !h.cfg.NoControl {
 		return h.runServe(ctx, worker, j, c)
 	}
 	_, res, rf, err := h.prepare(worker, j)
