@@ -295,12 +295,16 @@ func (e *Engine) Unpause(ctx context.Context, runID, by string) error {
 	case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
 		return fmt.Errorf("executor: resume run %s: %w: the run is %s: there is nothing to resume", runID, ErrNotReviewable, run.Status)
 	}
-	if run.Status != ledger.RunPaused || run.PausedBy == "" {
+	if run.PausedBy == "" {
 		if g.status == ledger.RunPaused {
 			g.pausedByPerson = false // paused by a person before pauses were recorded
 		}
 		return nil
 	}
+	// Paused by a person; or a pause another status change ended, whose
+	// PausedBy is left over: SetPause clears it too, so that a later pause
+	// for another reason (an action needs review) is not taken for a
+	// person's (a run that would then wait for nobody).
 	res, err := e.led.Apply(ctx, ledger.SetPause(runID, "", ledger.RunRunning, mustJSON(map[string]string{"by": by, "reason": "requested"})))
 	if err == nil {
 		err = res[0].Err
@@ -308,7 +312,10 @@ func (e *Engine) Unpause(ctx context.Context, runID, by string) error {
 	if err != nil {
 		return fmt.Errorf("executor: resume run %s: %w", runID, err)
 	}
-	g.status, g.pausedByPerson = ledger.RunRunning, false
+	if run.Status == ledger.RunPaused {
+		g.status = ledger.RunRunning
+	}
+	g.pausedByPerson = false
 	e.log.Info("run resumed by a person", "run_id", runID)
 	return nil
 }

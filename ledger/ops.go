@@ -863,6 +863,12 @@ func (b *batch) runEvent(o Op) (Result, error) {
 			return Result{}, nil
 		}
 		run.Status, run.Error = o.status, o.msg
+		if o.status != RunPaused {
+			// A person's pause is over once the run leaves paused: a
+			// leftover PausedBy would make a later pause for another
+			// reason (an action needs review) read as a person's.
+			run.PausedBy = ""
+		}
 		if err := b.touch(run); err != nil {
 			return Result{}, err
 		}

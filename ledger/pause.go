@@ -18,10 +18,10 @@ import (
 // such run), ErrInvalid (empty run id, bad data, a status that is not a
 // run status), ErrConflict.
 //
-// Other status changes (SetRunStatus) keep PausedBy, so that a drive that
-// writes paused for another reason (an action needs review) while a person's
-// pause holds does not lift it; readers consider PausedBy only while the
-// run's status is paused.
+// Other status changes (SetRunStatus) to paused keep PausedBy, so that a
+// drive that writes paused for another reason (an action needs review) while
+// a person's pause holds does not lift it; a status change away from paused
+// clears it (the pause is over).
 func SetPause(runID, by string, status RunStatus, data json.RawMessage) Op {
 	return Op{kind: opSetPause, runID: runID, by: by, status: status, data: data}
 }

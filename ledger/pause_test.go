@@ -77,3 +77,34 @@ func TestSetPauseIsDurableAndOnlyLiftedExplicitly(t *testing.T) {
 		}
 	}
 }
+
+// A status change away from paused ends a person's pause: a later pause for
+// another reason (an action needs review) is not a person's. Regression: a
+// leftover PausedBy made such a run wait for a resume nobody knew to give
+// (chaos seed 898073905121015326 run 37).
+func TestLeavingPausedClearsPausedBy(t *testing.T) {
+	ctx := context.Background()
+	l := openBadger(t, ledger.Config{Dir: t.TempDir()})
+	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: []byte(`{}`)}}}
+	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r", Status: ledger.RunRunning, Policy: "safe"}, p,
+		[]ledger.Action{{ID: "a", Tool: "t", Args: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []ledger.Op{
+		ledger.SetPause("r", "alice", "", []byte(`{"by":"alice"}`)),
+		ledger.SetRunStatus("r", ledger.RunRunning, "run.resumed", "", nil),
+		ledger.SetRunStatus("r", ledger.RunPaused, "run.paused", "", []byte(`{"reason":"needs_review"}`)),
+	} {
+		res, err := l.Apply(ctx, o)
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("Apply: %v %v", err, res[0].Err)
+		}
+	}
+	run, err := l.GetRun(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != ledger.RunPaused || run.PausedBy != "" {
+		t.Fatalf("status %s, paused by %q: want paused for review, by nobody", run.Status, run.PausedBy)
+	}
+}
