@@ -949,22 +949,19 @@ func (d *driver) concludeOne(ctx context.Context, r ledger.Action) error {
 	if err != nil {
 		return fmt.Errorf("executor: run %s: action %s: read key: %w", d.runID, r.ID, err)
 	}
-	const why = "the run was cancelled while this action's outcome was unknown (the process driving it stopped); check the external system, then resolve it"
-	var ops []ledger.Op
-	switch rec.State {
-	case ledger.StatusClaimed:
-		ops = []ledger.Op{ledger.NeedsReview(r.Key, rec.Attempt, why)}
-	case ledger.StatusPending:
-		a := &act{n: &node{id: r.ID, row: r}, key: r.Key}
-		if rec.Attempt == 0 || !d.earlierUnknown(ctx, a) {
-			ops = []ledger.Op{ledger.Skip(d.runID, r.ID, "not attempted again: the run was cancelled")}
-		} else {
-			ops = []ledger.Op{ledger.Claim(d.runID, r.ID, r.Tool, r.Key, r.Args, rec.Attempt+1), ledger.NeedsReview(r.Key, rec.Attempt+1, why)}
-		}
-	default:
+	if rec.State == ledger.StatusPending {
+		// Waiting for its next attempt: as for a retry that meets the cancel.
+		a := &act{n: &node{id: r.ID, row: r}, key: r.Key, args: r.Args}
+		a.maybeDone = rec.Attempt > 0 && d.earlierUnknown(ctx, a)
+		d.concludeOnCancel(ctx, a, rec.Attempt+1)
+		return d.fatalErr()
+	}
+	if rec.State != ledger.StatusClaimed {
 		return nil
 	}
-	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ops...)
+	// Claimed by a process that is gone: its outcome is unknown.
+	const why = "the run was cancelled while this action's outcome was unknown (the process driving it stopped); check the external system, then resolve it"
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.NeedsReview(r.Key, rec.Attempt, why))
 	if err != nil {
 		return fmt.Errorf("executor: run %s: action %s: conclude after cancel: %w", d.runID, r.ID, err)
 	}
