@@ -9,11 +9,11 @@ import (
 // In-process coordination. Badger's directory lock means one process owns a
 // ledger, so a claim owned by this ledger handle's incarnation is in flight in
 // this process. These registries are shared by every Engine on the same
-// *ledger.Ledger, so two engines (or two drives of one engine) wait for each
+// ledger.Store, so two engines (or two drives of one engine) wait for each
 // other instead of polling.
 
 type inflightKey struct {
-	l   *ledger.Ledger
+	l   ledger.Store
 	key string
 }
 
@@ -26,7 +26,7 @@ var inflight = struct {
 // after the key's outcome is recorded (or once it gives up the key). If another
 // goroutine of this process holds it, ok is false and wait is closed when it
 // lets go.
-func takeKey(l *ledger.Ledger, key string) (release func(), wait <-chan struct{}, ok bool) {
+func takeKey(l ledger.Store, key string) (release func(), wait <-chan struct{}, ok bool) {
 	k := inflightKey{l, key}
 	inflight.mu.Lock()
 	defer inflight.mu.Unlock()
@@ -47,7 +47,7 @@ func takeKey(l *ledger.Ledger, key string) (release func(), wait <-chan struct{}
 }
 
 // keyWaiter returns the channel of the in-process holder of key, if any.
-func keyWaiter(l *ledger.Ledger, key string) (<-chan struct{}, bool) {
+func keyWaiter(l ledger.Store, key string) (<-chan struct{}, bool) {
 	inflight.mu.Lock()
 	defer inflight.mu.Unlock()
 	ch, ok := inflight.m[inflightKey{l, key}]
@@ -71,7 +71,7 @@ type gate struct {
 }
 
 type gateKey struct {
-	l     *ledger.Ledger
+	l     ledger.Store
 	runID string
 }
 
@@ -80,7 +80,7 @@ var gates = struct {
 	m  map[gateKey]*gate
 }{m: map[gateKey]*gate{}}
 
-func acquireGate(l *ledger.Ledger, runID string) *gate {
+func acquireGate(l ledger.Store, runID string) *gate {
 	gates.mu.Lock()
 	defer gates.mu.Unlock()
 	k := gateKey{l, runID}
@@ -93,7 +93,7 @@ func acquireGate(l *ledger.Ledger, runID string) *gate {
 	return g
 }
 
-func releaseGate(l *ledger.Ledger, runID string, g *gate) {
+func releaseGate(l ledger.Store, runID string, g *gate) {
 	gates.mu.Lock()
 	defer gates.mu.Unlock()
 	g.refs--
@@ -115,7 +115,7 @@ func (g *gate) halted() bool {
 
 // otherDrives reports whether another drive of this process holds the run's
 // gate (the caller holds one reference itself).
-func otherDrives(l *ledger.Ledger, runID string) bool {
+func otherDrives(l ledger.Store, runID string) bool {
 	gates.mu.Lock()
 	defer gates.mu.Unlock()
 	g := gates.m[gateKey{l, runID}]
@@ -126,7 +126,7 @@ func otherDrives(l *ledger.Ledger, runID string) bool {
 // reports true. A drive counts itself before it first takes claimMu and reads
 // the run's rows after that, so a review change made under claimMu's write
 // lock while driving was false is seen by every drive that starts later.
-func acquireDrive(l *ledger.Ledger, runID string) *gate {
+func acquireDrive(l ledger.Store, runID string) *gate {
 	g := acquireGate(l, runID)
 	gates.mu.Lock()
 	if g.drives == 0 {
@@ -137,7 +137,7 @@ func acquireDrive(l *ledger.Ledger, runID string) *gate {
 	return g
 }
 
-func releaseDrive(l *ledger.Ledger, runID string, g *gate) {
+func releaseDrive(l ledger.Store, runID string, g *gate) {
 	gates.mu.Lock()
 	g.drives--
 	if g.drives == 0 {

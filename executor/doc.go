@@ -61,7 +61,7 @@
 //     exactly what will be sent.
 //
 // In-process coordination: Badger's directory lock means one process owns a
-// ledger, so engines sharing a *ledger.Ledger coordinate in memory: a key held
+// ledger, so engines sharing a ledger.Store coordinate in memory: a key held
 // by one goroutine is awaited by the others (never called concurrently), and
 // Pause/Cancel exclude new claims of the run while they are written.
 //

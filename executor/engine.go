@@ -111,7 +111,7 @@ type Hooks struct {
 
 // Config builds an Engine. Zero values take documented defaults.
 type Config struct {
-	Ledger      *ledger.Ledger  // required
+	Ledger      ledger.Store  // required
 	Tools       *tools.Registry // required
 	Clock       ledger.Clock    // default real time
 	Logger      *slog.Logger    // default slog.Default(); component=executor is added
@@ -206,7 +206,7 @@ func (cfg Config) validate() error {
 // goroutines) may drive the same run: each key still takes effect once.
 type Engine struct {
 	cfg    Config
-	led    *ledger.Ledger
+	led    ledger.Store
 	reg    *tools.Registry
 	clock  ledger.Clock
 	log    *slog.Logger

@@ -38,7 +38,7 @@ type RunResult struct {
 // It returns the RunResult whenever a plan exists (Doc is the run as far as
 // it got; the zero RunDoc if recording failed) together with eng.Run's error,
 // and a nil RunResult with planning errors (see Plan).
-func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l *ledger.Ledger, runID string, req Request, o *executor.RunOptions) (*RunResult, error) {
+func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l ledger.Store, runID string, req Request, o *executor.RunOptions) (*RunResult, error) {
 	if eng == nil || l == nil {
 		return nil, fmt.Errorf("%w: PlanRun needs an executor engine and its ledger", ErrConfig)
 	}
@@ -66,7 +66,7 @@ func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l *ledger.L
 // Transcript), or an error wrapping ledger.ErrNotFound when the run has no
 // plan yet. It needs no Planner: a rerun can go on without any model
 // configured.
-func Recorded(ctx context.Context, l *ledger.Ledger, runID string) (*Result, error) {
+func Recorded(ctx context.Context, l ledger.Store, runID string) (*Result, error) {
 	if strings.TrimSpace(runID) == "" {
 		return nil, fmt.Errorf("%w: empty run id", ErrBadRequest)
 	}

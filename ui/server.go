@@ -30,7 +30,7 @@ import (
 // Config builds a Server. Zero values take the documented defaults.
 type Config struct {
 	// Ledger holds the runs. Required. The caller closes it after Shutdown.
-	Ledger *ledger.Ledger
+	Ledger ledger.Store
 	// Tools is the registry runs are planned and performed with. Required.
 	Tools *tools.Registry
 	// Executor is the configuration of the engines the server builds; its
@@ -140,7 +140,7 @@ func (cfg Config) validate() error {
 // the end (before closing the ledger).
 type Server struct {
 	cfg     Config
-	led     *ledger.Ledger
+	led     ledger.Store
 	reg     *tools.Registry
 	eng     *executor.Engine
 	pl      *planner.Planner

@@ -39,13 +39,17 @@ func (c *backupCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer l.Close()
+	b, ok := l.(ledger.Backuper)
+	if !ok {
+		return fmt.Errorf("backing up %s: this ledger cannot write backups", *data)
+	}
 	if *out == "" {
-		if err := l.Backup(ctx, c.env.Stdout); err != nil {
+		if err := b.Backup(ctx, c.env.Stdout); err != nil {
 			return fmt.Errorf("backing up %s: %w", *data, err)
 		}
 		return nil
 	}
-	if err := writeFileAtomic(*out, func(w io.Writer) error { return l.Backup(ctx, w) }); err != nil {
+	if err := writeFileAtomic(*out, func(w io.Writer) error { return b.Backup(ctx, w) }); err != nil {
 		return fmt.Errorf("backing up %s to %s: %w", *data, *out, err)
 	}
 	return nil

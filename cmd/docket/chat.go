@@ -115,7 +115,7 @@ type chat struct {
 	lines   <-chan line
 	p       *planner.Planner
 	eng     *executor.Engine
-	l       *ledger.Ledger
+	l       ledger.Store
 	reg     *tools.Registry
 	session string
 	data    string

@@ -68,12 +68,12 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // openLedger opens the data directory. A directory held by another process
 // comes back as exit 4 with a message saying what to do.
-func openLedger(ctx context.Context, dir string, stderr io.Writer) (*ledger.Ledger, error) {
+func openLedger(ctx context.Context, dir string, stderr io.Writer) (ledger.Store, error) {
 	return openLedgerConfig(ctx, ledger.Config{Dir: dir, Logger: cliLogger(stderr)})
 }
 
 // openLedgerConfig is openLedger with a whole configuration.
-func openLedgerConfig(ctx context.Context, cfg ledger.Config) (*ledger.Ledger, error) {
+func openLedgerConfig(ctx context.Context, cfg ledger.Config) (ledger.Store, error) {
 	dir := cfg.Dir
 	if dir == "" {
 		return nil, usageError("--data must not be empty")
@@ -161,7 +161,7 @@ func (e problemsError) Error() string { return e.msg }
 func (e problemsError) Unwrap() error { return e.err }
 
 // newEngine builds the executor for a command, applying env's test hooks.
-func newEngine(env Env, l *ledger.Ledger, reg *tools.Registry) (*executor.Engine, error) {
+func newEngine(env Env, l ledger.Store, reg *tools.Registry) (*executor.Engine, error) {
 	cfg := executor.Config{
 		Ledger: l,
 		Tools:  reg,
@@ -199,7 +199,7 @@ func writeDoc(w io.Writer, doc ledger.RunDoc) error {
 
 // storedDoc is the run as the ledger holds it, when it holds one: what a
 // command that failed prints instead of a Run JSON it would have to make up.
-func storedDoc(ctx context.Context, l *ledger.Ledger, runID string) (ledger.RunDoc, bool) {
+func storedDoc(ctx context.Context, l ledger.Store, runID string) (ledger.RunDoc, bool) {
 	if runID == "" {
 		return ledger.RunDoc{}, false
 	}

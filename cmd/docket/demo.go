@@ -264,7 +264,7 @@ func (d *demo) crashChild(ctx context.Context) error {
 }
 
 // printEvents prints the run's events that were not printed yet.
-func (d *demo) printEvents(ctx context.Context, l *ledger.Ledger) error {
+func (d *demo) printEvents(ctx context.Context, l ledger.Store) error {
 	evs, err := l.Events(ctx, d.runID, d.seen, 0)
 	if err != nil {
 		return fmt.Errorf("reading the run's events: %w", err)

@@ -176,7 +176,7 @@ func plannerErrorCode(err error) (int, bool) {
 // records the plan before anything runs. A crash while the model thinks
 // records nothing: the next attempt plans again. It returns eng.Run's
 // document and error, and sets *runID once known.
-func runGoal(ctx context.Context, env Env, mf *modelFlags, reg *tools.Registry, l *ledger.Ledger, eng *executor.Engine,
+func runGoal(ctx context.Context, env Env, mf *modelFlags, reg *tools.Registry, l ledger.Store, eng *executor.Engine,
 	goal string, runID *string, opts *executor.RunOptions) (ledger.RunDoc, error) {
 	req := planner.Request{Goal: goal}
 	if *runID == "" {

@@ -23,7 +23,7 @@ func init() {
 // session is what a command that acts on a recorded run holds open: the
 // ledger, the tools and an engine over both.
 type session struct {
-	ledger *ledger.Ledger
+	ledger ledger.Store
 	tools  *tools.Registry
 	engine *executor.Engine
 	// closeTools stops the tools file's MCP servers.

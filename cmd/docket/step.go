@@ -200,7 +200,7 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 // planGoal plans a new run from the goal with the model (OPENAI_BASE_URL,
 // OPENAI_API_KEY, OPENAI_MODEL) and drives it. A crash while the model thinks
 // records nothing; the re-sent request plans again.
-func (c *stepCmd) planGoal(ctx context.Context, eng *executor.Engine, l *ledger.Ledger, reg *tools.Registry, req stepRequest, opts *executor.RunOptions) (ledger.RunDoc, error) {
+func (c *stepCmd) planGoal(ctx context.Context, eng *executor.Engine, l ledger.Store, reg *tools.Registry, req stepRequest, opts *executor.RunOptions) (ledger.RunDoc, error) {
 	cfg := planner.ConfigFromEnv(c.env.Getenv)
 	cfg.Tools = reg
 	cfg.Logger = cliLogger(c.env.Stderr)

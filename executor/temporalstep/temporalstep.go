@@ -86,7 +86,7 @@ type Config struct {
 // Activities runs docket plans for one worker. Build it with New and Close
 // it when the worker stops.
 type Activities struct {
-	l   *ledger.Ledger
+	l   ledger.Store
 	eng *executor.Engine
 }
 

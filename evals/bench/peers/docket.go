@@ -17,7 +17,7 @@ import (
 // docketSide is docket's executor over a ledger in its own directory, as an
 // application embedding it would run it.
 type docketSide struct {
-	led  *ledger.Ledger
+	led  ledger.Store
 	eng  *executor.Engine
 	tool string
 	file *httptool.File
