@@ -111,7 +111,7 @@ type Hooks struct {
 
 // Config builds an Engine. Zero values take documented defaults.
 type Config struct {
-	Ledger      ledger.Store  // required
+	Ledger      ledger.Store    // required
 	Tools       *tools.Registry // required
 	Clock       ledger.Clock    // default real time
 	Logger      *slog.Logger    // default slog.Default(); component=executor is added
@@ -124,6 +124,9 @@ type Config struct {
 	// ErrBusy, default 2s. A drive keeps the rows it loaded, so such a change
 	// is never made under it.
 	BusyWait time.Duration
+	// Observer is told what the engine does (metrics, traces, live views);
+	// default: NopObserver.
+	Observer Observer
 	Hooks    Hooks
 
 	// Sleep waits d or until ctx ends (returning ctx.Err()). Backoffs and
@@ -210,6 +213,7 @@ type Engine struct {
 	reg    *tools.Registry
 	clock  ledger.Clock
 	log    *slog.Logger
+	obs    Observer
 	randMu sync.Mutex
 }
 
@@ -225,6 +229,7 @@ func New(cfg Config) (*Engine, error) {
 		reg:   cfg.Tools,
 		clock: cfg.Clock,
 		log:   cfg.Logger.With("component", "executor"),
+		obs:   cmp.Or[Observer](cfg.Observer, NopObserver{}),
 	}, nil
 }
 
@@ -249,24 +254,41 @@ func (o *RunOptions) orDefault() RunOptions {
 // JSON document in every case; err is non-nil only when the run could not be
 // driven (bad plan, ledger error, context ended).
 func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (ledger.RunDoc, error) {
+	if doc, _, err := e.record(ctx, runID, p, o); err != nil {
+		return doc, err
+	}
+	return e.driveCounted(ctx, runID)
+}
+
+// Record records p as run runID without driving it, or checks that the
+// recorded plan is the same (ErrPlanMismatch otherwise) and that the tools
+// did not change (ErrToolsChanged unless accepted). created says whether this
+// call made the run; Resume drives it. Run is Record, then Resume.
+func (e *Engine) Record(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (run ledger.Run, created bool, err error) {
+	doc, created, err := e.record(ctx, runID, p, o)
+	return doc.Run, created, err
+}
+
+// record is Record; a refusal of an existing run comes with its document.
+func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (doc ledger.RunDoc, created bool, err error) {
 	opts := o.orDefault()
 	if runID == "" {
-		return ledger.RunDoc{}, errors.New("executor: run: empty run id")
+		return ledger.RunDoc{}, false, errors.New("executor: run: empty run id")
 	}
 	if !opts.Policy.valid() {
-		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: unknown approval policy %q (want all, safe or none)", runID, opts.Policy)
+		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: unknown approval policy %q (want all, safe or none)", runID, opts.Policy)
 	}
 	if p == nil {
-		return ledger.RunDoc{}, fmt.Errorf("%w: run %s: no plan", ErrInvalidPlan, runID)
+		return ledger.RunDoc{}, false, fmt.Errorf("%w: run %s: no plan", ErrInvalidPlan, runID)
 	}
 	if err := p.Validate(e.reg); err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: %w", runID, invalidPlan(err))
+		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: %w", runID, invalidPlan(err))
 	}
 	pc := *p
 	pc.RunID = runID
 	rows, err := e.initialRows(&pc, opts.Policy)
 	if err != nil {
-		return ledger.RunDoc{}, err
+		return ledger.RunDoc{}, false, err
 	}
 	now := e.clock.Now().UTC()
 	stored, created, err := e.led.CreateRun(ctx, ledger.Run{
@@ -282,17 +304,20 @@ func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOpti
 	if err != nil {
 		if errors.Is(err, ledger.ErrPlanMismatch) {
 			doc, _ := e.led.Doc(ctx, runID)
-			return doc, fmt.Errorf("executor: run %s: recorded plan differs from the given one (use replay to change it, or another run id): %w", runID, err)
+			return doc, false, fmt.Errorf("executor: run %s: recorded plan differs from the given one (use replay to change it, or another run id): %w", runID, err)
 		}
-		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: record run: %w", runID, err)
+		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: record run: %w", runID, err)
 	}
 	if created {
 		e.log.Info("run created", "run_id", runID, "actions", len(rows), "policy", string(opts.Policy))
 	} else if err := e.checkTools(ctx, stored, opts); err != nil {
 		doc, _ := e.led.Doc(ctx, runID)
-		return doc, err
+		return doc, false, err
 	}
-	return e.driveCounted(ctx, runID)
+	if created {
+		e.obs.PlanRecorded(runID, stored.Revision, len(rows))
+	}
+	return ledger.RunDoc{Run: stored}, created, nil
 }
 
 // driveCounted drives the run, counted as a drive of this process (see

@@ -102,6 +102,7 @@ type Ledger struct {
 	log         *slog.Logger
 	db          *badger.DB
 	incarnation string
+	local       Local // process-local state of this handle (Store.Local)
 
 	mu     sync.RWMutex // guards closed against Apply's enqueue
 	closed bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/docketrun/docket/plan"
@@ -42,7 +43,34 @@ type Store interface {
 	// Now is the store's clock: claim times and "now" for lookup windows and
 	// key_ttl come from it.
 	Now() time.Time
+	// Local is process-local state attached to this handle: packages that
+	// coordinate in memory the goroutines using one store (the executor's
+	// key-in-flight and run gates) keep it here, never in package globals.
+	Local() *Local
 	Close() error
+}
+
+// Local holds process-local values attached to one store handle, by key.
+// The zero value is ready to use.
+type Local struct {
+	mu sync.Mutex
+	m  map[any]any
+}
+
+// Value returns the value under key, made by mk on first use. Use an
+// unexported key type, as with context values.
+func (l *Local) Value(key any, mk func() any) any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v, ok := l.m[key]; ok {
+		return v
+	}
+	if l.m == nil {
+		l.m = make(map[any]any)
+	}
+	v := mk()
+	l.m[key] = v
+	return v
 }
 
 // Backuper is a Store that can write a consistent backup of itself.
@@ -57,3 +85,6 @@ var (
 
 // Now is the ledger's clock (Config.Clock), in UTC.
 func (l *Ledger) Now() time.Time { return l.now() }
+
+// Local is the handle's process-local state.
+func (l *Ledger) Local() *Local { return &l.local }
