@@ -327,6 +327,9 @@ type act struct {
 	// were not sent end in needs_review, not failed.
 	maybeDone bool
 	unknownAt time.Time // claim time of the latest attempt whose outcome is unknown
+	// ended is how the latest tool call ended, reported to the Observer
+	// once its outcome is recorded (record, succeed), then cleared.
+	ended *AttemptResult
 }
 
 // prepared is what preparing a node yields.
@@ -809,6 +812,7 @@ func (d *driver) markRunning(ctx context.Context) error {
 			return fmt.Errorf("executor: run %s: resume: %w", d.runID, err)
 		}
 		d.g.status = ledger.RunRunning
+		d.e.obs.RunStatus(d.runID, ledger.RunRunning)
 		d.e.log.Info("run resumed", "run_id", d.runID)
 	}
 	return nil
@@ -969,6 +973,10 @@ func (d *driver) concludeOne(ctx context.Context, r ledger.Action) error {
 		if x.Err != nil && !errors.Is(x.Err, ledger.ErrConflict) {
 			return &ActionError{RunID: d.runID, ActionID: r.ID, Key: r.Key, Op: "conclude after cancel", Err: x.Err}
 		}
+	}
+	if len(res) > 0 && res[0].Err == nil {
+		spec, _ := d.e.reg.Spec(r.Tool)
+		d.e.obs.NeedsReview(AttemptInfo{RunID: d.runID, ActionID: r.ID, Tool: r.Tool, Class: spec.Class, Key: r.Key, Attempt: rec.Attempt}, why)
 	}
 	d.e.log.Warn("cancelled run: action concluded", "run_id", d.runID, "action_id", r.ID, "key", r.Key, "state", string(rec.State))
 	return nil

@@ -500,6 +500,7 @@ func (e *Engine) recordRevision(ctx context.Context, g *gate, runID string, p *p
 	// so), except that a person's pause holds.
 	if run.Status == ledger.RunPaused && run.PausedBy != "" {
 		g.status, g.pausedByPerson = ledger.RunPaused, true
+		e.obs.PlanRecorded(runID, rev, len(rows))
 		return rev, nil
 	}
 	res, err := e.led.Apply(ctx, ledger.SetRunStatus(runID, ledger.RunRunning, "", "", nil))
@@ -510,6 +511,10 @@ func (e *Engine) recordRevision(ctx context.Context, g *gate, runID string, p *p
 		return 0, fmt.Errorf("executor: replay run %s: %w", runID, err)
 	}
 	g.status, g.pausedByPerson = ledger.RunRunning, false
+	e.obs.PlanRecorded(runID, rev, len(rows))
+	if run.Status != ledger.RunRunning {
+		e.obs.RunStatus(runID, ledger.RunRunning)
+	}
 	return rev, nil
 }
 

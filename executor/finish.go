@@ -326,6 +326,7 @@ func (d *driver) settle(ctx context.Context) error {
 		return fmt.Errorf("executor: run %s: set status %s: %w", d.runID, st, err)
 	}
 	d.g.status = st
+	d.e.obs.RunStatus(d.runID, st)
 	d.e.log.Info("run status", "run_id", d.runID, "status", string(st), "error", errMsg)
 	return nil
 }

@@ -314,6 +314,7 @@ func (e *Engine) Unpause(ctx context.Context, runID, by string) error {
 	}
 	if run.Status == ledger.RunPaused {
 		g.status = ledger.RunRunning
+		e.obs.RunStatus(runID, ledger.RunRunning)
 	}
 	g.pausedByPerson = false
 	e.log.Info("run resumed by a person", "run_id", runID)
@@ -360,6 +361,9 @@ func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.
 	}
 	g.status = st
 	g.pausedByPerson = st == ledger.RunPaused
+	if run.Status != st {
+		e.obs.RunStatus(runID, st)
+	}
 	e.log.Info("run status set by a person", "run_id", runID, "status", string(st))
 	return nil
 }

@@ -98,6 +98,7 @@ func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*ac
 		return nil
 	}
 	d.setSucceeded(a, out)
+	d.reportEnded(a)
 	d.release(a)
 	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
 		h(a.n.id)
@@ -163,6 +164,8 @@ func (d *driver) completeWith(ctx context.Context, a *act, succeed ledger.Op, ou
 	}
 	d.g.status = ledger.RunCompleted
 	d.setSucceeded(a, out)
+	d.reportEnded(a)
+	d.e.obs.RunStatus(d.runID, ledger.RunCompleted)
 	d.mu.Lock()
 	d.settled = true
 	d.mu.Unlock()
@@ -195,6 +198,7 @@ func (d *driver) abandon(ctx context.Context, a *act, why string) {
 // park records needs_review for the attempt we hold.
 func (d *driver) park(ctx context.Context, a *act, reason string) {
 	if d.record(ctx, a, ledger.NeedsReview(a.key, a.attempt, reason)) {
+		d.e.obs.NeedsReview(d.info(a), reason)
 		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusNeedsReview, reason })
 		d.e.log.Warn("action needs review", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "reason", reason)
 	}
@@ -214,10 +218,25 @@ func (d *driver) record(ctx context.Context, a *act, ops ...ledger.Op) bool {
 			return false
 		}
 	}
+	d.reportEnded(a)
 	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
 		h(a.n.id)
 	}
 	return true
+}
+
+// info names a's current attempt for the Observer.
+func (d *driver) info(a *act) AttemptInfo {
+	return AttemptInfo{RunID: d.runID, ActionID: a.n.id, Tool: a.n.spec.Name, Class: a.n.spec.Class, Key: a.key, Attempt: a.attempt}
+}
+
+// reportEnded tells the Observer how a's latest call ended, once its outcome
+// is recorded.
+func (d *driver) reportEnded(a *act) {
+	if a.ended != nil {
+		d.e.obs.AttemptEnded(d.info(a), *a.ended)
+		a.ended = nil
+	}
 }
 
 func (d *driver) timeout(s tools.Spec) time.Duration {
@@ -539,10 +558,17 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		d.abandon(ctx, a, "interrupted before the call")
 		return nil, endStopped, false
 	}
+	d.e.obs.AttemptStarted(d.info(a))
 	cctx, cancel := context.WithTimeout(ctx, d.timeout(spec))
+	t0 := time.Now()
 	out, err := a.n.tool.Call(cctx, call)
+	took := time.Since(t0)
 	cancel()
 	a.tries++
+	a.ended = &AttemptResult{OK: err == nil, Took: took}
+	if err != nil {
+		a.ended.Failure, _ = tools.Classify(err)
+	}
 	if h := d.e.cfg.Hooks.AfterCall; h != nil {
 		h(a.n.id)
 	}
@@ -821,10 +847,12 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, n int, lookFrom time.T
 				return lookFailed, nil, "lookup found the effect but returned invalid JSON"
 			}
 			d.e.log.Info("lookup found the effect; not calling again", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", n)
+			d.e.obs.LookupDone(d.lookInfo(a, n), true)
 			return lookFound, out, ""
 		}
 		now := d.e.clock.Now()
 		if !now.Before(trustAt) {
+			d.e.obs.LookupDone(d.lookInfo(a, n), false)
 			return lookTrusted, nil, ""
 		}
 		wait := trustAt.Sub(now)
@@ -839,6 +867,13 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, n int, lookFrom time.T
 			return lookStopped, nil, ""
 		}
 	}
+}
+
+// lookInfo names the attempt a lookup runs for (attempt n, not yet claimed).
+func (d *driver) lookInfo(a *act, n int) AttemptInfo {
+	i := d.info(a)
+	i.Attempt = n
+	return i
 }
 
 // earlierUnknown reports whether an earlier attempt of a's action (recorded
