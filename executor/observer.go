@@ -24,6 +24,10 @@ type Observer interface {
 	// LookupDone: a lookup before a write answered; found says whether the
 	// effect was found (and adopted as the output).
 	LookupDone(a AttemptInfo, found bool)
+	// Adopted: the action's key had already succeeded (a replay of an
+	// unchanged action, a drive racing another): its recorded output was
+	// taken and the tool was not called, a duplicate prevented.
+	Adopted(a AttemptInfo)
 	// NeedsReview: an action needs a person (outcome unknown, retries spent,
 	// a refusal after an unknown attempt, ...).
 	NeedsReview(a AttemptInfo, reason string)
@@ -55,5 +59,6 @@ func (NopObserver) PlanRecorded(string, int, int)           {}
 func (NopObserver) AttemptStarted(AttemptInfo)              {}
 func (NopObserver) AttemptEnded(AttemptInfo, AttemptResult) {}
 func (NopObserver) LookupDone(AttemptInfo, bool)            {}
+func (NopObserver) Adopted(AttemptInfo)                     {}
 func (NopObserver) NeedsReview(AttemptInfo, string)         {}
 func (NopObserver) RunStatus(string, ledger.RunStatus)      {}

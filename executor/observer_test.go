@@ -39,6 +39,7 @@ func (o *recObserver) AttemptEnded(a AttemptInfo, r AttemptResult) {
 func (o *recObserver) LookupDone(a AttemptInfo, found bool) {
 	o.add("lookup %s #%d found=%v", a.ActionID, a.Attempt, found)
 }
+func (o *recObserver) Adopted(a AttemptInfo) { o.add("adopted %s #%d", a.ActionID, a.Attempt) }
 func (o *recObserver) NeedsReview(a AttemptInfo, _ string) {
 	o.add("review %s #%d", a.ActionID, a.Attempt)
 }

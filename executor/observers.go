@@ -48,6 +48,12 @@ func (f fanout) LookupDone(a AttemptInfo, found bool) {
 	}
 }
 
+func (f fanout) Adopted(a AttemptInfo) {
+	for _, o := range f {
+		o.Adopted(a)
+	}
+}
+
 func (f fanout) NeedsReview(a AttemptInfo, reason string) {
 	for _, o := range f {
 		o.NeedsReview(a, reason)

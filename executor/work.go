@@ -103,6 +103,9 @@ func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*ac
 	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
 		h(a.n.id)
 	}
+	if a.adopted {
+		d.e.obs.Adopted(d.info(a))
+	}
 	d.e.log.Debug("action succeeded", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "adopted", a.adopted)
 	return acts
 }
