@@ -24,16 +24,21 @@ type RunResult struct {
 
 // PlanRun plans run runID once and hands the plan to the executor.
 //
-// When the ledger already holds a plan for runID (an earlier PlanRun recorded
-// it, perhaps in a process that crashed afterwards), that plan is used and the
-// model is not called (Result.FromLedger); if it was planned for another goal
-// than req's, PlanRun refuses with an error wrapping executor.ErrPlanMismatch. Otherwise Plan runs; nothing is
-// written while the model thinks, so a crash then leaves nothing recorded and
-// the next attempt plans again. The plan then goes to eng.Run, which records
-// it durably (revision 1, with Meta and Transcript) before it claims any
-// action, and drives the run under o (its policy is stored when the run is
-// created: PolicyNone makes every action wait for a person, as docket chat
-// does). eng must have been built over l and the planner's registry.
+// The run's identity is req under o's policy (Request.Identity; an empty
+// o.Policy names none), by the rule every entry point shares
+// (executor.SameRequest). When the ledger already holds runID (an earlier
+// PlanRun recorded it, perhaps in a process that crashed afterwards, or
+// another entry point created it), the recorded plan is used and the model is
+// not called (Result.FromLedger) if the request is the same; a different one
+// is refused with an error wrapping executor.ErrRequestMismatch (and so
+// executor.ErrPlanMismatch). Otherwise Plan runs; nothing is written while
+// the model thinks, so a crash then leaves nothing recorded and the next
+// attempt plans again. The plan, stamped with the request's identity, then
+// goes to eng.Run, which records it durably (revision 1, with Meta and
+// Transcript) before it claims any action, and drives the run under o (its
+// policy is stored when the run is created: PolicyNone makes every action
+// wait for a person, as docket chat does). eng must have been built over l
+// and the planner's registry.
 //
 // It returns the RunResult whenever a plan exists (Doc is the run as far as
 // it got; the zero RunDoc if recording failed) together with eng.Run's error,
@@ -42,23 +47,53 @@ func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l ledger.St
 	if eng == nil || l == nil {
 		return nil, fmt.Errorf("%w: PlanRun needs an executor engine and its ledger", ErrConfig)
 	}
+	var policy executor.Policy
+	if o != nil {
+		policy = o.Policy
+	}
+	ident, err := req.Identity(policy)
+	if err != nil {
+		return nil, err
+	}
 	res, err := Recorded(ctx, l, runID)
 	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 		return nil, err
 	}
 	if res != nil {
-		if want := goalOf(req, req.Messages); want != "" && res.Plan.Goal != want {
-			return nil, fmt.Errorf("planner: run %s was planned for the goal %q, not %q: use another run id: %w",
-				runID, clip(res.Plan.Goal, 200), clip(want, 200), executor.ErrPlanMismatch)
+		if _, err := executor.SameRequest(ctx, l, runID, ident); err != nil {
+			return nil, fmt.Errorf("planner: %w", err)
 		}
 	} else {
 		if res, err = p.Plan(ctx, req); err != nil {
 			return nil, err
 		}
 		res.Plan.RunID = runID
+		if err := ident.Stamp(res.Plan); err != nil {
+			return nil, err
+		}
 	}
 	doc, err := eng.Run(ctx, runID, res.Plan, o)
 	return &RunResult{Result: res, Doc: doc}, err
+}
+
+// Identity is req as a run request under policy ("" names none): the goal
+// and the conversation (its messages as JSON) the run is planned from. It is
+// what PlanRun records with a run and checks when the run exists; POST
+// /v1/runs and docket step build their goal requests' identities with it, so
+// a run any of them created is recognised by the others.
+func (req Request) Identity(policy executor.Policy) (executor.Request, error) {
+	id := executor.Request{Goal: req.Goal, Policy: policy}
+	if len(req.Messages) > 0 {
+		b, err := json.Marshal(req.Messages)
+		if err != nil {
+			return executor.Request{}, fmt.Errorf("%w: encoding the messages: %v", ErrBadRequest, err)
+		}
+		id.Messages = b
+	}
+	if _, err := id.Hash(); err != nil {
+		return executor.Request{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return id, nil
 }
 
 // Recorded returns the plan recorded for runID as a Result with FromLedger

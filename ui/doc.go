@@ -6,10 +6,14 @@
 // planned (from a goal, with the planner) or taken as given (a plan), recorded,
 // and then executed by the executor while people watch its events over a
 // WebSocket and approve, reject, edit or resolve its actions. POST /v1/runs
-// answers once the plan is recorded (DESIGN.md's identity rules: 201 new, 200
-// the same request again, 422 a different request under the same identity,
-// 409 while the first is still being accepted); execution goes on after the
-// answer. On start, Server.ResumeRunning drives every run that was running
+// answers once the plan is recorded and its drive has begun (DESIGN.md's
+// identity rules: 201 new, 200 the same request again, 422 a different request
+// under the same identity, 409 while the first is still being accepted; "the
+// same request" is executor.SameRequest, the rule docket run, docket step and
+// planner.PlanRun share); execution goes on after the answer. The server
+// builds one executor.Engine and learns what it does through its Observer:
+// the metrics of /metrics and the signals requests wait for come from there,
+// never from log records or test hooks. On start, Server.ResumeRunning drives every run that was running
 // when the service stopped.
 //
 // Streams: GET /v1/runs/{id}/ws?after=SEQ sends a run's backlog after SEQ,
@@ -29,6 +33,6 @@
 // events.
 //
 // Imports: the standard library, github.com/gorilla/websocket,
-// github.com/gowebpki/jcs, github.com/sashabaranov/go-openai (the message type
+// github.com/sashabaranov/go-openai (the message type
 // of conversations), and docket's plan, tools, ledger, executor and planner.
 package ui

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 )
 
@@ -255,3 +257,53 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.socketWG.Wait()
 	return err
 }
+
+// signals is the server's live view of what the engine reports (part of its
+// executor.Observer): a request that starts a drive (create, replay, fork)
+// waits on it until the drive has begun its work, instead of hooking into
+// the engine.
+type signals struct {
+	executor.NopObserver
+	mu    sync.Mutex
+	waits map[string]map[chan struct{}]struct{} // run id → waiters
+}
+
+func newSignals() *signals { return &signals{waits: map[string]map[chan struct{}]struct{}{}} }
+
+// begun returns a channel that is closed when the engine next starts an
+// attempt of runID, adopts a recorded output for it, looks up an effect or
+// parks an action for a person; stop forgets the wait.
+func (g *signals) begun(runID string) (ch <-chan struct{}, stop func()) {
+	c := make(chan struct{})
+	g.mu.Lock()
+	if g.waits[runID] == nil {
+		g.waits[runID] = map[chan struct{}]struct{}{}
+	}
+	g.waits[runID][c] = struct{}{}
+	g.mu.Unlock()
+	return c, func() {
+		g.mu.Lock()
+		if w, ok := g.waits[runID]; ok {
+			delete(w, c)
+			if len(w) == 0 {
+				delete(g.waits, runID)
+			}
+		}
+		g.mu.Unlock()
+	}
+}
+
+func (g *signals) fire(runID string) {
+	g.mu.Lock()
+	w := g.waits[runID]
+	delete(g.waits, runID)
+	g.mu.Unlock()
+	for c := range w {
+		close(c)
+	}
+}
+
+func (g *signals) AttemptStarted(a executor.AttemptInfo)        { g.fire(a.RunID) }
+func (g *signals) Adopted(a executor.AttemptInfo)               { g.fire(a.RunID) }
+func (g *signals) LookupDone(a executor.AttemptInfo, _ bool)    { g.fire(a.RunID) }
+func (g *signals) NeedsReview(a executor.AttemptInfo, _ string) { g.fire(a.RunID) }

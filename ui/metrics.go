@@ -1,16 +1,18 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/planner"
 )
@@ -29,10 +31,7 @@ type metrics struct {
 	webhooks        atomic.Int64
 	webhookFailures atomic.Int64
 	reviews         counterVec
-	// from the executor's log records (countingHandler)
-	adopted     atomic.Int64 // a succeeded key returned its stored output: a duplicate prevented
-	lookupFound atomic.Int64 // a lookup found the effect of an earlier attempt
-	retries     atomic.Int64
+	engine          *engineCounts // what the engine reports (executor.Observer)
 
 	mu              sync.Mutex
 	planSeconds     []float64 // histogram bucket counts, per planBuckets
@@ -46,7 +45,7 @@ type metrics struct {
 var planBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120}
 
 func newMetrics() *metrics {
-	return &metrics{planSeconds: make([]float64, len(planBuckets)), reviews: counterVec{m: map[string]int64{}}}
+	return &metrics{planSeconds: make([]float64, len(planBuckets)), reviews: counterVec{m: map[string]int64{}}, engine: newEngineCounts()}
 }
 
 type counterVec struct {
@@ -90,41 +89,161 @@ func (m *metrics) observePlanning(d time.Duration, res *planner.Result, err erro
 	}
 }
 
-// countingHandler counts the executor's records that metrics need and passes
-// every record the inner handler wants on to it.
-type countingHandler struct {
-	inner slog.Handler
-	m     *metrics
+// engineCounts counts what the engine reports through executor.Observer:
+// every metric about attempts, lookups, reviews, plans and run statuses comes
+// from here, none from log records (the executor's log text can change
+// freely).
+type engineCounts struct {
+	mu          sync.Mutex
+	plans       int64
+	started     map[toolClass]int64
+	ended       map[endedKey]int64
+	lookups     map[lookupKey]int64
+	adopted     int64
+	retries     int64
+	needsReview map[toolClass]int64
+	statuses    map[ledger.RunStatus]int64
 }
 
-func (h countingHandler) Enabled(ctx context.Context, l slog.Level) bool { return true }
+var _ executor.Observer = (*engineCounts)(nil)
 
-func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
-	switch r.Message {
-	case "action succeeded":
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "adopted" && a.Value.Kind() == slog.KindBool && a.Value.Bool() {
-				h.m.adopted.Add(1)
-			}
-			return true
-		})
-	case "lookup found the effect; not calling again":
-		h.m.lookupFound.Add(1)
-	case "attempt failed, retrying":
-		h.m.retries.Add(1)
+type toolClass struct{ tool, class string }
+
+type endedKey struct {
+	toolClass
+	outcome string // "ok" or the failure class (tools.Outcome)
+}
+
+type lookupKey struct {
+	tool  string
+	found bool
+}
+
+func newEngineCounts() *engineCounts {
+	return &engineCounts{
+		started:     map[toolClass]int64{},
+		ended:       map[endedKey]int64{},
+		lookups:     map[lookupKey]int64{},
+		needsReview: map[toolClass]int64{},
+		statuses:    map[ledger.RunStatus]int64{},
 	}
-	if h.inner.Enabled(ctx, r.Level) {
-		return h.inner.Handle(ctx, r)
+}
+
+func (c *engineCounts) PlanRecorded(string, int, int) {
+	c.mu.Lock()
+	c.plans++
+	c.mu.Unlock()
+}
+
+func (c *engineCounts) AttemptStarted(a executor.AttemptInfo) {
+	c.mu.Lock()
+	c.started[toolClass{a.Tool, string(a.Class)}]++
+	if a.Attempt > 1 {
+		c.retries++
 	}
-	return nil
+	c.mu.Unlock()
 }
 
-func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return countingHandler{inner: h.inner.WithAttrs(as), m: h.m}
+func (c *engineCounts) AttemptEnded(a executor.AttemptInfo, r executor.AttemptResult) {
+	k := endedKey{toolClass{a.Tool, string(a.Class)}, "ok"}
+	if !r.OK {
+		k.outcome = r.Failure.String()
+	}
+	c.mu.Lock()
+	c.ended[k]++
+	c.mu.Unlock()
 }
 
-func (h countingHandler) WithGroup(name string) slog.Handler {
-	return countingHandler{inner: h.inner.WithGroup(name), m: h.m}
+func (c *engineCounts) LookupDone(a executor.AttemptInfo, found bool) {
+	c.mu.Lock()
+	c.lookups[lookupKey{a.Tool, found}]++
+	c.mu.Unlock()
+}
+
+func (c *engineCounts) Adopted(executor.AttemptInfo) {
+	c.mu.Lock()
+	c.adopted++
+	c.mu.Unlock()
+}
+
+func (c *engineCounts) NeedsReview(a executor.AttemptInfo, _ string) {
+	c.mu.Lock()
+	c.needsReview[toolClass{a.Tool, string(a.Class)}]++
+	c.mu.Unlock()
+}
+
+func (c *engineCounts) RunStatus(_ string, st ledger.RunStatus) {
+	c.mu.Lock()
+	c.statuses[st]++
+	c.mu.Unlock()
+}
+
+// write appends the engine's counters in Prometheus' text format.
+func (c *engineCounts) write(b *strings.Builder, counter func(name, help string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counter("docket_plans_recorded_total", "Plan revisions recorded (a new run's plan, a replay's revision).")
+	fmt.Fprintf(b, "docket_plans_recorded_total %d\n", c.plans)
+	counter("docket_attempts_started_total", "Tool calls started (an attempt claimed, its tool about to be called), by tool and effect class.")
+	for _, k := range sortedKeys(c.started, func(a, b toolClass) int {
+		return cmp.Or(strings.Compare(a.tool, b.tool), strings.Compare(a.class, b.class))
+	}) {
+		fmt.Fprintf(b, "docket_attempts_started_total{tool=\"%s\",class=\"%s\"} %d\n", labelValue(k.tool), labelValue(k.class), c.started[k])
+	}
+	counter("docket_attempts_ended_total", "Tool calls whose outcome is recorded, by tool, effect class and outcome (ok, not_sent, not_processed, definite, unknown, key_in_flight).")
+	for _, k := range sortedKeys(c.ended, func(a, b endedKey) int {
+		return cmp.Or(strings.Compare(a.tool, b.tool), strings.Compare(a.class, b.class), strings.Compare(a.outcome, b.outcome))
+	}) {
+		fmt.Fprintf(b, "docket_attempts_ended_total{tool=\"%s\",class=\"%s\",outcome=\"%s\"} %d\n", labelValue(k.tool), labelValue(k.class), labelValue(k.outcome), c.ended[k])
+	}
+	counter("docket_attempt_retries_total", "Attempts after an action's first: retries after a failed or unknown attempt, in this process or after a restart.")
+	fmt.Fprintf(b, "docket_attempt_retries_total %d\n", c.retries)
+	counter("docket_lookups_total", "Lookups before a write, by tool and whether they found the effect.")
+	found := int64(0)
+	for _, k := range sortedKeys(c.lookups, func(a, b lookupKey) int {
+		return cmp.Or(strings.Compare(a.tool, b.tool), cmp.Compare(boolInt(a.found), boolInt(b.found)))
+	}) {
+		fmt.Fprintf(b, "docket_lookups_total{tool=\"%s\",found=\"%t\"} %d\n", labelValue(k.tool), k.found, c.lookups[k])
+		if k.found {
+			found += c.lookups[k]
+		}
+	}
+	counter("docket_lookups_found_total", "Lookups that found the effect of an earlier attempt (no second write).")
+	fmt.Fprintf(b, "docket_lookups_found_total %d\n", found)
+	counter("docket_duplicates_prevented_total", "Actions whose key had already succeeded: the stored output was returned, the tool not called.")
+	fmt.Fprintf(b, "docket_duplicates_prevented_total %d\n", c.adopted)
+	counter("docket_needs_review_total", "Actions that came to need a person (outcome unknown, retries spent, ...), by tool and effect class.")
+	for _, k := range sortedKeys(c.needsReview, func(a, b toolClass) int {
+		return cmp.Or(strings.Compare(a.tool, b.tool), strings.Compare(a.class, b.class))
+	}) {
+		fmt.Fprintf(b, "docket_needs_review_total{tool=\"%s\",class=\"%s\"} %d\n", labelValue(k.tool), labelValue(k.class), c.needsReview[k])
+	}
+	counter("docket_run_status_changes_total", "Run status changes made by the engine, by the new status.")
+	for _, st := range sortedKeys(c.statuses, func(a, b ledger.RunStatus) int { return strings.Compare(string(a), string(b)) }) {
+		fmt.Fprintf(b, "docket_run_status_changes_total{status=\"%s\"} %d\n", labelValue(string(st)), c.statuses[st])
+	}
+}
+
+func sortedKeys[K comparable, V any](m map[K]V, cmpf func(a, b K) int) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmpf)
+	return keys
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// labelValue escapes a label value for Prometheus' text format (backslash,
+// double quote and newline; Go's %q would also escape what the format keeps).
+func labelValue(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
@@ -165,12 +284,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		class, status, _ := strings.Cut(k, "\x00")
 		fmt.Fprintf(&b, "docket_actions{class=%q,status=%q} %d\n", class, status, byClass[k])
 	}
-	counter("docket_duplicates_prevented_total", "Actions whose key had already succeeded: the stored output was returned, the tool not called.")
-	fmt.Fprintf(&b, "docket_duplicates_prevented_total %d\n", m.adopted.Load())
-	counter("docket_lookups_found_total", "Lookups that found the effect of an earlier attempt (no second write).")
-	fmt.Fprintf(&b, "docket_lookups_found_total %d\n", m.lookupFound.Load())
-	counter("docket_attempt_retries_total", "Attempts that failed and were retried.")
-	fmt.Fprintf(&b, "docket_attempt_retries_total %d\n", m.retries.Load())
+	m.engine.write(&b, counter)
 	counter("docket_reviews_total", "Review decisions made through this server, by kind.")
 	rv := m.reviews.snapshot()
 	for _, k := range []string{"approve", "reject", "edit", "resolve"} {

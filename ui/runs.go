@@ -2,8 +2,6 @@ package ui
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gowebpki/jcs"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/docketrun/docket/executor"
@@ -23,10 +20,6 @@ import (
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
 )
-
-// requestMeta is the plan Meta entry holding the hash of the POST /v1/runs
-// body that created the run: the same identity with another body is refused.
-const requestMeta = "docket.request_sha256"
 
 var runIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
@@ -97,11 +90,11 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
 		return
 	}
+	// The policy the request names ("" names none: a new run gets safe, and
+	// the request matches a run created with any policy).
 	policy := executor.Policy(req.Approve)
 	switch policy {
-	case "":
-		policy = executor.PolicySafe
-	case executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
+	case "", executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
 	default:
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("approve must be all, safe or none, not %q", req.Approve), nil)
 		return
@@ -119,7 +112,14 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "no_planner", "this server has no model configured: send a plan instead of a goal", nil)
 		return
 	}
-	var p *plan.Plan
+	// The request's identity (executor.Request): the rule docket run, docket
+	// step and planner.PlanRun share, so a run any of them created is
+	// recognised here.
+	var (
+		p     *plan.Plan
+		preq  planner.Request
+		ident executor.Request
+	)
 	if hasPlan {
 		var err error
 		if p, err = plan.Decode(req.Plan); err != nil {
@@ -130,14 +130,19 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, err)
 			return
 		}
+		ident = executor.Request{Plan: p, Policy: policy}
+		if _, err := ident.Hash(); err != nil {
+			s.fail(w, err)
+			return
+		}
+	} else {
+		preq = planner.Request{Goal: req.Goal, Messages: req.Messages}
+		var err error
+		if ident, err = preq.Identity(policy); err != nil {
+			s.fail(w, err)
+			return
+		}
 	}
-	canon, err := jcs.Transform(body)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", "the request body cannot be canonicalized: "+err.Error(), nil)
-		return
-	}
-	sum := sha256.Sum256(canon)
-	hash := hex.EncodeToString(sum[:])
 
 	runID := req.RunID
 	if runID == "" {
@@ -164,10 +169,13 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	}
 	s.accepting[runID] = true
 	s.mu.Unlock()
+	var releaseOnce sync.Once
 	release := func() {
-		s.mu.Lock()
-		delete(s.accepting, runID)
-		s.mu.Unlock()
+		releaseOnce.Do(func() {
+			s.mu.Lock()
+			delete(s.accepting, runID)
+			s.mu.Unlock()
+		})
 	}
 	handedOff := false // once planning started, it releases the identity when the run is recorded
 	defer func() {
@@ -177,68 +185,69 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	// A run that exists answers by identity.
-	if _, err := s.led.GetRun(r.Context(), runID); err == nil {
-		first, err := s.led.Plan(r.Context(), runID, 1)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		if first.Meta[requestMeta] != hash {
-			writeError(w, http.StatusUnprocessableEntity, "identity_reused", "run "+runID+" exists and was created by a different request", nil)
-			return
-		}
-		doc, err := s.led.Doc(r.Context(), runID)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, doc)
-		return
-	} else if !errors.Is(err, ledger.ErrNotFound) {
-		s.fail(w, err)
+	if s.answerExisting(w, r, runID, ident) {
 		return
 	}
 
 	opts := &executor.RunOptions{Policy: policy}
-	var start func(ctx context.Context, eng *executor.Engine) error
 	if p != nil {
 		p.RunID = runID
-		if p.Meta == nil {
-			p.Meta = map[string]string{}
+		if err := ident.Stamp(p); err != nil {
+			s.fail(w, err)
+			return
 		}
-		p.Meta[requestMeta] = hash
-		start = func(ctx context.Context, eng *executor.Engine) error {
-			_, err := eng.Run(ctx, runID, p, opts)
-			return err
+		_, created, err := s.eng.Record(r.Context(), runID, p, opts)
+		if err != nil && !errors.Is(err, executor.ErrPlanMismatch) {
+			s.fail(w, err)
+			return
 		}
-	} else {
-		preq := planner.Request{Goal: req.Goal, Messages: req.Messages}
-		start = func(ctx context.Context, eng *executor.Engine) error {
-			t0 := time.Now()
-			res, err := s.pl.Plan(ctx, preq)
-			s.metrics.observePlanning(time.Since(t0), res, err)
-			if err != nil {
-				return err
+		if !created {
+			// Another writer of the ledger recorded the id meanwhile.
+			if !s.answerExisting(w, r, runID, ident) {
+				s.fail(w, fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound))
 			}
-			res.Plan.RunID = runID
-			if res.Plan.Meta == nil {
-				res.Plan.Meta = map[string]string{}
-			}
-			res.Plan.Meta[requestMeta] = hash
-			_, err = eng.Run(ctx, runID, res.Plan, opts)
-			return err
+			return
 		}
+		release()
+		s.watch(runID, true)
+		doc, err := s.startAndWait(r.Context(), runID, s.resumeFn(runID), nil)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, doc)
+		return
 	}
-	handedOff = true
-	doc, err := s.startAndWait(r.Context(), runID, start, func() {
-		// Recorded (or given up): the identity is free again, and a recorded
-		// run is followed on the all-runs stream from its first event, even
-		// when the client that asked for it went away meanwhile.
+
+	// Planned by the model: the identity is held until the plan is recorded
+	// (or planning failed), even when the client goes away meanwhile; a
+	// recorded run is followed on the all-runs stream from its first event.
+	settled := func() {
 		release()
 		if _, err := s.led.GetRun(s.ctx, runID); err == nil {
 			s.watch(runID, true)
 		}
-	})
+	}
+	handedOff = true
+	doc, err := s.startAndWait(r.Context(), runID, func(ctx context.Context) error {
+		defer settled()
+		t0 := time.Now()
+		res, err := s.pl.Plan(ctx, preq)
+		s.metrics.observePlanning(time.Since(t0), res, err)
+		if err != nil {
+			return err
+		}
+		res.Plan.RunID = runID
+		if err := ident.Stamp(res.Plan); err != nil {
+			return err
+		}
+		if _, _, err := s.eng.Record(ctx, runID, res.Plan, opts); err != nil {
+			return err
+		}
+		settled()
+		_, err = s.eng.Resume(ctx, runID, nil)
+		return err
+	}, settled)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -246,11 +255,35 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, doc)
 }
 
+// answerExisting answers a create request for runID when the run exists: 200
+// with the run when ident is the request that created it, 422 when another
+// request did (executor.SameRequest). false: there is no such run, nothing
+// was written.
+func (s *Server) answerExisting(w http.ResponseWriter, r *http.Request, runID string, ident executor.Request) bool {
+	_, err := executor.SameRequest(r.Context(), s.led, runID, ident)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return false
+	case errors.Is(err, executor.ErrRequestMismatch):
+		writeError(w, http.StatusUnprocessableEntity, "identity_reused", err.Error(), nil)
+	case err != nil:
+		s.fail(w, err)
+	default:
+		doc, err := s.led.Doc(r.Context(), runID)
+		if err != nil {
+			s.fail(w, err)
+			return true
+		}
+		writeJSON(w, http.StatusOK, doc)
+	}
+	return true
+}
+
 // startAndWait starts fn as a background drive of runID and waits until the
-// run is recorded (the drive claims its first action, or fn returns). It
-// returns the run as recorded, or fn's error when nothing was recorded.
-func (s *Server) startAndWait(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error, settled func()) (ledger.RunDoc, error) {
-	ferr, err := s.untilRecorded(ctx, runID, fn, settled)
+// drive has begun (untilBegun). It returns the run as recorded, or fn's
+// error when nothing was recorded.
+func (s *Server) startAndWait(ctx context.Context, runID string, fn func(ctx context.Context) error, notStarted func()) (ledger.RunDoc, error) {
+	ferr, err := s.untilBegun(ctx, runID, fn, notStarted)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -261,50 +294,28 @@ func (s *Server) startAndWait(ctx context.Context, runID string, fn func(ctx con
 	return doc, err
 }
 
-// untilRecorded runs fn in the background with an engine of its own and
-// returns once that engine is about to claim its first action (so the plan is
-// recorded) or fn has returned (ferr is then its error). settled (may be nil)
-// is called at that moment even when ctx ended first (the caller went away
-// while the model was thinking).
-func (s *Server) untilRecorded(ctx context.Context, runID string, fn func(ctx context.Context, eng *executor.Engine) error, settled func()) (ferr, err error) {
-	if settled == nil {
-		settled = func() {}
-	}
-	recorded := make(chan struct{})
-	finished := make(chan struct{})
-	var once sync.Once
-	cfg := s.cfg.Executor
-	before := cfg.Hooks.BeforeClaim
-	cfg.Hooks.BeforeClaim = func(actionID string) {
-		once.Do(func() { close(recorded) })
-		if before != nil {
-			before(actionID)
-		}
-	}
-	eng, err := executor.New(cfg)
-	if err != nil {
-		settled()
-		return nil, err
-	}
+// untilBegun runs fn (a drive of runID, with the server's engine) in the
+// background and returns once the drive has begun its work, as the engine
+// reports it through the server's Observer (an attempt started, a recorded
+// output adopted, a lookup answered, an action parked for a person), or fn
+// has returned (ferr is then its error), or ctx ended. notStarted (may be
+// nil) is called when fn could not be started (the server is shutting down).
+func (s *Server) untilBegun(ctx context.Context, runID string, fn func(ctx context.Context) error, notStarted func()) (ferr, err error) {
+	begun, stop := s.signals.begun(runID)
+	defer stop()
 	done := make(chan error, 1)
 	if err := s.spawn(runID, func(ctx context.Context) error {
-		err := fn(ctx, eng)
-		close(finished)
+		err := fn(ctx)
 		done <- err
 		return err
 	}); err != nil {
-		settled()
+		if notStarted != nil {
+			notStarted()
+		}
 		return nil, err
 	}
-	go func() {
-		select {
-		case <-recorded:
-		case <-finished:
-		}
-		settled()
-	}()
 	select {
-	case <-recorded:
+	case <-begun:
 		return nil, nil
 	case ferr = <-done:
 		return ferr, nil
@@ -481,8 +492,8 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.watch(runID, false)
-	doc, err := s.startAndWaitRevision(r.Context(), runID, run.Revision, func(ctx context.Context, eng *executor.Engine) error {
-		_, err := eng.Replay(ctx, runID, p, nil)
+	doc, err := s.startAndWaitRevision(r.Context(), runID, run.Revision, func(ctx context.Context) error {
+		_, err := s.eng.Replay(ctx, runID, p, nil)
 		return err
 	})
 	if err != nil {
@@ -494,8 +505,8 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 
 // startAndWaitRevision is startAndWait for a run that exists: nothing new was
 // recorded when fn failed and the revision did not change.
-func (s *Server) startAndWaitRevision(ctx context.Context, runID string, rev int, fn func(ctx context.Context, eng *executor.Engine) error) (ledger.RunDoc, error) {
-	ferr, err := s.untilRecorded(ctx, runID, fn, nil)
+func (s *Server) startAndWaitRevision(ctx context.Context, runID string, rev int, fn func(ctx context.Context) error) (ledger.RunDoc, error) {
+	ferr, err := s.untilBegun(ctx, runID, fn, nil)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -549,8 +560,8 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "exists", "run "+newID+" exists already", nil)
 		return
 	}
-	doc, err := s.startAndWait(r.Context(), newID, func(ctx context.Context, eng *executor.Engine) error {
-		_, err := eng.Fork(ctx, runID, newID, &executor.RunOptions{Policy: policy})
+	doc, err := s.startAndWait(r.Context(), newID, func(ctx context.Context) error {
+		_, err := s.eng.Fork(ctx, runID, newID, &executor.RunOptions{Policy: policy})
 		return err
 	}, nil)
 	if err != nil {

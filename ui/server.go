@@ -33,9 +33,10 @@ type Config struct {
 	Ledger ledger.Store
 	// Tools is the registry runs are planned and performed with. Required.
 	Tools *tools.Registry
-	// Executor is the configuration of the engines the server builds; its
-	// Ledger and Tools are set from the fields above. Zero: the executor's
-	// defaults.
+	// Executor is the configuration of the one engine the server builds;
+	// its Ledger and Tools are set from the fields above, and its Observer,
+	// when set, is told what the engine does besides the server's own metrics
+	// and live views (executor.Observers). Zero: the executor's defaults.
 	Executor executor.Config
 	// Planner plans runs created from a goal or a conversation. Nil: such
 	// requests are refused (501), plans are still accepted.
@@ -149,6 +150,7 @@ type Server struct {
 	preview map[string]requestTemplate
 	up      websocket.Upgrader
 	metrics *metrics
+	signals *signals // the engine's reports that requests wait for
 
 	ctx    context.Context // drives and sockets; cancelled by Shutdown
 	cancel context.CancelFunc
@@ -184,14 +186,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	m := newMetrics()
+	sig := newSignals()
+	// One engine for the server, built once: it reports to the server's
+	// metrics and live signals, and to the caller's Observer when one is set.
 	ecfg := cfg.Executor
 	ecfg.Ledger, ecfg.Tools = cfg.Ledger, cfg.Tools
 	if ecfg.Logger == nil {
 		ecfg.Logger = cfg.Logger
 	}
-	// Count the executor's records that metrics need (duplicates prevented,
-	// lookups that found an effect, retries).
-	ecfg.Logger = slog.New(countingHandler{inner: ecfg.Logger.Handler(), m: m})
+	ecfg.Observer = executor.Observers(m.engine, sig, cfg.Executor.Observer)
 	cfg.Executor = ecfg
 	eng, err := executor.New(ecfg)
 	if err != nil {
@@ -211,6 +214,7 @@ func New(cfg Config) (*Server, error) {
 		log:       cfg.Logger.With("component", "ui"),
 		preview:   preview,
 		metrics:   m,
+		signals:   sig,
 		ctx:       ctx,
 		cancel:    cancel,
 		drives:    map[string]int{},
