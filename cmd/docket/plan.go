@@ -182,12 +182,21 @@ func runGoal(ctx context.Context, env Env, mf *modelFlags, reg *tools.Registry, 
 	if *runID == "" {
 		*runID = planner.GoalRunID(req, reg.Hash())
 	}
+	// The request's identity, by the rule POST /v1/runs, docket step and
+	// planner.PlanRun share (executor.SameRequest).
+	ident, err := req.Identity(opts.Policy)
+	if err != nil {
+		return ledger.RunDoc{}, withCode(exitBad, err)
+	}
+	switch _, err := executor.SameRequest(ctx, l, *runID, ident); {
+	case errors.Is(err, executor.ErrRequestMismatch):
+		return ledger.RunDoc{}, usageError("%v; pass a new --run-id to plan this goal", err)
+	case err != nil && !errors.Is(err, ledger.ErrNotFound):
+		return ledger.RunDoc{}, err
+	}
 	recorded, err := planner.Recorded(ctx, l, *runID)
 	switch {
 	case err == nil:
-		if recorded.Plan.Goal != goal {
-			return ledger.RunDoc{}, usageError("run %s was planned for another goal (%q); pass a new --run-id to plan this goal", *runID, recorded.Plan.Goal)
-		}
 		fmt.Fprintf(env.Stderr, "docket: run %s: using the recorded plan (%d %s); the model is not called again\n",
 			*runID, len(recorded.Plan.Actions), plural(len(recorded.Plan.Actions), "action", "actions"))
 		return eng.Run(ctx, *runID, recorded.Plan, opts)

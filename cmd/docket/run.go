@@ -33,7 +33,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	planPath := fs.String("plan", "", "plan file (JSON) to record and perform")
 	goal := fs.String("goal", "", "goal to plan with the model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL); once the plan is recorded the model is never called again for this run")
 	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
-	approve := fs.String("approve", string(executor.PolicySafe), "approval policy stored with a new run: all, safe or none")
+	approve := fs.String("approve", "", "approval policy stored with a new run: all, safe or none (default safe; given, a rerun must name the policy the run was created with)")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
 	mf := addModelFlags(fs)
 	sf := addServerFlags(fs)
@@ -79,14 +79,17 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 // derived from the plan, or from the goal, so the same command again is the
 // same request (the service answers it with the run, repeating nothing).
 func (c *runCmd) remote(ctx context.Context, sf *serverFlags, planPath, goal string, runID *string, policy executor.Policy) (ledger.RunDoc, error) {
-	if _, err := parsePolicy(string(policy)); err != nil {
+	if err := checkPolicy(policy); err != nil {
 		return ledger.RunDoc{}, err
 	}
 	cl, err := sf.client(c.env)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	body := map[string]any{"approve": string(policy)}
+	body := map[string]any{}
+	if policy != "" { // named: part of the request's identity (executor.Request)
+		body["approve"] = string(policy)
+	}
 	switch {
 	case planPath != "" && goal != "":
 		return ledger.RunDoc{}, usageError("give either --plan FILE or --goal TEXT, not both")
@@ -123,7 +126,7 @@ func (c *runCmd) remote(ctx context.Context, sf *serverFlags, planPath, goal str
 // exec does the work of `docket run`. It sets *runID once it is known, so the
 // refusal document names the run.
 func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal string, runID *string, policy executor.Policy, acceptTools bool, mf *modelFlags) (ledger.RunDoc, error) {
-	if _, err := parsePolicy(string(policy)); err != nil {
+	if err := checkPolicy(policy); err != nil {
 		return ledger.RunDoc{}, err
 	}
 	switch {
@@ -165,13 +168,22 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	doc, err := eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+	// The request's identity, by the rule POST /v1/runs, docket step and
+	// planner.PlanRun share: a run any of them created with this plan (and
+	// the named policy, if any) is continued; another request's is refused.
+	ident := executor.Request{Plan: p, Policy: policy}
+	var doc ledger.RunDoc
+	if _, err = executor.SameRequest(ctx, l, *runID, ident); err == nil || errors.Is(err, ledger.ErrNotFound) {
+		if err = ident.Stamp(p); err == nil {
+			doc, err = eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+		}
+	}
 	if err != nil && doc.Run.ID == "" {
 		// Show the run that holds the id (if any), as it is.
 		doc, _ = storedDoc(ctx, l, *runID)
 	}
 	if errors.Is(err, executor.ErrPlanMismatch) {
-		err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: pass a new --run-id to run this plan as a new run, or use docket replay to record it as a revision of that run (%w)", *runID, err))
+		err = withCode(exitBad, fmt.Errorf("run %s was created by a different request: pass a new --run-id to run this plan as a new run, or use docket replay to record it as a revision of that run (%w)", *runID, err))
 	}
 	return doc, noSpace(toolsChanged(err, *runID), data)
 }
@@ -212,5 +224,15 @@ func toolsChanged(err error, runID string) error {
 	if errors.Is(err, executor.ErrToolsChanged) {
 		return withCode(exitBad, fmt.Errorf("the tool definitions changed since run %s started; check the change and pass --accept-tools-change to resume with the new ones (%w)", runID, err))
 	}
+	return err
+}
+
+// checkPolicy checks an --approve value; "" (not given) is allowed: a new run
+// gets safe, and a rerun continues whatever policy the run was created with.
+func checkPolicy(p executor.Policy) error {
+	if p == "" {
+		return nil
+	}
+	_, err := parsePolicy(string(p))
 	return err
 }

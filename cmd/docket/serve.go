@@ -137,7 +137,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ecfg := executor.Config{Logger: log, Hooks: c.env.Hooks}
+	ecfg := executor.Config{Logger: log}
 	if c.env.Tune != nil {
 		c.env.Tune(&ecfg)
 	}

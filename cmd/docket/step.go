@@ -127,11 +127,12 @@ func readStepRequest(r io.Reader) (stepRequest, error) {
 	case req.Goal != "" && len(req.Plan) > 0:
 		return req, usageError(`give either "plan" or "goal" in the request, not both`)
 	}
-	if req.Approve == "" {
-		req.Approve = string(executor.PolicySafe)
-	}
-	if _, err := parsePolicy(req.Approve); err != nil {
-		return req, usageError(`"approve" must be all, safe or none, not %q`, req.Approve)
+	// No "approve": a new run gets safe, and the request continues a run
+	// created with any policy (executor.Request).
+	if req.Approve != "" {
+		if _, err := parsePolicy(req.Approve); err != nil {
+			return req, usageError(`"approve" must be all, safe or none, not %q`, req.Approve)
+		}
 	}
 	return req, nil
 }
@@ -165,27 +166,44 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 	}
 	opts := &executor.RunOptions{Policy: executor.Policy(req.Approve)}
 
+	// The request's identity, by the rule POST /v1/runs, docket run and
+	// planner.PlanRun share (executor.SameRequest).
+	var ident executor.Request
+	switch {
+	case p != nil:
+		ident = executor.Request{Plan: p, Policy: opts.Policy}
+	case req.Goal != "":
+		if ident, err = (planner.Request{Goal: req.Goal}).Identity(opts.Policy); err != nil {
+			return ledger.RunDoc{}, withCode(exitBad, err)
+		}
+	}
 	existing, derr := l.Doc(ctx, req.RunID)
 	exists := derr == nil
 	if derr != nil && !errors.Is(derr, ledger.ErrNotFound) {
 		return ledger.RunDoc{}, fmt.Errorf("reading run %s: %w", req.RunID, derr)
 	}
+	if exists && (p != nil || req.Goal != "") {
+		if _, err := executor.SameRequest(ctx, l, req.RunID, ident); err != nil {
+			if errors.Is(err, executor.ErrRequestMismatch) {
+				return existing, withCode(exitBad, fmt.Errorf("%w: a step's run id must identify one request (derive it from the host's step identity and the plan's or goal's version)", err))
+			}
+			return existing, err
+		}
+	}
 	var doc ledger.RunDoc
 	switch {
+	case exists:
+		// The same request again (or one naming only the run): continue it;
+		// the model is not called again.
+		doc, err = eng.Resume(ctx, req.RunID, nil)
 	case p != nil:
+		if err := ident.Stamp(p); err != nil {
+			return ledger.RunDoc{}, withCode(exitBad, err)
+		}
 		doc, err = eng.Run(ctx, req.RunID, p, opts)
 		if errors.Is(err, executor.ErrPlanMismatch) {
-			if doc.Run.ID == "" && exists {
-				doc = existing
-			}
 			err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: a step's run id must identify one plan (derive it from the host's step identity and the plan's version) (%w)", req.RunID, err))
 		}
-	case exists:
-		if req.Goal != "" && existing.Run.Goal != "" && existing.Run.Goal != req.Goal {
-			return existing, withCode(exitBad, fmt.Errorf("run %s was started with another goal (%q): a step's run id must identify one goal", req.RunID, existing.Run.Goal))
-		}
-		// Planned already (or only continuing): the model is not called again.
-		doc, err = eng.Resume(ctx, req.RunID, nil)
 	case req.Goal != "":
 		doc, err = c.planGoal(ctx, eng, l, reg, req, opts)
 	default:
