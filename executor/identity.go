@@ -150,22 +150,27 @@ func SameRequest(ctx context.Context, l RunReader, runID string, r Request) (led
 	mismatch := func(format string, a ...any) (ledger.Run, error) {
 		return run, fmt.Errorf("run %s exists and %s: use another run id (%w)", runID, fmt.Sprintf(format, a...), ErrRequestMismatch)
 	}
-	if have := first.Meta[RequestMeta]; have != "" {
-		if have != want {
-			return mismatch("was created by a different request (another plan, goal or conversation)")
-		}
-	} else {
+	hasMsgs := len(bytes.TrimSpace(r.Messages)) > 0 && !bytes.Equal(bytes.TrimSpace(r.Messages), []byte("null"))
+	have := first.Meta[RequestMeta]
+	if have != want {
+		// Say what differs, as far as the ledger tells.
 		switch {
 		case r.Plan != nil:
-			h, _ := plan.Hash(r.Plan) // hashed once already by r.Hash
-			if h != run.PlanHash {
+			if h, _ := plan.Hash(r.Plan); h != run.PlanHash { // hashed once already by r.Hash
 				return mismatch("was recorded with a different plan")
 			}
-		case len(bytes.TrimSpace(r.Messages)) > 0 && !bytes.Equal(bytes.TrimSpace(r.Messages), []byte("null")):
-			return mismatch("was recorded by an older docket that kept no request identity: a conversation cannot be matched against it")
-		case first.Goal != r.Goal:
+			if have != "" {
+				return mismatch("was created from a goal or a conversation, not from this plan")
+			}
+		case first.Goal != r.Goal && (!hasMsgs || r.Goal != ""):
 			return mismatch("was planned for another goal (%q)", clipText(first.Goal, 200))
+		case have == "" && hasMsgs:
+			return mismatch("was recorded by an older docket that kept no request identity: a conversation cannot be matched against it")
+		case have != "":
+			return mismatch("was created by a different request (a plan, or another conversation)")
 		}
+		// Recorded before identities were (have == ""): the same plan, or
+		// the same goal, is the same request.
 	}
 	if have := cmp.Or(run.Policy, string(PolicySafe)); r.Policy != "" && string(r.Policy) != have {
 		return mismatch("was created with the approval policy %q, not %q (the policy is set when a run is created)", have, r.Policy)

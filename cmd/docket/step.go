@@ -49,6 +49,10 @@ type stepRequest struct {
 	Goal    string          `json:"goal,omitempty"`
 	Plan    json.RawMessage `json:"plan,omitempty"`
 	Approve string          `json:"approve,omitempty"`
+
+	// named: the request names its policy ("approve"), which then is part
+	// of its identity (executor.Request); Approve defaults to safe.
+	named bool
 }
 
 func (c *stepCmd) Run(ctx context.Context, args []string) error {
@@ -129,10 +133,12 @@ func readStepRequest(r io.Reader) (stepRequest, error) {
 	}
 	// No "approve": a new run gets safe, and the request continues a run
 	// created with any policy (executor.Request).
-	if req.Approve != "" {
-		if _, err := parsePolicy(req.Approve); err != nil {
-			return req, usageError(`"approve" must be all, safe or none, not %q`, req.Approve)
-		}
+	req.named = req.Approve != ""
+	if req.Approve == "" {
+		req.Approve = string(executor.PolicySafe)
+	}
+	if _, err := parsePolicy(req.Approve); err != nil {
+		return req, usageError(`"approve" must be all, safe or none, not %q`, req.Approve)
 	}
 	return req, nil
 }
@@ -168,12 +174,16 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 
 	// The request's identity, by the rule POST /v1/runs, docket run and
 	// planner.PlanRun share (executor.SameRequest).
+	var named executor.Policy
+	if req.named {
+		named = opts.Policy
+	}
 	var ident executor.Request
 	switch {
 	case p != nil:
-		ident = executor.Request{Plan: p, Policy: opts.Policy}
+		ident = executor.Request{Plan: p, Policy: named}
 	case req.Goal != "":
-		if ident, err = (planner.Request{Goal: req.Goal}).Identity(opts.Policy); err != nil {
+		if ident, err = (planner.Request{Goal: req.Goal}).Identity(named); err != nil {
 			return ledger.RunDoc{}, withCode(exitBad, err)
 		}
 	}
