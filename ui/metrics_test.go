@@ -1,0 +1,387 @@
+package ui_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/ledger"
+)
+
+// classWorld is an HTTP world with a tool of every effect class, each
+// scripted to fail in its own way on its first call: idempotent 503
+// (unknown), keyed 429 with Retry-After (not processed), lookup commits and
+// then answers 500 (unknown; the lookup finds the effect), at-most-once 500
+// (unknown: needs_review), and a keyed call that is always refused with 400
+// (definite).
+type classWorld struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	calls   map[string]int      // path → write calls received
+	crm     map[string]struct{} // keys of created CRM records
+	lookups map[bool]int        // lookup answers: found or not
+}
+
+func newClassWorld(t *testing.T) *classWorld {
+	w := &classWorld{calls: map[string]int{}, crm: map[string]struct{}{}, lookups: map[bool]int{}}
+	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		rw.Header().Set("Content-Type", "application/json")
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if r.URL.Path == "/crm/find" {
+			_, ok := w.crm[r.URL.Query().Get("key")]
+			w.lookups[ok]++
+			if ok {
+				fmt.Fprintf(rw, `[{"id":"c-%s"}]`, r.URL.Query().Get("key")[:12])
+				return
+			}
+			fmt.Fprint(rw, `[]`)
+			return
+		}
+		w.calls[r.URL.Path]++
+		n := w.calls[r.URL.Path]
+		switch {
+		case r.URL.Path == "/put" && n == 1:
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		case r.URL.Path == "/charge" && n == 1:
+			rw.Header().Set("Retry-After", "0")
+			rw.WriteHeader(http.StatusTooManyRequests)
+		case r.URL.Path == "/crm" && n == 1:
+			w.crm[r.Header.Get("Idempotency-Key")] = struct{}{}
+			rw.WriteHeader(http.StatusInternalServerError)
+		case r.URL.Path == "/mail":
+			rw.WriteHeader(http.StatusInternalServerError)
+		case r.URL.Path == "/bad":
+			rw.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(rw, `{"error":"no"}`)
+		default:
+			fmt.Fprint(rw, `{"ok":true}`)
+		}
+	}))
+	t.Cleanup(w.srv.Close)
+	return w
+}
+
+func (w *classWorld) toolsFile() []byte {
+	tool := func(name, effect, path string, extra map[string]any) map[string]any {
+		t := map[string]any{"name": name, "description": name, "effect": effect,
+			"input_schema": map[string]any{"type": "object"},
+			"request":      map[string]any{"method": "POST", "url": w.srv.URL + path, "headers": map[string]any{"Idempotency-Key": "{{key}}"}},
+			"timeout":      "5s"}
+		for k, v := range extra {
+			t[k] = v
+		}
+		return t
+	}
+	b, _ := json.Marshal(map[string]any{"version": 1, "tools": []any{
+		tool("look", "read_only", "/look", nil),
+		tool("put", "idempotent", "/put", nil),
+		tool("charge", "keyed", "/charge", map[string]any{"key_header": "Idempotency-Key"}),
+		tool("crm", "lookup", "/crm", map[string]any{"visibility_lag": "0s", "lookup": map[string]any{
+			"method": "GET", "url": w.srv.URL + "/crm/find?key={{key}}", "found": "nonempty"}}),
+		tool("mail", "at_most_once", "/mail", nil),
+		tool("bad", "keyed", "/bad", map[string]any{"key_header": "Idempotency-Key"}),
+	}})
+	return b
+}
+
+const classPlan = `{"goal":"every class","actions":[
+ {"id":"l","tool":"look","args":{}},
+ {"id":"p","tool":"put","args":{"v":1},"depends_on":["l"]},
+ {"id":"c","tool":"charge","args":{"amount":5},"depends_on":["p"]},
+ {"id":"r","tool":"crm","args":{"name":"acme"},"depends_on":["c"]}]}`
+
+// TestMetricsCountWhatTheEventsSay drives real runs through the service and
+// checks every counter the engine feeds against the runs' recorded events:
+// the counters come from the executor's Observer, so no log record (its
+// level, its wording) can change them; the server has no log handler of its
+// own any more (TestNoLogScraping).
+func TestMetricsCountWhatTheEventsSay(t *testing.T) {
+	t.Parallel()
+	w := newClassWorld(t)
+	b := setup(t, options{toolsFile: func(*demoworld.World) []byte { return w.toolsFile() }})
+
+	create := func(id, planJSON string) {
+		t.Helper()
+		if code := b.call("POST", "/v1/runs", map[string]any{"run_id": id, "plan": json.RawMessage(planJSON), "approve": "all"}, nil); code != http.StatusCreated {
+			t.Fatalf("create %s = %d", id, code)
+		}
+	}
+	settle := func(id string, want ledger.RunStatus) {
+		t.Helper()
+		var d runDoc
+		if code := b.call("GET", "/v1/runs/"+id+"?wait=60s", nil, &d); code != http.StatusOK || d.Status != string(want) {
+			t.Fatalf("run %s = %d %s, want %s", id, code, d.Status, want)
+		}
+	}
+	create("all-classes", classPlan)
+	settle("all-classes", ledger.RunCompleted)
+	create("unknown-mail", `{"goal":"mail","actions":[{"id":"m","tool":"mail","args":{}}]}`)
+	settle("unknown-mail", ledger.RunPaused)
+	create("refused", `{"goal":"bad","actions":[{"id":"x","tool":"bad","args":{}}]}`)
+	settle("refused", ledger.RunFailed)
+	// A replay that changes only the last action: the three before it keep
+	// their keys, their recorded outputs are adopted (duplicates prevented).
+	replayed := strings.Replace(classPlan, `"name":"acme"`, `"name":"acme2"`, 1)
+	if code := b.call("POST", "/v1/runs/all-classes/replay", map[string]any{"plan": json.RawMessage(replayed)}, nil); code != http.StatusOK {
+		t.Fatalf("replay = %d", code)
+	}
+	settle("all-classes", ledger.RunCompleted)
+
+	got := scrape(t, b)
+	want := expectFromEvents(t, b, []string{"all-classes", "unknown-mail", "refused"})
+	// The world agrees on what the lookups found.
+	w.mu.Lock()
+	want["docket_lookups_found_total"] = int64(w.lookups[true])
+	w.mu.Unlock()
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("%s = %d, the events say %d", name, got[name], n)
+		}
+	}
+	for name, n := range got {
+		if _, ok := want[name]; !ok && engineMetric(name) && n != 0 {
+			t.Errorf("%s = %d, the events say nothing of it", name, n)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%v\nfrom events:\n%v", got, want)
+	}
+	// The scenario covers what it claims to.
+	for _, name := range []string{
+		`docket_attempts_ended_total{tool="put",class="idempotent",outcome="unknown"}`,
+		`docket_attempts_ended_total{tool="charge",class="keyed",outcome="not_processed"}`,
+		`docket_attempts_ended_total{tool="bad",class="keyed",outcome="definite"}`,
+		`docket_lookups_total{tool="crm",found="true"}`,
+		`docket_needs_review_total{tool="mail",class="at_most_once"}`,
+		"docket_duplicates_prevented_total",
+		"docket_attempt_retries_total",
+	} {
+		if got[name] == 0 {
+			t.Errorf("%s is 0: the scenario does not exercise it", name)
+		}
+	}
+}
+
+// engineMetric: the counters that come from the engine's Observer.
+func engineMetric(name string) bool {
+	for _, p := range []string{"docket_plans_recorded_total", "docket_attempts_", "docket_attempt_retries_total", "docket_lookups_",
+		"docket_duplicates_prevented_total", "docket_needs_review_total", "docket_run_status_changes_total"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var sampleLine = regexp.MustCompile(`^([a-z_]+(?:\{[^}]*\})?) (-?[0-9.e+]+)$`)
+
+// scrape reads /metrics into name{labels} → value (counters are integers).
+func scrape(t *testing.T, b *bundle) map[string]int64 {
+	t.Helper()
+	req, _ := http.NewRequest("GET", b.hs.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("not a sample line: %q", line)
+		}
+		if f, err := strconv.ParseFloat(m[2], 64); err == nil && f == float64(int64(f)) {
+			out[m[1]] = int64(f)
+		}
+	}
+	return out
+}
+
+// expectFromEvents derives the engine counters from the runs' events and
+// action rows (tool and class of every action id).
+func expectFromEvents(t *testing.T, b *bundle, runs []string) map[string]int64 {
+	t.Helper()
+	want := map[string]int64{}
+	add := func(name string, n int64) { want[name] += n }
+	for _, runID := range runs {
+		var el struct {
+			Events []ledger.Event `json:"events"`
+		}
+		if code := b.call("GET", "/v1/runs/"+runID+"/events?limit=10000", nil, &el); code != http.StatusOK {
+			t.Fatalf("events of %s = %d", runID, code)
+		}
+		var plan struct {
+			Actions []struct{ ID, Tool string } `json:"actions"`
+		}
+		b.call("GET", "/v1/runs/"+runID+"/plan?revision=1", nil, &plan)
+		toolOf := map[string]string{}
+		for _, a := range plan.Actions {
+			toolOf[a.ID] = a.Tool
+		}
+		classOf := map[string]string{}
+		for _, name := range []string{"look", "put", "charge", "crm", "mail", "bad"} {
+			spec, ok := b.reg.Spec(name)
+			if !ok {
+				t.Fatalf("no tool %s", name)
+			}
+			classOf[name] = string(spec.Class)
+		}
+		// lastClaim: the attempt each action's latest claim holds; lookedUp:
+		// that claim was preceded by a lookup that found the effect (a
+		// lookup-class action claimed after an unknown attempt, whose next
+		// outcome is success without a call: the world counts the calls).
+		type claimState struct {
+			attempt int
+			call    bool
+		}
+		lastClaim := map[string]claimState{}
+		unknownBefore := map[string]bool{}
+		status := ""
+		for _, ev := range el.Events {
+			tool := toolOf[ev.ActionID]
+			tc := fmt.Sprintf(`tool="%s",class="%s"`, tool, classOf[tool])
+			var data struct {
+				Attempt int    `json:"attempt"`
+				Outcome string `json:"outcome"`
+				Phase   string `json:"phase"`
+			}
+			json.Unmarshal(ev.Data, &data)
+			switch ev.Type {
+			case "plan.recorded":
+				add("docket_plans_recorded_total", 1)
+			case "action.claimed":
+				// A lookup-class action claimed after an unknown attempt
+				// looked first; the lookup's find is recorded under the
+				// claim without a call.
+				looked := classOf[tool] == "lookup" && data.Attempt > 1 && unknownBefore[ev.ActionID]
+				call := !looked
+				lastClaim[ev.ActionID] = claimState{data.Attempt, call}
+				if looked {
+					add(fmt.Sprintf(`docket_lookups_total{tool="%s",found="true"}`, tool), 1)
+					continue
+				}
+				add("docket_attempts_started_total{"+tc+"}", 1)
+				if data.Attempt > 1 {
+					add("docket_attempt_retries_total", 1)
+				}
+			case "action.succeeded":
+				c, ok := lastClaim[ev.ActionID]
+				switch {
+				case !ok: // no claim in this revision: the key's output was adopted
+				case c.call:
+					add("docket_attempts_ended_total{"+tc+`,outcome="ok"}`, 1)
+				}
+				delete(lastClaim, ev.ActionID)
+			case "action.attempt_failed", "action.failed":
+				if data.Phase == "lookup" {
+					continue // a lookup waiting, not an attempt
+				}
+				add("docket_attempts_ended_total{"+tc+`,outcome="`+data.Outcome+`"}`, 1)
+				unknownBefore[ev.ActionID] = data.Outcome == "unknown"
+				delete(lastClaim, ev.ActionID)
+			case "action.needs_review":
+				if _, ok := lastClaim[ev.ActionID]; ok && classOf[tool] == "at_most_once" {
+					// An at-most-once attempt whose outcome is unknown.
+					add("docket_attempts_ended_total{"+tc+`,outcome="unknown"}`, 1)
+				}
+				add("docket_needs_review_total{"+tc+"}", 1)
+				delete(lastClaim, ev.ActionID)
+			case "run.created":
+				status = "running"
+			case "run.completed", "run.failed", "run.paused", "run.cancelled", "run.awaiting_approval":
+				status = strings.TrimPrefix(ev.Type, "run.")
+				add(`docket_run_status_changes_total{status="`+status+`"}`, 1)
+			case "run.replayed", "run.resumed":
+				if ev.Type == "run.replayed" {
+					add("docket_plans_recorded_total", 1)
+				}
+				// A new revision (or a resume) runs whatever the run was.
+				if status != "running" {
+					status = "running"
+					add(`docket_run_status_changes_total{status="running"}`, 1)
+				}
+			}
+		}
+	}
+	// Outputs adopted by key: rows of the current revision that succeeded
+	// under a key claimed before the replay and never claimed after it.
+	for _, runID := range runs {
+		evs, err := b.led.Events(t.Context(), runID, 0, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, after := map[string]bool{}, map[string]bool{}
+		replayed := false
+		for _, ev := range evs {
+			switch ev.Type {
+			case "run.replayed":
+				replayed = true
+			case "action.claimed":
+				var d struct{ Key string }
+				json.Unmarshal(ev.Data, &d)
+				if replayed {
+					after[d.Key] = true
+				} else {
+					before[d.Key] = true
+				}
+			}
+		}
+		if !replayed {
+			continue
+		}
+		rows, err := b.led.Actions(t.Context(), runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.Status == ledger.StatusSucceeded && before[r.Key] && !after[r.Key] {
+				add("docket_duplicates_prevented_total", 1)
+			}
+		}
+	}
+	return want
+}
+
+// TestNoLogScraping: no metric depends on log text. The ui package builds
+// no slog handler (it hands its logger on as it is), and nothing in it
+// matches on a log record's message.
+func TestNoLogScraping(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []string{"slog.Handler", "slog.Record", "countingHandler", "Hooks"} {
+			if strings.Contains(string(src), bad) {
+				t.Errorf("%s uses %s: metrics and signals come from the executor's Observer, not from log records or test hooks", f, bad)
+			}
+		}
+	}
+}
