@@ -2,9 +2,11 @@ package ui_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,10 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/docketrun/docket/internal/demoworld"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ui"
 )
 
 // classWorld is an HTTP world with a tool of every effect class, each
@@ -111,7 +115,13 @@ const classPlan = `{"goal":"every class","actions":[
 func TestMetricsCountWhatTheEventsSay(t *testing.T) {
 	t.Parallel()
 	w := newClassWorld(t)
-	b := setup(t, options{toolsFile: func(*demoworld.World) []byte { return w.toolsFile() }})
+	// Every log level is disabled: no record is built, none is handled, and
+	// the counters still count (they do not come from logs).
+	var handled atomic.Int64
+	b := setup(t, options{
+		toolsFile: func(*demoworld.World) []byte { return w.toolsFile() },
+		tune:      func(c *ui.Config) { c.Logger = slog.New(offHandler{&handled}) },
+	})
 
 	create := func(id, planJSON string) {
 		t.Helper()
@@ -156,6 +166,9 @@ func TestMetricsCountWhatTheEventsSay(t *testing.T) {
 			t.Errorf("%s = %d, the events say nothing of it", name, n)
 		}
 	}
+	if n := handled.Load(); n != 0 {
+		t.Errorf("%d log records were handled with every level disabled", n)
+	}
 	if t.Failed() {
 		t.Logf("metrics:\n%v\nfrom events:\n%v", got, want)
 	}
@@ -174,6 +187,18 @@ func TestMetricsCountWhatTheEventsSay(t *testing.T) {
 		}
 	}
 }
+
+// offHandler is a log handler with every level disabled; it counts the
+// records handed to it anyway.
+type offHandler struct{ handled *atomic.Int64 }
+
+func (offHandler) Enabled(context.Context, slog.Level) bool { return false }
+func (h offHandler) Handle(context.Context, slog.Record) error {
+	h.handled.Add(1)
+	return nil
+}
+func (h offHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h offHandler) WithGroup(string) slog.Handler      { return h }
 
 // engineMetric: the counters that come from the engine's Observer.
 func engineMetric(name string) bool {
@@ -245,10 +270,10 @@ func expectFromEvents(t *testing.T, b *bundle, runs []string) map[string]int64 {
 			}
 			classOf[name] = string(spec.Class)
 		}
-		// lastClaim: the attempt each action's latest claim holds; lookedUp:
-		// that claim was preceded by a lookup that found the effect (a
-		// lookup-class action claimed after an unknown attempt, whose next
-		// outcome is success without a call: the world counts the calls).
+		// lastClaim: the attempt each action's latest claim holds and
+		// whether it was a call (a lookup-class action claimed after an
+		// unknown attempt looked first and found the effect: the world's
+		// lookup answers confirm it).
 		type claimState struct {
 			attempt int
 			call    bool
