@@ -81,7 +81,7 @@ func (c *Case) Where() string {
 // WorldSpec is an execution-level expectation.
 type WorldSpec struct {
 	// Name names the simulated world; docket eval provides "demoworld"
-	// (internal/demoworld: catalogue, CRM, payments, settings, email). A case
+	// (evals/demoworld: catalogue, CRM, payments, settings, email). A case
 	// without tools gets the world's tools.
 	Name string `json:"name"`
 	// Setup runs before the plan, to build the initial state.
