@@ -266,11 +266,11 @@ func fillTemplate(v any, where string, get resolver) (any, error) {
 		}
 		root, path, err := parseTemplateRef(v)
 		if err != nil {
-			return nil, fmt.Errorf("at %s: %v", cmpOr(where, "/"), err)
+			return nil, fmt.Errorf("at %s: %w", cmpOr(where, "/"), err)
 		}
 		x, err := get(where, root, path)
 		if err != nil {
-			return nil, fmt.Errorf("at %s: %v", cmpOr(where, "/"), err)
+			return nil, fmt.Errorf("at %s: %w", cmpOr(where, "/"), err)
 		}
 		return x, nil
 	case map[string]any:

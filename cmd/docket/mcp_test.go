@@ -11,9 +11,9 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/tools"
-	"github.com/docketrun/docket/tools/toolsfile"
 	"github.com/docketrun/docket/tools/mcptool"
 	"github.com/docketrun/docket/tools/mcptool/mcptest"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // The memory tools file runs the real server-memory behind `tee`, which

@@ -427,7 +427,11 @@ func jsonErr(data []byte) string {
 	var v any
 	err := json.Unmarshal(data, &v)
 	if se, ok := err.(*json.SyntaxError); ok {
-		line, col := Position(data, se.Offset)
+		off := se.Offset // just past the byte that is wrong
+		if off > 0 && se.Error() != "unexpected end of JSON input" {
+			off--
+		}
+		line, col := Position(data, off)
 		return fmt.Sprintf("%v (line %d, column %d)", se, line, col)
 	}
 	if err != nil {

@@ -220,3 +220,63 @@ func TestTemplateParseErrors(t *testing.T) {
 		t.Fatalf("%v %+v", err, tm)
 	}
 }
+
+// TestParseErrorPositions: a file that is not JSON is refused with the line
+// and column of the syntax error; a wrong field names the tool and the
+// field; a template error its offset in the template; Load names the file
+// once when it cannot be read.
+func TestParseErrorPositions(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ data, want string }{
+		{"{\"version\": 1,\n  \"tools\": [\n    {\"name\": \"a\",, }]}", "invalid character ',' looking for beginning of object key string (line 3, column 18)"},
+		{"{\"version\": 1, \"tools\": [", "not valid JSON: unexpected end of JSON input (line 1, column 26)"},
+		{`{"version":1,"tools":[{"name":"a","effect":"read_only","input_schema":{"type":"object"},
+		  "request":{"method":"GET","url":"https://x.example/{{.id"}}]}`, `tool "a": request.url: template "https://x.example/{{.id": unclosed {{ at offset 18`},
+		{`{"version":1,"tools":[{"name":"a","effect":"read_only","input_schema":{"type":"object"},
+		  "request":{"method":"GET","url":"https://x.example/"},"output":"items"}]}`, `tool "a": output: bad JSON pointer "items"`},
+		{`{"version":1,"tools":[{"effect":"read_only","input_schema":{"type":"object"},"request":{"method":"GET","url":"https://x.example/"}}]}`, `tool #1: name: missing`},
+		{`{"version":1,"tools":[],"mcp_servers":[{"name":"m"}]}`, `mcp_servers[0]: needs exactly one of command and url`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.data), testEnv(nil))
+		var le *LoadError
+		if !errors.As(err, &le) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\nerror %v\nwant it to contain %q", c.data, err, c.want)
+		}
+	}
+	_, err := Load("testdata/invalid/does_not_exist.json", nil)
+	if err == nil || err.Error() != "reading tools file testdata/invalid/does_not_exist.json: no such file or directory" {
+		t.Errorf("missing file: %v", err)
+	}
+	for _, p := range []struct {
+		data      string
+		off       int64
+		line, col int
+	}{{"ab\ncd", 0, 1, 1}, {"ab\ncd", 3, 2, 1}, {"ab\ncd", 4, 2, 2}, {"ab\ncd", 99, 2, 3}, {"", 0, 1, 1}} {
+		if l, c := Position([]byte(p.data), p.off); l != p.line || c != p.col {
+			t.Errorf("Position(%q, %d) = %d:%d, want %d:%d", p.data, p.off, l, c, p.line, p.col)
+		}
+	}
+}
+
+// TestNoEnvParsesWithoutTheEnvironment: with NoEnv a file parses without
+// any of its variables set, and no value is kept.
+func TestNoEnvParsesWithoutTheEnvironment(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("testdata/valid/crm.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(data, &Options{Env: func(string) string { return "" }}); err == nil {
+		t.Fatal("crm.json parsed with its variables unset")
+	}
+	f, err := Parse(data, &Options{NoEnv: true, Env: func(k string) string { t.Errorf("read %s", k); return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range f.Tools {
+		if len(tl.Env) != 0 || len(tl.Spec.Binding) == 0 {
+			t.Errorf("%s: env %d values, binding %s", tl.Spec.Name, len(tl.Env), tl.Spec.Binding)
+		}
+	}
+}
