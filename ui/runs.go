@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gowebpki/jcs"
-	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
@@ -80,11 +79,11 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 
 // createRequest is the body of POST /v1/runs.
 type createRequest struct {
-	RunID    string                         `json:"run_id,omitempty"`
-	Goal     string                         `json:"goal,omitempty"`
-	Messages []openai.ChatCompletionMessage `json:"messages,omitempty"`
-	Plan     json.RawMessage                `json:"plan,omitempty"`
-	Approve  string                         `json:"approve,omitempty"`
+	RunID    string            `json:"run_id,omitempty"`
+	Goal     string            `json:"goal,omitempty"`
+	Messages []planner.Message `json:"messages,omitempty"`
+	Plan     json.RawMessage   `json:"plan,omitempty"`
+	Approve  string            `json:"approve,omitempty"`
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
