@@ -17,7 +17,7 @@ import (
 	"sync"
 
 	"github.com/docketrun/docket/tools"
-	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // Case is one evaluation case: a request, the tools offered, and what a right
@@ -81,7 +81,7 @@ func (c *Case) Where() string {
 // WorldSpec is an execution-level expectation.
 type WorldSpec struct {
 	// Name names the simulated world; docket eval provides "demoworld"
-	// (internal/demoworld: catalogue, CRM, payments, settings, email). A case
+	// (evals/demoworld: catalogue, CRM, payments, settings, email). A case
 	// without tools gets the world's tools.
 	Name string `json:"name"`
 	// Setup runs before the plan, to build the initial state.
@@ -555,15 +555,24 @@ func (l *loader) registry(c *Case) (*tools.Registry, []fieldMsg) {
 	return nil, []fieldMsg{{"tools", "missing: give inline tools, a tools_file, or run with --tools"}}
 }
 
-// loadToolsFile loads a tools file for planning and scoring only: secrets the
-// file reads with {{env "NAME"}} are replaced by a placeholder, since an
+// loadToolsFile loads a tools file for planning and scoring only, with
+// toolsfile (the format's one parser): its tools are known by their specs,
+// and the environment is not read ({{env "NAME"}} stays a template), since an
 // evaluation never calls a tool.
 func loadToolsFile(path string) (*tools.Registry, error) {
-	f, err := httptool.Load(path, func(string) string { return "eval-placeholder" })
+	f, err := toolsfile.Load(path, &toolsfile.Options{NoEnv: true})
 	if err != nil {
 		return nil, err
 	}
-	reg, err := tools.NewRegistry(f.Tools...)
+	ts := make([]tools.Tool, 0, len(f.Tools))
+	for _, t := range f.Tools {
+		if t.Lookup != nil {
+			ts = append(ts, &specLooker{specTool{spec: t.Spec}})
+		} else {
+			ts = append(ts, &specTool{spec: t.Spec})
+		}
+	}
+	reg, err := tools.NewRegistry(ts...)
 	if err != nil {
 		return nil, fmt.Errorf("tools file %s: %w", path, err)
 	}

@@ -51,8 +51,7 @@
 //
 // # Imports
 //
-// evals imports the standard library, plan, tools, tools/httptool (tools
-// files), planner (PlannerFunc) and github.com/sashabaranov/go-openai (the
-// planner's message type). Nothing here calls a tool: read_only tools are
+// evals imports the standard library, plan, tools, tools/toolsfile (tools
+// files) and planner (PlannerFunc, and its message type). Nothing here calls a tool: read_only tools are
 // answered from a case's observations while the model plans.
 package evals

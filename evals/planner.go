@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"sync"
 
-	openai "github.com/sashabaranov/go-openai"
-
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
 )
@@ -60,7 +58,7 @@ func PlannerFunc(cfg planner.Config) PlanFunc {
 		}
 		req := planner.Request{Goal: c.Goal}
 		for _, m := range c.Messages {
-			req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: m.Role, Content: m.Content})
+			req.Messages = append(req.Messages, planner.Message{Role: m.Role, Content: m.Content})
 		}
 		res, err := p.Plan(ctx, req)
 		if err != nil {

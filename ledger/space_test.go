@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/testextra"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )

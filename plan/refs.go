@@ -26,17 +26,10 @@ func (r Ref) String() string { return r.Text }
 // segments separated by '.', none containing '.', '{' or '}'. Errors wrap
 // ErrReference.
 func ParseRef(s string) (ref Ref, ok bool, err error) {
-	if !strings.Contains(s, "${") {
-		return Ref{}, false, nil
+	parts, ok, err := splitRef(s, "${a1.output.id}")
+	if !ok || err != nil {
+		return Ref{}, ok, err
 	}
-	if !strings.HasPrefix(s, "${") || !strings.HasSuffix(s, "}") || strings.Count(s, "${") != 1 {
-		return Ref{}, true, fmt.Errorf("%w: %s contains \"${\" but is not exactly one reference: docket does not interpolate text into strings; make the whole value a reference such as ${a1.output.id}", ErrReference, quoteShort(s))
-	}
-	inner := s[2 : len(s)-1]
-	if strings.ContainsAny(inner, "{}") {
-		return Ref{}, true, fmt.Errorf("%w: %s: braces are not allowed inside a reference", ErrReference, quoteShort(s))
-	}
-	parts := strings.Split(inner, ".")
 	if len(parts) < 2 || parts[1] != "output" {
 		return Ref{}, true, fmt.Errorf("%w: %s must have the form ${ACTION.output} or ${ACTION.output.PATH}", ErrReference, quoteShort(s))
 	}
@@ -49,6 +42,36 @@ func ParseRef(s string) (ref Ref, ok bool, err error) {
 		}
 	}
 	return Ref{Action: parts[0], Path: parts[2:], Text: s}, true, nil
+}
+
+// SplitRef splits a string that is exactly one "${...}" into its
+// dot-separated segments: "${input.to.iban}" gives ["input", "to", "iban"].
+// It is the envelope of every reference docket knows (a plan's
+// "${ACTION.output.PATH}", a compensation's "${input.PATH}"): ok is false
+// when s contains no "${"; err (wrapping ErrReference) is non-nil when s
+// contains "${" but is not exactly one reference (docket never interpolates
+// text into strings) or has braces inside. Segments are not checked further:
+// each kind of reference checks its own.
+func SplitRef(s string) (segs []string, ok bool, err error) { return splitRef(s, "") }
+
+// splitRef is SplitRef; example, if set, is a whole-value reference that the
+// error for interpolated text suggests.
+func splitRef(s, example string) ([]string, bool, error) {
+	if !strings.Contains(s, "${") {
+		return nil, false, nil
+	}
+	if !strings.HasPrefix(s, "${") || !strings.HasSuffix(s, "}") || strings.Count(s, "${") != 1 {
+		hint := ""
+		if example != "" {
+			hint = "; make the whole value a reference such as " + example
+		}
+		return nil, true, fmt.Errorf("%w: %s contains \"${\" but is not exactly one reference: docket does not interpolate text into strings%s", ErrReference, quoteShort(s), hint)
+	}
+	inner := s[2 : len(s)-1]
+	if strings.ContainsAny(inner, "{}") {
+		return nil, true, fmt.Errorf("%w: %s: braces are not allowed inside a reference", ErrReference, quoteShort(s))
+	}
+	return strings.Split(inner, "."), true, nil
 }
 
 // quoteShort quotes s for an error message, shortened when long.

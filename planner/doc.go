@@ -72,6 +72,14 @@
 // exchange records bodies, never headers, and any text holding the key is
 // redacted.
 //
-// Imports: the standard library, github.com/sashabaranov/go-openai, and
-// docket's plan, tools, ledger and executor packages.
+// Request and Result carry docket's own Message (the OpenAI chat JSON
+// shape); go-openai's types are used only to talk to the model and never
+// appear in planner's API, so upgrading go-openai changes neither the library
+// API nor the HTTP API built on it. Provenance is typed (Provenance,
+// ReadProvenance).
+//
+// Imports: the standard library, github.com/sashabaranov/go-openai (inside
+// the package only), and docket's plan, tools, ledger and executor packages.
+// planner/demomodel, the demo's scripted model, imports only the standard
+// library and go-openai.
 package planner

@@ -45,7 +45,7 @@ type exchange struct {
 	Params     json.RawMessage                `json:"params"` // the request without its messages
 	Messages   []openai.ChatCompletionMessage `json:"messages"`
 	Attempts   []*attempt                     `json:"attempts"`
-	Usage      openai.Usage                   `json:"usage"`
+	Usage      Usage                          `json:"usage"`
 }
 
 type attemptKey struct{}

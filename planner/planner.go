@@ -48,11 +48,11 @@ type Planner struct {
 // Request is what to plan: a goal, a conversation, or both (the goal is then
 // appended to the conversation as the user's message).
 type Request struct {
-	Goal string
+	Goal string `json:"goal,omitempty"`
 	// Messages is the conversation so far (user, assistant and tool
 	// messages; a leading system message is appended to the planner's own).
-	// Result.Messages continues it.
-	Messages []openai.ChatCompletionMessage
+	// Result.Messages continues it. Its JSON is POST /v1/runs' "messages".
+	Messages []Message `json:"messages,omitempty"`
 }
 
 // Result is a valid plan and how it was made.
@@ -61,7 +61,7 @@ type Result struct {
 	// provenance and its Transcript the exchange; Goal is the request's goal
 	// (or the last user message).
 	Plan    *plan.Plan
-	Usage   openai.Usage
+	Usage   Usage
 	Rounds  int // model turns
 	Repairs int // replies with problems the model fixed
 	// Reply is the model's closing text (a summary, or an answer when there
@@ -70,7 +70,7 @@ type Result struct {
 	// Messages is the conversation after planning, without the planner's
 	// system prompt: append the execution results (ResultsMessage) and the
 	// next user message to continue a chat.
-	Messages []openai.ChatCompletionMessage
+	Messages []Message
 	// Exchange is the whole model exchange, redacted (see the package doc);
 	// the same bytes as Plan.Transcript.
 	Exchange json.RawMessage
@@ -268,7 +268,7 @@ func (p *Planner) newSession(req Request) (*session, error) {
 	msgs := make([]openai.ChatCompletionMessage, 0, len(req.Messages)+4)
 	msgs = append(msgs, openai.ChatCompletionMessage{})
 	var userSystem []openai.ChatCompletionMessage
-	for i, m := range req.Messages {
+	for i, m := range toOpenAI(req.Messages) {
 		if i == 0 && m.Role == openai.ChatMessageRoleSystem {
 			sys += "\n\n" + m.Content
 			userSystem = []openai.ChatCompletionMessage{m}
@@ -710,7 +710,7 @@ func backoff(base, maxWait time.Duration, n int) time.Duration {
 // result assembles the validated plan and its provenance.
 func (s *session) result(req Request) (*Result, error) {
 	p := s.p
-	pl := &plan.Plan{Goal: goalOf(req, s.msgs), Actions: s.actions}
+	pl := &plan.Plan{Goal: goalOf(req, fromOpenAI(s.msgs)), Actions: s.actions}
 	if pl.Actions == nil {
 		pl.Actions = []plan.Action{}
 	}
@@ -722,7 +722,7 @@ func (s *session) result(req Request) (*Result, error) {
 		return nil, s.fail(ReasonInvalid, "the finished plan does not validate")
 	}
 	s.ex.Messages = s.msgs
-	s.ex.Usage = s.usage
+	s.ex.Usage = usageOf(s.usage)
 	ex, err := json.Marshal(&s.ex)
 	if err != nil {
 		return nil, fmt.Errorf("planner: encoding the exchange: %w", err)
@@ -733,23 +733,19 @@ func (s *session) result(req Request) (*Result, error) {
 	pl.CreatedAt = p.cfg.Now().UTC()
 	pl.Transcript = ex
 	pl.Meta = map[string]string{
-		"planner":           "docket-planner/1",
-		"model":             p.cfg.Model,
-		"mode":              string(p.cfg.Mode),
-		"prompt_hash":       p.promptHash,
-		"tools_hash":        p.cfg.Tools.Hash(),
-		"prompt_tokens":     fmt.Sprint(s.usage.PromptTokens),
-		"completion_tokens": fmt.Sprint(s.usage.CompletionTokens),
-		"total_tokens":      fmt.Sprint(s.usage.TotalTokens),
-		"rounds":            fmt.Sprint(s.rounds),
-		"repairs":           fmt.Sprint(s.repairs),
+		"planner":     "docket-planner/1",
+		"model":       p.cfg.Model,
+		"mode":        string(p.cfg.Mode),
+		"prompt_hash": p.promptHash,
+		"tools_hash":  p.cfg.Tools.Hash(),
 	}
+	Provenance{Usage: usageOf(s.usage), Rounds: s.rounds, Repairs: s.repairs}.addTo(pl.Meta)
 	if served := s.servedModel(); served != "" && served != p.cfg.Model {
 		pl.Meta["served_model"] = served
 	}
 	return &Result{
-		Plan: pl, Usage: s.usage, Rounds: s.rounds, Repairs: s.repairs, Reply: s.reply,
-		Messages: append(slices.Clone(s.system), s.msgs[1:]...), Exchange: ex, ModelTime: s.modelTime,
+		Plan: pl, Usage: usageOf(s.usage), Rounds: s.rounds, Repairs: s.repairs, Reply: s.reply,
+		Messages: fromOpenAI(append(slices.Clone(s.system), s.msgs[1:]...)), Exchange: ex, ModelTime: s.modelTime,
 	}, nil
 }
 
@@ -769,20 +765,13 @@ func (s *session) servedModel() string {
 }
 
 // goalOf is the request's goal, or the last user message.
-func goalOf(req Request, msgs []openai.ChatCompletionMessage) string {
+func goalOf(req Request, msgs []Message) string {
 	if g := strings.TrimSpace(req.Goal); g != "" {
 		return req.Goal
 	}
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == openai.ChatMessageRoleUser {
-			if msgs[i].Content != "" {
-				return msgs[i].Content
-			}
-			for _, part := range msgs[i].MultiContent {
-				if part.Text != "" {
-					return part.Text
-				}
-			}
+		if msgs[i].Role == RoleUser && msgs[i].Content != "" {
+			return msgs[i].Content
 		}
 	}
 	return ""

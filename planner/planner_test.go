@@ -577,7 +577,7 @@ func TestPlanChatContinues(t *testing.T) {
 		text("Queued the mail."),
 	)
 	first, err := p.Plan(context.Background(), planner.Request{Goal: "add Ada",
-		Messages: []openai.ChatCompletionMessage{{Role: "system", Content: "Answer in French."}}})
+		Messages: []planner.Message{{Role: "system", Content: "Answer in French."}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,15 +111,14 @@ func Recorded(ctx context.Context, l ledger.Store, runID string) (*Result, error
 	if err != nil {
 		return nil, fmt.Errorf("planner: reading the plan of run %s: %w", runID, err)
 	}
-	res := &Result{Plan: pl, Exchange: pl.Transcript, FromLedger: true}
-	fmt.Sscan(pl.Meta["prompt_tokens"], &res.Usage.PromptTokens)
-	fmt.Sscan(pl.Meta["completion_tokens"], &res.Usage.CompletionTokens)
-	fmt.Sscan(pl.Meta["total_tokens"], &res.Usage.TotalTokens)
-	fmt.Sscan(pl.Meta["rounds"], &res.Rounds)
-	fmt.Sscan(pl.Meta["repairs"], &res.Repairs)
+	prov, err := ReadProvenance(pl.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("planner: the plan of run %s: %w", runID, err)
+	}
+	res := &Result{Plan: pl, Exchange: pl.Transcript, FromLedger: true, Usage: prov.Usage, Rounds: prov.Rounds, Repairs: prov.Repairs}
 	var ex exchange
 	if len(pl.Transcript) > 0 && json.Unmarshal(pl.Transcript, &ex) == nil && len(ex.Messages) > 0 {
-		res.Messages = ex.Messages[1:]
+		res.Messages = fromOpenAI(ex.Messages[1:])
 		for i := len(ex.Messages) - 1; i > 0; i-- {
 			if m := ex.Messages[i]; m.Role == openai.ChatMessageRoleAssistant && len(m.ToolCalls) == 0 {
 				res.Reply = m.Content
@@ -150,7 +149,7 @@ const maxResultBytes = 8 << 10
 // ResultsMessage reports executed actions back into a conversation (as a user
 // message, which every chat template accepts mid-conversation), so the next
 // turn can build on their outputs.
-func ResultsMessage(runID string, actions []ledger.Action) openai.ChatCompletionMessage {
+func ResultsMessage(runID string, actions []ledger.Action) Message {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[docket] Results of run %s (the plan you made was reviewed and performed):", runID)
 	if len(actions) == 0 {
@@ -166,5 +165,5 @@ func ResultsMessage(runID string, actions []ledger.Action) openai.ChatCompletion
 		}
 	}
 	b.WriteString("\nAction ids and references of that plan do not carry over: in this turn, use these values directly.")
-	return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: b.String()}
+	return Message{Role: RoleUser, Content: b.String()}
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/docketrun/docket/plan"
 )
 
 // NeedsApproval applies the spec's approval rules to resolved (or planned)
@@ -215,7 +217,7 @@ func (d decimal) cmpAbs(o decimal) int {
 // by that value, type preserved; any other string containing "${" is refused,
 // as is a PATH that does not exist.
 func CompensationArgs(c Compensation, input, output json.RawMessage) (json.RawMessage, error) {
-	tmpl, err := decodeNumbers(c.Args)
+	tmpl, err := DecodeJSON(c.Args)
 	if err != nil {
 		return nil, fmt.Errorf("compensation %q: args template: %v", c.Tool, err)
 	}
@@ -228,7 +230,7 @@ func CompensationArgs(c Compensation, input, output json.RawMessage) (json.RawMe
 		v, ok := decoded[root]
 		if !ok {
 			var err error
-			if v, err = decodeNumbers(srcs[root]); err != nil {
+			if v, err = DecodeJSON(srcs[root]); err != nil {
 				return nil, fmt.Errorf("the original action's %s is not valid JSON: %v", root, err)
 			}
 			decoded[root] = v
@@ -243,7 +245,7 @@ func CompensationArgs(c Compensation, input, output json.RawMessage) (json.RawMe
 
 // checkCompensationTemplate checks a template without data (for NewRegistry).
 func checkCompensationTemplate(args json.RawMessage) error {
-	tmpl, err := decodeNumbers(args)
+	tmpl, err := DecodeJSON(args)
 	if err != nil {
 		return err
 	}
@@ -252,19 +254,6 @@ func checkCompensationTemplate(args json.RawMessage) error {
 	}
 	_, err = fillTemplate(tmpl, "", func(string, string, []string) (any, error) { return nil, nil })
 	return err
-}
-
-func decodeNumbers(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, errors.New("trailing data after the JSON value")
-	}
-	return v, nil
 }
 
 type resolver func(where, root string, path []string) (any, error)
@@ -277,11 +266,11 @@ func fillTemplate(v any, where string, get resolver) (any, error) {
 		}
 		root, path, err := parseTemplateRef(v)
 		if err != nil {
-			return nil, fmt.Errorf("at %s: %v", cmpOr(where, "/"), err)
+			return nil, fmt.Errorf("at %s: %w", cmpOr(where, "/"), err)
 		}
 		x, err := get(where, root, path)
 		if err != nil {
-			return nil, fmt.Errorf("at %s: %v", cmpOr(where, "/"), err)
+			return nil, fmt.Errorf("at %s: %w", cmpOr(where, "/"), err)
 		}
 		return x, nil
 	case map[string]any:
@@ -315,18 +304,22 @@ func cmpOr(s, def string) string {
 	return s
 }
 
+// parseTemplateRef parses a compensation (or MCP lookup) reference with
+// plan's reference parser (plan.SplitRef, the one "${" grammar docket has):
+// exactly "${input[.PATH]}" or "${output[.PATH]}". Errors wrap
+// plan.ErrReference.
 func parseTemplateRef(s string) (root string, path []string, err error) {
-	if !strings.HasPrefix(s, "${") || !strings.HasSuffix(s, "}") || strings.Count(s, "${") != 1 || strings.Count(s, "}") != 1 {
-		return "", nil, fmt.Errorf(`%q: a string containing "${" must be exactly "${input.PATH}" or "${output.PATH}" (no interpolation)`, s)
+	parts, _, err := plan.SplitRef(s)
+	if err != nil {
+		return "", nil, fmt.Errorf(`%q: a string containing "${" must be exactly "${input.PATH}" or "${output.PATH}" (no interpolation): %w`, s, plan.ErrReference)
 	}
-	parts := strings.Split(s[2:len(s)-1], ".")
 	root = parts[0]
 	if root != "input" && root != "output" {
-		return "", nil, fmt.Errorf(`%q: must start with "input" or "output"`, s)
+		return "", nil, fmt.Errorf(`%q: must start with "input" or "output": %w`, s, plan.ErrReference)
 	}
 	for _, p := range parts[1:] {
 		if p == "" {
-			return "", nil, fmt.Errorf("%q: empty path segment", s)
+			return "", nil, fmt.Errorf("%q: empty path segment: %w", s, plan.ErrReference)
 		}
 	}
 	return root, parts[1:], nil
@@ -350,7 +343,7 @@ func walkPath(v any, root string, path []string) (any, error) {
 			}
 			cur = c[n]
 		default:
-			return nil, fmt.Errorf("%s: cannot index into a %s", here, jsonKind(cur))
+			return nil, fmt.Errorf("%s: cannot index into %s", here, JSONKind(cur))
 		}
 	}
 	return cur, nil
@@ -366,7 +359,7 @@ func (c Compensation) Check() error {
 // ("${input.to.iban}" gives ["to", "iban"]), for checking against a schema.
 // It returns nil for a template that fails Check.
 func (c Compensation) InputPaths() [][]string {
-	tmpl, err := decodeNumbers(c.Args)
+	tmpl, err := DecodeJSON(c.Args)
 	if err != nil {
 		return nil
 	}

@@ -2,8 +2,12 @@ package tools
 
 import (
 	"encoding/json"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/docketrun/docket/plan"
 )
 
 func TestNeedsApproval(t *testing.T) {
@@ -106,5 +110,25 @@ func TestCompensationArgs(t *testing.T) {
 	}
 	if _, err := CompensationArgs(Compensation{Tool: "r", Args: json.RawMessage(`{"id":"${output.id}"}`)}, nil, json.RawMessage(`{oops`)); err == nil || !strings.Contains(err.Error(), "output is not valid JSON") {
 		t.Errorf("bad output: %v", err)
+	}
+}
+
+// TestCompensationTemplateIsPlanReferenceGrammar: compensation templates are
+// read with plan's reference parser, so what plan refuses as "not exactly one
+// reference" is refused here with plan.ErrReference, and what it splits the
+// same way works.
+func TestCompensationTemplateIsPlanReferenceGrammar(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"refund ${output.id}", "${output.id} ", "${output.{id}}", "${output.id}${input.x}"} {
+		_, planErr := plan.Refs(json.RawMessage(`{"x": ` + strconv.Quote(s) + `}`))
+		err := Compensation{Tool: "refund", Args: json.RawMessage(`{"x": ` + strconv.Quote(s) + `}`)}.Check()
+		if !errors.Is(planErr, plan.ErrReference) || !errors.Is(err, plan.ErrReference) {
+			t.Errorf("%q: plan says %v, compensation says %v; want both plan.ErrReference", s, planErr, err)
+		}
+	}
+	c := Compensation{Tool: "refund", Args: json.RawMessage(`{"id": "${output.items.1}", "all": "${input}"}`)}
+	got, err := CompensationArgs(c, json.RawMessage(`{"a": 1}`), json.RawMessage(`{"items": ["x", "y"]}`))
+	if err != nil || string(got) != `{"all":{"a":1},"id":"y"}` {
+		t.Errorf("got %s, %v", got, err)
 	}
 }

@@ -285,7 +285,7 @@ func validateArgs(tool string, sch *jsonschema.Schema, args json.RawMessage, all
 		return &ArgsError{Tool: tool, Problems: []ArgProblem{{Path: "", Msg: "arguments are not valid JSON: " + err.Error()}}}
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return &ArgsError{Tool: tool, Problems: []ArgProblem{{Path: "", Msg: fmt.Sprintf("arguments must be a JSON object, got %s", jsonKind(v))}}}
+		return &ArgsError{Tool: tool, Problems: []ArgProblem{{Path: "", Msg: fmt.Sprintf("arguments must be a JSON object, got %s", JSONKind(v))}}}
 	}
 	var refs [][]string
 	var problems []ArgProblem
@@ -321,23 +321,6 @@ func walkStrings(v any, loc []string, fn func(loc []string, s string)) {
 		for i, x := range v {
 			walkStrings(x, append(loc, fmt.Sprint(i)), fn)
 		}
-	}
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "boolean"
-	case string:
-		return "string"
-	case []any:
-		return "array"
-	case map[string]any:
-		return "object"
-	default:
-		return "number"
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/internal/demoworld"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ui"
 )

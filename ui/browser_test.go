@@ -16,8 +16,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/docketrun/docket/internal/demoworld"
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/demoworld"
+	"github.com/docketrun/docket/evals/testextra"
 	"github.com/docketrun/docket/ledger"
 )
 

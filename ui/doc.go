@@ -33,6 +33,7 @@
 // events.
 //
 // Imports: the standard library, github.com/gorilla/websocket,
-// github.com/sashabaranov/go-openai (the message type
-// of conversations), and docket's plan, tools, ledger, executor and planner.
+// and docket's plan, tools (with tools/toolsfile, for request previews),
+// ledger, executor and planner (whose Message is the message type of
+// conversations). Never go-openai: its types stay inside planner.
 package ui

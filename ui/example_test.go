@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"

@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ui"
 )

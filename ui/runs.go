@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	openai "github.com/sashabaranov/go-openai"
-
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
@@ -73,11 +71,11 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 
 // createRequest is the body of POST /v1/runs.
 type createRequest struct {
-	RunID    string                         `json:"run_id,omitempty"`
-	Goal     string                         `json:"goal,omitempty"`
-	Messages []openai.ChatCompletionMessage `json:"messages,omitempty"`
-	Plan     json.RawMessage                `json:"plan,omitempty"`
-	Approve  string                         `json:"approve,omitempty"`
+	RunID    string            `json:"run_id,omitempty"`
+	Goal     string            `json:"goal,omitempty"`
+	Messages []planner.Message `json:"messages,omitempty"`
+	Plan     json.RawMessage   `json:"plan,omitempty"`
+	Approve  string            `json:"approve,omitempty"`
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {

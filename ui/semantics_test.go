@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ui"
 )

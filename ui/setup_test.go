@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/internal/demomodel"
-	"github.com/docketrun/docket/internal/demoworld"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/planner/demomodel"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/ui"

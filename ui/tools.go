@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"strings"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // requestTemplate is an HTTP tool's request as the tools file writes it, with
@@ -27,49 +27,34 @@ var envTemplate = regexp.MustCompile(`\{\{\s*env\s+"[^"]*"\s*\}\}`)
 // mask replaces every environment template with a mask.
 func mask(s string) string { return envTemplate.ReplaceAllString(s, "••••") }
 
-// parseTemplates reads the request templates of a tools file (nil: none).
+// parseTemplates reads the request templates of a tools file (nil: none)
+// through toolsfile, the format's one parser, without reading the
+// environment (the page shows templates, never values).
 func parseTemplates(file []byte) (map[string]requestTemplate, error) {
 	out := map[string]requestTemplate{}
 	if len(file) == 0 {
 		return out, nil
 	}
-	var f struct {
-		Tools []struct {
-			Name      string          `json:"name"`
-			KeyHeader string          `json:"key_header"`
-			Request   json.RawMessage `json:"request"`
-		} `json:"tools"`
-	}
-	if err := json.Unmarshal(file, &f); err != nil {
+	f, err := toolsfile.Parse(file, &toolsfile.Options{NoEnv: true})
+	if err != nil {
 		return nil, fmt.Errorf("reading request templates: %w", err)
 	}
 	for _, t := range f.Tools {
-		if len(t.Request) == 0 {
-			continue
-		}
-		var req struct {
-			Method  string            `json:"method"`
-			URL     string            `json:"url"`
-			Headers map[string]string `json:"headers"`
-			Body    json.RawMessage   `json:"body"`
-		}
-		if err := json.Unmarshal(t.Request, &req); err != nil {
-			return nil, fmt.Errorf("tool %s: request: %w", t.Name, err)
-		}
-		rt := requestTemplate{Method: strings.ToUpper(req.Method), URL: mask(req.URL), KeyHeader: t.KeyHeader}
+		req := t.Request
+		rt := requestTemplate{Method: req.Method, URL: mask(req.URL.String()), KeyHeader: t.KeyHeader}
 		if len(req.Headers) > 0 {
 			rt.Headers = map[string]string{}
-			for k, v := range req.Headers {
-				rt.Headers[k] = mask(tools.MaskHeader(k, v)) // a credential typed into the file, too
+			for _, h := range req.Headers {
+				rt.Headers[h.Name] = mask(tools.MaskHeader(h.Name, h.Value.String())) // a credential typed into the file, too
 			}
 		}
-		if len(req.Body) > 0 {
-			rt.Body = json.RawMessage(mask(string(req.Body)))
+		if len(req.BodySrc) > 0 {
+			rt.Body = json.RawMessage(mask(string(req.BodySrc)))
 			if !json.Valid(rt.Body) {
 				rt.Body = nil
 			}
 		}
-		out[t.Name] = rt
+		out[t.Spec.Name] = rt
 	}
 	return out, nil
 }

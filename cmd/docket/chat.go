@@ -11,8 +11,6 @@ import (
 	"io"
 	"strings"
 
-	openai "github.com/sashabaranov/go-openai"
-
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
@@ -121,7 +119,7 @@ type chat struct {
 	data    string
 	tools   string
 	turn    int
-	conv    []openai.ChatCompletionMessage
+	conv    []planner.Message
 	inErr   error // what ended the input, if not its end
 }
 
@@ -241,7 +239,7 @@ func (s *chat) decline(ctx context.Context, runID string, waiting []string) erro
 		return err
 	}
 	s.say("declined: nothing more is performed (run %s %s)", runID, doc.Run.Status)
-	s.conv = append(s.conv, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser,
+	s.conv = append(s.conv, planner.Message{Role: planner.RoleUser,
 		Content: fmt.Sprintf("[docket] I declined the plan of run %s.", runID)})
 	s.conv = append(s.conv, planner.ResultsMessage(runID, doc.Actions))
 	return nil

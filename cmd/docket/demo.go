@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/internal/demoworld"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )

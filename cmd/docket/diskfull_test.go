@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/testextra"
 	"io"
 	"net/http"
 	"net/http/httptest"

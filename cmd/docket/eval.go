@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/evals"
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/internal/demoworld"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
@@ -515,7 +515,7 @@ func (c *evalCmd) check(ctx context.Context, args []string) error {
 	return nil
 }
 
-// demoworldTools is the registry of internal/demoworld's tools, for loading
+// demoworldTools is the registry of evals/demoworld's tools, for loading
 // execution-level cases (the schemas matter; the URLs are bound per run).
 func demoworldTools() (*tools.Registry, error) {
 	w := demoworld.Start()
@@ -527,7 +527,7 @@ func demoworldTools() (*tools.Registry, error) {
 	return tools.NewRegistry(f.Tools...)
 }
 
-// demoExecutor runs execution-level cases against a fresh internal/demoworld
+// demoExecutor runs execution-level cases against a fresh evals/demoworld
 // per case: the setup calls, then the plan, each as a run under policy
 // "all" in a throwaway ledger, and returns the world's effect counters.
 type demoExecutor struct{}

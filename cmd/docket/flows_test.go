@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 )
 
 // TestDemo runs `docket demo` as the README's first command does: it must

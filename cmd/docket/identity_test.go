@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 )
 
 // TestOneIdentityAcrossEntryPoints: docket run, docket step and POST

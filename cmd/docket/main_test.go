@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/internal/demoworld"
 )
 
 // The test binary doubles as the docket binary: with asDocketEnv=1 it runs

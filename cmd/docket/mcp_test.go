@@ -11,9 +11,9 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/tools"
-	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/tools/mcptool"
 	"github.com/docketrun/docket/tools/mcptool/mcptest"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // The memory tools file runs the real server-memory behind `tee`, which
@@ -108,7 +108,7 @@ func (b *memoryBundle) createCalls(t *testing.T) map[string]int {
 // read_graph tool, which entities exist and how often.
 func (b *memoryBundle) readGraph(t *testing.T) map[string]int {
 	t.Helper()
-	set, err := mcptool.Connect(context.Background(), []httptool.MCPServer{{
+	set, err := mcptool.Connect(context.Background(), []toolsfile.MCPServer{{
 		Name: "check", Command: b.paths.Node, Args: []string{b.paths.Memory},
 		Env: map[string]string{"MEMORY_FILE_PATH": b.graph},
 	}}, nil)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/ledger"
 )
 

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 )
 
 // `docket approve RUN ACTION --server` sends the named actions and approves

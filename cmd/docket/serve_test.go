@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketrun/docket/internal/demomodel"
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
+	"github.com/docketrun/docket/planner/demomodel"
 )
 
 // lockedBuffer is a bytes.Buffer safe for concurrent writes and reads.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 )
 
 // stepRequestJSON builds a step request.

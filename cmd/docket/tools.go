@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 func init() {
@@ -38,7 +38,7 @@ func (c *toolsCmd) Run(ctx context.Context, args []string) error {
 		if *file != "" {
 			return usageError("tools schema takes no --tools")
 		}
-		_, err := c.env.Stdout.Write(httptool.Schema())
+		_, err := c.env.Stdout.Write(toolsfile.Schema())
 		return err
 	case "check":
 		return c.check(*file)
@@ -53,13 +53,9 @@ func (c *toolsCmd) check(path string) error {
 	if path == "" {
 		return usageError("tools check needs --tools FILE")
 	}
-	f, err := httptool.Load(path, c.env.Getenv)
-	var le *httptool.LoadError
-	if errors.As(err, &le) {
-		return withCode(exitBad, err)
-	}
+	f, err := parseToolsFile(path, c.env)
 	if err != nil {
-		return withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+		return err
 	}
 	reg, err := tools.NewRegistry(f.Tools...)
 	if err != nil {

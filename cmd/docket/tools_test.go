@@ -37,7 +37,7 @@ func TestToolsCheck(t *testing.T) {
 		"PAY_URL": "https://pay.example.com", "PAY_KEY": "sk_secret_abc", "SMS_URL": "https://sms.example.com"}
 	var out, errb bytes.Buffer
 	cmd := &toolsCmd{env: toolsEnv(&out, &errb, vars)}
-	if err := cmd.Run(context.Background(), []string{"check", "--tools", "../../tools/httptool/testdata/valid/crm.json"}); err != nil {
+	if err := cmd.Run(context.Background(), []string{"check", "--tools", "../../tools/toolsfile/testdata/valid/crm.json"}); err != nil {
 		t.Fatalf("%v\n%s", err, errb.String())
 	}
 	got := out.String()

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/tools/mcptool"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // loadTools reads a tools file (DESIGN.md "Tools file"), connects to its MCP
@@ -21,13 +21,9 @@ func loadTools(ctx context.Context, path string, env Env) (*tools.Registry, func
 	if path == "" {
 		return nil, nop, usageError("--tools FILE is required")
 	}
-	f, err := httptool.Load(path, env.Getenv)
-	var le *httptool.LoadError
-	if errors.As(err, &le) {
-		return nil, nop, withCode(exitBad, err)
-	}
+	f, err := parseToolsFile(path, env)
 	if err != nil {
-		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+		return nil, nop, err
 	}
 	all := append([]tools.Tool(nil), f.Tools...)
 	closeSet := nop
@@ -49,4 +45,17 @@ func loadTools(ctx context.Context, path string, env Env) (*tools.Registry, func
 		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
 	}
 	return reg, closeSet, nil
+}
+
+// parseToolsFile reads and checks a tools file with toolsfile, the format's
+// one parser, and builds its HTTP tools (MCP servers are listed, not
+// connected). A file that cannot be read, or a wrong one, is exit 2; the
+// error names the file once ("reading tools file F: ...", "invalid tools
+// file F (N problems): ...", every problem with its tool and field).
+func parseToolsFile(path string, env Env) (*httptool.File, error) {
+	tf, err := toolsfile.Load(path, &toolsfile.Options{Env: env.Getenv})
+	if err != nil {
+		return nil, withCode(exitBad, err)
+	}
+	return httptool.Build(tf, httptool.Options{}), nil
 }

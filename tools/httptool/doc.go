@@ -1,5 +1,6 @@
-// Package httptool loads declarative HTTP tools from a tools file (JSON,
-// version 1; DESIGN.md, "Tools file") and calls them.
+// Package httptool makes callable HTTP tools of a tools file's definitions
+// (JSON, version 1; DESIGN.md, "Tools file"; parsed and checked by
+// tools/toolsfile) and calls them.
 //
 // Each tool becomes a tools.Tool (a *Tool, or a *LookupTool that also
 // implements tools.Looker when it declares a lookup block). Loading refuses a
@@ -26,5 +27,6 @@
 // response bodies quoted in errors), and a Tool's log value shows only its
 // name, class, method and URL template.
 //
-// Imports: the standard library, tools and santhosh-tekuri/jsonschema.
+// Imports: the standard library, tools and tools/toolsfile (the format:
+// httptool builds tools from its definitions and renders its templates).
 package httptool

@@ -1,22 +1,16 @@
 package httptool
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"net/http"
-	"net/url"
 	"os"
-	"regexp"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // DefaultTimeout is a tool's call timeout when the file sets none.
-const DefaultTimeout = 30 * time.Second
+const DefaultTimeout = toolsfile.DefaultTimeout
 
 // DefaultMaxResponseBytes caps how much of a response is read (8 MiB). A 2xx
 // response beyond it is a definite failure wrapping tools.ErrOutputTooLarge
@@ -27,18 +21,17 @@ const DefaultMaxResponseBytes = 8 << 20
 // keeps per host, so that parallel actions against one API reuse them.
 const DefaultMaxIdleConnsPerHost = 100
 
-// File is a loaded tools file.
+// File is a tools file (parsed by toolsfile) with its HTTP tools built.
 type File struct {
 	Version int
 	// Tools are the HTTP tools, in file order. Tools with a lookup block also
 	// implement tools.Looker.
 	Tools []tools.Tool
-	// MCPServers are the file's mcp_servers entries, checked but not connected.
-	MCPServers []MCPServer
-	// Warnings are things that work but should change: a credential typed
-	// into the file (a header or variable named like one, with a literal
-	// value instead of {{env "NAME"}}). They never quote the value.
-	Warnings []Problem
+	// MCPServers are the file's mcp_servers entries, checked but not
+	// connected (tools/mcptool connects them).
+	MCPServers []toolsfile.MCPServer
+	// Warnings are the file's warnings (toolsfile.File.Warnings).
+	Warnings []toolsfile.Problem
 
 	client *http.Client
 }
@@ -47,52 +40,9 @@ type File struct {
 // file's tools share (when done with them, or in tests).
 func (f *File) CloseIdleConnections() { f.client.CloseIdleConnections() }
 
-// MCPServer is one mcp_servers entry, kept for the MCP connector.
-type MCPServer struct {
-	Name    string            `json:"name"`
-	Command string            `json:"command,omitempty"` // a local server: the program to run
-	Args    []string          `json:"args,omitempty"`    // its arguments
-	Env     map[string]string `json:"env,omitempty"`     // its environment; values may use {{env "NAME"}}
-	URL     string            `json:"url,omitempty"`     // a remote server (streamable HTTP)
-	// Headers for a remote server; values may use {{env "NAME"}} (see ExpandEnv).
-	Headers map[string]string `json:"headers,omitempty"`
-	// TrustAnnotations lets the server's readOnlyHint make a tool read_only.
-	TrustAnnotations bool `json:"trust_annotations,omitempty"`
-	// Tools classifies the server's tools by their MCP name.
-	Tools map[string]MCPTool `json:"tools,omitempty"`
-}
-
-// MCPTool is the tools file's classification of one MCP tool.
-type MCPTool struct {
-	Effect        tools.Class
-	Timeout       time.Duration // 0: not set
-	KeyTTL        time.Duration
-	VisibilityLag time.Duration
-	Approval      tools.Approval
-	Compensate    *tools.Compensation
-	// Output is a JSON Pointer selecting the recorded output from the call's
-	// result ("" : the whole result).
-	Output string
-	// Lookup declares another tool of the same server that finds the effect
-	// of a call (effect "lookup", or "keyed" past key_ttl).
-	Lookup *MCPLookup
-}
-
-// MCPLookup is an MCP tool's lookup: call Tool (a tool of the same server)
-// with Args, a JSON object whose strings may be exactly "${input}" or
-// "${input.PATH}" (the original call's arguments, type kept); the value that
-// Output selects from its result is found when it is a non-empty array or
-// object ("nonempty", the only Found rule) and is then recorded as the output.
-type MCPLookup struct {
-	Tool   string
-	Args   json.RawMessage
-	Found  string
-	Output string
-}
-
-// Options configures Parse beyond the file itself. Every field is optional.
+// Options configures how the tools call. Every field is optional.
 type Options struct {
-	// Env reads environment variables. Default: os.Getenv.
+	// Env reads environment variables when parsing a file. Default: os.Getenv.
 	Env func(string) string
 	// Client sends the requests. Default: a client that does not follow
 	// redirects, over a clone of http.DefaultTransport keeping
@@ -127,910 +77,62 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Problem is one thing wrong with a tools file.
-type Problem struct {
-	Tool  string `json:"tool,omitempty"`  // tool name (or "#3" when it has none); "" for the file
-	Field string `json:"field,omitempty"` // "effect", "request.url", "lookup.found", "mcp_servers[0].url"
-	Msg   string `json:"message"`
-}
-
-func (p Problem) String() string {
-	var b strings.Builder
-	if p.Tool != "" {
-		fmt.Fprintf(&b, "tool %s: ", p.Tool)
-	}
-	if p.Field != "" {
-		b.WriteString(p.Field + ": ")
-	}
-	b.WriteString(p.Msg)
-	return b.String()
-}
-
-// LoadError lists every problem found in a tools file.
-type LoadError struct {
-	Source   string // file name, or "" for Parse
-	Problems []Problem
-}
-
-func (e *LoadError) Error() string {
-	var b strings.Builder
-	b.WriteString("invalid tools file")
-	if e.Source != "" {
-		b.WriteString(" " + e.Source)
-	}
-	fmt.Fprintf(&b, " (%d problem", len(e.Problems))
-	if len(e.Problems) != 1 {
-		b.WriteString("s")
-	}
-	b.WriteString("):")
-	for _, p := range e.Problems {
-		b.WriteString("\n  " + p.String())
-	}
-	return b.String()
-}
-
-// Load reads and parses a tools file (see Parse).
+// Load reads a tools file with toolsfile.Load and builds its HTTP tools (see
+// Parse).
 func Load(path string, env func(string) string) (*File, error) {
 	return LoadOptions(path, Options{Env: env})
 }
 
 // LoadOptions is Load with options.
 func LoadOptions(path string, opts Options) (*File, error) {
-	data, err := os.ReadFile(path)
+	opts = opts.withDefaults()
+	tf, err := toolsfile.Load(path, &toolsfile.Options{Env: opts.Env})
 	if err != nil {
-		return nil, fmt.Errorf("reading tools file: %w", err)
+		return nil, err
 	}
-	f, err := ParseOptions(data, opts)
-	if le, ok := err.(*LoadError); ok {
-		le.Source = path
-	}
-	return f, err
+	return build(tf, opts), nil
 }
 
-// Parse parses a tools file strictly (version 1, unknown fields refused) and
-// checks it, reporting every problem at once in a *LoadError. env reads the
-// environment for {{env "NAME"}} (nil: os.Getenv); every variable a tool uses
-// must be set now, and its value is kept (and redacted from errors and logs).
+// Parse parses a tools file with toolsfile.Parse (which reports every
+// problem at once in a *toolsfile.LoadError) and builds its HTTP tools. env
+// reads the environment for {{env "NAME"}} (nil: os.Getenv).
 func Parse(data []byte, env func(string) string) (*File, error) {
 	return ParseOptions(data, Options{Env: env})
 }
 
 // ParseOptions is Parse with options.
 func ParseOptions(data []byte, opts Options) (*File, error) {
-	p := &parser{opts: opts.withDefaults()}
-	f := p.file(data)
-	if len(p.problems) > 0 {
-		return nil, &LoadError{Problems: p.problems}
-	}
-	f.Warnings = p.warnings
-	return f, nil
-}
-
-type parser struct {
-	opts     Options
-	problems []Problem
-	warnings []Problem
-	tool     string // current tool, for problems
-}
-
-// secret warns when a header or variable named like a credential has a
-// literal value in the file (tools.LiteralSecret).
-func (p *parser) secret(field, kind, name, value string) {
-	if tools.LiteralSecret(name, value) {
-		p.warnings = append(p.warnings, Problem{Tool: p.tool, Field: field, Msg: fmt.Sprintf(
-			"%s %s looks like a credential typed into the tools file: anyone who can read the file (or a tools listing) sees it; "+
-				"put it in the environment and write {{env \"NAME\"}} (it is masked when shown)", kind, name)})
-	}
-}
-
-func (p *parser) add(field, format string, a ...any) {
-	p.problems = append(p.problems, Problem{Tool: p.tool, Field: field, Msg: fmt.Sprintf(format, a...)})
-}
-
-// object decodes raw as a JSON object, reports unknown keys and missing
-// required ones, and returns its members.
-func (p *parser) object(raw json.RawMessage, where string, known, required []string) map[string]json.RawMessage {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		p.add(where, "must be a JSON object")
-		return nil
-	}
-	var unknown []string
-	for k := range m {
-		if !contains(known, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	sort.Strings(unknown)
-	for _, k := range unknown {
-		p.add(join(where, k), "unknown field (known: %s)", strings.Join(known, ", "))
-	}
-	for _, k := range required {
-		if _, ok := m[k]; !ok {
-			p.add(join(where, k), "missing")
-		}
-	}
-	return m
-}
-
-func join(where, field string) string {
-	if where == "" {
-		return field
-	}
-	return where + "." + field
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *parser) str(m map[string]json.RawMessage, where, key string) string {
-	raw, ok := m[key]
-	if !ok {
-		return ""
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		p.add(join(where, key), "must be a string")
-	}
-	return s
-}
-
-func (p *parser) duration(m map[string]json.RawMessage, where, key string) time.Duration {
-	s := p.str(m, where, key)
-	if s == "" {
-		if _, ok := m[key]; ok {
-			p.add(join(where, key), `empty duration (want a Go duration such as "30s")`)
-		}
-		return 0
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		p.add(join(where, key), `bad duration %q (want a positive Go duration such as "30s")`, s)
-		return 0
-	}
-	return d
-}
-
-func (p *parser) strMap(m map[string]json.RawMessage, where, key string) map[string]string {
-	raw, ok := m[key]
-	if !ok {
-		return nil
-	}
-	var out map[string]string
-	if err := json.Unmarshal(raw, &out); err != nil {
-		p.add(join(where, key), "must be an object of strings")
-	}
-	return out
-}
-
-var fileFields = []string{"version", "tools", "mcp_servers", "$schema"}
-
-var toolFields = []string{"name", "description", "effect", "input_schema", "output_schema", "request", "output",
-	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate"}
-
-func (p *parser) file(data []byte) *File {
-	top := p.object(data, "", fileFields, []string{"version", "tools"})
-	if top == nil {
-		if !json.Valid(data) {
-			p.problems = []Problem{{Msg: "not valid JSON: " + jsonErr(data)}}
-		}
-		return nil
-	}
-	f := &File{client: p.opts.Client}
-	if raw, ok := top["version"]; ok {
-		if err := json.Unmarshal(raw, &f.Version); err != nil || f.Version != 1 {
-			p.add("version", "unsupported version %s (want 1)", raw)
-		}
-	}
-	var rawTools []json.RawMessage
-	if raw, ok := top["tools"]; ok {
-		if err := json.Unmarshal(raw, &rawTools); err != nil {
-			p.add("tools", "must be an array of tools")
-		}
-	}
-	var rawServers []json.RawMessage
-	if raw, ok := top["mcp_servers"]; ok {
-		if err := json.Unmarshal(raw, &rawServers); err != nil {
-			p.add("mcp_servers", "must be an array")
-		}
-	}
-	servers := map[string]bool{}
-	for i, raw := range rawServers {
-		if s, ok := p.server(i, raw); ok {
-			if servers[s.Name] {
-				p.add(fmt.Sprintf("mcp_servers[%d].name", i), "duplicate server name %q", s.Name)
-			}
-			servers[s.Name] = true
-			f.MCPServers = append(f.MCPServers, s)
-		}
-	}
-	var defs []*toolDef
-	names := map[string]bool{}
-	for i, raw := range rawTools {
-		d := p.toolDef(i, raw)
-		if d == nil {
-			continue
-		}
-		if names[d.spec.Name] {
-			p.tool = fmt.Sprintf("%q", d.spec.Name)
-			p.add("name", "duplicate tool name")
-		}
-		names[d.spec.Name] = true
-		defs = append(defs, d)
-	}
-	// Compensation targets are known only now.
-	known := func(name string) bool {
-		if names[name] {
-			return true
-		}
-		srv, _, ok := strings.Cut(name, ".")
-		return ok && servers[srv]
-	}
-	for _, d := range defs {
-		if c := d.spec.Compensate; c != nil && c.Tool != "" && !known(c.Tool) {
-			p.tool = fmt.Sprintf("%q", d.spec.Name)
-			p.add("compensate.tool", "unknown tool %q", c.Tool)
-		}
-	}
-	for _, s := range f.MCPServers {
-		for name, t := range s.Tools {
-			if c := t.Compensate; c != nil && !known(c.Tool) {
-				p.tool = ""
-				p.add(fmt.Sprintf("mcp_servers.%s.tools.%s.compensate.tool", s.Name, name), "unknown tool %q", c.Tool)
-			}
-		}
-	}
-	for _, d := range defs {
-		f.Tools = append(f.Tools, d.build(p.opts))
-	}
-	return f
-}
-
-func jsonErr(data []byte) string {
-	var v any
-	err := json.Unmarshal(data, &v)
-	if se, ok := err.(*json.SyntaxError); ok {
-		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
-		return fmt.Sprintf("%v (line %d)", se, line)
-	}
+	opts = opts.withDefaults()
+	tf, err := toolsfile.Parse(data, &toolsfile.Options{Env: opts.Env})
 	if err != nil {
-		return err.Error()
-	}
-	return "unknown error"
-}
-
-// toolDef is a checked tool definition, before it becomes a Tool.
-type toolDef struct {
-	spec      tools.Spec
-	call      *request
-	output    string
-	keyHeader string
-	lookup    *lookupDef
-	env       map[string]string
-}
-
-type lookupDef struct {
-	req    *request
-	found  string // "nonempty" | "status_200"
-	output string
-}
-
-// request is a parsed request or lookup block.
-type request struct {
-	method  string
-	urlSrc  string // the URL template as written (safe to show)
-	url     *template
-	headers []header
-	body    any // JSON tree; strings replaced by *template
-	hasBody bool
-	bodySrc json.RawMessage // the body as written (for the tools hash)
-}
-
-type header struct {
-	name  string
-	value *template
-}
-
-var (
-	methods      = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
-	headerName   = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-	numericTypes = []string{"number", "integer"}
-)
-
-func (p *parser) toolDef(i int, raw json.RawMessage) *toolDef {
-	p.tool = fmt.Sprintf("#%d", i+1)
-	var named struct {
-		Name string `json:"name"`
-	}
-	if json.Unmarshal(raw, &named) == nil && named.Name != "" {
-		p.tool = fmt.Sprintf("%q", named.Name)
-	}
-	m := p.object(raw, "", toolFields, []string{"name", "effect", "input_schema", "request"})
-	if m == nil {
-		return nil
-	}
-	d := &toolDef{env: map[string]string{}}
-	s := &d.spec
-	s.Name = p.str(m, "", "name")
-	if s.Name != "" {
-		p.tool = fmt.Sprintf("%q", s.Name)
-		if strings.ContainsAny(s.Name, ". \t\n") || strings.Contains(s.Name, "${") {
-			p.add("name", "must not contain '.', whitespace or \"${\"")
-		}
-	} else if _, ok := m["name"]; ok {
-		p.add("name", "empty")
-	}
-	s.Description = p.str(m, "", "description")
-	if raw, ok := m["effect"]; ok {
-		var c string
-		if err := json.Unmarshal(raw, &c); err != nil || !tools.Class(c).Valid() {
-			p.add("effect", "unknown effect %s (want one of %s)", raw, classNames())
-		}
-		s.Class = tools.Class(c)
-	}
-	props := p.inputSchema(m, s)
-	if raw, ok := m["output_schema"]; ok {
-		if err := compileSchema(raw); err != nil {
-			p.add("output_schema", "%v", err)
-		}
-		s.OutputSchema = raw
-	}
-	s.Timeout = p.duration(m, "", "timeout")
-	if s.Timeout == 0 {
-		s.Timeout = DefaultTimeout
-	}
-	s.KeyTTL = p.duration(m, "", "key_ttl")
-	s.VisibilityLag = p.duration(m, "", "visibility_lag")
-
-	if raw, ok := m["request"]; ok {
-		d.call = p.request(raw, "request", props, d.env, false)
-	}
-	d.output = p.pointer(m, "", "output")
-	d.keyHeader = p.str(m, "", "key_header")
-	if d.keyHeader != "" {
-		if !headerName.MatchString(d.keyHeader) {
-			p.add("key_header", "invalid header name %q", d.keyHeader)
-		}
-		if s.Class != tools.Keyed {
-			p.add("key_header", "only a keyed tool sends its key in a header (effect is %q); use {{key}} in a header or the body to send it anyway", s.Class)
-		}
-	}
-	if _, ok := m["key_ttl"]; ok && s.Class != tools.Keyed {
-		p.add("key_ttl", "only meaningful for effect keyed (effect is %q)", s.Class)
-	}
-	if raw, ok := m["lookup"]; ok {
-		if s.Class != tools.Lookup && s.Class != tools.Keyed {
-			p.add("lookup", "a lookup block needs effect lookup (or keyed, for calls past key_ttl); effect is %q", s.Class)
-		}
-		d.lookup = p.lookup(raw, props, d.env)
-	} else if s.Class == tools.Lookup {
-		p.add("lookup", "effect lookup needs a lookup block")
-	}
-	if s.Class == tools.Keyed && d.keyHeader == "" && d.call != nil && !d.call.sendsKey() {
-		p.add("key_header", "effect keyed but the key is never sent: set key_header or use {{key}} in the request")
-	}
-	if raw, ok := m["approval"]; ok {
-		var a string
-		if err := json.Unmarshal(raw, &a); err != nil || (a != "always" && a != "never") {
-			p.add("approval", `must be "always" or "never", got %s`, raw)
-		}
-		s.Approval.Always = a == "always"
-	}
-	if raw, ok := m["approve_above"]; ok {
-		s.Approval.Above = p.approveAbove(raw, "approve_above", props)
-	}
-	if raw, ok := m["compensate"]; ok {
-		s.Compensate = p.compensate(raw, "compensate", props)
-	}
-	return d
-}
-
-func classNames() string {
-	var s []string
-	for _, c := range tools.Classes {
-		s = append(s, string(c))
-	}
-	return strings.Join(s, ", ")
-}
-
-// schemaProps are the input schema's top-level properties (name -> schema).
-type schemaProps map[string]json.RawMessage
-
-func (p *parser) inputSchema(m map[string]json.RawMessage, s *tools.Spec) schemaProps {
-	raw, ok := m["input_schema"]
-	if !ok {
-		return nil
-	}
-	s.InputSchema = raw
-	var top struct {
-		Type       any                        `json:"type"`
-		Properties map[string]json.RawMessage `json:"properties"`
-	}
-	if err := json.Unmarshal(raw, &top); err != nil {
-		p.add("input_schema", "must be a JSON Schema object with \"type\": \"object\"")
-		return nil
-	}
-	if top.Type != "object" {
-		p.add("input_schema", `not an object schema (want "type": "object" at the top)`)
-	}
-	if err := compileSchema(raw); err != nil {
-		p.add("input_schema", "%v", err)
-	}
-	if top.Properties == nil {
-		return schemaProps{}
-	}
-	return top.Properties
-}
-
-func compileSchema(raw json.RawMessage) error { return tools.CheckSchema(raw) }
-
-func (p *parser) pointer(m map[string]json.RawMessage, where, key string) string {
-	s := p.str(m, where, key)
-	if _, err := splitPointer(s); err != nil {
-		p.add(join(where, key), "%v", err)
-	}
-	return s
-}
-
-var requestFields = []string{"method", "url", "headers", "body"}
-var lookupFields = []string{"method", "url", "headers", "body", "found", "output"}
-
-func (p *parser) request(raw json.RawMessage, where string, props schemaProps, env map[string]string, isLookup bool) *request {
-	known := requestFields
-	if isLookup {
-		known = lookupFields
-	}
-	m := p.object(raw, where, known, []string{"method", "url"})
-	if m == nil {
-		return nil
-	}
-	r := &request{method: p.str(m, where, "method")}
-	if _, ok := m["method"]; ok && !contains(methods, r.method) {
-		p.add(join(where, "method"), "unsupported method %q (want one of %s)", r.method, strings.Join(methods, ", "))
-	}
-	r.urlSrc = p.str(m, where, "url")
-	if _, ok := m["url"]; ok {
-		t, err := parseURLTemplate(r.urlSrc)
-		if err != nil {
-			p.add(join(where, "url"), "%v", err)
-		} else {
-			r.url = t
-			p.useTemplate(t, join(where, "url"), props, env)
-			p.checkURL(r, join(where, "url"), env)
-		}
-	}
-	hdrs := p.strMap(m, where, "headers")
-	for _, name := range sortedKeys(hdrs) {
-		v := hdrs[name]
-		hw := join(where, "headers."+name)
-		if !headerName.MatchString(name) {
-			p.add(hw, "invalid header name")
-			continue
-		}
-		t, err := parseTemplate(v)
-		if err != nil {
-			p.add(hw, "%v", err)
-			continue
-		}
-		p.useTemplate(t, hw, props, env)
-		p.secret(hw, "header", name, v)
-		r.headers = append(r.headers, header{name: http.CanonicalHeaderKey(name), value: t})
-	}
-	sort.Slice(r.headers, func(i, j int) bool { return r.headers[i].name < r.headers[j].name })
-	if raw, ok := m["body"]; ok {
-		if r.method == "GET" || r.method == "HEAD" {
-			p.add(join(where, "body"), "a %s request has no body", r.method)
-		}
-		v, err := decodeNumbers(raw)
-		if err != nil {
-			p.add(join(where, "body"), "not valid JSON: %v", err)
-		} else {
-			r.body = p.bodyTemplate(v, join(where, "body"), props, env)
-			r.hasBody = true
-			r.bodySrc = raw
-		}
-	}
-	return r
-}
-
-func decodeNumbers(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("trailing data after the JSON value")
-	}
-	return v, nil
+	return build(tf, opts), nil
 }
 
-func (p *parser) bodyTemplate(v any, where string, props schemaProps, env map[string]string) any {
-	switch v := v.(type) {
-	case string:
-		t, err := parseTemplate(v)
-		if err != nil {
-			p.add(where, "%v", err)
-			return v
-		}
-		p.useTemplate(t, where, props, env)
-		return t
-	case map[string]any:
-		for k, x := range v {
-			v[k] = p.bodyTemplate(x, where+"."+k, props, env)
-		}
-	case []any:
-		for i, x := range v {
-			v[i] = p.bodyTemplate(x, fmt.Sprintf("%s[%d]", where, i), props, env)
-		}
-	}
-	return v
+// Build makes the tools of a parsed file, sharing one HTTP client.
+func Build(f *toolsfile.File, opts Options) *File {
+	return build(f, opts.withDefaults())
 }
 
-// useTemplate checks the fields a template names against the input schema
-// and reads the environment variables it uses.
-func (p *parser) useTemplate(t *template, where string, props schemaProps, env map[string]string) {
-	for _, f := range t.fields() {
-		if props == nil {
-			continue // the input schema itself is broken; reported already
-		}
-		if err := props.has(f); err != nil {
-			p.add(where, "template %q: %v", t.src, err)
-		}
-	}
-	for _, name := range t.envs() {
-		if _, ok := env[name]; ok {
-			continue
-		}
-		v := p.opts.Env(name)
-		if v == "" {
-			p.add(where, "environment variable %s is not set", name)
-			continue
-		}
-		env[name] = v
-	}
-}
-
-// has checks that path names a property of the input schema (descending into
-// nested object schemas that declare properties).
-func (sp schemaProps) has(path []string) error {
-	props := sp
-	for i, name := range path {
-		raw, ok := props[name]
-		if !ok {
-			return fmt.Errorf("the input schema has no field %q", strings.Join(path[:i+1], "."))
-		}
-		var sub struct {
-			Properties map[string]json.RawMessage `json:"properties"`
-		}
-		_ = json.Unmarshal(raw, &sub)
-		if sub.Properties == nil {
-			return nil // not described further: accept deeper paths
-		}
-		props = sub.Properties
-	}
-	return nil
-}
-
-// checkURL renders the URL with placeholder values and checks it parses as
-// an absolute http(s) URL. The message never shows the rendered URL (it may
-// hold environment values).
-func (p *parser) checkURL(r *request, where string, env map[string]string) {
-	args := map[string]any{}
-	for _, f := range r.url.fields() {
-		cur := args
-		for _, seg := range f[:len(f)-1] {
-			next, _ := cur[seg].(map[string]any)
-			if next == nil {
-				next = map[string]any{}
-				cur[seg] = next
-			}
-			cur = next
-		}
-		cur[f[len(f)-1]] = "x"
-	}
-	for _, name := range r.url.envs() {
-		if _, ok := env[name]; !ok {
-			return // reported already
-		}
-	}
-	s := r.url.renderURL(&renderData{args: args, key: "k", env: env})
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-		p.add(where, "bad URL %q: does not parse", r.urlSrc)
-	case u.Scheme != "http" && u.Scheme != "https":
-		p.add(where, "bad URL %q: want an http or https URL", r.urlSrc)
-	case u.Host == "":
-		p.add(where, "bad URL %q: no host", r.urlSrc)
-	case u.User != nil:
-		p.add(where, "bad URL %q: credentials in the URL are not allowed (use a header with {{env}})", r.urlSrc)
-	}
-}
-
-func (p *parser) lookup(raw json.RawMessage, props schemaProps, env map[string]string) *lookupDef {
-	r := p.request(raw, "lookup", props, env, true)
-	if r == nil {
-		return nil
-	}
-	m := p.object(raw, "lookup", lookupFields, []string{"found"})
-	p.problems = dedupe(p.problems)
-	l := &lookupDef{req: r, found: p.str(m, "lookup", "found")}
-	if _, ok := m["found"]; ok && l.found != "nonempty" && l.found != "status_200" {
-		p.add("lookup.found", `must be "nonempty" or "status_200", got %q`, l.found)
-	}
-	l.output = p.pointer(m, "lookup", "output")
-	return l
-}
-
-func dedupe(ps []Problem) []Problem {
-	seen := map[Problem]bool{}
-	out := ps[:0]
-	for _, p := range ps {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
+func build(f *toolsfile.File, opts Options) *File {
+	out := &File{Version: f.Version, MCPServers: f.MCPServers, Warnings: f.Warnings, client: opts.Client}
+	for _, def := range f.Tools {
+		out.Tools = append(out.Tools, newTool(def, opts))
 	}
 	return out
 }
 
-func (p *parser) approveAbove(raw json.RawMessage, where string, props schemaProps) map[string]json.Number {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil || m == nil {
-		p.add(where, "must be an object of argument name to number")
-		return nil
-	}
-	out := map[string]json.Number{}
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		n, ok := m[name].(json.Number)
-		if !ok {
-			p.add(where+"."+name, "limit must be a number, got %s", jsonKind(m[name]))
-			continue
-		}
-		out[name] = n
-		if props == nil {
-			continue
-		}
-		sch, ok := props[name]
-		if !ok {
-			p.add(where+"."+name, "the input schema has no field %q", name)
-			continue
-		}
-		if !numericSchema(sch) {
-			p.add(where+"."+name, "field %q is not numeric in the input schema (want \"type\": \"number\" or \"integer\")", name)
-		}
-	}
-	return out
+// New makes a callable tool of one tool definition: a *Tool, or a
+// *LookupTool when it has a lookup block.
+func New(def *toolsfile.Tool, opts Options) tools.Tool {
+	return newTool(def, opts.withDefaults())
 }
 
-func numericSchema(raw json.RawMessage) bool {
-	var s struct {
-		Type any `json:"type"`
+func newTool(def *toolsfile.Tool, o Options) tools.Tool {
+	t := &Tool{def: def, client: o.Client, now: o.Now, max: o.MaxResponseBytes}
+	if def.Lookup != nil {
+		return &LookupTool{t}
 	}
-	if json.Unmarshal(raw, &s) != nil {
-		return false
-	}
-	switch t := s.Type.(type) {
-	case string:
-		return contains(numericTypes, t)
-	case []any:
-		for _, x := range t {
-			if x != "null" && !contains(numericTypes, fmt.Sprint(x)) {
-				return false
-			}
-		}
-		return len(t) > 0
-	}
-	return false
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case string:
-		return "a string"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return "a number"
-}
-
-func (p *parser) compensate(raw json.RawMessage, where string, props schemaProps) *tools.Compensation {
-	m := p.object(raw, where, []string{"tool", "args"}, []string{"tool", "args"})
-	if m == nil {
-		return nil
-	}
-	c := &tools.Compensation{Tool: p.str(m, where, "tool"), Args: m["args"]}
-	if c.Args == nil {
-		c.Args = json.RawMessage(`{}`)
-	}
-	if err := c.Check(); err != nil {
-		p.add(join(where, "args"), "%v", err)
-		return c
-	}
-	if props != nil {
-		for _, path := range c.InputPaths() {
-			if err := props.has(path[:1]); err != nil {
-				p.add(join(where, "args"), "${input.%s}: %v", strings.Join(path, "."), err)
-			}
-		}
-	}
-	return c
-}
-
-var serverFields = []string{"name", "command", "args", "env", "url", "headers", "trust_annotations", "tools"}
-var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup"}
-var mcpLookupFields = []string{"tool", "args", "found", "output"}
-
-// mcpLookup parses an MCP tool's lookup block.
-func (p *parser) mcpLookup(raw json.RawMessage, where string) *MCPLookup {
-	m := p.object(raw, where, mcpLookupFields, []string{"tool", "found"})
-	if m == nil {
-		return nil
-	}
-	l := &MCPLookup{Tool: p.str(m, where, "tool"), Args: m["args"], Found: p.str(m, where, "found")}
-	if _, ok := m["tool"]; ok && (l.Tool == "" || strings.ContainsAny(l.Tool, " \t\n")) {
-		p.add(join(where, "tool"), "must name a tool of the same server")
-	}
-	if _, ok := m["found"]; ok && l.Found != "nonempty" {
-		p.add(join(where, "found"), `must be "nonempty", got %q`, l.Found)
-	}
-	if l.Args == nil {
-		l.Args = json.RawMessage(`{}`)
-	}
-	c := tools.Compensation{Tool: l.Tool, Args: l.Args}
-	if err := c.Check(); err != nil {
-		p.add(join(where, "args"), "%v", err)
-	} else if bytes.Contains(l.Args, []byte("${output")) {
-		p.add(join(where, "args"), "a lookup may use only ${input...}: it runs before there is an output")
-	}
-	l.Output = p.pointer(m, where, "output")
-	return l
-}
-
-func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
-	p.tool = ""
-	where := fmt.Sprintf("mcp_servers[%d]", i)
-	m := p.object(raw, where, serverFields, []string{"name"})
-	if m == nil {
-		return MCPServer{}, false
-	}
-	var s MCPServer
-	s.Name = p.str(m, where, "name")
-	if _, ok := m["name"]; ok && (s.Name == "" || strings.ContainsAny(s.Name, ". \t\n")) {
-		p.add(join(where, "name"), "must be non-empty without '.' or whitespace")
-	}
-	s.Command = p.str(m, where, "command")
-	s.URL = p.str(m, where, "url")
-	if (s.Command == "") == (s.URL == "") {
-		p.add(where, "needs exactly one of command and url")
-	}
-	if raw, ok := m["args"]; ok {
-		if err := json.Unmarshal(raw, &s.Args); err != nil {
-			p.add(join(where, "args"), "must be an array of strings")
-		}
-	}
-	if s.URL != "" {
-		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			p.add(join(where, "url"), "bad URL %q: want an absolute http or https URL", s.URL)
-		}
-	}
-	s.Env = p.strMap(m, where, "env")
-	s.Headers = p.strMap(m, where, "headers")
-	for _, kind := range []string{"env", "headers"} {
-		vals := map[string]map[string]string{"env": s.Env, "headers": s.Headers}[kind]
-		for _, k := range sortedKeys(vals) {
-			v := vals[k]
-			if _, err := ExpandEnv(v, p.opts.Env); err != nil {
-				p.add(join(where, kind+"."+k), "%v", err)
-			}
-			what := map[string]string{"env": "variable", "headers": "header"}[kind]
-			p.secret(join(where, kind+"."+k), what, k, v)
-		}
-	}
-	if raw, ok := m["trust_annotations"]; ok {
-		if err := json.Unmarshal(raw, &s.TrustAnnotations); err != nil {
-			p.add(join(where, "trust_annotations"), "must be true or false")
-		}
-	}
-	if raw, ok := m["tools"]; ok {
-		var ts map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &ts); err != nil {
-			p.add(join(where, "tools"), "must be an object of tool name to classification")
-		}
-		s.Tools = map[string]MCPTool{}
-		for name, traw := range ts {
-			tw := join(where, "tools."+name)
-			tm := p.object(traw, tw, mcpToolFields, []string{"effect"})
-			if tm == nil {
-				continue
-			}
-			var t MCPTool
-			eff := p.str(tm, tw, "effect")
-			if _, ok := tm["effect"]; ok && !tools.Class(eff).Valid() {
-				p.add(join(tw, "effect"), "unknown effect %q (want one of %s)", eff, classNames())
-			}
-			t.Effect = tools.Class(eff)
-			t.Timeout = p.duration(tm, tw, "timeout")
-			t.KeyTTL = p.duration(tm, tw, "key_ttl")
-			t.VisibilityLag = p.duration(tm, tw, "visibility_lag")
-			if a, ok := tm["approval"]; ok {
-				var v string
-				if err := json.Unmarshal(a, &v); err != nil || (v != "always" && v != "never") {
-					p.add(join(tw, "approval"), `must be "always" or "never", got %s`, a)
-				}
-				t.Approval.Always = v == "always"
-			}
-			if a, ok := tm["approve_above"]; ok {
-				t.Approval.Above = p.approveAbove(a, join(tw, "approve_above"), nil)
-			}
-			if c, ok := tm["compensate"]; ok {
-				t.Compensate = p.compensate(c, join(tw, "compensate"), nil)
-			}
-			t.Output = p.pointer(tm, tw, "output")
-			if l, ok := tm["lookup"]; ok {
-				t.Lookup = p.mcpLookup(l, join(tw, "lookup"))
-				if t.Effect != tools.Lookup && t.Effect != tools.Keyed {
-					p.add(join(tw, "lookup"), "a lookup is allowed only with effect %q or %q", tools.Lookup, tools.Keyed)
-				}
-			} else if t.Effect == tools.Lookup {
-				p.add(join(tw, "lookup"), "missing (effect %q needs a lookup)", tools.Lookup)
-			}
-			s.Tools[name] = t
-		}
-	}
-	return s, true
-}
-
-// sendsKey reports whether the request carries {{key}} anywhere.
-func (r *request) sendsKey() bool {
-	if r.url != nil && r.url.hasKey() {
-		return true
-	}
-	for _, h := range r.headers {
-		if h.value.hasKey() {
-			return true
-		}
-	}
-	var walk func(v any) bool
-	walk = func(v any) bool {
-		switch v := v.(type) {
-		case *template:
-			return v.hasKey()
-		case map[string]any:
-			for _, x := range v {
-				if walk(x) {
-					return true
-				}
-			}
-		case []any:
-			for _, x := range v {
-				if walk(x) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	return walk(r.body)
+	return t
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 var (
@@ -29,46 +30,31 @@ var (
 // the environment values its templates use; they never appear in its errors
 // or in its log value.
 type Tool struct {
-	spec      tools.Spec
-	call      *request
-	output    string
-	keyHeader string
-	lookup    *lookupDef
-	env       map[string]string
-	client    *http.Client
-	now       func() time.Time
-	max       int64
+	def    *toolsfile.Tool
+	client *http.Client
+	now    func() time.Time
+	max    int64
 }
 
 // LookupTool is a Tool with a lookup block: it also implements tools.Looker.
 type LookupTool struct{ *Tool }
 
-func (d *toolDef) build(o Options) tools.Tool {
-	d.spec.Binding = d.binding()
-	t := &Tool{spec: d.spec, call: d.call, output: d.output, keyHeader: d.keyHeader, lookup: d.lookup,
-		env: d.env, client: o.Client, now: o.Now, max: o.MaxResponseBytes}
-	if d.lookup != nil {
-		return &LookupTool{t}
-	}
-	return t
-}
-
 // Spec returns the tool's spec.
-func (t *Tool) Spec() tools.Spec { return t.spec }
+func (t *Tool) Spec() tools.Spec { return t.def.Spec }
 
 // LogValue describes the tool without any environment value.
 func (t *Tool) LogValue() slog.Value {
 	return slog.GroupValue(
-		slog.String("tool", t.spec.Name),
-		slog.String("class", string(t.spec.Class)),
-		slog.String("method", t.call.method),
-		slog.String("url", t.call.urlSrc),
+		slog.String("tool", t.def.Spec.Name),
+		slog.String("class", string(t.def.Spec.Class)),
+		slog.String("method", t.def.Request.Method),
+		slog.String("url", t.def.Request.URL.String()),
 	)
 }
 
 // String describes the tool without any environment value.
 func (t *Tool) String() string {
-	return fmt.Sprintf("%s (%s %s %s)", t.spec.Name, t.spec.Class, t.call.method, t.call.urlSrc)
+	return fmt.Sprintf("%s (%s %s %s)", t.def.Spec.Name, t.def.Spec.Class, t.def.Request.Method, t.def.Request.URL.String())
 }
 
 // GoString keeps environment values out of %#v.
@@ -81,16 +67,16 @@ func (t *Tool) GoString() string { return "httptool.Tool{" + t.String() + "}" }
 // tools, 425, 3xx (redirects are not followed), 5xx, timeouts, resets after
 // sending, unreadable or oversized 2xx bodies → a plain error (outcome unknown).
 func (t *Tool) Call(ctx context.Context, call tools.Call) (json.RawMessage, error) {
-	resp, body, err := t.do(ctx, t.call, call, true)
+	resp, body, err := t.do(ctx, t.def.Request, call, true)
 	if err != nil {
 		return nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, t.statusError(t.call, resp, body)
+		return nil, t.statusError(t.def.Request, resp, body)
 	}
-	out, err := selectOutput(resp.StatusCode, body, t.output, false)
+	out, err := selectOutput(resp.StatusCode, body, t.def.Output, false)
 	if err != nil {
-		return nil, t.errorf(t.call, "%d response: %v (the request took effect; outcome recorded as unknown)", resp.StatusCode, err)
+		return nil, t.errorf(t.def.Request, "%d response: %v (the request took effect; outcome recorded as unknown)", resp.StatusCode, err)
 	}
 	return out, nil
 }
@@ -102,32 +88,32 @@ func (t *Tool) Call(ctx context.Context, call tools.Call) (json.RawMessage, erro
 // found. found "status_200" → 200 is found, 404 not found. Other statuses
 // are errors classified as for Call.
 func (t *LookupTool) Lookup(ctx context.Context, call tools.Call) (json.RawMessage, bool, error) {
-	l := t.lookup
-	resp, body, err := t.do(ctx, l.req, call, false)
+	l := t.def.Lookup
+	resp, body, err := t.do(ctx, l.Request, call, false)
 	if err != nil {
 		return nil, false, err
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, false, nil
-	case l.found == "status_200" && resp.StatusCode == http.StatusOK,
-		l.found == "nonempty" && resp.StatusCode >= 200 && resp.StatusCode <= 299:
+	case l.Found == "status_200" && resp.StatusCode == http.StatusOK,
+		l.Found == "nonempty" && resp.StatusCode >= 200 && resp.StatusCode <= 299:
 	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
-		return nil, false, t.errorf(l.req, "lookup answered %d (found: %s wants 200 or 404)", resp.StatusCode, l.found)
+		return nil, false, t.errorf(l.Request, "lookup answered %d (found: %s wants 200 or 404)", resp.StatusCode, l.Found)
 	default:
-		return nil, false, t.statusError(l.req, resp, body)
+		return nil, false, t.statusError(l.Request, resp, body)
 	}
-	out, err := selectOutput(resp.StatusCode, body, l.output, true)
-	if errors.Is(err, errNothing) && l.found == "status_200" {
-		out, err = selectOutput(resp.StatusCode, body, l.output, false) // 200 is found, even if empty
+	out, err := selectOutput(resp.StatusCode, body, l.Output, true)
+	if errors.Is(err, errNothing) && l.Found == "status_200" {
+		out, err = selectOutput(resp.StatusCode, body, l.Output, false) // 200 is found, even if empty
 	}
 	if err != nil {
 		if errors.Is(err, errNothing) {
 			return nil, false, nil
 		}
-		return nil, false, t.errorf(l.req, "lookup %d response: %v", resp.StatusCode, err)
+		return nil, false, t.errorf(l.Request, "lookup %d response: %v", resp.StatusCode, err)
 	}
-	if l.found == "nonempty" && isEmpty(out) {
+	if l.Found == "nonempty" && isEmpty(out) {
 		return nil, false, nil
 	}
 	return out, true, nil
@@ -154,12 +140,12 @@ func isEmpty(v json.RawMessage) bool {
 }
 
 // do builds and sends one request and reads its body (up to the cap).
-func (t *Tool) do(ctx context.Context, r *request, call tools.Call, isCall bool) (*http.Response, []byte, error) {
+func (t *Tool) do(ctx context.Context, r *toolsfile.Request, call tools.Call, isCall bool) (*http.Response, []byte, error) {
 	args, err := decodeArgs(call.Args)
 	if err != nil {
 		return nil, nil, tools.Permanent(t.errorf(r, "arguments: %v", err))
 	}
-	d := &renderData{args: args, key: call.Key, env: t.env}
+	d := &toolsfile.Data{Args: args, Key: call.Key, Env: t.def.Env}
 	req, err := t.newRequest(ctx, r, d, isCall)
 	if err != nil {
 		return nil, nil, tools.Permanent(t.errorf(r, "building the request: %v", err))
@@ -167,7 +153,7 @@ func (t *Tool) do(ctx context.Context, r *request, call tools.Call, isCall bool)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, tools.NotSent(t.errorf(r, "not sent: %v", err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.spec.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, t.def.Spec.Timeout)
 	defer cancel()
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
@@ -206,7 +192,7 @@ const overCapMeasure = 256 << 20
 // failure (calling again gives the same answer) wrapping
 // tools.ErrOutputTooLarge, naming the cap and the answer's size. The call
 // took effect: the executor decides by effect class what that means.
-func (t *Tool) tooLarge(r *request, resp *http.Response, read int64, isCall bool) error {
+func (t *Tool) tooLarge(r *toolsfile.Request, resp *http.Response, read int64, isCall bool) error {
 	n := read
 	if resp.ContentLength > n {
 		n = resp.ContentLength
@@ -222,7 +208,7 @@ func (t *Tool) tooLarge(r *request, resp *http.Response, read int64, isCall bool
 		what = "the lookup's answer"
 	}
 	msg := fmt.Sprintf("tool %q: %s %s: %s (%d response, %s) exceeds the %s output cap (%d bytes)",
-		t.spec.Name, r.method, r.urlSrc, what, resp.StatusCode, size, mib(t.max), t.max)
+		t.def.Spec.Name, r.Method, r.URL, what, resp.StatusCode, size, mib(t.max), t.max)
 	return tools.Permanent(&toolError{msg: t.redact(msg), err: tools.ErrOutputTooLarge})
 }
 
@@ -238,48 +224,48 @@ func decodeArgs(raw json.RawMessage) (map[string]any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return map[string]any{}, nil
 	}
-	v, err := decodeNumbers(raw)
+	v, err := tools.DecodeJSON(raw)
 	if err != nil {
 		return nil, fmt.Errorf("not valid JSON: %v", err)
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("must be a JSON object, got %s", jsonKind(v))
+		return nil, fmt.Errorf("must be a JSON object, got %s", tools.JSONKind(v))
 	}
 	return m, nil
 }
 
-func (t *Tool) newRequest(ctx context.Context, r *request, d *renderData, isCall bool) (*http.Request, error) {
-	u := r.url.renderURL(d)
+func (t *Tool) newRequest(ctx context.Context, r *toolsfile.Request, d *toolsfile.Data, isCall bool) (*http.Request, error) {
+	u := r.URL.RenderURL(d)
 	var body io.Reader
 	var hasBody bool
 	switch {
-	case r.hasBody:
-		b, err := marshal(renderBody(r.body, d))
+	case r.HasBody:
+		b, err := marshal(toolsfile.RenderBody(r.Body, d))
 		if err != nil {
 			return nil, fmt.Errorf("body: %v", err)
 		}
 		body, hasBody = bytes.NewReader(b), true
-	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
-		b, err := marshal(d.args)
+	case r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH":
+		b, err := marshal(d.Args)
 		if err != nil {
 			return nil, fmt.Errorf("body: %v", err)
 		}
 		body, hasBody = bytes.NewReader(b), true
 	}
-	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	req, err := http.NewRequestWithContext(ctx, r.Method, u, body)
 	if err != nil {
 		return nil, errors.New("the URL does not parse once filled in")
 	}
-	for _, h := range r.headers {
-		v := h.value.render(d)
+	for _, h := range r.Headers {
+		v := h.Value.Render(d)
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, fmt.Errorf("header %s: value contains a line break", h.name)
+			return nil, fmt.Errorf("header %s: value contains a line break", h.Name)
 		}
-		req.Header.Set(h.name, v)
+		req.Header.Set(h.Name, v)
 	}
-	if isCall && t.keyHeader != "" {
-		req.Header.Set(t.keyHeader, d.key)
+	if isCall && t.def.KeyHeader != "" {
+		req.Header.Set(t.def.KeyHeader, d.Key)
 	}
 	if hasBody && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -304,42 +290,8 @@ func marshal(v any) ([]byte, error) {
 	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }
 
-// renderBody fills a body template: a string that is exactly one action
-// becomes the value (an argument keeps its JSON type; an absent argument
-// drops its object member, or is null in an array); other strings are text.
-func renderBody(v any, d *renderData) any {
-	switch v := v.(type) {
-	case *template:
-		if p, ok := v.single(); ok && p.kind == fieldPart {
-			x, _ := d.lookupField(p.field)
-			return x
-		}
-		return v.render(d)
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, x := range v {
-			if tm, ok := x.(*template); ok {
-				if p, ok := tm.single(); ok && p.kind == fieldPart {
-					if _, present := d.lookupField(p.field); !present {
-						continue
-					}
-				}
-			}
-			out[k] = renderBody(x, d)
-		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, x := range v {
-			out[i] = renderBody(x, d)
-		}
-		return out
-	}
-	return v
-}
-
 // statusError classifies a non-2xx answer.
-func (t *Tool) statusError(r *request, resp *http.Response, body []byte) error {
+func (t *Tool) statusError(r *toolsfile.Request, resp *http.Response, body []byte) error {
 	code := resp.StatusCode
 	snippet := truncate(body, 512)
 	base := t.errorf(r, "%s: %s", resp.Status, snippet)
@@ -352,7 +304,7 @@ func (t *Tool) statusError(r *request, resp *http.Response, body []byte) error {
 			return tools.RetryAfter(d, base)
 		}
 		return base
-	case code == http.StatusConflict && t.spec.Class == tools.Keyed && r == t.call:
+	case code == http.StatusConflict && t.def.Spec.Class == tools.Keyed && r == t.def.Request:
 		d, _ := retryAfter(resp.Header.Get("Retry-After"), t.now())
 		return tools.InFlight(d, base)
 	case code == http.StatusRequestTimeout || code == http.StatusConflict || code == http.StatusTooEarly:
@@ -417,7 +369,7 @@ func selectOutput(status int, body []byte, pointer string, firstOfArray bool) (j
 	if pointer == "" && !firstOfArray {
 		return append(json.RawMessage(nil), bytes.TrimSpace(body)...), nil
 	}
-	v, err := decodeNumbers(body)
+	v, err := tools.DecodeJSON(body)
 	if err != nil {
 		return nil, err
 	}
@@ -437,26 +389,6 @@ func selectOutput(status int, body []byte, pointer string, firstOfArray bool) (j
 	return marshal(v)
 }
 
-// splitPointer parses an RFC 6901 JSON Pointer.
-func splitPointer(p string) ([]string, error) {
-	if p == "" {
-		return nil, nil
-	}
-	if p[0] != '/' {
-		return nil, fmt.Errorf("bad JSON pointer %q: must be empty or start with \"/\"", p)
-	}
-	toks := strings.Split(p[1:], "/")
-	for i, tk := range toks {
-		for j := 0; j < len(tk); j++ {
-			if tk[j] == '~' && (j+1 >= len(tk) || (tk[j+1] != '0' && tk[j+1] != '1')) {
-				return nil, fmt.Errorf("bad JSON pointer %q: \"~\" must be followed by 0 or 1", p)
-			}
-		}
-		toks[i] = strings.ReplaceAll(strings.ReplaceAll(tk, "~1", "/"), "~0", "~")
-	}
-	return toks, nil
-}
-
 // errPastEnd is a pointer's index past the end of an array it reached.
 var errPastEnd = errors.New("index past the end of the array")
 
@@ -464,7 +396,7 @@ var errPastEnd = errors.New("index past the end of the array")
 // indexed an array. An index past the end of an array is an error wrapping
 // errPastEnd (a lookup's "not found"); any other miss is a plain error.
 func resolvePointer(v any, p string) (any, bool, error) {
-	toks, err := splitPointer(p)
+	toks, err := toolsfile.SplitPointer(p)
 	if err != nil {
 		return nil, false, err
 	}
@@ -489,7 +421,7 @@ func resolvePointer(v any, p string) (any, bool, error) {
 			}
 			cur, indexed = c[n], true
 		default:
-			return nil, false, fmt.Errorf("the response has nothing at %s (%s)", at, jsonKind(cur))
+			return nil, false, fmt.Errorf("the response has nothing at %s (%s)", at, tools.JSONKind(cur))
 		}
 	}
 	return cur, indexed, nil
@@ -498,12 +430,12 @@ func resolvePointer(v any, p string) (any, bool, error) {
 // errorf makes an error naming the tool and the request as written in the
 // file (never as sent: the sent URL may hold environment values), with every
 // environment value the tool knows redacted from the text.
-func (t *Tool) errorf(r *request, format string, a ...any) error {
-	return &toolError{msg: t.redact(fmt.Sprintf("tool %q: %s %s: ", t.spec.Name, r.method, r.urlSrc) + fmt.Sprintf(format, a...))}
+func (t *Tool) errorf(r *toolsfile.Request, format string, a ...any) error {
+	return &toolError{msg: t.redact(fmt.Sprintf("tool %q: %s %s: ", t.def.Spec.Name, r.Method, r.URL) + fmt.Sprintf(format, a...))}
 }
 
-func (t *Tool) wrap(r *request, err error, what string) error {
-	return &toolError{msg: t.redact(fmt.Sprintf("tool %q: %s %s: %s: %v", t.spec.Name, r.method, r.urlSrc, what, err)), err: err}
+func (t *Tool) wrap(r *toolsfile.Request, err error, what string) error {
+	return &toolError{msg: t.redact(fmt.Sprintf("tool %q: %s %s: %s: %v", t.def.Spec.Name, r.Method, r.URL, what, err)), err: err}
 }
 
 // toolError is an error whose text was redacted; Unwrap keeps errors.Is
@@ -518,7 +450,7 @@ func (e *toolError) Unwrap() error { return e.err }
 
 // redact replaces every environment value (and its URL-escaped forms) in s.
 func (t *Tool) redact(s string) string {
-	for _, v := range t.env {
+	for _, v := range t.def.Env {
 		if len(v) < 3 {
 			continue // too short to tell from ordinary text
 		}

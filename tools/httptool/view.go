@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // View is an HTTP tool's request and lookup as the tools file writes them,
@@ -39,30 +40,30 @@ type LookupView struct {
 
 // View returns the tool as the file writes it, masked.
 func (t *Tool) View() View {
-	v := View{Request: t.call.view(), Output: t.output}
-	if t.keyHeader != "" {
-		v.KeyHeader = http.CanonicalHeaderKey(t.keyHeader)
+	v := View{Request: view(t.def.Request), Output: t.def.Output}
+	if t.def.KeyHeader != "" {
+		v.KeyHeader = http.CanonicalHeaderKey(t.def.KeyHeader)
 	}
-	if l := t.lookup; l != nil {
-		v.Lookup = &LookupView{RequestView: l.req.view(), Found: l.found, Output: l.output,
-			Explain: explainLookup(l, t.output)}
+	if l := t.def.Lookup; l != nil {
+		v.Lookup = &LookupView{RequestView: view(l.Request), Found: l.Found, Output: l.Output,
+			Explain: explainLookup(l, t.def.Output)}
 	}
 	return v
 }
 
-func (r *request) view() RequestView {
+func view(r *toolsfile.Request) RequestView {
 	if r == nil {
 		return RequestView{}
 	}
-	v := RequestView{Method: r.method, URL: r.urlSrc}
-	if len(r.headers) > 0 {
+	v := RequestView{Method: r.Method, URL: r.URL.String()}
+	if len(r.Headers) > 0 {
 		v.Headers = map[string]string{}
-		for _, h := range r.headers {
-			v.Headers[h.name] = tools.MaskHeader(h.name, h.value.src)
+		for _, h := range r.Headers {
+			v.Headers[h.Name] = tools.MaskHeader(h.Name, h.Value.String())
 		}
 	}
-	if len(r.bodySrc) > 0 {
-		v.Body = maskBody(r.bodySrc)
+	if len(r.BodySrc) > 0 {
+		v.Body = maskBody(r.BodySrc)
 	}
 	return v
 }
@@ -70,7 +71,7 @@ func (r *request) view() RequestView {
 // maskBody masks the strings of a JSON body that type a credential into the
 // file (a member named like one with a literal value).
 func maskBody(raw json.RawMessage) json.RawMessage {
-	doc, err := decodeNumbers(raw)
+	doc, err := tools.DecodeJSON(raw)
 	if err != nil {
 		return nil
 	}
@@ -100,28 +101,28 @@ func maskBody(raw json.RawMessage) json.RawMessage {
 }
 
 // explainLookup says what a lookup will do (for docket tools check).
-func explainLookup(l *lookupDef, callOutput string) []string {
+func explainLookup(l *toolsfile.Lookup, callOutput string) []string {
 	at := "the answer"
-	if l.output != "" {
-		at = l.output
+	if l.Output != "" {
+		at = l.Output
 	}
 	indexed := false
-	if toks, err := splitPointer(l.output); err == nil && len(toks) > 0 {
+	if toks, err := toolsfile.SplitPointer(l.Output); err == nil && len(toks) > 0 {
 		_, err := strconv.Atoi(toks[len(toks)-1])
 		indexed = err == nil
 	}
 	recorded := "that value"
-	if !indexed && l.output == "" {
+	if !indexed && l.Output == "" {
 		recorded = "that value, of an array its first element"
 	} else if !indexed {
-		recorded = "that value, of an array its first element (so \"" + l.output + "\" and \"" + l.output + "/0\" behave alike)"
+		recorded = "that value, of an array its first element (so \"" + l.Output + "\" and \"" + l.Output + "/0\" behave alike)"
 	}
 	rec := "the whole call answer"
 	if callOutput != "" {
 		rec = "the call's " + callOutput
 	}
 	var out []string
-	switch l.found {
+	switch l.Found {
 	case "status_200":
 		out = append(out,
 			"found: a 200 answer; records "+at+" of it (an array's first element; an empty array as it is)",

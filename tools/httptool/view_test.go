@@ -34,7 +34,7 @@ func TestViewAndWarnings(t *testing.T) {
 		string(v.Request.Body) != `{"auth":{"password":"••••"},"n":"{{key}}"}` || len(v.Lookup.Explain) == 0 {
 		t.Errorf("view: %s", data)
 	}
-	ok, err := Load("testdata/valid/crm.json", testEnv(nil))
+	ok, err := Load("../toolsfile/testdata/valid/crm.json", testEnv(nil))
 	if err != nil || len(ok.Warnings) != 0 {
 		t.Errorf("crm.json: %v %+v", err, ok.Warnings)
 	}

@@ -49,7 +49,7 @@
 // Header values and environment values rendered into a server's settings
 // never appear in errors or logs: a Tool logs its name, class and server.
 //
-// Imports: the standard library, tools, tools/httptool (for the parsed
+// Imports: the standard library, tools, tools/toolsfile (for the parsed
 // mcp_servers entries) and github.com/modelcontextprotocol/go-sdk. Never
 // ledger.
 package mcptool

@@ -19,7 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/docketrun/docket/tools"
-	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // DefaultConnectTimeout bounds starting (or reaching) one server and listing
@@ -110,7 +110,7 @@ func (s *Set) Close() error {
 // cannot be reached or initialized, when the tools file classifies or names
 // as a lookup a tool the server does not list, or when a tool's schema is
 // not an object schema. On error every server already started is stopped.
-func Connect(ctx context.Context, servers []httptool.MCPServer, o *Options) (*Set, error) {
+func Connect(ctx context.Context, servers []toolsfile.MCPServer, o *Options) (*Set, error) {
 	opts := o.withDefaults()
 	set := &Set{}
 	fail := func(err error) (*Set, error) {
@@ -136,7 +136,7 @@ func Connect(ctx context.Context, servers []httptool.MCPServer, o *Options) (*Se
 // server is one connection target; it owns at most one live session and
 // replaces it when it breaks.
 type server struct {
-	cfg     httptool.MCPServer
+	cfg     toolsfile.MCPServer
 	opts    Options
 	env     []string          // rendered env entries for a local server
 	headers map[string]string // rendered headers for a remote server
@@ -199,7 +199,7 @@ func (s *session) alive() bool {
 	}
 }
 
-func newServer(cfg httptool.MCPServer, opts Options) (*server, error) {
+func newServer(cfg toolsfile.MCPServer, opts Options) (*server, error) {
 	s := &server{cfg: cfg, opts: opts, raw: newRawResults()}
 	keys := func(m map[string]string) []string {
 		ks := make([]string, 0, len(m))
@@ -210,7 +210,7 @@ func newServer(cfg httptool.MCPServer, opts Options) (*server, error) {
 		return ks
 	}
 	for _, k := range keys(cfg.Env) {
-		v, err := httptool.ExpandEnv(cfg.Env[k], opts.Env)
+		v, err := toolsfile.ExpandEnv(cfg.Env[k], opts.Env)
 		if err != nil {
 			return nil, fmt.Errorf("env %s: %w", k, err)
 		}
@@ -219,7 +219,7 @@ func newServer(cfg httptool.MCPServer, opts Options) (*server, error) {
 	if len(cfg.Headers) > 0 {
 		s.headers = map[string]string{}
 		for _, k := range keys(cfg.Headers) {
-			v, err := httptool.ExpandEnv(cfg.Headers[k], opts.Env)
+			v, err := toolsfile.ExpandEnv(cfg.Headers[k], opts.Env)
 			if err != nil {
 				return nil, fmt.Errorf("header %s: %w", k, err)
 			}

@@ -25,6 +25,7 @@ import (
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/tools/mcptool/mcptest"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // memoryFile is a tools file using server-memory: create_entities is
@@ -161,21 +162,21 @@ func TestClassify(t *testing.T) {
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	idem := &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &yes}
 	none := &mcp.ToolAnnotations{}
-	file := func(c tools.Class) httptool.MCPTool { return httptool.MCPTool{Effect: c} }
+	file := func(c tools.Class) toolsfile.MCPTool { return toolsfile.MCPTool{Effect: c} }
 	for _, c := range []struct {
 		name       string
 		trust      bool
-		ft         httptool.MCPTool
+		ft         toolsfile.MCPTool
 		classified bool
 		a          *mcp.ToolAnnotations
 		want       tools.Class
 	}{
-		{"untrusted readOnly", false, httptool.MCPTool{}, false, ro, tools.AtMostOnce},
-		{"untrusted idempotent", false, httptool.MCPTool{}, false, idem, tools.AtMostOnce},
-		{"trusted readOnly", true, httptool.MCPTool{}, false, ro, tools.ReadOnly},
-		{"trusted idempotent", true, httptool.MCPTool{}, false, idem, tools.Idempotent},
-		{"trusted, no hints", true, httptool.MCPTool{}, false, none, tools.AtMostOnce},
-		{"trusted, no annotations", true, httptool.MCPTool{}, false, nil, tools.AtMostOnce},
+		{"untrusted readOnly", false, toolsfile.MCPTool{}, false, ro, tools.AtMostOnce},
+		{"untrusted idempotent", false, toolsfile.MCPTool{}, false, idem, tools.AtMostOnce},
+		{"trusted readOnly", true, toolsfile.MCPTool{}, false, ro, tools.ReadOnly},
+		{"trusted idempotent", true, toolsfile.MCPTool{}, false, idem, tools.Idempotent},
+		{"trusted, no hints", true, toolsfile.MCPTool{}, false, none, tools.AtMostOnce},
+		{"trusted, no annotations", true, toolsfile.MCPTool{}, false, nil, tools.AtMostOnce},
 		{"file wins over trusted readOnly", true, file(tools.AtMostOnce), true, ro, tools.AtMostOnce},
 		{"file keyed, untrusted readOnly", false, file(tools.Keyed), true, ro, tools.Keyed},
 		{"file idempotent", false, file(tools.Idempotent), true, none, tools.Idempotent},
@@ -288,7 +289,7 @@ func killServer(t *testing.T, srv *server) *session {
 func everything(t *testing.T, trust bool) (*Set, *tools.Registry) {
 	t.Helper()
 	p := mcptest.Servers(t)
-	set, err := Connect(context.Background(), []httptool.MCPServer{{Name: "every", Command: p.Node, Args: []string{p.Everything}, TrustAnnotations: trust}}, nil)
+	set, err := Connect(context.Background(), []toolsfile.MCPServer{{Name: "every", Command: p.Node, Args: []string{p.Everything}, TrustAnnotations: trust}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,13 +408,13 @@ func TestConnectErrors(t *testing.T) {
 	t.Parallel()
 	p := mcptest.Servers(t)
 	ctx := context.Background()
-	_, err := Connect(ctx, []httptool.MCPServer{{Name: "gone", Command: filepath.Join(t.TempDir(), "no-such-server")}}, nil)
+	_, err := Connect(ctx, []toolsfile.MCPServer{{Name: "gone", Command: filepath.Join(t.TempDir(), "no-such-server")}}, nil)
 	var ce *ConnectError
 	if !errors.As(err, &ce) || ce.Server != "gone" {
 		t.Errorf("missing command: %v, want a ConnectError naming the server", err)
 	}
 	// A server that exits at once, saying why on stderr (secrets redacted).
-	_, err = Connect(ctx, []httptool.MCPServer{{
+	_, err = Connect(ctx, []toolsfile.MCPServer{{
 		Name: "dies", Command: "/bin/sh", Args: []string{"-c", `echo "bad token $TOKEN" >&2; exit 3`},
 		Env: map[string]string{"TOKEN": `{{env "SECRET_TOKEN"}}`},
 	}}, &Options{Env: func(string) string { return "s3cr3t-value" }})
@@ -421,10 +422,10 @@ func TestConnectErrors(t *testing.T) {
 		t.Errorf("dying server: %v, want its stderr quoted with the secret redacted", err)
 	}
 	// The file classifies a tool the server does not have.
-	_, err = Connect(ctx, []httptool.MCPServer{{
+	_, err = Connect(ctx, []toolsfile.MCPServer{{
 		Name: "memory", Command: p.Node, Args: []string{p.Memory},
 		Env:   map[string]string{"MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "g.jsonl")},
-		Tools: map[string]httptool.MCPTool{"create_entitys": {Effect: tools.AtMostOnce}},
+		Tools: map[string]toolsfile.MCPTool{"create_entitys": {Effect: tools.AtMostOnce}},
 	}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `"create_entitys"`) {
 		t.Errorf("misspelled tool: %v, want it named", err)
@@ -517,7 +518,7 @@ func TestStreamableHTTP(t *testing.T) {
 		}
 		return ""
 	}
-	set, err := Connect(context.Background(), []httptool.MCPServer{{
+	set, err := Connect(context.Background(), []toolsfile.MCPServer{{
 		Name: "remote", URL: proxy.URL + "/mcp",
 		Headers: map[string]string{"Authorization": `Bearer {{env "EVERY_TOKEN"}}`},
 	}}, &Options{Env: env})
@@ -546,7 +547,7 @@ func TestStreamableHTTP(t *testing.T) {
 		t.Errorf("log value shows the header: %s", s)
 	}
 	// Without the header the server is refused: a connect error without the secret.
-	_, err = Connect(context.Background(), []httptool.MCPServer{{Name: "remote", URL: proxy.URL + "/mcp",
+	_, err = Connect(context.Background(), []toolsfile.MCPServer{{Name: "remote", URL: proxy.URL + "/mcp",
 		Headers: map[string]string{"Authorization": `Bearer {{env "EVERY_TOKEN"}}`}}},
 		&Options{Env: func(string) string { return "wrong-token-value" }})
 	if err == nil || strings.Contains(err.Error(), "wrong-token-value") {
@@ -574,7 +575,7 @@ func TestReconnectFailsNotSent(t *testing.T) {
 	if err := os.WriteFile(script, []byte("exec \"$NODE\" \"$SERVER\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	set, err := Connect(context.Background(), []httptool.MCPServer{{
+	set, err := Connect(context.Background(), []toolsfile.MCPServer{{
 		Name: "memory", Command: "/bin/sh", Args: []string{script},
 		Env: map[string]string{"NODE": p.Node, "SERVER": p.Memory, "MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "g.jsonl")},
 	}}, nil)

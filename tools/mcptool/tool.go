@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/docketrun/docket/tools"
-	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // KeyMeta is the _meta field of every tools/call request that carries the
@@ -34,7 +34,7 @@ type Tool struct {
 	name    string // the tool's MCP name
 	spec    tools.Spec
 	output  []string // JSON Pointer tokens selecting the recorded output
-	lookup  *httptool.MCPLookup
+	lookup  *toolsfile.MCPLookup
 	lookOut []string
 	// Why says how the class was chosen ("tools file", "trusted readOnlyHint",
 	// "default"), for docket tools check and logs.
@@ -82,12 +82,12 @@ func newTool(s *server, mt *mcp.Tool) (tools.Tool, error) {
 		t.spec.VisibilityLag = ft.VisibilityLag
 		t.spec.Approval = ft.Approval
 		t.spec.Compensate = ft.Compensate
-		if t.output, err = splitPointer(ft.Output); err != nil {
+		if t.output, err = toolsfile.SplitPointer(ft.Output); err != nil {
 			return nil, fmt.Errorf("tool %q: output: %v", mt.Name, err)
 		}
 		if ft.Lookup != nil {
 			t.lookup = ft.Lookup
-			if t.lookOut, err = splitPointer(ft.Lookup.Output); err != nil {
+			if t.lookOut, err = toolsfile.SplitPointer(ft.Lookup.Output); err != nil {
 				return nil, fmt.Errorf("tool %q: lookup output: %v", mt.Name, err)
 			}
 		}
@@ -105,7 +105,7 @@ func newTool(s *server, mt *mcp.Tool) (tools.Tool, error) {
 }
 
 // classify picks a tool's effect class (see the package doc).
-func classify(trust bool, ft httptool.MCPTool, classified bool, a *mcp.ToolAnnotations) (tools.Class, string) {
+func classify(trust bool, ft toolsfile.MCPTool, classified bool, a *mcp.ToolAnnotations) (tools.Class, string) {
 	switch {
 	case classified:
 		return ft.Effect, "tools file"
@@ -297,21 +297,6 @@ func selectValue(raw json.RawMessage, ptr []string) (json.RawMessage, error) {
 		}
 	}
 	return json.Marshal(v)
-}
-
-// splitPointer parses a JSON Pointer (RFC 6901); "" is the whole value.
-func splitPointer(p string) ([]string, error) {
-	if p == "" {
-		return nil, nil
-	}
-	if !strings.HasPrefix(p, "/") {
-		return nil, fmt.Errorf("bad JSON Pointer %q: must start with /", p)
-	}
-	toks := strings.Split(p[1:], "/")
-	for i, t := range toks {
-		toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
-	}
-	return toks, nil
 }
 
 // nonEmpty reports whether v is a non-empty array or object.

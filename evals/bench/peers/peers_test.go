@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/testextra"
 )
 
 // The test binary is also the child: Run re-executes it with childEnv set.

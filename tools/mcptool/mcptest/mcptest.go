@@ -9,9 +9,9 @@
 //
 // When Node.js or the servers at the pinned versions are missing, Servers
 // skips the test with one line saying what to do, or fails it where extras are
-// required (CI=true or DOCKET_REQUIRE_EXTRAS=1: see internal/testextra).
+// required (CI=true or DOCKET_REQUIRE_EXTRAS=1: see evals/testextra).
 //
-// Imports: the standard library and internal/testextra.
+// Imports: the standard library and evals/testextra.
 package mcptest
 
 import (
@@ -23,7 +23,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/testextra"
 )
 
 // InstallCommand installs the servers where Servers looks for them; run it at

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/testextra"
 	"github.com/docketrun/docket/tools/mcptool/mcptest"
 )
 

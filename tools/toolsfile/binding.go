@@ -1,4 +1,4 @@
-package httptool
+package toolsfile
 
 import (
 	"crypto/sha256"
@@ -36,30 +36,30 @@ type httpBinding struct {
 	Lookup    *requestBinding `json:"lookup,omitempty"`
 }
 
-func (r *request) binding() *requestBinding {
+func (r *Request) binding() *requestBinding {
 	if r == nil {
 		return nil
 	}
-	b := &requestBinding{Method: r.method, URL: r.urlSrc, Body: r.bodySrc}
-	if len(r.headers) > 0 {
+	b := &requestBinding{Method: r.Method, URL: r.URL.String(), Body: r.BodySrc}
+	if len(r.Headers) > 0 {
 		b.Headers = map[string]string{}
-		for _, h := range r.headers {
-			b.Headers[h.name] = bindingValue(h.name, h.value.src)
+		for _, h := range r.Headers {
+			b.Headers[h.Name] = bindingValue(h.Name, h.Value.String())
 		}
 	}
 	return b
 }
 
 // binding is the tool's tools.Spec.Binding.
-func (d *toolDef) binding() json.RawMessage {
-	b := httpBinding{Kind: "http", Request: d.call.binding(), Output: d.output}
-	if d.keyHeader != "" {
-		b.KeyHeader = http.CanonicalHeaderKey(d.keyHeader)
+func (d *Tool) binding() json.RawMessage {
+	b := httpBinding{Kind: "http", Request: d.Request.binding(), Output: d.Output}
+	if d.KeyHeader != "" {
+		b.KeyHeader = http.CanonicalHeaderKey(d.KeyHeader)
 	}
-	if d.lookup != nil {
-		b.Lookup = d.lookup.req.binding()
+	if d.Lookup != nil {
+		b.Lookup = d.Lookup.Request.binding()
 		if b.Lookup != nil {
-			b.Lookup.Found, b.Lookup.Output = d.lookup.found, d.lookup.output
+			b.Lookup.Found, b.Lookup.Output = d.Lookup.Found, d.Lookup.Output
 		}
 	}
 	return mustJSON(b)
@@ -128,7 +128,7 @@ func bindingValue(name, src string) string {
 func mustJSON(v any) json.RawMessage {
 	data, err := json.Marshal(v)
 	if err != nil {
-		panic(fmt.Sprintf("httptool: encoding a binding: %v", err)) // strings, maps and valid JSON only
+		panic(fmt.Sprintf("toolsfile: encoding a binding: %v", err)) // strings, maps and valid JSON only
 	}
 	return data
 }

@@ -1,4 +1,4 @@
-package httptool
+package toolsfile
 
 import _ "embed"
 

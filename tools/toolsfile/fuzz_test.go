@@ -1,4 +1,4 @@
-package httptool
+package toolsfile
 
 import (
 	"os"
@@ -29,8 +29,8 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for _, tl := range file.Tools {
-			if tl.Spec().Name == "" || !tl.Spec().Class.Valid() {
-				t.Fatalf("accepted a tool without name or class: %+v", tl.Spec())
+			if tl.Spec.Name == "" || !tl.Spec.Class.Valid() {
+				t.Fatalf("accepted a tool without name or class: %+v", tl.Spec)
 			}
 		}
 	})
@@ -43,17 +43,17 @@ func FuzzTemplate(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		tm, err := parseTemplate(s)
+		tm, err := ParseTemplate(s)
 		if err != nil {
 			return
 		}
-		d := &renderData{args: map[string]any{"a": "x"}, key: "k", env: map[string]string{}}
-		out := tm.render(d)
+		d := &Data{Args: map[string]any{"a": "x"}, Key: "k", Env: map[string]string{}}
+		out := tm.Render(d)
 		if !strings.Contains(s, "{{") && out != s {
 			t.Fatalf("literal template %q rendered as %q", s, out)
 		}
-		if u, err := parseURLTemplate(s); err == nil {
-			_ = u.renderURL(d)
+		if u, err := ParseURLTemplate(s); err == nil {
+			_ = u.RenderURL(d)
 		}
 	})
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/testextra"
 )
 
 // recorder is a testing.TB that records how the test was ended.

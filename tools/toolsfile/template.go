@@ -1,4 +1,4 @@
-package httptool
+package toolsfile
 
 import (
 	"encoding/json"
@@ -8,14 +8,14 @@ import (
 	"strings"
 )
 
-// A template is text with actions in double braces:
+// A Template is text with actions in double braces:
 //
 //	{{.field}}       the argument named field ({{.a.b}} for a nested field)
 //	{{key}}          the action's idempotency key
 //	{{env "NAME"}}   the environment variable NAME, read when the file is loaded
 //
 // Nothing else is allowed inside braces. Templates are parsed once, at load.
-type template struct {
+type Template struct {
 	src   string
 	parts []part
 }
@@ -51,10 +51,10 @@ var (
 	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// parseTemplate parses s. Errors quote the template (which never holds a
+// ParseTemplate parses s. Errors quote the Template (which never holds a
 // secret: secrets come from {{env}} and are only read later).
-func parseTemplate(s string) (*template, error) {
-	t := &template{src: s}
+func ParseTemplate(s string) (*Template, error) {
+	t := &Template{src: s}
 	rest := s
 	offset := 0
 	for {
@@ -109,15 +109,22 @@ func parseAction(inner string) (part, error) {
 	return part{}, fmt.Errorf(`unknown action (want {{.field}}, {{key}} or {{env "NAME"}})`)
 }
 
-// single reports whether t is exactly one action and nothing else.
-func (t *template) single() (part, bool) {
-	if len(t.parts) == 1 && t.parts[0].kind != litPart {
-		return t.parts[0], true
+// String returns the template as written (it never holds an environment
+// value: those are read only when rendering).
+func (t *Template) String() string { return t.src }
+
+// Field reports whether t is exactly one {{.field}} action and nothing else,
+// and returns its path. In a JSON body such a string becomes the argument's
+// JSON value, type kept (see RenderBody).
+func (t *Template) Field() ([]string, bool) {
+	if len(t.parts) == 1 && t.parts[0].kind == fieldPart {
+		return t.parts[0].field, true
 	}
-	return part{}, false
+	return nil, false
 }
 
-func (t *template) hasKey() bool {
+// HasKey reports whether t uses {{key}}.
+func (t *Template) HasKey() bool {
 	for _, p := range t.parts {
 		if p.kind == keyPart {
 			return true
@@ -126,16 +133,16 @@ func (t *template) hasKey() bool {
 	return false
 }
 
-// renderData is what a template is rendered with.
-type renderData struct {
-	args map[string]any    // decoded arguments (numbers as json.Number)
-	key  string            // action key
-	env  map[string]string // values read at load
+// Data is what a template is rendered with.
+type Data struct {
+	Args map[string]any    // decoded arguments (numbers as json.Number)
+	Key  string            // the action's key
+	Env  map[string]string // environment values read at load (Tool.Env)
 }
 
-// lookupField returns the argument at path; ok is false when it is absent.
-func (d *renderData) lookupField(path []string) (any, bool) {
-	var cur any = d.args
+// Field returns the argument at path; ok is false when it is absent.
+func (d *Data) Field(path []string) (any, bool) {
+	var cur any = d.Args
 	for _, p := range path {
 		m, ok := cur.(map[string]any)
 		if !ok {
@@ -168,8 +175,10 @@ func text(v any) string {
 	return string(b)
 }
 
-// render renders t as text, escaping each action's value as its part says.
-func (t *template) render(d *renderData) string {
+// Render renders t as text: each action's value (an argument as text:
+// strings as they are, numbers and booleans as JSON, absent or null as "",
+// objects and arrays as compact JSON), escaped as its place in a URL says.
+func (t *Template) Render(d *Data) string {
 	var b strings.Builder
 	for _, p := range t.parts {
 		var s string
@@ -178,11 +187,11 @@ func (t *template) render(d *renderData) string {
 			b.WriteString(p.lit)
 			continue
 		case keyPart:
-			s = d.key
+			s = d.Key
 		case envPart:
-			s = d.env[p.env]
+			s = d.Env[p.env]
 		case fieldPart:
-			v, ok := d.lookupField(p.field)
+			v, ok := d.Field(p.field)
 			if !ok && p.esc == escQuery {
 				b.WriteByte(absentMark) // see dropAbsent
 				continue
@@ -204,11 +213,11 @@ func (t *template) render(d *renderData) string {
 // it cannot come from a value (query escaping turns a NUL into %00).
 const absentMark = 0
 
-// renderURL renders a URL template. In the query, a parameter whose value is
+// RenderURL renders a URL Template. In the query, a parameter whose value is
 // exactly an absent argument ("&limit={{.limit}}" without limit) is left out;
 // an absent argument inside other text is empty.
-func (t *template) renderURL(d *renderData) string {
-	s := t.render(d)
+func (t *Template) RenderURL(d *Data) string {
+	s := t.Render(d)
 	if strings.IndexByte(s, absentMark) < 0 {
 		return s
 	}
@@ -234,8 +243,8 @@ func (t *template) renderURL(d *renderData) string {
 	return out + strings.ReplaceAll(frag, "\x00", "")
 }
 
-// fields returns every argument path the template names.
-func (t *template) fields() [][]string {
+// Fields returns every argument path the Template names.
+func (t *Template) Fields() [][]string {
 	var out [][]string
 	for _, p := range t.parts {
 		if p.kind == fieldPart {
@@ -245,8 +254,8 @@ func (t *template) fields() [][]string {
 	return out
 }
 
-// envs returns every environment variable the template reads.
-func (t *template) envs() []string {
+// Envs returns every environment variable the Template reads.
+func (t *Template) Envs() []string {
 	var out []string
 	for _, p := range t.parts {
 		if p.kind == envPart {
@@ -256,13 +265,13 @@ func (t *template) envs() []string {
 	return out
 }
 
-// parseURLTemplate parses a URL template and decides how each action is
+// ParseURLTemplate parses a URL Template and decides how each action is
 // escaped: an {{env}} at the very start, or inside the scheme and host, is
 // inserted verbatim (a base URL from the environment); arguments and the key
 // are refused there. In the path a value is one path segment (PathEscape: a
 // "/" in it cannot change the path); after "?" it is query-escaped.
-func parseURLTemplate(s string) (*template, error) {
-	t, err := parseTemplate(s)
+func ParseURLTemplate(s string) (*Template, error) {
+	t, err := ParseTemplate(s)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +317,7 @@ func urlContext(prefix string) escaping {
 // actions (as in an MCP server's headers), with env. An unset variable is an
 // error naming it.
 func ExpandEnv(s string, env func(string) string) (string, error) {
-	t, err := parseTemplate(s)
+	t, err := ParseTemplate(s)
 	if err != nil {
 		return "", err
 	}
@@ -325,5 +334,60 @@ func ExpandEnv(s string, env func(string) string) (string, error) {
 			return "", fmt.Errorf("template %q: only {{env \"NAME\"}} is allowed here", s)
 		}
 	}
-	return t.render(&renderData{env: values}), nil
+	return t.Render(&Data{Env: values}), nil
+}
+
+// RenderBody fills a body template (Request.Body): a string that is exactly one action
+// becomes the value (an argument keeps its JSON type; an absent argument
+// drops its object member, or is null in an array); other strings are text.
+func RenderBody(v any, d *Data) any {
+	switch v := v.(type) {
+	case *Template:
+		if path, ok := v.Field(); ok {
+			x, _ := d.Field(path)
+			return x
+		}
+		return v.Render(d)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			if tm, ok := x.(*Template); ok {
+				if path, ok := tm.Field(); ok {
+					if _, present := d.Field(path); !present {
+						continue
+					}
+				}
+			}
+			out[k] = RenderBody(x, d)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = RenderBody(x, d)
+		}
+		return out
+	}
+	return v
+}
+
+// SplitPointer parses an RFC 6901 JSON Pointer (an output or lookup output)
+// into its reference tokens, unescaped; "" is the whole value (no tokens).
+func SplitPointer(p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("bad JSON pointer %q: must be empty or start with \"/\"", p)
+	}
+	toks := strings.Split(p[1:], "/")
+	for i, tk := range toks {
+		for j := 0; j < len(tk); j++ {
+			if tk[j] == '~' && (j+1 >= len(tk) || (tk[j+1] != '0' && tk[j+1] != '1')) {
+				return nil, fmt.Errorf("bad JSON pointer %q: \"~\" must be followed by 0 or 1", p)
+			}
+		}
+		toks[i] = strings.ReplaceAll(strings.ReplaceAll(tk, "~1", "/"), "~0", "~")
+	}
+	return toks, nil
 }

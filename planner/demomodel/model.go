@@ -1,7 +1,7 @@
 // Package demomodel is a scripted language model for docket's demo mode: an
 // OpenAI-compatible chat-completions endpoint that speaks the real wire format
 // (tool definitions in, tool calls out) and plans customer onboardings against
-// the demo world's tools (internal/demoworld), so `docket serve` works out of
+// the demo world's tools (evals/demoworld), so `docket serve` works out of
 // the box without a model endpoint.
 //
 // It understands goals such as "onboard ACME: create the CRM contact, invoice

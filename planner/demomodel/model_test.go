@@ -12,9 +12,9 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/docketrun/docket/internal/demomodel"
-	"github.com/docketrun/docket/internal/demoworld"
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/planner/demomodel"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 )
