@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 )
+
+// eventInlineMax is the largest output (or args) inlined in an event.
+const eventInlineMax = 64 << 10
 
 type opKind int
 
@@ -41,21 +43,23 @@ var opNames = [...]string{"none", "claim", "succeed", "fail", "needs_review", "r
 // below. Apply commits ops atomically per call (all in one transaction, shared
 // with other callers' ops by group commit) and durably before returning.
 type Op struct {
-	kind                     opKind
-	runID, actionID, key     string
-	tool, msg, by, eventType string
-	args, output, data       json.RawMessage
-	n                        int
-	retryable                bool
-	res                      Resolution
-	row                      Action
-	status                   RunStatus
-	run                      Run
-	planJSON                 []byte
-	planHash                 string
-	rows                     []Action
-	big                      *bigValue                  // args (or row.Args) when large, named by the caller (large.go)
-	blobs                    map[string]json.RawMessage // a revision's large values by blob name
+	kind                 opKind
+	runID, actionID, key string
+	tool, msg, by        string
+	eventType            EventType
+	args, output, data   json.RawMessage
+	n                    int
+	retryable            bool
+	res                  Resolution
+	row                  Action
+	status               RunStatus
+	run                  Run
+	planJSON             []byte
+	planRefs             map[string]string // action index -> blob name of large args in planJSON
+	planHash             string
+	rows                 []Action
+	big                  *bigValue                  // args (or row.Args) when large, named by the caller (large.go)
+	blobs                map[string]json.RawMessage // a revision's large values by blob name
 }
 
 // Result is the outcome of one Op: Err is nil, a *ConflictError, or another
@@ -177,17 +181,15 @@ func AddUndo(runID string, row Action) Op {
 // SetRunStatus moves a run to status with an event of type eventType (e.g.
 // "run.paused", "run.completed") carrying data; errMsg is stored in Run.Error.
 // If the run already has that status and eventType is "", nothing is written.
-func SetRunStatus(runID string, status RunStatus, eventType, errMsg string, data json.RawMessage) Op {
+func SetRunStatus(runID string, status RunStatus, eventType EventType, errMsg string, data json.RawMessage) Op {
 	return Op{kind: opSetRunStatus, runID: runID, status: status, eventType: eventType, msg: errMsg, data: data}
 }
 
 // Note appends an event without a state change (e.g. "run.awaiting_approval",
 // "action.attempt_failed" for an unclaimed lookup wait).
-func Note(runID, eventType, actionID string, data json.RawMessage) Op {
+func Note(runID string, eventType EventType, actionID string, data json.RawMessage) Op {
 	return Op{kind: opNote, runID: runID, eventType: eventType, actionID: actionID, data: data}
 }
-
-func (l *Ledger) now() time.Time { return l.cfg.Clock.Now().UTC() }
 
 // opFail builds an op-level error Result (nothing written by the op).
 func errResult(err error) Result { return Result{Err: err} }
@@ -325,7 +327,7 @@ func (b *batch) evalOpRefs(o Op) (Result, error) {
 // events do not rewrite the header: readers take the later of the header's
 // UpdatedAt and the run's last event (see readRun).
 func (b *batch) touch(run storedRun) error {
-	run.UpdatedAt = b.l.now()
+	run.UpdatedAt = b.now()
 	return b.putRun(run)
 }
 
@@ -416,8 +418,8 @@ func (b *batch) claim(o Op) (Result, error) {
 	if has {
 		switch {
 		case rec.State == StatusPending && rec.Attempt == o.n-1:
-		case rec.State == StatusClaimed && rec.Attempt == o.n-1 && rec.Owner != b.l.incarnation:
-		case rec.State == StatusClaimed && rec.Owner == b.l.incarnation:
+		case rec.State == StatusClaimed && rec.Attempt == o.n-1 && rec.Owner != b.tx.Incarnation():
+		case rec.State == StatusClaimed && rec.Owner == b.tx.Incarnation():
 			return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "claim in flight in this process"), nil
 		case rec.State == StatusPending || rec.State == StatusClaimed:
 			return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "attempt %d does not follow %d", o.n, rec.Attempt), nil
@@ -438,13 +440,13 @@ func (b *batch) claim(o Op) (Result, error) {
 	} else if o.n != 1 {
 		return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "key has no record: the first claim is attempt 1, not %d", o.n), nil
 	}
-	now := b.l.now()
+	now := b.now()
 	args, err := b.stash(o.runID, o.args, o.big) // one blob for the key record and the row
 	if err != nil {
 		return Result{}, err
 	}
 	rec = KeyRecord{Key: o.key, RunID: o.runID, ActionID: o.actionID, Tool: o.tool, Args: args,
-		State: StatusClaimed, Attempt: o.n, Owner: b.l.incarnation, ClaimedAt: now, UpdatedAt: now}
+		State: StatusClaimed, Attempt: o.n, Owner: b.tx.Incarnation(), ClaimedAt: now, UpdatedAt: now}
 	if err := b.putKeyRec(rec, !has); err != nil {
 		return Result{}, err
 	}
@@ -455,7 +457,7 @@ func (b *batch) claim(o Op) (Result, error) {
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(o.runID, "action.claimed", o.actionID, obj("attempt", o.n, "key", o.key)); err != nil {
+	if err := b.event(o.runID, EventActionClaimed, o.actionID, obj("attempt", o.n, "key", o.key)); err != nil {
 		return Result{}, err
 	}
 	return Result{Action: row.action(o.runID), Key: rec}, nil
@@ -467,8 +469,8 @@ func (b *batch) outcome(o Op) (Result, error) {
 		return errResult(err), nil
 	}
 	if o.kind == opSucceed {
-		if len(o.output) > b.l.cfg.MaxOutputBytes {
-			return errResult(fmt.Errorf("%w: output of %d bytes exceeds %d", ErrTooLarge, len(o.output), b.l.cfg.MaxOutputBytes)), nil
+		if len(o.output) > b.tx.MaxOutputBytes() {
+			return errResult(fmt.Errorf("%w: output of %d bytes exceeds %d", ErrTooLarge, len(o.output), b.tx.MaxOutputBytes())), nil
 		}
 		if err := validJSON("output", o.output, true); err != nil {
 			return errResult(err), nil
@@ -537,23 +539,23 @@ func (b *batch) outcome(o Op) (Result, error) {
 	if rec.State != StatusClaimed || rec.Attempt != o.n {
 		return b.conflict(o, runID, rec.ActionID, o.key, rec, rowp, "attempt %d is not claimed", o.n), nil
 	}
-	rec.State, rec.UpdatedAt = want, b.l.now()
+	rec.State, rec.UpdatedAt = want, b.now()
 	rec.Output, rec.Error, rec.Retryable = nil, "", false
-	var evType string
+	var evType EventType
 	var data json.RawMessage
 	switch o.kind {
 	case opSucceed:
 		rec.Output = o.output
-		evType, data = "action.succeeded", outputData(o.output)
+		evType, data = EventActionSucceeded, outputData(o.output)
 	case opNeedsReview:
 		rec.Error = o.msg
-		evType, data = "action.needs_review", obj("attempt", o.n, "reason", o.msg)
+		evType, data = EventActionNeedsReview, obj("attempt", o.n, "reason", o.msg)
 	case opFail:
 		rec.Error, rec.Retryable = o.msg, o.retryable
-		evType = "action.failed"
+		evType = EventActionFailed
 		outcome := "failed"
 		if o.retryable {
-			evType, outcome = "action.attempt_failed", "retryable"
+			evType, outcome = EventActionAttemptFailed, "retryable"
 		}
 		if extra == nil {
 			extra = map[string]json.RawMessage{}
@@ -602,8 +604,8 @@ func (b *batch) resolve(o Op) (Result, error) {
 		return errResult(fmt.Errorf("%w: a resolution is exactly one of done, retry, skip", ErrInvalid)), nil
 	}
 	if r.Done != nil {
-		if len(r.Done) > b.l.cfg.MaxOutputBytes {
-			return errResult(fmt.Errorf("%w: output of %d bytes exceeds %d", ErrTooLarge, len(r.Done), b.l.cfg.MaxOutputBytes)), nil
+		if len(r.Done) > b.tx.MaxOutputBytes() {
+			return errResult(fmt.Errorf("%w: output of %d bytes exceeds %d", ErrTooLarge, len(r.Done), b.tx.MaxOutputBytes())), nil
 		}
 		if err := validJSON("output", r.Done, true); err != nil {
 			return errResult(err), nil
@@ -636,7 +638,7 @@ func (b *batch) resolve(o Op) (Result, error) {
 		}
 		return b.conflict(o, o.runID, o.actionID, row.Key, rec, &row, "action is not in needs_review"), nil
 	}
-	rec.State, rec.UpdatedAt, rec.Retryable = want, b.l.now(), false
+	rec.State, rec.UpdatedAt, rec.Retryable = want, b.now(), false
 	data := obj("resolution", resolution, "by", r.By)
 	switch {
 	case r.Done != nil:
@@ -653,11 +655,11 @@ func (b *batch) resolve(o Op) (Result, error) {
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(o.runID, "action.resolved", o.actionID, data); err != nil {
+	if err := b.event(o.runID, EventActionResolved, o.actionID, data); err != nil {
 		return Result{}, err
 	}
 	if r.Skip {
-		if err := b.event(o.runID, "action.skipped", o.actionID, obj("reason", "resolved by "+r.By)); err != nil {
+		if err := b.event(o.runID, EventActionSkipped, o.actionID, obj("reason", "resolved by "+r.By)); err != nil {
 			return Result{}, err
 		}
 	}
@@ -691,7 +693,7 @@ func (b *batch) review(o Op) (Result, error) {
 	refuse := func() (Result, error) {
 		return b.conflict(o, o.runID, o.actionID, row.Key, rec, &row, "action is %s", row.Status), nil
 	}
-	var evType string
+	var evType EventType
 	var data json.RawMessage
 	recChanged := false
 	switch o.kind {
@@ -716,7 +718,7 @@ func (b *batch) review(o Op) (Result, error) {
 			return Result{}, err
 		}
 		row.Status, row.ApprovedArgs = StatusApproved, args
-		evType, data = "action.approved", obj("by", o.by)
+		evType, data = EventActionApproved, obj("by", o.by)
 	case opReject:
 		if row.Status == StatusRejected {
 			return done()
@@ -725,7 +727,7 @@ func (b *batch) review(o Op) (Result, error) {
 			return refuse()
 		}
 		row.Status, row.Error, row.ApprovedArgs = StatusRejected, o.msg, nil
-		evType, data = "action.rejected", obj("reason", o.msg, "by", o.by)
+		evType, data = EventActionRejected, obj("reason", o.msg, "by", o.by)
 	case opEdit:
 		if unclaimed {
 			same, err := b.sameArgs(o.runID, row.Args, o.args, o.big)
@@ -744,7 +746,7 @@ func (b *batch) review(o Op) (Result, error) {
 			return Result{}, err
 		}
 		row.Status, row.Args, row.ApprovedArgs = StatusPending, args, nil
-		evType, data = "action.edited", argsData(o.args, "by", o.by)
+		evType, data = EventActionEdited, argsData(o.args, "by", o.by)
 	case opSkip:
 		if row.Status == StatusSkipped {
 			return done()
@@ -755,9 +757,9 @@ func (b *batch) review(o Op) (Result, error) {
 		}
 		row.Status = StatusSkipped
 		if retryPending {
-			rec.State, rec.UpdatedAt, recChanged = StatusSkipped, b.l.now(), true
+			rec.State, rec.UpdatedAt, recChanged = StatusSkipped, b.now(), true
 		}
-		evType, data = "action.skipped", obj("reason", o.msg)
+		evType, data = EventActionSkipped, obj("reason", o.msg)
 	case opCompensated:
 		if row.Status == StatusCompensated {
 			return done()
@@ -767,9 +769,9 @@ func (b *batch) review(o Op) (Result, error) {
 		}
 		row.Status = StatusCompensated
 		if row.Key != "" && rec.State == StatusSucceeded {
-			rec.State, rec.UpdatedAt, recChanged = StatusCompensated, b.l.now(), true
+			rec.State, rec.UpdatedAt, recChanged = StatusCompensated, b.now(), true
 		}
-		evType = "action.compensated"
+		evType = EventActionCompensated
 	}
 	if recChanged {
 		if err := b.putKeyRec(rec, false); err != nil {
@@ -918,10 +920,12 @@ func (b *batch) putRows(runID string, rev int, rows []Action) error {
 		}
 		stored[i] = r
 	}
-	b.put(rowsBlobKey(runID, rev), newRowsBlob(stored), encodeRows(stored))
+	if err := b.tx.PutRows(runID, rev, stored); err != nil {
+		return err
+	}
 	for _, a := range rows {
 		if a.Status == StatusApproved {
-			if err := b.event(runID, "action.approved", a.ID, obj("by", "policy")); err != nil {
+			if err := b.event(runID, EventActionApproved, a.ID, obj("by", "policy")); err != nil {
 				return err
 			}
 		}
@@ -941,7 +945,7 @@ func (b *batch) createRun(o Op) (Result, error) {
 		}
 		return Result{run: have.Run}, nil
 	}
-	now := b.l.now()
+	now := b.now()
 	r := storedRun{Run: o.run, Rows: len(o.rows)}
 	r.Status = RunStatus(cmpOr(string(r.Status), string(RunRunning)))
 	r.Revision, r.PlanHash, r.RevHash, r.Error = 1, o.planHash, o.planHash, ""
@@ -955,11 +959,13 @@ func (b *batch) createRun(o Op) (Result, error) {
 	if err := b.putBlobs(r.ID, o.blobs); err != nil {
 		return Result{}, err
 	}
-	b.put(planKey(r.ID, 1), nil, o.planJSON)
-	if err := b.event(r.ID, "run.created", "", obj("goal", r.Goal, "policy", r.Policy)); err != nil {
+	if err := b.tx.PutPlan(r.ID, 1, o.planJSON, o.planRefs); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(r.ID, "plan.recorded", "", obj("revision", 1, "plan_hash", o.planHash, "actions", len(o.rows))); err != nil {
+	if err := b.event(r.ID, EventRunCreated, "", obj("goal", r.Goal, "policy", r.Policy)); err != nil {
+		return Result{}, err
+	}
+	if err := b.event(r.ID, EventPlanRecorded, "", obj("revision", 1, "plan_hash", o.planHash, "actions", len(o.rows))); err != nil {
 		return Result{}, err
 	}
 	if err := b.putRows(r.ID, 1, o.rows); err != nil {
@@ -997,8 +1003,10 @@ func (b *batch) addRevision(o Op) (Result, error) {
 	if err := b.putBlobs(o.runID, o.blobs); err != nil {
 		return Result{}, err
 	}
-	b.put(planKey(o.runID, rev), nil, o.planJSON)
-	if err := b.event(o.runID, "run.replayed", "", obj("revision", rev, "plan_hash", o.planHash, "actions", len(o.rows))); err != nil {
+	if err := b.tx.PutPlan(o.runID, rev, o.planJSON, o.planRefs); err != nil {
+		return Result{}, err
+	}
+	if err := b.event(o.runID, EventRunReplayed, "", obj("revision", rev, "plan_hash", o.planHash, "actions", len(o.rows))); err != nil {
 		return Result{}, err
 	}
 	if err := b.putRows(o.runID, rev, o.rows); err != nil {
@@ -1008,18 +1016,16 @@ func (b *batch) addRevision(o Op) (Result, error) {
 }
 
 func (b *batch) memo(o Op) (Result, error) {
-	k := memoKey(o.runID, o.msg)
-	if e, ok := b.lookup(k); ok {
-		return Result{memo: e.val}, nil
-	}
-	raw, ok, err := b.getRaw(k)
+	raw, ok, err := b.tx.Memo(o.runID, o.msg)
 	if err != nil {
 		return Result{}, err
 	}
 	if ok {
 		return Result{memo: raw}, nil
 	}
-	b.put(k, nil, bytes.Clone(o.data))
+	if err := b.tx.PutMemo(o.runID, o.msg, bytes.Clone(o.data)); err != nil {
+		return Result{}, err
+	}
 	return Result{memo: o.data}, nil
 }
 

@@ -49,12 +49,12 @@ func (b *batch) setPause(o Op) (Result, error) {
 			Msg: fmt.Sprintf("the run is %s", run.Status)}}, nil
 	}
 	pausedByPerson := run.Status == RunPaused && run.PausedBy != ""
-	var evType string
+	var evType EventType
 	if o.by != "" {
 		if pausedByPerson {
 			return Result{run: run.Run}, nil
 		}
-		run.Status, run.PausedBy, evType = RunPaused, o.by, "run.paused"
+		run.Status, run.PausedBy, evType = RunPaused, o.by, EventRunPaused
 	} else {
 		if !pausedByPerson {
 			if run.PausedBy != "" { // left over from a pause that another status change ended
@@ -65,7 +65,7 @@ func (b *batch) setPause(o Op) (Result, error) {
 			}
 			return Result{run: run.Run}, nil
 		}
-		run.Status, run.PausedBy, evType = o.status, "", "run.resumed"
+		run.Status, run.PausedBy, evType = o.status, "", EventRunResumed
 	}
 	if err := b.touch(run); err != nil {
 		return Result{}, err

@@ -77,14 +77,3 @@ func (l *Local) Value(key any, mk func() any) any {
 type Backuper interface {
 	Backup(ctx context.Context, w io.Writer) error
 }
-
-var (
-	_ Store    = (*Ledger)(nil)
-	_ Backuper = (*Ledger)(nil)
-)
-
-// Now is the ledger's clock (Config.Clock), in UTC.
-func (l *Ledger) Now() time.Time { return l.now() }
-
-// Local is the handle's process-local state.
-func (l *Ledger) Local() *Local { return &l.local }

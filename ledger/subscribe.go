@@ -6,22 +6,25 @@ import (
 	"sync"
 )
 
-// hub fans committed events out to live subscriptions. publish never blocks:
-// a subscription whose queue is full is ended with ErrLagged.
-type hub struct {
+// Hub fans committed events out to live subscriptions, for every backend:
+// a backend publishes each commit's events after the commit is durable and
+// serves Subscribe with it. Publish never blocks: a subscription whose queue
+// is full is ended with ErrLagged. The zero value is ready to use.
+type Hub struct {
 	mu     sync.Mutex
 	subs   map[string]map[*Subscription]struct{}
 	closed bool
 	wg     sync.WaitGroup // subscription goroutines
 }
 
-func (h *hub) init() { h.subs = make(map[string]map[*Subscription]struct{}) }
-
-func (h *hub) add(s *Subscription) error {
+func (h *Hub) add(s *Subscription) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return ErrClosed
+	}
+	if h.subs == nil {
+		h.subs = make(map[string]map[*Subscription]struct{})
 	}
 	m := h.subs[s.runID]
 	if m == nil {
@@ -33,7 +36,7 @@ func (h *hub) add(s *Subscription) error {
 	return nil
 }
 
-func (h *hub) remove(s *Subscription) {
+func (h *Hub) remove(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if m := h.subs[s.runID]; m != nil {
@@ -44,7 +47,9 @@ func (h *hub) remove(s *Subscription) {
 	}
 }
 
-func (h *hub) publish(events []Event) {
+// Publish delivers committed events (in seq order per run) to the
+// subscriptions of their runs.
+func (h *Hub) Publish(events []Event) {
 	if len(events) == 0 {
 		return
 	}
@@ -62,7 +67,9 @@ func (h *hub) publish(events []Event) {
 	}
 }
 
-func (h *hub) closeAll(err error) {
+// CloseAll ends every subscription with err and refuses new ones; it
+// returns once their goroutines are done.
+func (h *Hub) CloseAll(err error) {
 	h.mu.Lock()
 	h.closed = true
 	for _, m := range h.subs {
@@ -110,29 +117,29 @@ func (s *Subscription) Err() error {
 // Close ends the subscription. C is closed soon after.
 func (s *Subscription) Close() { s.end(nil) }
 
-// Subscribe delivers the backlog after seq `after` and then live events. A slow
-// reader never blocks writers: when more than Config.SubscriberBuffer live
-// events wait for it, it is ended with ErrLagged instead. Errors: ErrNotFound
-// (no such run), ErrClosed.
-func (l *Ledger) Subscribe(ctx context.Context, runID string, after uint64) (*Subscription, error) {
-	if _, err := l.GetRun(ctx, runID); err != nil {
-		return nil, err
-	}
+// EventsFunc reads a run's stored events after seq after (a Store's Events).
+type EventsFunc func(ctx context.Context, runID string, after uint64, limit int) ([]Event, error)
+
+// Subscribe delivers the backlog after seq `after` (read with events) and
+// then live events (Publish). A slow reader never blocks writers: when more
+// than buffer live events wait for it, it is ended with ErrLagged instead.
+// The caller checks that the run exists first. Errors: ErrClosed.
+func (h *Hub) Subscribe(ctx context.Context, runID string, after uint64, buffer int, events EventsFunc) (*Subscription, error) {
 	c := make(chan Event)
-	s := &Subscription{C: c, runID: runID, c: c, live: make(chan Event, l.cfg.SubscriberBuffer), stop: make(chan struct{})}
+	s := &Subscription{C: c, runID: runID, c: c, live: make(chan Event, buffer), stop: make(chan struct{})}
 	// Register before reading the backlog: every event committed after this
 	// point is queued live; every event before it is in the store.
-	if err := l.hub.add(s); err != nil {
+	if err := h.add(s); err != nil {
 		return nil, err
 	}
-	go l.serve(ctx, s, after)
+	go h.serve(ctx, s, after, events)
 	return s, nil
 }
 
-func (l *Ledger) serve(ctx context.Context, s *Subscription, last uint64) {
-	defer l.hub.wg.Done()
+func (h *Hub) serve(ctx context.Context, s *Subscription, last uint64, events EventsFunc) {
+	defer h.wg.Done()
 	defer close(s.c)
-	defer l.hub.remove(s)
+	defer h.remove(s)
 	send := func(ev Event) bool {
 		select {
 		case s.c <- ev:
@@ -147,7 +154,7 @@ func (l *Ledger) serve(ctx context.Context, s *Subscription, last uint64) {
 	// catchUp delivers stored events after last, up to seq `upto` (0: all).
 	catchUp := func(upto uint64) bool {
 		for {
-			evs, err := l.Events(ctx, s.runID, last, 256)
+			evs, err := events(ctx, s.runID, last, 256)
 			if err != nil {
 				s.end(fmt.Errorf("ledger: subscription backlog: %w", err))
 				return false

@@ -36,7 +36,7 @@ func (b *batch) setToolsHash(o Op) (Result, error) {
 	if err := b.touch(run); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(o.runID, "run.tools_changed", "", obj("from", from, "to", o.msg)); err != nil {
+	if err := b.event(o.runID, EventRunToolsChanged, "", obj("from", from, "to", o.msg)); err != nil {
 		return Result{}, err
 	}
 	return Result{run: run.Run}, nil

@@ -20,6 +20,13 @@ var (
 	ErrInvalid = errors.New("ledger: invalid argument")
 )
 
+// ErrNoSpace: the file system of a durable store's data directory has too little free space
+// for the ledger to write safely. Nothing of the refused write was applied
+// and nothing acknowledged earlier is lost: free space and retry (a process
+// that opened the directory while it was full reads but does not write until
+// it opens it again).
+var ErrNoSpace = errors.New("ledger: no space left")
+
 // ErrLagged ends a subscription whose reader fell behind; resubscribe with the
 // last seq it saw.
 var ErrLagged = errors.New("ledger: subscriber fell behind")
@@ -58,9 +65,11 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 // Clock gives the time; tests pin it.
 type Clock interface{ Now() time.Time }
 
-type realClock struct{}
+// RealClock is the system clock, every store's default.
+type RealClock struct{}
 
-func (realClock) Now() time.Time { return time.Now() }
+// Now is time.Now.
+func (RealClock) Now() time.Time { return time.Now() }
 
 // Status is an action status (DESIGN.md).
 type Status string
@@ -155,7 +164,7 @@ type KeyRecord struct {
 type Event struct {
 	Seq      uint64          `json:"seq"`
 	RunID    string          `json:"run_id"`
-	Type     string          `json:"type"`
+	Type     EventType       `json:"type"`
 	ActionID string          `json:"action_id,omitempty"`
 	At       time.Time       `json:"at"`
 	Data     json.RawMessage `json:"data,omitempty"`

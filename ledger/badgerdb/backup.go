@@ -1,4 +1,4 @@
-package ledger
+package badgerdb
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/docketrun/docket/ledger"
 )
 
 // Errors of Backup and Restore, tested with errors.Is.
@@ -52,7 +54,7 @@ func (l *Ledger) Backup(ctx context.Context, w io.Writer) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
-		return ErrClosed
+		return ledger.ErrClosed
 	}
 	hdr := append([]byte(backupMagic), byte(len(formatVersion)))
 	hdr = append(hdr, formatVersion...)
@@ -214,19 +216,19 @@ func readBackupHeader(r io.Reader) error {
 	var h [len(backupMagic) + 1]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: not a docket ledger backup (stream shorter than its header)", ErrFormat)
+			return fmt.Errorf("%w: not a docket ledger backup (stream shorter than its header)", ledger.ErrFormat)
 		}
 		return fmt.Errorf("ledger: reading backup header: %w", err)
 	}
 	if string(h[:len(backupMagic)]) != backupMagic {
-		return fmt.Errorf("%w: not a docket ledger backup (bad magic %q)", ErrFormat, h[:len(backupMagic)])
+		return fmt.Errorf("%w: not a docket ledger backup (bad magic %q)", ledger.ErrFormat, h[:len(backupMagic)])
 	}
 	v := make([]byte, h[len(backupMagic)])
 	if _, err := io.ReadFull(r, v); err != nil {
 		return fmt.Errorf("%w: backup header cut short", ErrCorrupt)
 	}
 	if string(v) != formatVersion {
-		return fmt.Errorf("%w: backup has format %q, this build reads %q", ErrFormat, v, formatVersion)
+		return fmt.Errorf("%w: backup has format %q, this build reads %q", ledger.ErrFormat, v, formatVersion)
 	}
 	return nil
 }
@@ -240,7 +242,7 @@ func readBackupHeader(r io.Reader) error {
 // or damaged), ErrInvalid, the context's error, r's error.
 func Restore(ctx context.Context, dir string, r io.Reader, cfg Config) (err error) {
 	if dir == "" {
-		return fmt.Errorf("%w: restore needs a target directory", ErrInvalid)
+		return fmt.Errorf("%w: restore needs a target directory", ledger.ErrInvalid)
 	}
 	dir = filepath.Clean(dir)
 	cfg.Dir = dir
@@ -337,7 +339,7 @@ func checkRestored(db *badger.DB) error {
 		return fmt.Errorf("ledger: checking the restored ledger: %w", err)
 	}
 	if string(v) != formatVersion {
-		return fmt.Errorf("%w: backup data has format %q, this build reads %q", ErrFormat, v, formatVersion)
+		return fmt.Errorf("%w: backup data has format %q, this build reads %q", ledger.ErrFormat, v, formatVersion)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package ledger_test
+package badgerdb_test
 
 import (
 	"bytes"
@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
 // makeRun records a run of n actions and drives action i: 0 succeeded, 1
 // failed, 2 claimed, the rest pending. It returns the actions' keys.
-func makeRun(t *testing.T, l *ledger.Ledger, runID string, n int) {
+func makeRun(t *testing.T, l *badgerdb.Ledger, runID string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	p := &plan.Plan{Goal: "goal of " + runID}
@@ -70,7 +71,7 @@ type runState struct {
 	Memo   json.RawMessage
 }
 
-func readRunState(t *testing.T, l *ledger.Ledger, runID string) runState {
+func readRunState(t *testing.T, l *badgerdb.Ledger, runID string) runState {
 	t.Helper()
 	ctx := context.Background()
 	doc, err := l.Doc(ctx, runID)
@@ -100,7 +101,7 @@ func readRunState(t *testing.T, l *ledger.Ledger, runID string) runState {
 	return s
 }
 
-func allRuns(t *testing.T, l *ledger.Ledger) []ledger.Run {
+func allRuns(t *testing.T, l *badgerdb.Ledger) []ledger.Run {
 	t.Helper()
 	var out []ledger.Run
 	after := ""
@@ -123,7 +124,7 @@ func allRuns(t *testing.T, l *ledger.Ledger) []ledger.Run {
 func TestBackupRestoreWhileWriting(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	src := openBadger(t, ledger.Config{Dir: filepath.Join(root, "src")})
+	src := openBadger(t, badgerdb.Config{Dir: filepath.Join(root, "src")})
 	fixed := []string{"run-a", "run-b", "run-c"}
 	for _, id := range fixed {
 		makeRun(t, src, id, 4)
@@ -196,10 +197,10 @@ func TestBackupRestoreWhileWriting(t *testing.T) {
 	}
 
 	dstDir := filepath.Join(root, "dst")
-	if err := ledger.Restore(ctx, dstDir, bytes.NewReader(buf.Bytes()), ledger.Config{}); err != nil {
+	if err := badgerdb.Restore(ctx, dstDir, bytes.NewReader(buf.Bytes()), badgerdb.Config{}); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
-	dst := openBadger(t, ledger.Config{Dir: dstDir})
+	dst := openBadger(t, badgerdb.Config{Dir: dstDir})
 	for _, id := range fixed {
 		if got := readRunState(t, dst, id); !reflect.DeepEqual(jsonOf(t, got), jsonOf(t, want[id])) {
 			t.Errorf("run %s after restore:\n got %s\nwant %s", id, jsonOf(t, got), jsonOf(t, want[id]))
@@ -225,7 +226,7 @@ func TestBackupRestoreWhileWriting(t *testing.T) {
 		last := map[string]string{}
 		for _, ev := range got.Events {
 			if ev.ActionID != "" {
-				last[ev.ActionID] = ev.Type
+				last[ev.ActionID] = string(ev.Type)
 			}
 		}
 		for _, a := range got.Doc.Actions {
@@ -279,7 +280,7 @@ func jsonOf(t *testing.T, v any) string {
 // backupOf returns a small ledger's backup stream.
 func backupOf(t *testing.T) []byte {
 	t.Helper()
-	l := openBadger(t, ledger.Config{Dir: t.TempDir()})
+	l := openBadger(t, badgerdb.Config{Dir: t.TempDir()})
 	makeRun(t, l, "run-1", 3)
 	var buf bytes.Buffer
 	if err := l.Backup(context.Background(), &buf); err != nil {
@@ -312,7 +313,7 @@ func TestRestoreRefusesNonEmptyTarget(t *testing.T) {
 	ctx := context.Background()
 
 	existing := t.TempDir()
-	l := openBadger(t, ledger.Config{Dir: existing})
+	l := openBadger(t, badgerdb.Config{Dir: existing})
 	makeRun(t, l, "mine", 1)
 	before := readRunState(t, l, "mine")
 	if err := l.Close(); err != nil {
@@ -323,12 +324,12 @@ func TestRestoreRefusesNonEmptyTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{existing, stray, filepath.Join(stray, "notes.txt")} {
-		err := ledger.Restore(ctx, dir, bytes.NewReader(stream), ledger.Config{})
-		if !errors.Is(err, ledger.ErrNotEmpty) {
+		err := badgerdb.Restore(ctx, dir, bytes.NewReader(stream), badgerdb.Config{})
+		if !errors.Is(err, badgerdb.ErrNotEmpty) {
 			t.Errorf("Restore into %s: %v, want ErrNotEmpty", dir, err)
 		}
 	}
-	l = openBadger(t, ledger.Config{Dir: existing})
+	l = openBadger(t, badgerdb.Config{Dir: existing})
 	if got := readRunState(t, l, "mine"); !reflect.DeepEqual(jsonOf(t, got), jsonOf(t, before)) {
 		t.Errorf("existing ledger changed by a refused restore")
 	}
@@ -338,10 +339,10 @@ func TestRestoreRefusesNonEmptyTarget(t *testing.T) {
 
 	// An existing empty directory is fine.
 	empty := t.TempDir()
-	if err := ledger.Restore(ctx, empty, bytes.NewReader(stream), ledger.Config{}); err != nil {
+	if err := badgerdb.Restore(ctx, empty, bytes.NewReader(stream), badgerdb.Config{}); err != nil {
 		t.Fatalf("Restore into an empty directory: %v", err)
 	}
-	r := openBadger(t, ledger.Config{Dir: empty})
+	r := openBadger(t, badgerdb.Config{Dir: empty})
 	if _, err := r.Doc(ctx, "run-1"); err != nil {
 		t.Fatalf("restored run: %v", err)
 	}
@@ -367,8 +368,8 @@ func TestRestoreTruncatedOrCorrupt(t *testing.T) {
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ledger")
-			err := ledger.Restore(context.Background(), dir, bytes.NewReader(data), ledger.Config{})
-			if !errors.Is(err, ledger.ErrCorrupt) {
+			err := badgerdb.Restore(context.Background(), dir, bytes.NewReader(data), badgerdb.Config{})
+			if !errors.Is(err, badgerdb.ErrCorrupt) {
 				t.Fatalf("Restore: %v, want ErrCorrupt", err)
 			}
 			t.Logf("error: %v", err)
@@ -391,7 +392,7 @@ func TestRestoreRefusesForeignStream(t *testing.T) {
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ledger")
-			err := ledger.Restore(context.Background(), dir, bytes.NewReader(data), ledger.Config{})
+			err := badgerdb.Restore(context.Background(), dir, bytes.NewReader(data), badgerdb.Config{})
 			if !errors.Is(err, ledger.ErrFormat) {
 				t.Fatalf("Restore: %v, want ErrFormat", err)
 			}
@@ -403,7 +404,7 @@ func TestRestoreRefusesForeignStream(t *testing.T) {
 
 func TestBackupClosed(t *testing.T) {
 	t.Parallel()
-	l := openBadger(t, ledger.Config{Dir: t.TempDir()})
+	l := openBadger(t, badgerdb.Config{Dir: t.TempDir()})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

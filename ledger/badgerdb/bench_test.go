@@ -1,4 +1,4 @@
-package ledger_test
+package badgerdb_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -78,9 +79,9 @@ func pct(d []time.Duration, p float64) time.Duration {
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
 // benchLedger opens a ledger in a fresh directory.
-func benchLedger(b *testing.B) (*ledger.Ledger, string) {
+func benchLedger(b *testing.B) (*badgerdb.Ledger, string) {
 	dir := b.TempDir()
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: filepath.Join(dir, "db")})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: filepath.Join(dir, "db")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func benchLedger(b *testing.B) (*ledger.Ledger, string) {
 // actionRun is a run whose actions are driven in order, the way the executor
 // drives a chain: Claim(a1), then Apply(Succeed(a_i), Claim(a_i+1)).
 type actionRun struct {
-	l    *ledger.Ledger
+	l    *badgerdb.Ledger
 	id   string
 	n, i int
 	out  json.RawMessage
@@ -99,7 +100,7 @@ type actionRun struct {
 
 const benchRunActions = 1000
 
-func newActionRun(tb testing.TB, l *ledger.Ledger, id string, out json.RawMessage) *actionRun {
+func newActionRun(tb testing.TB, l *badgerdb.Ledger, id string, out json.RawMessage) *actionRun {
 	p := &plan.Plan{Goal: id}
 	for i := 1; i <= benchRunActions; i++ {
 		p.Actions = append(p.Actions, plan.Action{ID: fmt.Sprintf("a%d", i), Tool: "t", Args: json.RawMessage(`{}`)})
@@ -255,7 +256,7 @@ func BenchmarkConcurrentActions64(b *testing.B) {
 }
 
 // fillRun records n succeeded actions (outputs of outBytes) in run id, in big Applies.
-func fillRun(tb testing.TB, l *ledger.Ledger, id string, n, outBytes int) {
+func fillRun(tb testing.TB, l *badgerdb.Ledger, id string, n, outBytes int) {
 	ctx := context.Background()
 	p := &plan.Plan{Goal: id}
 	for i := 1; i <= n; i++ {

@@ -1,4 +1,4 @@
-package ledger
+package badgerdb
 
 import (
 	"bytes"
@@ -7,15 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/docketrun/docket/ledger"
 )
 
 // request is one Apply call (or CreateRun, AddRevision, Memo) waiting for the
 // committer.
 type request struct {
-	ops         []Op
-	results     []Result
+	ops         []ledger.Op
+	results     []ledger.Result
 	err         error // for the request as a whole: nothing of it was applied
 	done        chan struct{}
 	committedIn uint64 // commit number that carried it (0: nothing written)
@@ -30,6 +33,8 @@ type entry struct {
 	size int64
 }
 
+var _ ledger.Tx = (*batch)(nil)
+
 // overlay is a set of pending writes over the committed store.
 type overlay struct {
 	m      map[string]*entry
@@ -37,7 +42,7 @@ type overlay struct {
 	size   int64
 	count  int64
 	seqs   map[string]uint64 // last assigned event seq per run
-	events []Event
+	events []ledger.Event
 }
 
 func newOverlay() overlay {
@@ -165,16 +170,16 @@ func (b *batch) put(key []byte, obj any, val []byte) {
 	b.cur.put(&entry{key: key, val: val, obj: obj, size: estimate(key, val)})
 }
 
-func (b *batch) run(runID string) (storedRun, bool, error) {
+func (b *batch) Run(runID string) (ledger.RunRecord, bool, error) {
 	k := runKey(runID)
 	if e, ok := b.lookup(k); ok {
-		return e.obj.(storedRun), true, nil
+		return e.obj.(ledger.RunRecord), true, nil
 	}
 	raw, ok, err := b.getRaw(k)
 	if !ok || err != nil {
-		return storedRun{}, false, err
+		return ledger.RunRecord{}, false, err
 	}
-	var r storedRun
+	var r ledger.RunRecord
 	if _, err := decode(raw, &r); err != nil {
 		return r, false, fmt.Errorf("ledger: run %q: %w", runID, err)
 	}
@@ -182,8 +187,8 @@ func (b *batch) run(runID string) (storedRun, bool, error) {
 	return r, true, nil
 }
 
-func (b *batch) putRun(r storedRun) error {
-	prev, existed, err := b.run(r.ID)
+func (b *batch) PutRun(r ledger.RunRecord) error {
+	prev, existed, err := b.Run(r.ID)
 	if err != nil {
 		return err
 	}
@@ -203,14 +208,14 @@ func (b *batch) putRun(r storedRun) error {
 // row returns a row of a revision: its row record if the row changed since
 // the revision was recorded, else its initial state from the revision's rows
 // blob.
-func (b *batch) row(runID string, rev int, actionID string) (storedRow, bool, error) {
+func (b *batch) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool, error) {
 	k := rowKey(runID, rev, actionID)
 	if e, ok := b.lookup(k); ok {
-		return e.obj.(storedRow), true, nil
+		return e.obj.(ledger.RowRecord), true, nil
 	}
 	raw, ok, err := b.getRaw(k)
 	if err != nil {
-		return storedRow{}, false, err
+		return ledger.RowRecord{}, false, err
 	}
 	if ok {
 		r, err := decodeRow(raw)
@@ -222,22 +227,22 @@ func (b *batch) row(runID string, rev int, actionID string) (storedRow, bool, er
 	}
 	blob, err := b.initialRows(runID, rev)
 	if err != nil || blob == nil {
-		return storedRow{}, false, err
+		return ledger.RowRecord{}, false, err
 	}
 	i, ok := blob.index[actionID]
 	if !ok {
-		return storedRow{}, false, nil
+		return ledger.RowRecord{}, false, nil
 	}
 	return blob.rows[i], true, nil
 }
 
 // rowsBlob is a revision's rows as recorded, decoded and indexed.
 type rowsBlob struct {
-	rows  []storedRow
+	rows  []ledger.RowRecord
 	index map[string]int
 }
 
-func newRowsBlob(rows []storedRow) *rowsBlob {
+func newRowsBlob(rows []ledger.RowRecord) *rowsBlob {
 	b := &rowsBlob{rows: rows, index: make(map[string]int, len(rows))}
 	for i, r := range rows {
 		b.index[r.ID] = i
@@ -291,12 +296,12 @@ func (b *batch) initialRows(runID string, rev int) (*rowsBlob, error) {
 	return rb, nil
 }
 
-func (b *batch) putRow(runID string, rev int, r storedRow) error {
+func (b *batch) PutRow(runID string, rev int, r ledger.RowRecord) error {
 	b.put(rowKey(runID, rev, r.ID), r, encodeRow(r))
 	return nil
 }
 
-func (b *batch) keyRun(key string) (string, bool, error) {
+func (b *batch) KeyRun(key string) (string, bool, error) {
 	k := keyIdxKey(key)
 	if e, ok := b.lookup(k); ok {
 		return string(e.val), true, nil
@@ -308,14 +313,14 @@ func (b *batch) keyRun(key string) (string, bool, error) {
 	return string(raw), ok, err
 }
 
-func (b *batch) keyRec(runID, key string) (KeyRecord, bool, error) {
+func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
 	k := keyRecKey(runID, key)
 	if e, ok := b.lookup(k); ok {
-		return e.obj.(KeyRecord), true, nil
+		return e.obj.(ledger.KeyRecord), true, nil
 	}
 	raw, ok, err := b.getRaw(k)
 	if !ok || err != nil {
-		return KeyRecord{}, false, err
+		return ledger.KeyRecord{}, false, err
 	}
 	rec, err := decodeKeyRec(raw)
 	if err != nil {
@@ -325,7 +330,7 @@ func (b *batch) keyRec(runID, key string) (KeyRecord, bool, error) {
 	return rec, true, nil
 }
 
-func (b *batch) putKeyRec(rec KeyRecord, isNew bool) error {
+func (b *batch) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
 	v, err := encodeKeyRec(rec)
 	if err != nil {
 		return err
@@ -334,6 +339,48 @@ func (b *batch) putKeyRec(rec KeyRecord, isNew bool) error {
 	if isNew {
 		b.put(keyIdxKey(rec.Key), nil, []byte(rec.RunID))
 	}
+	return nil
+}
+
+// Now is the ledger's clock, in UTC (ledger.Tx).
+func (b *batch) Now() time.Time { return b.l.now() }
+
+// Incarnation is the owner of claims made through this handle (ledger.Tx).
+func (b *batch) Incarnation() string { return b.l.incarnation }
+
+// MaxOutputBytes is Config.MaxOutputBytes (ledger.Tx).
+func (b *batch) MaxOutputBytes() int { return b.l.cfg.MaxOutputBytes }
+
+// PutRows records a revision's initial rows as one record (so that a plan of
+// any size is one record: large ones go to the value log); rows that change
+// later get their own row records, which take precedence (ledger.Tx).
+func (b *batch) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
+	b.put(rowsBlobKey(runID, rev), newRowsBlob(rows), encodeRows(rows))
+	return nil
+}
+
+// PutPlan records a plan revision (immutable) (ledger.Tx).
+func (b *batch) PutPlan(runID string, rev int, planJSON []byte, argRefs map[string]string) error {
+	v, err := planRecord(planJSON, argRefs)
+	if err != nil {
+		return err
+	}
+	b.put(planKey(runID, rev), nil, v)
+	return nil
+}
+
+// Memo returns the memo (runID, name) as this batch sees it (ledger.Tx).
+func (b *batch) Memo(runID, name string) (json.RawMessage, bool, error) {
+	k := memoKey(runID, name)
+	if e, ok := b.lookup(k); ok {
+		return e.val, true, nil
+	}
+	return b.getRaw(k)
+}
+
+// PutMemo writes a memo (ledger.Tx).
+func (b *batch) PutMemo(runID, name string, v json.RawMessage) error {
+	b.put(memoKey(runID, name), nil, v)
 	return nil
 }
 
@@ -372,7 +419,7 @@ func loadLastSeq(txn *badger.Txn, runID string) (uint64, error) {
 	}
 	k := it.Item().Key()
 	if len(k) != len(prefix)+8 {
-		return 0, fmt.Errorf("%w: malformed event key", ErrFormat)
+		return 0, fmt.Errorf("%w: malformed event key", ledger.ErrFormat)
 	}
 	return beUint64(k[len(prefix):]), nil
 }
@@ -385,13 +432,13 @@ func beUint64(b []byte) uint64 {
 	return v
 }
 
-// event appends an event to the run's log in this batch.
-func (b *batch) event(runID, typ, actionID string, data json.RawMessage) error {
+// AppendEvent appends an event to the run's log in this batch (ledger.Tx).
+func (b *batch) AppendEvent(runID string, typ ledger.EventType, actionID string, data json.RawMessage) error {
 	last, err := b.lastSeq(runID)
 	if err != nil {
 		return err
 	}
-	ev := Event{Seq: last + 1, RunID: runID, Type: typ, ActionID: actionID, At: b.l.now(), Data: data}
+	ev := ledger.Event{Seq: last + 1, RunID: runID, Type: typ, ActionID: actionID, At: b.Now(), Data: data}
 	v, err := encodeEvent(ev)
 	if err != nil {
 		return err
@@ -425,20 +472,21 @@ func (b *batch) fits() bool {
 // the ops of this one call exceed one transaction, a disk error): then no op
 // was applied. Once submitted, Apply waits for the commit even if ctx ends, so
 // a caller never mistakes a committed claim for a lost one.
-func (l *Ledger) Apply(ctx context.Context, ops ...Op) ([]Result, error) {
+func (l *Ledger) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	for i, o := range ops {
-		if o.kind == opNone {
-			return nil, fmt.Errorf("%w: op %d was not built with a constructor", ErrInvalid, i)
-		}
+	if err := ledger.Check(ops); err != nil {
+		return ledger.FailedResults(len(ops), err), err
 	}
 	req := &request{ops: ops, done: make(chan struct{})}
 	if err := l.submit(ctx, req); err != nil {
-		return nil, err
+		return ledger.FailedResults(len(ops), err), err
 	}
-	return req.results, req.err
+	if req.err != nil {
+		return ledger.FailedResults(len(ops), req.err), req.err
+	}
+	return req.results, nil
 }
 
 func (l *Ledger) submit(ctx context.Context, req *request) error {
@@ -448,7 +496,7 @@ func (l *Ledger) submit(ctx context.Context, req *request) error {
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
-		return ErrClosed
+		return ledger.ErrClosed
 	}
 	select {
 	case l.reqCh <- req:
@@ -544,7 +592,7 @@ func (l *Ledger) commitLoop() {
 				}
 				if err == nil {
 					err = fmt.Errorf("%w: the ops of one Apply exceed one transaction (%d bytes estimated, limit %d)",
-						ErrTooLarge, size, l.maxBatchSize)
+						ledger.ErrTooLarge, size, l.maxBatchSize)
 				}
 				r.err = err
 				l.ack(r, 0, 0)
@@ -626,7 +674,7 @@ func (l *Ledger) writer(writes <-chan *flight, done chan<- struct{}) {
 		if l.cfg.AfterSync != nil {
 			l.cfg.AfterSync()
 		}
-		l.hub.publish(f.b.base.events)
+		l.hub.Publish(f.b.base.events)
 		for _, r := range f.in {
 			l.ack(r, n, n)
 		}
@@ -662,21 +710,21 @@ func (l *Ledger) ack(r *request, committedIn, synced uint64) {
 func translate(err error) error {
 	switch {
 	case errors.Is(err, badger.ErrDBClosed):
-		return ErrClosed
+		return ledger.ErrClosed
 	case errors.Is(err, badger.ErrTxnTooBig):
-		return fmt.Errorf("%w: %v", ErrTooLarge, err)
-	case isNoSpaceErr(err) && !errors.Is(err, ErrNoSpace):
-		return fmt.Errorf("%w: %v", ErrNoSpace, err)
+		return fmt.Errorf("%w: %v", ledger.ErrTooLarge, err)
+	case isNoSpaceErr(err) && !errors.Is(err, ledger.ErrNoSpace):
+		return fmt.Errorf("%w: %v", ledger.ErrNoSpace, err)
 	}
 	return err
 }
 
 // evalRequest evaluates a request's ops into b.cur. An error here is for the
 // request as a whole (an encoding or read failure).
-func (b *batch) evalRequest(r *request) ([]Result, error) {
-	results := make([]Result, len(r.ops))
+func (b *batch) evalRequest(r *request) ([]ledger.Result, error) {
+	results := make([]ledger.Result, len(r.ops))
 	for i, o := range r.ops {
-		res, err := b.evalOp(o)
+		res, err := ledger.Eval(b, o)
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package ledger_test
+package badgerdb_test
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -73,7 +74,7 @@ func crashKey(run string, i int) string {
 func crashChild(dir, seed string) int {
 	s, _ := strconv.ParseUint(seed, 10, 64)
 	ctx := context.Background()
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child open:", err)
 		return 3
@@ -279,7 +280,7 @@ func (st *ackState) record(t *testing.T, line string) {
 func (st *ackState) verify(t *testing.T, dir string, seed uint64, round int) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatalf("round %d (seed %d): reopen: %v", round, seed, err)
 	}
@@ -354,7 +355,7 @@ func (st *ackState) verify(t *testing.T, dir string, seed uint64, round int) {
 
 // holdChild opens dir and holds it until stdin closes.
 func holdChild(dir string) int {
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: dir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hold:", err)
 		return 1
@@ -370,11 +371,11 @@ func holdChild(dir string) int {
 func TestLocked(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ledger.Open(ctx, ledger.Config{Dir: dir}); !errors.Is(err, ledger.ErrLocked) {
+	if _, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir}); !errors.Is(err, ledger.ErrLocked) {
 		t.Fatalf("second Open in the same process: %v, want ErrLocked", err)
 	}
 	if err := l.Close(); err != nil {
@@ -405,7 +406,7 @@ func TestLocked(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("holder did not open the directory")
 	}
-	_, err = ledger.Open(ctx, ledger.Config{Dir: dir})
+	_, err = badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if !errors.Is(err, ledger.ErrLocked) || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("Open while another process holds the directory: %v, want ErrLocked", err)
 	}
@@ -413,7 +414,7 @@ func TestLocked(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("holder: %v", err)
 	}
-	l, err = ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err = badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatalf("Open after the holder exited: %v", err)
 	}

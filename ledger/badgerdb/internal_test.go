@@ -1,4 +1,4 @@
-package ledger
+package badgerdb
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -48,7 +49,7 @@ func TestAckAfterSync(t *testing.T) {
 	for i := 0; i < 64; i++ {
 		p.Actions = append(p.Actions, plan.Action{ID: fmt.Sprintf("a%d", i), Tool: "t", Args: json.RawMessage(`{}`)})
 	}
-	if _, _, err := l.CreateRun(ctx, Run{ID: "r"}, p, nil); err != nil {
+	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -59,7 +60,7 @@ func TestAckAfterSync(t *testing.T) {
 			id := fmt.Sprintf("a%d", i)
 			k, _ := plan.Key("r", id, "t", json.RawMessage(`{}`))
 			before := syncs.Load()
-			res, err := l.Apply(ctx, Claim("r", id, "t", k, json.RawMessage(`{}`), 1))
+			res, err := l.Apply(ctx, ledger.Claim("r", id, "t", k, json.RawMessage(`{}`), 1))
 			if err != nil || res[0].Err != nil {
 				t.Errorf("claim: %v %v", err, res)
 				return
@@ -67,7 +68,7 @@ func TestAckAfterSync(t *testing.T) {
 			if syncs.Load() <= before {
 				t.Errorf("claim of %s acknowledged with no sync since it was submitted", id)
 			}
-			if _, err := l.Apply(ctx, Succeed(k, 1, json.RawMessage(`1`))); err != nil {
+			if _, err := l.Apply(ctx, ledger.Succeed(k, 1, json.RawMessage(`1`))); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -98,8 +99,8 @@ func TestFormatVersion(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(ctx, Config{Dir: dir}); !errors.Is(err, ErrFormat) {
-		t.Fatalf("open of format 99: %v, want ErrFormat", err)
+	if _, err := Open(ctx, Config{Dir: dir}); !errors.Is(err, ledger.ErrFormat) {
+		t.Fatalf("open of format 99: %v, want ledger.ErrFormat", err)
 	}
 	// A Badger directory that is not a docket ledger is not adopted either.
 	other := t.TempDir()
@@ -111,21 +112,21 @@ func TestFormatVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := Open(ctx, Config{Dir: other}); !errors.Is(err, ErrFormat) {
-		t.Fatalf("open of a foreign Badger directory: %v, want ErrFormat", err)
+	if _, err := Open(ctx, Config{Dir: other}); !errors.Is(err, ledger.ErrFormat) {
+		t.Fatalf("open of a foreign Badger directory: %v, want ledger.ErrFormat", err)
 	}
 }
 
 func TestOpenValidates(t *testing.T) {
 	for _, cfg := range []Config{{}, {Dir: t.TempDir(), MemTableSize: 1}, {Dir: t.TempDir(), GCInterval: -1}} {
-		if _, err := Open(context.Background(), cfg); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Open(%+v) = %v, want ErrInvalid", cfg, err)
+		if _, err := Open(context.Background(), cfg); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("Open(%+v) = %v, want ledger.ErrInvalid", cfg, err)
 		}
 	}
 }
 
 func TestRecordEncoding(t *testing.T) {
-	rec := KeyRecord{Key: "dk1_x", RunID: "r", State: StatusSucceeded, Attempt: 2, Output: json.RawMessage(`{"a":[1,2]}`)}
+	rec := ledger.KeyRecord{Key: "dk1_x", RunID: "r", State: ledger.StatusSucceeded, Attempt: 2, Output: json.RawMessage(`{"a":[1,2]}`)}
 	b, err := encodeKeyRec(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -142,11 +143,11 @@ func TestRecordEncoding(t *testing.T) {
 }
 
 func TestRowEncoding(t *testing.T) {
-	rows := []storedRow{
-		{ID: "a1", Tool: "t", Class: "keyed", Key: "dk1_x", Status: StatusClaimed, Attempts: 3,
+	rows := []ledger.RowRecord{
+		{ID: "a1", Tool: "t", Class: "keyed", Key: "dk1_x", Status: ledger.StatusClaimed, Attempts: 3,
 			Args: json.RawMessage(`{"a":1}`), DependsOn: []string{"a0", "b"}, Error: "e",
 			ApprovedArgs: json.RawMessage(`{}`), Undo: true, Ord: 7},
-		{ID: "a2", Status: StatusPending},
+		{ID: "a2", Status: ledger.StatusPending},
 	}
 	for _, r := range rows {
 		got, err := decodeRow(encodeRow(r))

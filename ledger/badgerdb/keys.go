@@ -1,10 +1,11 @@
-package ledger
+package badgerdb
 
 import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"strings"
+
+	"github.com/docketrun/docket/ledger"
 )
 
 // Key layout (see doc.go). Every key starts with a one-byte kind and a NUL;
@@ -79,21 +80,6 @@ func memoKey(runID, name string) []byte { return append(runPrefix(kindMemo, runI
 
 func blobKey(runID, hash string) []byte { return append(runPrefix(kindBlob, runID), hash...) }
 
-// validID checks a run id, action id, key or memo name: non-empty, at most
-// 512 bytes, no NUL (NUL separates key components).
-func validID(what, s string) error {
-	if s == "" {
-		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
-	}
-	if len(s) > 512 {
-		return fmt.Errorf("%w: %s longer than 512 bytes", ErrInvalid, what)
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return fmt.Errorf("%w: %s contains NUL", ErrInvalid, what)
-	}
-	return nil
-}
-
 // Records are stored as: a one-byte encoding tag, a uvarint length, that many
 // bytes of JSON metadata, then a raw JSON blob (a key record's output, an
 // event's data) kept out of the metadata so that reading it never re-parses
@@ -115,11 +101,11 @@ func encode(meta any, blob []byte) ([]byte, error) {
 // decode unmarshals the metadata into meta and returns the blob (aliasing b).
 func decode(b []byte, meta any) (blob []byte, err error) {
 	if len(b) < 2 || b[0] != encJSONBlob {
-		return nil, fmt.Errorf("%w: unknown record encoding", ErrFormat)
+		return nil, fmt.Errorf("%w: unknown record encoding", ledger.ErrFormat)
 	}
 	n, k := binary.Uvarint(b[1:])
 	if k <= 0 || uint64(len(b)-1-k) < n {
-		return nil, fmt.Errorf("%w: corrupt record header", ErrFormat)
+		return nil, fmt.Errorf("%w: corrupt record header", ledger.ErrFormat)
 	}
 	start := 1 + k
 	if err := json.Unmarshal(b[start:start+int(n)], meta); err != nil {
@@ -128,54 +114,18 @@ func decode(b []byte, meta any) (blob []byte, err error) {
 	return b[start+int(n):], nil
 }
 
-// storedRun is the run header as stored.
-type storedRun struct {
-	Run
-	Rows    int    `json:"rows"`               // rows of the current revision (next row order)
-	RevHash string `json:"rev_hash,omitempty"` // plan hash of the current revision
-}
-
-// storedRow is a row as stored. Output is not stored here: it lives in the
-// key record (Actions joins them), so an output is written once.
-type storedRow struct {
-	ID           string          `json:"id"`
-	Tool         string          `json:"tool"`
-	Class        string          `json:"class,omitempty"`
-	Key          string          `json:"key,omitempty"`
-	Status       Status          `json:"status"`
-	Attempts     int             `json:"attempts,omitempty"`
-	Args         json.RawMessage `json:"args,omitempty"`
-	DependsOn    []string        `json:"depends_on,omitempty"`
-	Error        string          `json:"error,omitempty"`
-	ApprovedArgs json.RawMessage `json:"approved_args,omitempty"`
-	Undo         bool            `json:"undo,omitempty"`
-	Ord          int             `json:"ord"`
-}
-
-func (r storedRow) action(runID string) Action {
-	return Action{RunID: runID, ID: r.ID, Tool: r.Tool, Class: r.Class, Key: r.Key, Status: r.Status,
-		Attempts: r.Attempts, Args: r.Args, DependsOn: r.DependsOn, Error: r.Error,
-		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo}
-}
-
-func rowFromAction(a Action, ord int) storedRow {
-	return storedRow{ID: a.ID, Tool: a.Tool, Class: a.Class, Key: a.Key, Status: a.Status,
-		Attempts: a.Attempts, Args: a.Args, DependsOn: a.DependsOn, Error: a.Error,
-		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord}
-}
-
 // storedKeyRec is a key record's metadata as stored. Args of largeValue
 // bytes or more are not copied into it: ArgsRef names the content blob that
 // holds them (shared with the row and the plan, large.go) and "args" is null.
 // Records written before ArgsRef existed carry their args inline and read
 // the same way.
 type storedKeyRec struct {
-	KeyRecord
+	ledger.KeyRecord
 	Args    json.RawMessage `json:"args"` // shadows KeyRecord.Args
 	ArgsRef string          `json:"args_ref,omitempty"`
 }
 
-func encodeKeyRec(k KeyRecord) ([]byte, error) {
+func encodeKeyRec(k ledger.KeyRecord) ([]byte, error) {
 	s := storedKeyRec{KeyRecord: k, Args: k.Args}
 	s.KeyRecord.Output, s.KeyRecord.Args = nil, nil
 	if h, ok := refHash(k.Args); ok {
@@ -186,7 +136,7 @@ func encodeKeyRec(k KeyRecord) ([]byte, error) {
 
 // decodeKeyRec decodes a key record; args held in a blob come back as a
 // reference (large.go), which the readers resolve.
-func decodeKeyRec(b []byte) (KeyRecord, error) {
+func decodeKeyRec(b []byte) (ledger.KeyRecord, error) {
 	var s storedKeyRec
 	blob, err := decode(b, &s)
 	k := s.KeyRecord
@@ -196,7 +146,7 @@ func decodeKeyRec(b []byte) (KeyRecord, error) {
 	k.Args = s.Args
 	if s.ArgsRef != "" {
 		if !validHash(s.ArgsRef) {
-			return k, fmt.Errorf("%w: key record names a malformed args blob", ErrFormat)
+			return k, fmt.Errorf("%w: key record names a malformed args blob", ledger.ErrFormat)
 		}
 		k.Args = refOf(s.ArgsRef)
 	}
@@ -206,14 +156,14 @@ func decodeKeyRec(b []byte) (KeyRecord, error) {
 	return k, nil
 }
 
-func encodeEvent(e Event) ([]byte, error) {
+func encodeEvent(e ledger.Event) ([]byte, error) {
 	data := e.Data
 	e.Data = nil
 	return encode(e, data)
 }
 
-func decodeEvent(b []byte) (Event, error) {
-	var e Event
+func decodeEvent(b []byte) (ledger.Event, error) {
+	var e ledger.Event
 	blob, err := decode(b, &e)
 	if err != nil {
 		return e, err

@@ -1,4 +1,4 @@
-package ledger
+package badgerdb
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -58,7 +59,7 @@ func openLarge(t *testing.T, dir string) *Ledger {
 	return l
 }
 
-func apply1(t *testing.T, l *Ledger, o Op) Result {
+func apply1(t *testing.T, l *Ledger, o ledger.Op) ledger.Result {
 	t.Helper()
 	res, err := l.Apply(context.Background(), o)
 	if err != nil {
@@ -80,26 +81,26 @@ func TestLargeArgsStoredOnce(t *testing.T) {
 	const marker = "only-once-7f3c"
 	args := largeArgs(marker, 1<<20)
 	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: args}}}
-	if _, _, err := l.CreateRun(ctx, Run{ID: "r"}, p, []Action{{ID: "a", Tool: "t", Args: args, Status: StatusApproved}}); err != nil {
+	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r"}, p, []ledger.Action{{ID: "a", Tool: "t", Args: args, Status: ledger.StatusApproved}}); err != nil {
 		t.Fatal(err)
 	}
 	key, err := plan.Key("r", "a", "t", args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := apply1(t, l, Claim("r", "a", "t", key, args, 1))
+	claim := apply1(t, l, ledger.Claim("r", "a", "t", key, args, 1))
 	if claim.Err != nil {
 		t.Fatal(claim.Err)
 	}
 	if !jsonEqual(claim.Action.Args, args) || !jsonEqual(claim.Key.Args, args) || !jsonEqual(claim.Action.ApprovedArgs, args) {
 		t.Fatalf("the claim's result does not carry the args (%d, %d, %d bytes)", len(claim.Action.Args), len(claim.Key.Args), len(claim.Action.ApprovedArgs))
 	}
-	if res := apply1(t, l, Succeed(key, 1, json.RawMessage(`{"ok": true}`))); res.Err != nil || !jsonEqual(res.Action.Args, args) || !jsonEqual(res.Key.Args, args) {
+	if res := apply1(t, l, ledger.Succeed(key, 1, json.RawMessage(`{"ok": true}`))); res.Err != nil || !jsonEqual(res.Action.Args, args) || !jsonEqual(res.Key.Args, args) {
 		t.Fatalf("succeed: %v, args %d/%d bytes", res.Err, len(res.Action.Args), len(res.Key.Args))
 	}
 	// A second claim conflicts with the succeeded record, which carries the args.
-	res := apply1(t, l, Claim("r", "a", "t", key, args, 2))
-	var ce *ConflictError
+	res := apply1(t, l, ledger.Claim("r", "a", "t", key, args, 2))
+	var ce *ledger.ConflictError
 	if !errors.As(res.Err, &ce) || !jsonEqual(ce.Current.Args, args) {
 		t.Fatalf("claim of a succeeded key: %v (current args %d bytes)", res.Err, len(ce.Current.Args))
 	}
@@ -118,7 +119,7 @@ func TestLargeArgsStoredOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !jsonEqual(acts[0].Args, args) || !jsonEqual(acts[0].ApprovedArgs, args) || acts[0].Status != StatusSucceeded {
+		if !jsonEqual(acts[0].Args, args) || !jsonEqual(acts[0].ApprovedArgs, args) || acts[0].Status != ledger.StatusSucceeded {
 			t.Errorf("%s: Actions: status %s, args %d bytes, approved args %d bytes", when, acts[0].Status, len(acts[0].Args), len(acts[0].ApprovedArgs))
 		}
 		rec, err := l.Key(ctx, key)
@@ -158,16 +159,16 @@ func TestLargeArgsEditedAndApproved(t *testing.T) {
 	defer l.Close()
 	small := json.RawMessage(`{"n": 1}`)
 	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: small}}}
-	if _, _, err := l.CreateRun(ctx, Run{ID: "r"}, p, nil); err != nil {
+	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
 		t.Fatal(err)
 	}
 	const marker = "edited-91ab"
 	big := largeArgs(marker, 256<<10)
 	for i := 0; i < 2; i++ {
-		if res := apply1(t, l, Edit("r", "a", big, "ann")); res.Err != nil || !bytes.Equal(res.Action.Args, big) {
+		if res := apply1(t, l, ledger.Edit("r", "a", big, "ann")); res.Err != nil || !bytes.Equal(res.Action.Args, big) {
 			t.Fatalf("edit %d: %v", i, res.Err)
 		}
-		if res := apply1(t, l, Approve("r", "a", nil, "ann")); res.Err != nil || !bytes.Equal(res.Action.ApprovedArgs, big) {
+		if res := apply1(t, l, ledger.Approve("r", "a", nil, "ann")); res.Err != nil || !bytes.Equal(res.Action.ApprovedArgs, big) {
 			t.Fatalf("approve %d: %v", i, res.Err)
 		}
 	}
@@ -176,7 +177,7 @@ func TestLargeArgsEditedAndApproved(t *testing.T) {
 	if err := json.Indent(&indented, big, "", "  "); err != nil {
 		t.Fatal(err)
 	}
-	if res := apply1(t, l, Approve("r", "a", indented.Bytes(), "ann")); res.Err != nil {
+	if res := apply1(t, l, ledger.Approve("r", "a", indented.Bytes(), "ann")); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	evs, err := l.Events(ctx, "r", 0, 0)
@@ -202,7 +203,7 @@ func TestLargeArgsEditedAndApproved(t *testing.T) {
 		t.Errorf("copies of the edited args by record kind: %v; want one blob", copies)
 	}
 	// Small args are still inlined in the event.
-	if res := apply1(t, l, Edit("r", "a", small, "bob")); res.Err != nil {
+	if res := apply1(t, l, ledger.Edit("r", "a", small, "bob")); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	evs, _ = l.Events(ctx, "r", evs[len(evs)-1].Seq, 0)
@@ -221,11 +222,11 @@ func TestLargeArgsOldRecordsRead(t *testing.T) {
 	l := openLarge(t, dir)
 	args := largeArgs("old-shape-55d2", 128<<10)
 	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: json.RawMessage(`{}`)}}}
-	if _, _, err := l.CreateRun(ctx, Run{ID: "r"}, p, nil); err != nil {
+	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
 		t.Fatal(err)
 	}
 	key, _ := plan.Key("r", "a", "t", args)
-	if res := apply1(t, l, Claim("r", "a", "t", key, json.RawMessage(`{}`), 1)); res.Err != nil {
+	if res := apply1(t, l, ledger.Claim("r", "a", "t", key, json.RawMessage(`{}`), 1)); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	rec, err := l.Key(ctx, key)
@@ -241,14 +242,14 @@ func TestLargeArgsOldRecordsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldPlan, _ := json.Marshal(&plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: args}}})
-	row := storedRow{ID: "a", Tool: "t", Key: key, Status: StatusClaimed, Attempts: 1, Args: args, ApprovedArgs: args}
+	row := ledger.RowRecord{ID: "a", Tool: "t", Key: key, Status: ledger.StatusClaimed, Attempts: 1, Args: args, ApprovedArgs: args}
 	meta, _ := json.Marshal(map[string]any{"key": key, "run_id": "r", "action_id": "a", "tool": "t", "args": args,
 		"state": "claimed", "attempt": 1, "owner": rec.Owner, "claimed_at": rec.ClaimedAt, "updated_at": rec.UpdatedAt})
 	oldRec := binary.AppendUvarint([]byte{encJSONBlob}, uint64(len(meta)))
 	oldRec = append(oldRec, meta...)
 	err = db.Update(func(txn *badger.Txn) error {
 		return errors.Join(txn.Set(planKey("r", 1), oldPlan),
-			txn.Set(rowsBlobKey("r", 1), encodeRows([]storedRow{{ID: "a", Tool: "t", Status: StatusApproved, Args: args, ApprovedArgs: args}})),
+			txn.Set(rowsBlobKey("r", 1), encodeRows([]ledger.RowRecord{{ID: "a", Tool: "t", Status: ledger.StatusApproved, Args: args, ApprovedArgs: args}})),
 			txn.Set(rowKey("r", 1, "a"), encodeRow(row)),
 			txn.Set(keyRecKey("r", key), oldRec))
 	})
@@ -266,15 +267,29 @@ func TestLargeArgsOldRecordsRead(t *testing.T) {
 		t.Fatalf("old key record: %v (%d bytes of args)", err, len(rec.Args))
 	}
 	// The old claim was made by another incarnation: take it over, succeed.
-	res := apply1(t, l, Claim("r", "a", "t", key, args, 2))
+	res := apply1(t, l, ledger.Claim("r", "a", "t", key, args, 2))
 	if res.Err != nil || !bytes.Equal(res.Key.Args, args) {
 		t.Fatalf("claim over an old record: %v", res.Err)
 	}
-	if res := apply1(t, l, Succeed(key, 2, json.RawMessage(`{"ok": true}`))); res.Err != nil {
+	if res := apply1(t, l, ledger.Succeed(key, 2, json.RawMessage(`{"ok": true}`))); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	acts, err := l.Actions(ctx, "r")
-	if err != nil || acts[0].Status != StatusSucceeded || !bytes.Equal(acts[0].Args, args) || !bytes.Equal(acts[0].ApprovedArgs, args) {
+	if err != nil || acts[0].Status != ledger.StatusSucceeded || !bytes.Equal(acts[0].Args, args) || !bytes.Equal(acts[0].ApprovedArgs, args) {
 		t.Fatalf("actions after completing an old record: %v %+v", err, acts)
 	}
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return false
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
 }

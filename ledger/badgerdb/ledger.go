@@ -1,4 +1,4 @@
-package ledger
+package badgerdb
 
 import (
 	"cmp"
@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/docketrun/docket/ledger"
 )
 
 // Config opens a ledger. Zero values take the documented defaults (WithDefaults).
 type Config struct {
 	Dir    string       // data directory (required; created if missing)
 	Logger *slog.Logger // default: slog.Default(); component=ledger is added
-	Clock  Clock        // default: real time
+	Clock  ledger.Clock // default: real time
 	// MaxOutputBytes bounds one recorded output (Succeed, Resolve Done) and a
 	// memo value; larger: ErrTooLarge. Default 17 MiB (16 MiB + headroom).
 	MaxOutputBytes int
@@ -68,7 +70,7 @@ const (
 func (cfg Config) WithDefaults() Config {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = ledger.RealClock{}
 	}
 	cfg.MaxOutputBytes = cmp.Or(cfg.MaxOutputBytes, DefaultMaxOutputBytes)
 	cfg.GCInterval = cmp.Or(cfg.GCInterval, DefaultGCInterval)
@@ -81,17 +83,17 @@ func (cfg Config) WithDefaults() Config {
 func (cfg Config) validate() error {
 	switch {
 	case cfg.Dir == "":
-		return fmt.Errorf("%w: Config.Dir is required", ErrInvalid)
+		return fmt.Errorf("%w: Config.Dir is required", ledger.ErrInvalid)
 	case cfg.MaxOutputBytes < 0 || cfg.MaxOutputBytes > 1<<30:
-		return fmt.Errorf("%w: MaxOutputBytes %d out of range (0..1 GiB)", ErrInvalid, cfg.MaxOutputBytes)
+		return fmt.Errorf("%w: MaxOutputBytes %d out of range (0..1 GiB)", ledger.ErrInvalid, cfg.MaxOutputBytes)
 	case cfg.MemTableSize < 1<<20 || cfg.MemTableSize > 1<<30:
-		return fmt.Errorf("%w: MemTableSize %d out of range (1 MiB..1 GiB)", ErrInvalid, cfg.MemTableSize)
+		return fmt.Errorf("%w: MemTableSize %d out of range (1 MiB..1 GiB)", ledger.ErrInvalid, cfg.MemTableSize)
 	case cfg.GCInterval < 0:
-		return fmt.Errorf("%w: negative GCInterval", ErrInvalid)
+		return fmt.Errorf("%w: negative GCInterval", ledger.ErrInvalid)
 	case cfg.SubscriberBuffer < 1:
-		return fmt.Errorf("%w: SubscriberBuffer must be positive", ErrInvalid)
+		return fmt.Errorf("%w: SubscriberBuffer must be positive", ledger.ErrInvalid)
 	case cfg.MinFreeBytes < 0:
-		return fmt.Errorf("%w: negative MinFreeBytes", ErrInvalid)
+		return fmt.Errorf("%w: negative MinFreeBytes", ledger.ErrInvalid)
 	}
 	return nil
 }
@@ -102,7 +104,7 @@ type Ledger struct {
 	log         *slog.Logger
 	db          *badger.DB
 	incarnation string
-	local       Local // process-local state of this handle (Store.Local)
+	local       ledger.Local // process-local state of this handle (ledger.Store.Local)
 
 	mu     sync.RWMutex // guards closed against Apply's enqueue
 	closed bool
@@ -112,7 +114,7 @@ type Ledger struct {
 	gcStop        chan struct{}
 	gcDone        chan struct{}
 
-	hub   hub
+	hub   ledger.Hub
 	stats stats
 	space *spaceGuard
 
@@ -143,7 +145,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	log := cfg.Logger.With("component", "ledger")
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		if isNoSpaceErr(err) {
-			return nil, fmt.Errorf("%w on %s: creating the data directory: %v", ErrNoSpace, cfg.Dir, err)
+			return nil, fmt.Errorf("%w on %s: creating the data directory: %v", ledger.ErrNoSpace, cfg.Dir, err)
 		}
 		return nil, fmt.Errorf("ledger: creating data directory: %w", err)
 	}
@@ -186,9 +188,9 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if err != nil {
 		switch {
 		case isLockErr(err):
-			return nil, fmt.Errorf("%w: %s", ErrLocked, cfg.Dir)
+			return nil, fmt.Errorf("%w: %s", ledger.ErrLocked, cfg.Dir)
 		case isNoSpaceErr(err):
-			return nil, fmt.Errorf("%w on %s: opening: %v", ErrNoSpace, cfg.Dir, err)
+			return nil, fmt.Errorf("%w on %s: opening: %v", ledger.ErrNoSpace, cfg.Dir, err)
 		}
 		return nil, fmt.Errorf("ledger: opening %s: %w", cfg.Dir, err)
 	}
@@ -225,7 +227,6 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if free, ok := freeBytes(cfg.Dir); ok {
 		space.keepReserve(free, 0, log)
 	}
-	l.hub.init()
 	go l.commitLoop()
 	go l.gcLoop()
 	return l, nil
@@ -319,9 +320,9 @@ func checkFormat(db *badger.DB, readOnly bool) error {
 	case have != nil && string(have) == formatVersion:
 		return nil
 	case have != nil:
-		return fmt.Errorf("%w: directory has format %q, this build reads %q", ErrFormat, have, formatVersion)
+		return fmt.Errorf("%w: directory has format %q, this build reads %q", ledger.ErrFormat, have, formatVersion)
 	case !empty:
-		return fmt.Errorf("%w: directory holds data but no docket format record", ErrFormat)
+		return fmt.Errorf("%w: directory holds data but no docket format record", ledger.ErrFormat)
 	case readOnly:
 		return errEmptyReadOnly
 	}
@@ -340,7 +341,7 @@ func (l *Ledger) Close() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return ErrClosed
+		return ledger.ErrClosed
 	}
 	l.closed = true
 	close(l.reqCh)
@@ -348,7 +349,7 @@ func (l *Ledger) Close() error {
 	<-l.committerDone
 	close(l.gcStop)
 	<-l.gcDone
-	l.hub.closeAll(ErrClosed)
+	l.hub.CloseAll(ledger.ErrClosed)
 	if !l.space.readOnly {
 		// Badger's Close flushes the memtable into a table through a
 		// mapping: on a full file system that store would fault (SIGBUS).
@@ -435,3 +436,27 @@ func (b badgerLogger) Errorf(f string, a ...any)   { b.logf(slog.LevelError, f, 
 func (b badgerLogger) Warningf(f string, a ...any) { b.logf(slog.LevelWarn, f, a...) }
 func (b badgerLogger) Infof(f string, a ...any)    { b.logf(slog.LevelDebug, f, a...) }
 func (b badgerLogger) Debugf(f string, a ...any)   { b.logf(slog.LevelDebug-4, f, a...) }
+
+var (
+	_ ledger.Store    = (*Ledger)(nil)
+	_ ledger.Backuper = (*Ledger)(nil)
+)
+
+// Now is the ledger's clock (Config.Clock), in UTC.
+func (l *Ledger) Now() time.Time { return l.now() }
+
+func (l *Ledger) now() time.Time { return l.cfg.Clock.Now().UTC() }
+
+// Local is the handle's process-local state.
+func (l *Ledger) Local() *ledger.Local { return &l.local }
+
+// Subscribe delivers the backlog after seq `after` and then live events. A slow
+// reader never blocks writers: when more than Config.SubscriberBuffer live
+// events wait for it, it is ended with ErrLagged instead. Errors: ErrNotFound
+// (no such run), ErrClosed.
+func (l *Ledger) Subscribe(ctx context.Context, runID string, after uint64) (*ledger.Subscription, error) {
+	if _, err := l.GetRun(ctx, runID); err != nil {
+		return nil, err
+	}
+	return l.hub.Subscribe(ctx, runID, after, l.cfg.SubscriberBuffer, l.Events)
+}

@@ -1,4 +1,4 @@
-package ledger_test
+package badgerdb_test
 
 import (
 	"context"
@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/ledger/ledgertest"
 )
 
 // openBadger opens a Badger-backed ledger; the suite chooses cfg.Dir.
-func openBadger(t *testing.T, cfg ledger.Config) *ledger.Ledger {
+func openBadger(t *testing.T, cfg badgerdb.Config) *badgerdb.Ledger {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l, err := ledger.Open(context.Background(), cfg)
+	l, err := badgerdb.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -39,14 +40,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Run(t, openBadger)
+	ledgertest.Run(t, func(t *testing.T, c ledgertest.Config) ledger.Store {
+		return openBadger(t, badgerdb.Config{Dir: c.Dir, Clock: c.Clock,
+			SubscriberBuffer: c.SubscriberBuffer, MaxOutputBytes: c.MaxOutputBytes})
+	}, ledgertest.Options{Durable: true, ApplyLimit: true})
 }
 
 // Apply racing Close: every call either commits or gets ErrClosed; none hangs.
 func TestCloseWhileApplying(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +90,7 @@ func TestCloseWhileApplying(t *testing.T) {
 	}
 	wg.Wait()
 	// Everything acknowledged before Close is there.
-	l, err = ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err = badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ledger_test
+package badgerdb_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestSetPauseIsDurableAndOnlyLiftedExplicitly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := openBadger(t, ledger.Config{Dir: dir})
+	l := openBadger(t, badgerdb.Config{Dir: dir})
 	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: []byte(`{}`)}}}
 	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r", Status: ledger.RunRunning, Policy: "safe"}, p,
 		[]ledger.Action{{ID: "a", Tool: "t", Args: []byte(`{}`)}}); err != nil {
@@ -36,7 +37,7 @@ func TestSetPauseIsDurableAndOnlyLiftedExplicitly(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	l = openBadger(t, ledger.Config{Dir: dir})
+	l = openBadger(t, badgerdb.Config{Dir: dir})
 	run, err := l.GetRun(ctx, "r")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func TestSetPauseIsDurableAndOnlyLiftedExplicitly(t *testing.T) {
 	}
 	var types []string
 	for _, e := range evs {
-		types = append(types, e.Type)
+		types = append(types, string(e.Type))
 	}
 	if n := len(types); n < 3 || types[n-3] != "run.paused" || types[n-2] != "run.paused" || types[n-1] != "run.resumed" {
 		t.Fatalf("events %v: want ... run.paused, run.paused, run.resumed", types)
@@ -84,7 +85,7 @@ func TestSetPauseIsDurableAndOnlyLiftedExplicitly(t *testing.T) {
 // (chaos seed 898073905121015326 run 37).
 func TestLeavingPausedClearsPausedBy(t *testing.T) {
 	ctx := context.Background()
-	l := openBadger(t, ledger.Config{Dir: t.TempDir()})
+	l := openBadger(t, badgerdb.Config{Dir: t.TempDir()})
 	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: []byte(`{}`)}}}
 	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r", Status: ledger.RunRunning, Policy: "safe"}, p,
 		[]ledger.Action{{ID: "a", Tool: "t", Args: []byte(`{}`)}}); err != nil {

@@ -1,9 +1,11 @@
-package ledger
+package badgerdb
 
 import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+
+	"github.com/docketrun/docket/ledger"
 )
 
 // Rows are the most numerous records a resume reads, so they have a compact
@@ -35,7 +37,7 @@ func appendRaw(b []byte, r json.RawMessage) []byte {
 	return append(b, r...)
 }
 
-func appendRow(b []byte, r storedRow) []byte {
+func appendRow(b []byte, r ledger.RowRecord) []byte {
 	b = appendStr(b, r.ID)
 	b = appendStr(b, r.Tool)
 	b = appendStr(b, r.Class)
@@ -57,11 +59,11 @@ func appendRow(b []byte, r storedRow) []byte {
 	return binary.AppendUvarint(b, uint64(r.Ord))
 }
 
-func encodeRow(r storedRow) []byte {
+func encodeRow(r ledger.RowRecord) []byte {
 	return appendRow(append(make([]byte, 0, 64+len(r.Args)+len(r.ApprovedArgs)), encRow), r)
 }
 
-func encodeRows(rows []storedRow) []byte {
+func encodeRows(rows []ledger.RowRecord) []byte {
 	b := binary.AppendUvarint([]byte{encRows}, uint64(len(rows)))
 	for _, r := range rows {
 		b = appendRow(b, r)
@@ -82,7 +84,7 @@ func (d *rowReader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.err = fmt.Errorf("%w: truncated row record", ErrFormat)
+		d.err = fmt.Errorf("%w: truncated row record", ledger.ErrFormat)
 		return 0
 	}
 	d.b = d.b[n:]
@@ -94,7 +96,7 @@ func (d *rowReader) bytes(n uint64) []byte {
 		return nil
 	}
 	if uint64(len(d.b)) < n {
-		d.err = fmt.Errorf("%w: truncated row record", ErrFormat)
+		d.err = fmt.Errorf("%w: truncated row record", ledger.ErrFormat)
 		return nil
 	}
 	v := d.b[:n]
@@ -112,18 +114,18 @@ func (d *rowReader) raw() json.RawMessage {
 	return json.RawMessage(append([]byte(nil), d.bytes(n-1)...))
 }
 
-func (d *rowReader) row() storedRow {
-	var r storedRow
+func (d *rowReader) row() ledger.RowRecord {
+	var r ledger.RowRecord
 	r.ID = d.str()
 	r.Tool = d.str()
 	r.Class = d.str()
 	r.Key = d.str()
-	r.Status = Status(d.str())
+	r.Status = ledger.Status(d.str())
 	r.Attempts = int(d.uvarint())
 	r.Args = d.raw()
 	if n := d.uvarint(); n > 0 && d.err == nil {
 		if n > uint64(len(d.b)) {
-			d.err = fmt.Errorf("%w: truncated row record", ErrFormat)
+			d.err = fmt.Errorf("%w: truncated row record", ledger.ErrFormat)
 			return r
 		}
 		r.DependsOn = make([]string, n)
@@ -140,25 +142,25 @@ func (d *rowReader) row() storedRow {
 	return r
 }
 
-func decodeRow(b []byte) (storedRow, error) {
+func decodeRow(b []byte) (ledger.RowRecord, error) {
 	if len(b) == 0 || b[0] != encRow {
-		return storedRow{}, fmt.Errorf("%w: not a row record", ErrFormat)
+		return ledger.RowRecord{}, fmt.Errorf("%w: not a row record", ledger.ErrFormat)
 	}
 	d := rowReader{b: b[1:]}
 	r := d.row()
 	return r, d.err
 }
 
-func decodeRows(b []byte) ([]storedRow, error) {
+func decodeRows(b []byte) ([]ledger.RowRecord, error) {
 	if len(b) == 0 || b[0] != encRows {
-		return nil, fmt.Errorf("%w: not a rows record", ErrFormat)
+		return nil, fmt.Errorf("%w: not a rows record", ledger.ErrFormat)
 	}
 	d := rowReader{b: b[1:]}
 	n := d.uvarint()
 	if n > uint64(len(b)) {
-		return nil, fmt.Errorf("%w: corrupt rows record", ErrFormat)
+		return nil, fmt.Errorf("%w: corrupt rows record", ledger.ErrFormat)
 	}
-	rows := make([]storedRow, 0, n)
+	rows := make([]ledger.RowRecord, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		rows = append(rows, d.row())
 	}
@@ -168,11 +170,11 @@ func decodeRows(b []byte) ([]storedRow, error) {
 // keyRecOutput returns a key record's output without decoding its metadata.
 func keyRecOutput(b []byte) (json.RawMessage, error) {
 	if len(b) < 2 || b[0] != encJSONBlob {
-		return nil, fmt.Errorf("%w: unknown record encoding", ErrFormat)
+		return nil, fmt.Errorf("%w: unknown record encoding", ledger.ErrFormat)
 	}
 	n, k := binary.Uvarint(b[1:])
 	if k <= 0 || uint64(len(b)-1-k) < n {
-		return nil, fmt.Errorf("%w: corrupt record header", ErrFormat)
+		return nil, fmt.Errorf("%w: corrupt record header", ledger.ErrFormat)
 	}
 	out := b[1+k+int(n):]
 	if len(out) == 0 {

@@ -1,4 +1,4 @@
-package ledger
+package badgerdb
 
 import (
 	"errors"
@@ -9,14 +9,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-)
 
-// ErrNoSpace: the file system of the data directory has too little free space
-// for the ledger to write safely. Nothing of the refused write was applied
-// and nothing acknowledged earlier is lost: free space and retry (a process
-// that opened the directory while it was full reads but does not write until
-// it opens it again).
-var ErrNoSpace = errors.New("ledger: no space left")
+	"github.com/docketrun/docket/ledger"
+)
 
 // Why a free-space guard, and not something else.
 //
@@ -209,7 +204,7 @@ const pageSize = 4096
 // ErrNoSpace saying how much is free and how much is needed.
 func (g *spaceGuard) admit(need int64, log *slog.Logger) error {
 	if g.readOnly {
-		return fmt.Errorf("%w on %s: opened read-only, its file system was full; nothing was written (a process must open it again to write)", ErrNoSpace, g.dir)
+		return fmt.Errorf("%w on %s: opened read-only, its file system was full; nothing was written (a process must open it again to write)", ledger.ErrNoSpace, g.dir)
 	}
 	free, ok := freeBytes(g.dir)
 	if !ok {
@@ -224,7 +219,7 @@ func (g *spaceGuard) admit(need int64, log *slog.Logger) error {
 
 func (g *spaceGuard) noSpace(free, want int64) error {
 	return fmt.Errorf("%w on %s: %s free, %s needed to write safely; nothing was written: free space and retry",
-		ErrNoSpace, g.dir, sizeString(free), sizeString(want))
+		ledger.ErrNoSpace, g.dir, sizeString(free), sizeString(want))
 }
 
 // flushBytes bounds what Badger's Close writes: the memtables still in

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ledger
+package badgerdb
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package ledger_test
+package badgerdb_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/docketrun/docket/evals/testextra"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -70,7 +71,7 @@ func spacePlan(n int) *plan.Plan {
 
 // claimAndSucceed performs action i of run through the ledger: claim, then
 // outcome with an output of outBytes.
-func claimAndSucceed(ctx context.Context, l *ledger.Ledger, run string, p *plan.Plan, i, outBytes int) error {
+func claimAndSucceed(ctx context.Context, l *badgerdb.Ledger, run string, p *plan.Plan, i, outBytes int) error {
 	a := p.Actions[i]
 	k, err := plan.Key(run, a.ID, a.Tool, a.Args)
 	if err != nil {
@@ -101,12 +102,12 @@ func TestNoSpaceRefusesWritesAndRecovers(t *testing.T) {
 	mnt := testextra.MountTmpfs(t, 32<<20)
 	ctx := context.Background()
 	dir := filepath.Join(mnt, "data")
-	cfg := ledger.Config{Dir: dir, MemTableSize: 1 << 20} // MinFreeBytes: default, 17 MiB here
-	var l *ledger.Ledger
+	cfg := badgerdb.Config{Dir: dir, MemTableSize: 1 << 20} // MinFreeBytes: default, 17 MiB here
+	var l *badgerdb.Ledger
 	open := func() {
 		t.Helper()
 		var err error
-		if l, err = ledger.Open(ctx, cfg); err != nil {
+		if l, err = badgerdb.Open(ctx, cfg); err != nil {
 			t.Fatalf("Open: %v", err)
 		}
 	}
@@ -206,13 +207,13 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 		t.Skip("skipped in -short: fills a tmpfs through the ledger")
 	}
 	mt := *spaceMemtable
-	cfg := ledger.Config{MemTableSize: mt}
+	cfg := badgerdb.Config{MemTableSize: mt}
 	headroom := 6*mt + 11<<20   // minFree for cfg
 	reserve := 2*mt*5/4 + 1<<20 // reserveBytes for cfg
 	mnt := testextra.MountTmpfs(t, headroom+reserve+*spaceFill)
 	ctx := context.Background()
 	cfg.Dir = filepath.Join(mnt, "data")
-	l, err := ledger.Open(ctx, cfg)
+	l, err := badgerdb.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 		mt, acked.Load(), headroom, atRefusal, lowest.Load(), headroom-lowest.Load(), freeOn(t, mnt))
 
 	cfg.MinFreeBytes = 1 // read back whatever the space
-	l, err = ledger.Open(ctx, cfg)
+	l, err = badgerdb.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func TestNoSpaceUnderOwnWrites(t *testing.T) {
 func TestOpenWithoutSpaceIsReadOnly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,8 +329,8 @@ func TestOpenWithoutSpaceIsReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	full := ledger.Config{Dir: dir, MinFreeBytes: 1 << 62}
-	l, err = ledger.Open(ctx, full)
+	full := badgerdb.Config{Dir: dir, MinFreeBytes: 1 << 62}
+	l, err = badgerdb.Open(ctx, full)
 	if err != nil {
 		t.Fatalf("opening a full directory to read: %v", err)
 	}
@@ -344,11 +345,11 @@ func TestOpenWithoutSpaceIsReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A new ledger cannot be created without space: ErrNoSpace, not a crash.
-	if _, err := ledger.Open(ctx, ledger.Config{Dir: t.TempDir(), MinFreeBytes: 1 << 62}); !errors.Is(err, ledger.ErrNoSpace) {
+	if _, err := badgerdb.Open(ctx, badgerdb.Config{Dir: t.TempDir(), MinFreeBytes: 1 << 62}); !errors.Is(err, ledger.ErrNoSpace) {
 		t.Fatalf("creating a ledger without space: %v, want ErrNoSpace", err)
 	}
 
-	l, err = ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err = badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ledger_test
+package badgerdb_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -16,7 +17,7 @@ func TestSetToolsHash(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := openBadger(t, ledger.Config{Dir: dir})
+	l := openBadger(t, badgerdb.Config{Dir: dir})
 	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: []byte(`{}`)}}}
 	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r", ToolsHash: "sha256:old"}, p, nil); err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestSetToolsHash(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l = openBadger(t, ledger.Config{Dir: dir})
+	l = openBadger(t, badgerdb.Config{Dir: dir})
 	run, err := l.GetRun(ctx, "r")
 	if err != nil || run.ToolsHash != "sha256:new" {
 		t.Fatalf("after reopen: %+v %v", run, err)

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package ledger
+package badgerdb
 
 // trimValueLog is a no-op where MADV_PAGEOUT is not available.
 func trimValueLog(string) {}

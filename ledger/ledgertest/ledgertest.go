@@ -22,38 +22,63 @@ import (
 	"github.com/docketrun/docket/plan"
 )
 
-// Opener opens a ledger for cfg (whose Dir the suite chooses; the same Dir
-// again means the same data) and registers its Close with t.Cleanup when the
-// test does not close it itself. The suite sets only Dir, Clock,
-// SubscriberBuffer and MaxOutputBytes; the opener may add a logger.
-type Opener func(t *testing.T, cfg ledger.Config) *ledger.Ledger
+// Config is what the suite asks of a store it opens.
+type Config struct {
+	// Dir is a fresh directory for the store's data; a durable store opened
+	// again with the same Dir has the same data.
+	Dir              string
+	Clock            ledger.Clock
+	SubscriberBuffer int // 0: the store's default
+	MaxOutputBytes   int // 0: the store's default
+}
+
+// Opener opens a store for cfg and registers its Close with t.Cleanup (a
+// second Close returns ErrClosed) when the test does not close it itself.
+type Opener func(t *testing.T, cfg Config) ledger.Store
+
+// Options says what the store under test promises beyond the Store
+// interface.
+type Options struct {
+	// Durable: the store keeps its data across Close and a new Open of the
+	// same Dir (with a new incarnation). The reopen checks run only then.
+	Durable bool
+	// ApplyLimit: one Apply whose writes exceed what the store commits at
+	// once is refused with ErrTooLarge (and nothing of it is written).
+	ApplyLimit bool
+}
 
 // Run runs the conformance suite.
-func Run(t *testing.T, open Opener) {
+func Run(t *testing.T, open Opener, opts Options) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, open Opener)
+		skip bool
 	}{
-		{"CreateRun", testCreateRun},
-		{"ListRuns", testListRuns},
-		{"ClaimConcurrent", testClaimConcurrent},
-		{"Transitions", testTransitions},
-		{"ReviewMarks", testReviewMarks},
-		{"IdenticalRewrite", testIdenticalRewrite},
-		{"DeadOwnerTakeover", testDeadOwnerTakeover},
-		{"ApplySeveralOps", testApplySeveralOps},
-		{"Replay", testReplay},
-		{"EventsGapFree", testEventsGapFree},
-		{"Subscribe", testSubscribe},
-		{"SubscribeLagged", testSubscribeLagged},
-		{"LargeOutput", testLargeOutput},
-		{"TooLarge", testTooLarge},
-		{"Memo", testMemo},
-		{"DocJSON", testDocJSON},
-		{"Closed", testClosed},
+		{"CreateRun", testCreateRun, false},
+		{"ListRuns", testListRuns, false},
+		{"ClaimConcurrent", testClaimConcurrent, false},
+		{"Transitions", testTransitions, false},
+		{"ReviewMarks", testReviewMarks, false},
+		{"IdenticalRewrite", testIdenticalRewrite, false},
+		{"DeadOwnerTakeover", testDeadOwnerTakeover, !opts.Durable},
+		{"ApplySeveralOps", testApplySeveralOps, false},
+		{"Replay", testReplay, false},
+		{"EventsGapFree", testEventsGapFree, false},
+		{"Subscribe", testSubscribe, false},
+		{"SubscribeLagged", testSubscribeLagged, false},
+		{"LargeOutput", testLargeOutput, false},
+		{"TooLarge", testTooLarge, false},
+		{"ApplyTooLarge", testApplyTooLarge, !opts.ApplyLimit},
+		{"Memo", testMemo, false},
+		{"MemoReopen", testMemoReopen, !opts.Durable},
+		{"DocJSON", testDocJSON, false},
+		{"Closed", testClosed, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.skip {
+				t.Skip("the store does not promise this (ledgertest.Options)")
+			}
 			t.Parallel()
 			tc.fn(t, open)
 		})
@@ -73,14 +98,14 @@ func (c *stepClock) Now() time.Time {
 	return c.t
 }
 
-func newConfig(t *testing.T) ledger.Config {
-	return ledger.Config{Dir: t.TempDir(), Clock: &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+func newConfig(t *testing.T) Config {
+	return Config{Dir: t.TempDir(), Clock: &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
 }
 
 type bundle struct {
-	l   *ledger.Ledger
+	l   ledger.Store
 	ctx context.Context
-	cfg ledger.Config
+	cfg Config
 }
 
 func setup(t *testing.T, open Opener) *bundle {
@@ -173,7 +198,7 @@ func checkSeqs(t *testing.T, evs []ledger.Event, after uint64) {
 func types(evs []ledger.Event) []string {
 	var out []string
 	for _, ev := range evs {
-		s := ev.Type
+		s := string(ev.Type)
 		if ev.ActionID != "" {
 			s += ":" + ev.ActionID
 		}
@@ -972,6 +997,11 @@ func testTooLarge(t *testing.T, open Opener) {
 		t.Fatalf("memo above MaxOutputBytes: %v, want ErrTooLarge", err)
 	}
 	b.mustOK(t, ledger.Succeed(k, 1, bigString(1<<20)))
+}
+
+func testApplyTooLarge(t *testing.T, open Opener) {
+	b := setup(t, open)
+	b.createRun(t, "r", 1)
 	// One Apply whose writes exceed one transaction is refused as a whole.
 	var ops []ledger.Op
 	for i := 0; i < 4000; i++ {
@@ -1042,6 +1072,16 @@ func testMemo(t *testing.T, open Opener) {
 		if g != got[0] {
 			t.Fatalf("concurrent memos disagree: %v", got)
 		}
+	}
+}
+
+func testMemoReopen(t *testing.T, open Opener) {
+	cfg := newConfig(t)
+	l := open(t, cfg)
+	ctx := context.Background()
+	v, err := l.Memo(ctx, "r", "uuid", json.RawMessage(`"first"`))
+	if err != nil || string(v) != `"first"` {
+		t.Fatalf("Memo = %s, %v", v, err)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

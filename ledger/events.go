@@ -1,0 +1,33 @@
+package ledger
+
+// EventType names an event of a run's log (DESIGN.md "Events"). Every type
+// that any docket package writes is a constant here; the ledger writes the
+// action.* state transitions and run.created, plan.recorded, run.replayed,
+// run.tools_changed, run.paused and run.resumed itself, the executor the
+// others through SetRunStatus and Note.
+type EventType string
+
+const (
+	EventRunCreated          EventType = "run.created"
+	EventPlanRecorded        EventType = "plan.recorded"
+	EventRunReplayed         EventType = "run.replayed"
+	EventRunToolsChanged     EventType = "run.tools_changed"
+	EventRunAwaitingApproval EventType = "run.awaiting_approval"
+	EventRunPaused           EventType = "run.paused"
+	EventRunResumed          EventType = "run.resumed"
+	EventRunCompleted        EventType = "run.completed"
+	EventRunFailed           EventType = "run.failed"
+	EventRunCancelled        EventType = "run.cancelled"
+
+	EventActionApproved      EventType = "action.approved"
+	EventActionRejected      EventType = "action.rejected"
+	EventActionEdited        EventType = "action.edited"
+	EventActionClaimed       EventType = "action.claimed"
+	EventActionSucceeded     EventType = "action.succeeded"
+	EventActionAttemptFailed EventType = "action.attempt_failed"
+	EventActionFailed        EventType = "action.failed"
+	EventActionNeedsReview   EventType = "action.needs_review"
+	EventActionResolved      EventType = "action.resolved"
+	EventActionSkipped       EventType = "action.skipped"
+	EventActionCompensated   EventType = "action.compensated"
+)

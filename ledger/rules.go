@@ -1,0 +1,143 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Tx is what the rules of the state machine need from a backend while they
+// evaluate an op: reads of the state as the ops before it left it (committed
+// state plus the pending writes of the same commit), and writes that the
+// backend commits atomically with the rest of the commit, or not at all.
+// Each backend implements it over its own storage; Eval is the only caller.
+// A read error other than "not there" (found false) is a hard error: Eval
+// returns it and the backend fails the whole request.
+type Tx interface {
+	// Now is the time recorded in claims, updates and events (UTC).
+	Now() time.Time
+	// Incarnation is the owner recorded in claims made through this store.
+	Incarnation() string
+	// MaxOutputBytes bounds one recorded output.
+	MaxOutputBytes() int
+
+	Run(runID string) (RunRecord, bool, error)
+	PutRun(r RunRecord) error
+	// Row is a row of a revision: its latest write, else its initial state
+	// from PutRows.
+	Row(runID string, rev int, actionID string) (RowRecord, bool, error)
+	PutRow(runID string, rev int, r RowRecord) error
+	// PutRows records a revision's initial rows.
+	PutRows(runID string, rev int, rows []RowRecord) error
+	// PutPlan records a plan revision: planJSON has null in place of the
+	// args named in argRefs (action index, decimal -> blob name).
+	PutPlan(runID string, rev int, planJSON []byte, argRefs map[string]string) error
+	// KeyRun returns the run that owns key.
+	KeyRun(key string) (runID string, ok bool, err error)
+	KeyRec(runID, key string) (KeyRecord, bool, error)
+	// PutKeyRec writes a key record; isNew: the key gets its owner (KeyRun).
+	PutKeyRec(rec KeyRecord, isNew bool) error
+	// AppendEvent appends an event to the run's log with the run's next
+	// seq (gap-free, never repeated) and At = Now().
+	AppendEvent(runID string, typ EventType, actionID string, data json.RawMessage) error
+	// Blob returns a run's content blob by name; PutBlob writes one unless
+	// it is already there.
+	Blob(runID, hash string) (json.RawMessage, bool, error)
+	PutBlob(runID, hash string, v json.RawMessage) error
+	Memo(runID, name string) (json.RawMessage, bool, error)
+	PutMemo(runID, name string, v json.RawMessage) error
+}
+
+// RunRecord is a run header as backends store it.
+type RunRecord struct {
+	Run
+	Rows    int    `json:"rows"`               // rows of the current revision (next row order)
+	RevHash string `json:"rev_hash,omitempty"` // plan hash of the current revision
+}
+
+// RowRecord is a row as backends store it. Output is not stored here: it
+// lives in the key record (readers join them), so an output is written once.
+// Args and ApprovedArgs may hold blob references (package blobref).
+type RowRecord struct {
+	ID           string          `json:"id"`
+	Tool         string          `json:"tool"`
+	Class        string          `json:"class,omitempty"`
+	Key          string          `json:"key,omitempty"`
+	Status       Status          `json:"status"`
+	Attempts     int             `json:"attempts,omitempty"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	DependsOn    []string        `json:"depends_on,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	ApprovedArgs json.RawMessage `json:"approved_args,omitempty"`
+	Undo         bool            `json:"undo,omitempty"`
+	Ord          int             `json:"ord"`
+}
+
+// Action is the row as an Action of run runID (without output).
+func (r RowRecord) Action(runID string) Action {
+	return Action{RunID: runID, ID: r.ID, Tool: r.Tool, Class: r.Class, Key: r.Key, Status: r.Status,
+		Attempts: r.Attempts, Args: r.Args, DependsOn: r.DependsOn, Error: r.Error,
+		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo}
+}
+
+// The rules below predate RunRecord and RowRecord; these names keep them as
+// they were.
+type (
+	storedRun = RunRecord
+	storedRow = RowRecord
+)
+
+func (r RowRecord) action(runID string) Action { return r.Action(runID) }
+
+func rowFromAction(a Action, ord int) storedRow {
+	return storedRow{ID: a.ID, Tool: a.Tool, Class: a.Class, Key: a.Key, Status: a.Status,
+		Attempts: a.Attempts, Args: a.Args, DependsOn: a.DependsOn, Error: a.Error,
+		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord}
+}
+
+// batch is the rules' view of one backend transaction.
+type batch struct{ tx Tx }
+
+// Eval applies the rules of op to the state tx shows and writes the result
+// through tx. The Result carries the op's own error (a *ConflictError, or
+// ErrNotFound, ErrInvalid, ErrTooLarge, ErrPlanMismatch): then the op wrote
+// nothing. The returned error is a hard one (a read or encoding failure):
+// the backend must then fail the whole request, whose writes may be partial.
+// Values in the Result carry bytes, never blob references.
+func Eval(tx Tx, o Op) (Result, error) {
+	b := batch{tx: tx}
+	return b.evalOp(o)
+}
+
+// Check refuses ops not built with a constructor (the zero Op); backends
+// call it before they accept a request.
+func Check(ops []Op) error {
+	for i, o := range ops {
+		if o.kind == opNone {
+			return fmt.Errorf("%w: op %d was not built with a constructor", ErrInvalid, i)
+		}
+	}
+	return nil
+}
+
+func (b *batch) now() time.Time { return b.tx.Now().UTC() }
+
+func (b *batch) run(runID string) (storedRun, bool, error) { return b.tx.Run(runID) }
+
+func (b *batch) putRun(r storedRun) error { return b.tx.PutRun(r) }
+
+func (b *batch) row(runID string, rev int, actionID string) (storedRow, bool, error) {
+	return b.tx.Row(runID, rev, actionID)
+}
+
+func (b *batch) putRow(runID string, rev int, r storedRow) error { return b.tx.PutRow(runID, rev, r) }
+
+func (b *batch) keyRun(key string) (string, bool, error) { return b.tx.KeyRun(key) }
+
+func (b *batch) keyRec(runID, key string) (KeyRecord, bool, error) { return b.tx.KeyRec(runID, key) }
+
+func (b *batch) putKeyRec(rec KeyRecord, isNew bool) error { return b.tx.PutKeyRec(rec, isNew) }
+
+func (b *batch) event(runID string, typ EventType, actionID string, data json.RawMessage) error {
+	return b.tx.AppendEvent(runID, typ, actionID, data)
+}
