@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
@@ -40,7 +41,7 @@ const benchChain = 32
 
 type benchEnv struct {
 	dir  string
-	led  *ledger.Ledger
+	led  ledger.Store
 	eng  *Engine
 	raw  *os.File
 	gaps []time.Duration
@@ -77,7 +78,7 @@ func (be *benchEnv) markEnd() {
 func newBenchEnv(b *testing.B, ts func(be *benchEnv) []tools.Tool, parallelism int) *benchEnv {
 	b.Helper()
 	be := &benchEnv{dir: b.TempDir()}
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: filepath.Join(be.dir, "ledger"), Logger: quietLogger()})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: filepath.Join(be.dir, "ledger"), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 )
@@ -54,7 +55,7 @@ func (p *provider) tool() tools.Tool {
 // ledger each time, as a fresh worker process would.
 func hostStep(ctx context.Context, dataDir, workflowID, stepName string, p *plan.Plan, reg *tools.Registry) (ledger.RunDoc, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dataDir, Logger: quiet})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dataDir, Logger: quiet})
 	if err != nil {
 		return ledger.RunDoc{}, err // ledger.ErrLocked: another worker holds the directory; retry later
 	}
@@ -144,7 +145,7 @@ func Example_pollingStep() {
 	if err != nil {
 		panic(err)
 	}
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir, Logger: quiet})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir, Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

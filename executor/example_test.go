@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 )
@@ -31,7 +31,7 @@ func ExampleEngine_Run() {
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
-	led, err := ledger.Open(ctx, ledger.Config{Dir: dir, Logger: quiet})
+	led, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir, Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

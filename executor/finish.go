@@ -318,7 +318,7 @@ func (d *driver) settle(ctx context.Context) error {
 	if data != nil {
 		raw = mustJSON(data)
 	}
-	res, err := d.e.led.Apply(ctx, ledger.SetRunStatus(d.runID, st, ev, errMsg, raw))
+	res, err := d.e.led.Apply(ctx, ledger.SetRunStatus(d.runID, st, ledger.EventType(ev), errMsg, raw))
 	if err == nil {
 		err = res[0].Err
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/tooltest"
@@ -56,7 +57,7 @@ type bundle struct {
 	t     *testing.T
 	dir   string
 	clock *fakeClock
-	led   *ledger.Ledger
+	led   ledger.Store
 	reg   *tools.Registry
 	eng   *Engine
 	cfg   Config
@@ -106,9 +107,9 @@ func setup(t *testing.T, ts []tools.Tool, opts ...setupOpt) *bundle {
 // open opens the ledger (a new incarnation) and builds a new engine.
 func (b *bundle) open() {
 	b.t.Helper()
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: b.dir, Clock: b.clock, Logger: quietLogger()})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: b.dir, Clock: b.clock, Logger: quietLogger()})
 	if err != nil {
-		b.t.Fatalf("ledger.Open: %v", err)
+		b.t.Fatalf("badgerdb.Open: %v", err)
 	}
 	b.led = l
 	b.t.Cleanup(func() {
@@ -171,7 +172,7 @@ func (b *bundle) events(runID string) []ledger.Event {
 func (b *bundle) count(runID, typ string) int {
 	n := 0
 	for _, ev := range b.events(runID) {
-		if ev.Type == typ {
+		if string(ev.Type) == typ {
 			n++
 		}
 	}

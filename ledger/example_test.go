@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -18,7 +19,7 @@ func Example() {
 	dir, _ := os.MkdirTemp("", "ledger-example-")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		fmt.Println(err)
 		return

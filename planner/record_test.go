@@ -14,14 +14,15 @@ import (
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/planner"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func openLedger(t *testing.T, dir string) *ledger.Ledger {
+func openLedger(t *testing.T, dir string) ledger.Store {
 	t.Helper()
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: dir, Logger: quiet})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: dir, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/evals/demoworld"
-	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/ui"
@@ -37,7 +37,7 @@ func ExampleServer() {
 	}
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	led, err := ledger.Open(context.Background(), ledger.Config{Dir: dir, Logger: quiet})
+	led, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: dir, Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

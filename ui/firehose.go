@@ -116,7 +116,7 @@ func (s *Server) follow(runID string, w *watcher, after uint64) {
 		for ev := range sub.C {
 			after = ev.Seq
 			s.broadcast(ev)
-			if !isTerminalEvent(ev.Type) {
+			if !isTerminalEvent(string(ev.Type)) {
 				continue
 			}
 			s.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/planner/demomodel"
 	"github.com/docketrun/docket/tools"
@@ -32,7 +33,7 @@ type bundle struct {
 	t         testing.TB
 	srv       *ui.Server
 	hs        *httptest.Server
-	led       *ledger.Ledger
+	led       ledger.Store
 	world     *demoworld.World
 	reg       *tools.Registry
 	toolsFile []byte
@@ -69,7 +70,7 @@ func setup(t testing.TB, o options) *bundle {
 		dir = t.TempDir()
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	led, err := ledger.Open(context.Background(), ledger.Config{Dir: dir, Logger: quiet, SubscriberBuffer: o.subBuffer})
+	led, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: dir, Logger: quiet, SubscriberBuffer: o.subBuffer})
 	if err != nil {
 		t.Fatal(err)
 	}

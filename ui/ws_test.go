@@ -371,7 +371,7 @@ func TestWebSocketAllRuns(t *testing.T) {
 				t.Fatalf("run %s: seq %d after %d", ev.RunID, ev.Seq, next[ev.RunID])
 			}
 			next[ev.RunID] = ev.Seq
-			if ev.RunID == runID && ev.Type == typ {
+			if ev.RunID == runID && string(ev.Type) == typ {
 				return
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 )
 
 func init() {
@@ -116,14 +117,14 @@ func (c *restoreCmd) Run(ctx context.Context, args []string) error {
 		defer f.Close()
 		r = f
 	}
-	err = ledger.Restore(ctx, *data, r, ledger.Config{Logger: cliLogger(c.env.Stderr)})
+	err = badgerdb.Restore(ctx, *data, r, badgerdb.Config{Logger: cliLogger(c.env.Stderr)})
 	switch {
 	case err == nil:
 		fmt.Fprintf(c.env.Stderr, "restored into %s\n", *data)
 		return nil
-	case errors.Is(err, ledger.ErrNotEmpty),
+	case errors.Is(err, badgerdb.ErrNotEmpty),
 		errors.Is(err, ledger.ErrFormat),
-		errors.Is(err, ledger.ErrCorrupt),
+		errors.Is(err, badgerdb.ErrCorrupt),
 		errors.Is(err, ledger.ErrInvalid):
 		return withCode(exitBad, fmt.Errorf("restoring into %s: %w", *data, err))
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 )
 
 // runWithStdin runs one command struct with stdin and reports like main does.
@@ -94,7 +95,7 @@ func TestBackupRestoreCommands(t *testing.T) {
 func TestBackupBusy(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -105,7 +106,7 @@ func TestRunBadInput(t *testing.T) {
 func seedRuns(t *testing.T, dir string, runs map[string]ledger.RunStatus) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

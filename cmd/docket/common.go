@@ -14,6 +14,7 @@ import (
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 )
@@ -69,16 +70,16 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // openLedger opens the data directory. A directory held by another process
 // comes back as exit 4 with a message saying what to do.
 func openLedger(ctx context.Context, dir string, stderr io.Writer) (ledger.Store, error) {
-	return openLedgerConfig(ctx, ledger.Config{Dir: dir, Logger: cliLogger(stderr)})
+	return openLedgerConfig(ctx, badgerdb.Config{Dir: dir, Logger: cliLogger(stderr)})
 }
 
 // openLedgerConfig is openLedger with a whole configuration.
-func openLedgerConfig(ctx context.Context, cfg ledger.Config) (ledger.Store, error) {
+func openLedgerConfig(ctx context.Context, cfg badgerdb.Config) (ledger.Store, error) {
 	dir := cfg.Dir
 	if dir == "" {
 		return nil, usageError("--data must not be empty")
 	}
-	l, err := ledger.Open(ctx, cfg)
+	l, err := badgerdb.Open(ctx, cfg)
 	if errors.Is(err, ledger.ErrLocked) {
 		return nil, withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it (%w); retry when it is done, or, if it is docket serve, act through it: add --server URL --token T to this command", dir, err))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
@@ -553,7 +554,7 @@ func (demoExecutor) Execute(ctx context.Context, cs *evals.Case, setup, calls []
 	}
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	l, err := ledger.Open(ctx, ledger.Config{Dir: dir, Logger: quiet})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/mcptool"
 	"github.com/docketrun/docket/tools/mcptool/mcptest"
@@ -247,7 +247,7 @@ func TestMCPHangingServerTimesOut(t *testing.T) {
 	if a := d.action("w"); a.Status != "needs_review" || !strings.Contains(a.Error, "deadline") {
 		t.Fatalf("hung call: %s", r)
 	}
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: data})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestMCPHangingServerTimesOut(t *testing.T) {
 	}
 	var types []string
 	for _, e := range evs {
-		types = append(types, e.Type)
+		types = append(types, string(e.Type))
 		if strings.Contains(string(e.Data), "tok-9f8e7d") {
 			t.Errorf("event %s shows the server's secret: %s", e.Type, e.Data)
 		}

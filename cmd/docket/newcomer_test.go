@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/evals/demoworld"
-	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 )
 
 // closedPort returns a loopback address nothing listens on.
@@ -90,7 +90,7 @@ func TestServerUnreachable(t *testing.T) {
 func TestStepBusyPrintsNoMadeUpRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	l, err := ledger.Open(context.Background(), ledger.Config{Dir: b.data})
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: b.data})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/planner/demomodel"
 	"github.com/docketrun/docket/tools"
@@ -128,7 +129,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 
 	// A subscription (one per WebSocket client) queues at most this many
 	// live events in the ledger; the WebSocket adds its own bounded queue.
-	l, err := openLedgerConfig(ctx, ledger.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,7 @@ import (
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 )
@@ -100,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Activities, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	l, err := ledger.Open(ctx, ledger.Config{Dir: cfg.DataDir, Logger: logger})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: cfg.DataDir, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("temporalstep: opening %s: %w", cfg.DataDir, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
@@ -78,7 +79,7 @@ func openDocket(ctx context.Context, spec childSpec, rec *recorder) (engine, err
 	if err != nil {
 		return nil, err
 	}
-	if d.led, err = ledger.Open(ctx, ledger.Config{Dir: spec.Dir, Logger: quiet}); err != nil {
+	if d.led, err = badgerdb.Open(ctx, badgerdb.Config{Dir: spec.Dir, Logger: quiet}); err != nil {
 		return nil, err
 	}
 	// Parallelism is per run; each run here is a chain, so 1 would do as well.

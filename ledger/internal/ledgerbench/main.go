@@ -5,7 +5,7 @@
 //
 //	go run ./ledger/internal/ledgerbench -actions 100000
 //
-// Imports: the standard library and docket's ledger and plan packages.
+// Imports: the standard library and docket's ledger, ledger/badgerdb and plan packages.
 package main
 
 import (
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -60,7 +61,7 @@ func run() error {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rss0, _ := procStatus("VmRSS")
-	l, err := ledger.Open(ctx, ledger.Config{Dir: *dir, Logger: log})
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: *dir, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -147,7 +148,7 @@ func run() error {
 }
 
 // chain records n actions of a new run: Claim(a1), then Succeed(a_i)+Claim(a_i+1).
-func chain(ctx context.Context, l *ledger.Ledger, runID string, n int, out json.RawMessage) error {
+func chain(ctx context.Context, l *badgerdb.Ledger, runID string, n int, out json.RawMessage) error {
 	p := &plan.Plan{Goal: runID}
 	for i := 1; i <= n; i++ {
 		p.Actions = append(p.Actions, plan.Action{ID: fmt.Sprintf("a%d", i), Tool: "t", Args: json.RawMessage(`{}`)})
@@ -174,7 +175,7 @@ func chain(ctx context.Context, l *ledger.Ledger, runID string, n int, out json.
 	return nil
 }
 
-func apply(ctx context.Context, l *ledger.Ledger, ops ...ledger.Op) error {
+func apply(ctx context.Context, l *badgerdb.Ledger, ops ...ledger.Op) error {
 	res, err := l.Apply(ctx, ops...)
 	if err != nil {
 		return err
