@@ -1,82 +1,20 @@
-// Package ledger is docket's durable state: runs, immutable plan revisions,
-// one row per action of a run's current revision, one record per idempotency
-// key (the execution truth), an append-only event log per run with a gap-free
-// sequence, and small memos. It lives in one embedded Badger (v4) directory.
+// Package ledger is docket's durable state as the rest of docket sees it:
+// runs, immutable plan revisions, one row per action of a run's current
+// revision, one record per idempotency key (the execution truth), an
+// append-only event log per run with a gap-free sequence, and small memos.
 //
-// Imports: the standard library, github.com/dgraph-io/badger/v4 (this is the
-// only docket package importing Badger; its errors are translated into
-// ErrNotFound, ErrConflict, ErrLocked, ...), and docket's plan package (to hash
-// and store plans). It knows nothing about running tools.
+// It holds the Store interface (what the executor, planner, ui and evals
+// use), the records (Run, Action, KeyRecord, Event, ...), the ops that
+// change them (Claim, Succeed, ...) and the rules of the state machine,
+// written once as functions over records (Eval, over a backend's Tx), plus
+// what every backend shares: typed event names (EventType), the
+// subscription hub (Hub) and the errors callers test. Backends live in
+// subpackages named after what they wrap: ledger/badgerdb (embedded, the
+// default) and ledger/memory (in-memory, for tests and evals; not durable).
+// ledger/ledgertest is the conformance suite every backend passes.
 //
-// # Writes: one committer, group commit, durability
-//
-// Every write goes through Apply (CreateRun, AddRevision and Memo too). A single
-// committer goroutine takes all waiting requests, validates their ops in order
-// against the committed state plus the writes of the requests before them,
-// writes them in one Badger transaction, and acknowledges each caller only
-// after that transaction is synced. Being the only writer, it never meets
-// Badger's ErrConflict (conflict detection is off) and keeps each run's last
-// event seq in memory (loaded from the log at first use, dropped after a
-// failed commit), so sequences have no gaps and never repeat, across crashes
-// too: a seq exists once its event is durable.
-//
-// Durability: Badger runs with SyncWrites on, so Commit returns only after the
-// write-ahead log of the memtable and the value log are synced (msync). The
-// alternative, SyncWrites off plus db.Sync after each commit, costs the same
-// two syncs and is not safe here: db.Sync syncs only the current memtable's
-// log, so a memtable rotation between Commit and Sync would leave an
-// acknowledged write unsynced, and with SyncWrites off Badger's value-log GC
-// deletes an old value-log file after rewriting its live values without
-// syncing them. Values under 2 KiB stay in the LSM tree, so a commit of small
-// records dirties only the WAL; the value-log sync Badger issues anyway then
-// has nothing to write (it still costs about 0.1 ms here). One commit = one
-// durable sync shared by every caller in the batch; Config.AfterSync and
-// BeforeAck let tests check the order.
-//
-// Badger refuses a transaction larger than 15% of the memtable ("Txn is too
-// big"): the committer estimates each request's size as Badger does, commits
-// what it has when the next request would not fit, and refuses (ErrTooLarge)
-// only a single Apply that alone exceeds the budget. Large values (outputs up
-// to MaxOutputBytes, 17 MiB by default) go to the value log, where they count
-// as a 12-byte pointer, so one huge record still commits.
-//
-// Open: memory-conscious Badger sizes (8 MiB memtables, two of them, 8 MiB
-// block cache, 4 MiB index cache, 32 MiB value-log files), Badger's logger
-// routed to slog (errors and warnings; its INFO chatter at debug level),
-// value-log GC on a ticker, the value-log pages Badger leaves mapped handed
-// back to the kernel each second after writes (MADV_PAGEOUT on Linux:
-// otherwise the resident set grows with every output written), and a
-// format-version record checked at open (an unknown or newer format, or a
-// non-empty directory without one, is ErrFormat; nothing is overwritten). A
-// directory held by another handle or process gives ErrLocked. The first open
-// after a crash can fail once on a memtable file (upstream badger#2207): Open
-// retries once.
-//
-// # Key layout
-//
-// Every key is a kind byte and NUL; per-run kinds continue with the run id
-// (which may not contain NUL) and NUL, so one run's records of a kind are one
-// contiguous prefix and reading a run costs what the run holds, not the ledger:
-//
-//	v\0format                        format version ("1")
-//	h\0<run>                         run header (Run + row count)
-//	t\0<^created_ns BE8><run>        list index, newest first; value = status
-//	p\0<run>\0<rev BE4>              plan revision (JSON, immutable)
-//	b\0<run>\0<rev BE4>              a revision's initial rows, one record
-//	a\0<run>\0<rev BE4><action id>   a row once it changed (output not stored here)
-//	x\0<run>\0<key>                  key record (output stored here, once)
-//	k\0<key>                         key -> run id
-//	e\0<run>\0<seq BE8>              event
-//	m\0<run>\0<name>                 memo
-//	c\0<run>\0<sha256 hex>           a value of 64 KiB or more, stored once (large.go)
-//
-// Records start with an encoding tag byte. Runs, key records and events are a
-// uvarint length, JSON metadata, then the raw JSON of their large field (a key
-// record's output, an event's data), so reading never re-parses outputs.
-// Args of 64 KiB or more are written once per run, as a content blob that
-// the plan revision, the rows and the key record refer to (large.go). Rows,
-// the most numerous records a resume reads, use a compact binary encoding
-// (rowenc.go).
+// Imports: the standard library and docket's plan package (to hash and
+// store plans); never a database. It knows nothing about running tools.
 //
 // # Action state machine (DESIGN.md)
 //
@@ -105,4 +43,15 @@
 // events behind is ended with ErrLagged (writers never wait for readers); it
 // resubscribes from the last seq it saw. Outputs larger than 64 KiB are not
 // inlined in events ({"output_truncated": true}); read them from the run.
+//
+// # Errors of Apply
+//
+// Apply returns one Result per op and each Result carries its op's error:
+// nil, a *ConflictError, or ErrNotFound, ErrInvalid, ErrTooLarge,
+// ErrPlanMismatch (the op wrote nothing; the other ops of the call were
+// still applied). When the call fails as a whole (ErrClosed, a context
+// error, ErrTooLarge for a call larger than one commit, ErrNoSpace, a disk
+// error) nothing was applied, Apply returns that error and every Result.Err
+// is that error too. ApplyOne applies one op and returns its error,
+// whichever it is.
 package ledger

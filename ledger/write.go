@@ -172,8 +172,5 @@ func validID(what, s string) error {
 	return nil
 }
 
-// ValidID checks an id the way the rules do (for backends' reads).
-func ValidID(what, s string) error { return validID(what, s) }
-
 // Valid reports whether s is a run status.
 func (s RunStatus) Valid() bool { return s.valid() }
