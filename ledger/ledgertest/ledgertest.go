@@ -73,6 +73,11 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"MemoReopen", testMemoReopen, !opts.Durable},
 		{"DocJSON", testDocJSON, false},
 		{"Closed", testClosed, false},
+		{"Pause", func(t *testing.T, open Opener) { testPause(t, open, opts) }, false},
+		{"LeavingPausedClearsPausedBy", testLeavingPausedClearsPausedBy, false},
+		{"ToolsHash", func(t *testing.T, open Opener) { testToolsHash(t, open, opts) }, false},
+		{"LargeArgs", func(t *testing.T, open Opener) { testLargeArgs(t, open, opts) }, false},
+		{"ApplyErrors", testApplyErrors, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
