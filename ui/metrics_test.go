@@ -333,7 +333,7 @@ func expectFromEvents(t *testing.T, b *bundle, runs []string) map[string]int64 {
 			case "run.created":
 				status = "running"
 			case "run.completed", "run.failed", "run.paused", "run.cancelled", "run.awaiting_approval":
-				status = strings.TrimPrefix(ev.Type, "run.")
+				status = strings.TrimPrefix(string(ev.Type), "run.")
 				add(`docket_run_status_changes_total{status="`+status+`"}`, 1)
 			case "run.replayed", "run.resumed":
 				if ev.Type == "run.replayed" {
