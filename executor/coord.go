@@ -8,50 +8,52 @@ import (
 
 // In-process coordination. Badger's directory lock means one process owns a
 // ledger, so a claim owned by this ledger handle's incarnation is in flight in
-// this process. These registries are shared by every Engine on the same
-// ledger.Store, so two engines (or two drives of one engine) wait for each
-// other instead of polling.
+// this process. The registries below are state of the ledger.Store handle
+// (ledger.Store.Local), shared by every Engine on that handle, so two engines
+// (or two drives of one engine) wait for each other instead of polling, and
+// two handles never share anything.
 
-type inflightKey struct {
-	l   ledger.Store
-	key string
+// coordKey is the key of the executor's registries in ledger.Local.
+type coordKey struct{}
+
+// coord holds the in-process registries of one store handle.
+type coord struct {
+	keysMu sync.Mutex
+	keys   map[string]chan struct{} // key -> closed when its holder lets go
+
+	gatesMu sync.Mutex
+	gates   map[string]*gate // run id -> gate
 }
 
-var inflight = struct {
-	mu sync.Mutex
-	m  map[inflightKey]chan struct{}
-}{m: map[inflightKey]chan struct{}{}}
+// coordOf returns the registries attached to l.
+func coordOf(l ledger.Store) *coord {
+	return l.Local().Value(coordKey{}, func() any {
+		return &coord{keys: map[string]chan struct{}{}, gates: map[string]*gate{}}
+	}).(*coord)
+}
 
 // takeKey reserves key for the caller, who must call the returned release
 // after the key's outcome is recorded (or once it gives up the key). If another
 // goroutine of this process holds it, ok is false and wait is closed when it
 // lets go.
 func takeKey(l ledger.Store, key string) (release func(), wait <-chan struct{}, ok bool) {
-	k := inflightKey{l, key}
-	inflight.mu.Lock()
-	defer inflight.mu.Unlock()
-	if ch, busy := inflight.m[k]; busy {
+	c := coordOf(l)
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
+	if ch, busy := c.keys[key]; busy {
 		return nil, ch, false
 	}
 	ch := make(chan struct{})
-	inflight.m[k] = ch
+	c.keys[key] = ch
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			inflight.mu.Lock()
-			delete(inflight.m, k)
-			inflight.mu.Unlock()
+			c.keysMu.Lock()
+			delete(c.keys, key)
+			c.keysMu.Unlock()
 			close(ch)
 		})
 	}, nil, true
-}
-
-// keyWaiter returns the channel of the in-process holder of key, if any.
-func keyWaiter(l ledger.Store, key string) (<-chan struct{}, bool) {
-	inflight.mu.Lock()
-	defer inflight.mu.Unlock()
-	ch, ok := inflight.m[inflightKey{l, key}]
-	return ch, ok
 }
 
 // gate serializes a run's status changes (pause, cancel, resume, final status)
@@ -59,9 +61,10 @@ func keyWaiter(l ledger.Store, key string) (<-chan struct{}, bool) {
 // writing. So once Pause or Cancel returns, no drive of this process claims a
 // new action of the run.
 type gate struct {
-	refs   int // holders: drives, and status changes or reviews in progress (gates.mu)
-	drives int // drives of this process that hold the gate (gates.mu)
-	// undriven is closed when drives drops to 0 (gates.mu); nil while no
+	c      *coord
+	refs   int // holders: drives, and status changes or reviews in progress (c.gatesMu)
+	drives int // drives of this process that hold the gate (c.gatesMu)
+	// undriven is closed when drives drops to 0 (c.gatesMu); nil while no
 	// drive holds the gate.
 	undriven chan struct{}
 	claimMu  sync.RWMutex
@@ -70,35 +73,26 @@ type gate struct {
 	pausedByPerson bool // Pause was called while a drive was active
 }
 
-type gateKey struct {
-	l     ledger.Store
-	runID string
-}
-
-var gates = struct {
-	mu sync.Mutex
-	m  map[gateKey]*gate
-}{m: map[gateKey]*gate{}}
-
 func acquireGate(l ledger.Store, runID string) *gate {
-	gates.mu.Lock()
-	defer gates.mu.Unlock()
-	k := gateKey{l, runID}
-	g := gates.m[k]
+	c := coordOf(l)
+	c.gatesMu.Lock()
+	defer c.gatesMu.Unlock()
+	g := c.gates[runID]
 	if g == nil {
-		g = &gate{}
-		gates.m[k] = g
+		g = &gate{c: c}
+		c.gates[runID] = g
 	}
 	g.refs++
 	return g
 }
 
 func releaseGate(l ledger.Store, runID string, g *gate) {
-	gates.mu.Lock()
-	defer gates.mu.Unlock()
+	c := g.c
+	c.gatesMu.Lock()
+	defer c.gatesMu.Unlock()
 	g.refs--
 	if g.refs == 0 {
-		delete(gates.m, gateKey{l, runID})
+		delete(c.gates, runID)
 	}
 }
 
@@ -116,9 +110,10 @@ func (g *gate) halted() bool {
 // otherDrives reports whether another drive of this process holds the run's
 // gate (the caller holds one reference itself).
 func otherDrives(l ledger.Store, runID string) bool {
-	gates.mu.Lock()
-	defer gates.mu.Unlock()
-	g := gates.m[gateKey{l, runID}]
+	c := coordOf(l)
+	c.gatesMu.Lock()
+	defer c.gatesMu.Unlock()
+	g := c.gates[runID]
 	return g != nil && g.refs > 1
 }
 
@@ -128,31 +123,31 @@ func otherDrives(l ledger.Store, runID string) bool {
 // lock while driving was false is seen by every drive that starts later.
 func acquireDrive(l ledger.Store, runID string) *gate {
 	g := acquireGate(l, runID)
-	gates.mu.Lock()
+	g.c.gatesMu.Lock()
 	if g.drives == 0 {
 		g.undriven = make(chan struct{})
 	}
 	g.drives++
-	gates.mu.Unlock()
+	g.c.gatesMu.Unlock()
 	return g
 }
 
 func releaseDrive(l ledger.Store, runID string, g *gate) {
-	gates.mu.Lock()
+	g.c.gatesMu.Lock()
 	g.drives--
 	if g.drives == 0 {
 		close(g.undriven)
 		g.undriven = nil
 	}
-	gates.mu.Unlock()
+	g.c.gatesMu.Unlock()
 	releaseGate(l, runID, g)
 }
 
 // whenUndriven returns a channel that is closed once no drive of this
 // process drives the run of g (already closed when none does).
 func (g *gate) whenUndriven() <-chan struct{} {
-	gates.mu.Lock()
-	defer gates.mu.Unlock()
+	g.c.gatesMu.Lock()
+	defer g.c.gatesMu.Unlock()
 	if g.undriven == nil {
 		ch := make(chan struct{})
 		close(ch)
@@ -166,7 +161,7 @@ func (g *gate) whenUndriven() <-chan struct{} {
 // change to a row it may still start (an edit, a new revision) would be
 // overwritten or ignored: callers refuse such changes while it is true.
 func (g *gate) driving() bool {
-	gates.mu.Lock()
-	defer gates.mu.Unlock()
+	g.c.gatesMu.Lock()
+	defer g.c.gatesMu.Unlock()
 	return g.drives > 0
 }
