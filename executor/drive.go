@@ -389,9 +389,8 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 			}
 		}
 		for _, n := range picks {
-			n.started = true
+			d.enterLocked(n)
 		}
-		d.inflight += len(picks)
 	}
 	var outputs map[string]json.RawMessage
 	if len(picks) > 0 {
@@ -443,11 +442,7 @@ func (d *driver) unstart(ns []*node, awaiting bool) {
 	}
 	d.mu.Lock()
 	for _, n := range ns {
-		n.started = false
-		if awaiting {
-			n.awaiting = true
-		}
-		d.inflight--
+		d.unpickLocked(n, awaiting)
 	}
 	d.mu.Unlock()
 }
@@ -533,18 +528,14 @@ func (d *driver) prepFail(n *node, msg string) *prepared {
 // approved reports whether an action may be claimed with these resolved args
 // without asking a person.
 func (d *driver) approved(n *node, resolved json.RawMessage) (bool, string) {
-	rule, why := tools.NeedsApproval(n.spec, resolved)
-	policyNeeds := d.pol == PolicyNone || (d.pol == PolicySafe && n.spec.Class == tools.AtMostOnce)
-	if !rule && !policyNeeds {
+	need, why := needsPerson(d.pol, n.spec, resolved)
+	if !need {
 		return true, ""
-	}
-	if why == "" {
-		why = fmt.Sprintf("policy %s", d.pol)
 	}
 	if n.row.ApprovedArgs == nil {
 		return false, why
 	}
-	if rule || n.spec.Class == tools.AtMostOnce {
+	if rule, _ := tools.NeedsApproval(n.spec, resolved); rule || n.spec.Class == tools.AtMostOnce {
 		// The approval binds the args the reviewer saw.
 		if !jsonEqual(n.row.ApprovedArgs, resolved) {
 			return false, "arguments changed since approval (references resolved): " + why
@@ -658,13 +649,11 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 		d.mu.Lock()
 		for _, s := range slots {
 			if !s.p.await {
-				s.p.n.done = true
-				d.leaveLocked()
+				d.doneLocked(s.p.n)
 			}
 		}
 		for _, a := range acts {
-			a.n.done = true
-			d.leaveLocked()
+			d.doneLocked(a.n)
 		}
 		d.mu.Unlock()
 		d.setFatal(fmt.Errorf("executor: run %s: write claims: %w", d.runID, err))
@@ -691,8 +680,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 				d.e.log.Warn("action failed before its call", "run_id", d.runID, "action_id", p.n.id, "key", p.a.key, "error", p.failed)
 				d.mu.Lock()
 				d.failLocked(fmt.Sprintf("action %s failed: %s", p.n.id, p.failed), false)
-				p.n.done = true
-				d.leaveLocked()
+				d.doneLocked(p.n)
 				d.mu.Unlock()
 			} else {
 				// Someone else got there first: decide from its record.
@@ -721,10 +709,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 				acts = append(acts, p.a)
 				continue
 			}
-			d.mu.Lock()
-			p.n.done = true
-			d.leaveLocked()
-			d.mu.Unlock()
+			d.done(p.n)
 			d.setFatal(&ActionError{RunID: d.runID, ActionID: p.n.id, Key: p.a.key, Op: "claim", Err: r.Err})
 		}
 	}
@@ -760,11 +745,46 @@ func (d *driver) claimed(a *act, n int, at time.Time) {
 	}
 }
 
+// In-flight accounting, done only through these methods: an action is in
+// flight from when start picks it until its row holds its outcome (or this
+// drive gives it up). d.inflight counts them; the scheduler stops only when
+// it is 0, and settledGen tells it that an outcome landed meanwhile.
+
+// enterLocked takes n for this drive: in flight. Call with d.mu held.
+func (d *driver) enterLocked(n *node) {
+	n.started = true
+	d.inflight++
+}
+
+// unpickLocked gives n back (picked, but not worked on now; awaiting: it
+// waits for a person). Nothing settled. Call with d.mu held.
+func (d *driver) unpickLocked(n *node, awaiting bool) {
+	n.started = false
+	if awaiting {
+		n.awaiting = true
+	}
+	d.inflight--
+}
+
 // leaveLocked ends an action's time in flight; call it (with d.mu held) only
 // once the action's row holds its outcome, or once this drive gave it up.
 func (d *driver) leaveLocked() {
 	d.inflight--
 	d.settledGen++
+}
+
+// doneLocked marks n finished by this drive and ends its time in flight.
+// Call with d.mu held.
+func (d *driver) doneLocked(n *node) {
+	n.done = true
+	d.leaveLocked()
+}
+
+// done is doneLocked for callers not holding d.mu.
+func (d *driver) done(n *node) {
+	d.mu.Lock()
+	d.doneLocked(n)
+	d.mu.Unlock()
 }
 
 // leave is leaveLocked for callers not holding d.mu; it wakes the scheduler.
@@ -804,11 +824,7 @@ func (d *driver) markRunning(ctx context.Context) error {
 		if d.g.pausedByPerson {
 			return nil
 		}
-		res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.SetRunStatus(d.runID, ledger.RunRunning, "run.resumed", "", nil))
-		if err == nil {
-			err = res[0].Err
-		}
-		if err != nil {
+		if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.SetRunStatus(d.runID, ledger.RunRunning, "run.resumed", "", nil)); err != nil {
 			return fmt.Errorf("executor: run %s: resume: %w", d.runID, err)
 		}
 		d.g.status = ledger.RunRunning

@@ -363,11 +363,7 @@ func (e *Engine) checkTools(ctx context.Context, run ledger.Run, opts RunOptions
 		return fmt.Errorf("%w: run %s was started with tools %s, now %s%s: pass AcceptToolsChange (--accept-tools-change) to resume anyway",
 			ErrToolsChanged, run.ID, run.ToolsHash, cur, legacy)
 	}
-	res, err := e.led.Apply(ctx, ledger.SetToolsHash(run.ID, cur))
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
+	if _, err := apply(ctx, e.led, ledger.SetToolsHash(run.ID, cur)); err != nil {
 		return fmt.Errorf("executor: run %s: recording the accepted tools change: %w", run.ID, err)
 	}
 	e.log.Info("tools change accepted", "run_id", run.ID, "from", run.ToolsHash, "to", cur)
@@ -393,7 +389,7 @@ func (e *Engine) initialRows(p *plan.Plan, pol Policy) ([]ledger.Action, error) 
 			Args:      a.Args,
 			DependsOn: a.DependsOn,
 		}
-		if !needsPerson(pol, spec, a.Args) {
+		if need, _ := needsPerson(pol, spec, a.Args); !need {
 			row.Status = ledger.StatusApproved
 			row.ApprovedArgs = a.Args
 		}
@@ -402,20 +398,25 @@ func (e *Engine) initialRows(p *plan.Plan, pol Policy) ([]ledger.Action, error) 
 	return rows, nil
 }
 
-// needsPerson says whether an action with these args needs a person's approval
-// under the policy and the tools file's rules.
-func needsPerson(pol Policy, spec tools.Spec, args json.RawMessage) bool {
-	if need, _ := tools.NeedsApproval(spec, args); need {
-		return true
+// needsPerson is the approval rule, for planned args (a run's first rows)
+// and resolved args (before a claim) alike: whether an action with these
+// args needs a person's approval under the policy (none: always; all: never;
+// safe, the default: at-most-once tools) and the tools file's rules
+// (approval "always", approve_above), and why.
+func needsPerson(pol Policy, spec tools.Spec, args json.RawMessage) (need bool, why string) {
+	if rule, why := tools.NeedsApproval(spec, args); rule {
+		return true, cmp.Or(why, fmt.Sprintf("policy %s", pol))
 	}
 	switch pol {
 	case PolicyNone:
-		return true
 	case PolicyAll:
-		return false
+		return false, ""
 	default:
-		return spec.Class == tools.AtMostOnce
+		if spec.Class != tools.AtMostOnce {
+			return false, ""
+		}
 	}
+	return true, fmt.Sprintf("policy %s", pol)
 }
 
 // Replay records p as a new revision of runID (replay with edits) and drives it:
@@ -503,11 +504,7 @@ func (e *Engine) recordRevision(ctx context.Context, g *gate, runID string, p *p
 		e.obs.PlanRecorded(runID, rev, len(rows))
 		return rev, nil
 	}
-	res, err := e.led.Apply(ctx, ledger.SetRunStatus(runID, ledger.RunRunning, "", "", nil))
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
+	if _, err := apply(ctx, e.led, ledger.SetRunStatus(runID, ledger.RunRunning, "", "", nil)); err != nil {
 		return 0, fmt.Errorf("executor: replay run %s: %w", runID, err)
 	}
 	g.status, g.pausedByPerson = ledger.RunRunning, false

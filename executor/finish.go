@@ -318,11 +318,7 @@ func (d *driver) settle(ctx context.Context) error {
 	if data != nil {
 		raw = mustJSON(data)
 	}
-	res, err := d.e.led.Apply(ctx, ledger.SetRunStatus(d.runID, st, ledger.EventType(ev), errMsg, raw))
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
+	if _, err := apply(ctx, d.e.led, ledger.SetRunStatus(d.runID, st, ledger.EventType(ev), errMsg, raw)); err != nil {
 		return fmt.Errorf("executor: run %s: set status %s: %w", d.runID, st, err)
 	}
 	d.g.status = st

@@ -305,11 +305,7 @@ func (e *Engine) Unpause(ctx context.Context, runID, by string) error {
 	// PausedBy is left over: SetPause clears it too, so that a later pause
 	// for another reason (an action needs review) is not taken for a
 	// person's (a run that would then wait for nobody).
-	res, err := e.led.Apply(ctx, ledger.SetPause(runID, "", ledger.RunRunning, mustJSON(map[string]string{"by": by, "reason": "requested"})))
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
+	if _, err := applyLead(ctx, e.led, ledger.SetPause(runID, "", ledger.RunRunning, mustJSON(map[string]string{"by": by, "reason": "requested"}))); err != nil {
 		return fmt.Errorf("executor: resume run %s: %w", runID, err)
 	}
 	if run.Status == ledger.RunPaused {
@@ -352,11 +348,7 @@ func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.
 			}
 		}
 	}
-	res, err := e.led.Apply(ctx, ops...)
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
+	if _, err := applyLead(ctx, e.led, ops...); err != nil { // a skip that conflicts is no error
 		return fmt.Errorf("executor: %s run %s: %w", st, runID, err)
 	}
 	g.status = st

@@ -26,10 +26,7 @@ func (d *driver) work(ctx context.Context, a *act) {
 		out, how := d.execute(ctx, a)
 		if how != endSucceeded {
 			d.release(a)
-			d.mu.Lock()
-			a.n.done = true
-			d.leaveLocked()
-			d.mu.Unlock()
+			d.done(a.n)
 			d.poke()
 			return
 		}
@@ -79,10 +76,7 @@ func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*ac
 		// The output was not recorded. Claims written with it must not go ahead.
 		for _, b := range acts {
 			d.abandon(ctx, b, "not started: the output of "+a.n.id+" could not be recorded")
-			d.mu.Lock()
-			b.n.done = true
-			d.leaveLocked()
-			d.mu.Unlock()
+			d.done(b.n)
 		}
 		defer d.release(a)
 		err := res[0].Err
@@ -153,7 +147,7 @@ func (d *driver) completeWith(ctx context.Context, a *act, succeed ledger.Op, ou
 	if res[0].Err != nil {
 		// The status went through without the output: take it back; the
 		// drive's end sets the right one.
-		if r, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.SetRunStatus(d.runID, ledger.RunRunning, "", "", nil)); err != nil || r[0].Err != nil {
+		if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.SetRunStatus(d.runID, ledger.RunRunning, "", "", nil)); err != nil {
 			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: errors.Join(err, res[0].Err)})
 			return true
 		}
@@ -210,16 +204,9 @@ func (d *driver) park(ctx context.Context, a *act, reason string) {
 // record writes ops for a (its outcome) durably, even when ctx has ended. It
 // reports whether every op went through.
 func (d *driver) record(ctx context.Context, a *act, ops ...ledger.Op) bool {
-	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ops...)
-	if err != nil {
+	if _, err := apply(context.WithoutCancel(ctx), d.e.led, ops...); err != nil {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record outcome", Err: err})
 		return false
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record outcome", Err: r.Err})
-			return false
-		}
 	}
 	d.reportEnded(a)
 	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
@@ -955,10 +942,7 @@ func (d *driver) cancelled() bool {
 // claimAlways claims attempt n of a.key whatever the run's status (to park
 // it: never to call). how is endSucceeded when we hold the claim.
 func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
-	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
-	if err == nil {
-		err = res[0].Err
-	}
+	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
 	if err != nil {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
 		return false, endStopped
