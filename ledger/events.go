@@ -30,4 +30,11 @@ const (
 	EventActionResolved      EventType = "action.resolved"
 	EventActionSkipped       EventType = "action.skipped"
 	EventActionCompensated   EventType = "action.compensated"
+	// EventLookupWait: the lookup that runs before an attempt waits (no
+	// state change): {"attempt", "outcome", "retry_in", "retry_in_ms"} with
+	// outcome "not_found_yet" (not found, but "not found" is not trusted
+	// yet: waiting before writing; also "reason") or "lookup_error" (the
+	// lookup failed and is tried again; also "error"). Written by the
+	// executor through Note.
+	EventLookupWait EventType = "action.lookup_wait"
 )

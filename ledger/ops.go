@@ -50,6 +50,7 @@ type Op struct {
 	args, output, data   json.RawMessage
 	n                    int
 	retryable            bool
+	failure              Failure
 	res                  Resolution
 	row                  Action
 	status               RunStatus
@@ -108,6 +109,13 @@ func Succeed(key string, n int, output json.RawMessage) Op {
 // Identical repeat: success.
 func Fail(key string, n int, msg string, retryable bool, data json.RawMessage) Op {
 	return Op{kind: opFail, key: key, n: n, msg: msg, retryable: retryable, data: data}
+}
+
+// FailWith is Fail with the failure's class, recorded on the key record
+// (KeyRecord.Failure; unknown and key_in_flight set MaybeTookEffect) and, unless
+// data says otherwise, as the event's "outcome".
+func FailWith(key string, n int, msg string, retryable bool, class Failure, data json.RawMessage) Op {
+	return Op{kind: opFail, key: key, n: n, msg: msg, retryable: retryable, failure: class, data: data}
 }
 
 // NeedsReview parks attempt n (key claimed with Attempt n) for a person:
@@ -186,7 +194,7 @@ func SetRunStatus(runID string, status RunStatus, eventType EventType, errMsg st
 }
 
 // Note appends an event without a state change (e.g. "run.awaiting_approval",
-// "action.attempt_failed" for an unclaimed lookup wait).
+// EventLookupWait for a lookup that waits before an attempt).
 func Note(runID string, eventType EventType, actionID string, data json.RawMessage) Op {
 	return Op{kind: opNote, runID: runID, eventType: eventType, actionID: actionID, data: data}
 }
@@ -445,8 +453,8 @@ func (b *batch) claim(o Op) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	rec = KeyRecord{Key: o.key, RunID: o.runID, ActionID: o.actionID, Tool: o.tool, Args: args,
-		State: StatusClaimed, Attempt: o.n, Owner: b.tx.Incarnation(), ClaimedAt: now, UpdatedAt: now}
+	rec = claimed(rec, has, KeyRecord{Key: o.key, RunID: o.runID, ActionID: o.actionID, Tool: o.tool, Args: args,
+		State: StatusClaimed, Attempt: o.n, Owner: b.tx.Incarnation(), ClaimedAt: now, UpdatedAt: now})
 	if err := b.putKeyRec(rec, !has); err != nil {
 		return Result{}, err
 	}
@@ -461,6 +469,20 @@ func (b *batch) claim(o Op) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Action: row.action(o.runID), Key: rec}, nil
+}
+
+// claimed carries the safety facts of prev (the key's record, if has) over
+// to next, the record of a new claim: FirstClaimedAt is set by attempt 1
+// and kept; MaybeTookEffect is kept, and set when the claim takes over a
+// claim that has no outcome.
+func claimed(prev KeyRecord, has bool, next KeyRecord) KeyRecord {
+	if !has || next.Attempt == 1 {
+		next.FirstClaimedAt = next.ClaimedAt
+	} else {
+		next.FirstClaimedAt = prev.FirstClaimedAt // zero on records from before the field
+	}
+	next.MaybeTookEffect = has && (prev.MaybeTookEffect || prev.State == StatusClaimed)
+	return next
 }
 
 // outcome handles Succeed, Fail and NeedsReview.
@@ -540,7 +562,7 @@ func (b *batch) outcome(o Op) (Result, error) {
 		return b.conflict(o, runID, rec.ActionID, o.key, rec, rowp, "attempt %d is not claimed", o.n), nil
 	}
 	rec.State, rec.UpdatedAt = want, b.now()
-	rec.Output, rec.Error, rec.Retryable = nil, "", false
+	rec.Output, rec.Error, rec.Retryable, rec.Failure = nil, "", false, ""
 	var evType EventType
 	var data json.RawMessage
 	switch o.kind {
@@ -549,9 +571,13 @@ func (b *batch) outcome(o Op) (Result, error) {
 		evType, data = EventActionSucceeded, outputData(o.output)
 	case opNeedsReview:
 		rec.Error = o.msg
+		rec.MaybeTookEffect = true
 		evType, data = EventActionNeedsReview, obj("attempt", o.n, "reason", o.msg)
 	case opFail:
-		rec.Error, rec.Retryable = o.msg, o.retryable
+		rec.Error, rec.Retryable, rec.Failure = o.msg, o.retryable, o.failure
+		if o.retryable && o.failure.mayHaveTakenEffect() {
+			rec.MaybeTookEffect = true
+		}
 		evType = EventActionFailed
 		outcome := "failed"
 		if o.retryable {
@@ -563,7 +589,7 @@ func (b *batch) outcome(o Op) (Result, error) {
 		extra["attempt"], _ = json.Marshal(o.n)
 		extra["error"], _ = json.Marshal(o.msg)
 		if _, ok := extra["outcome"]; !ok {
-			extra["outcome"], _ = json.Marshal(outcome)
+			extra["outcome"], _ = json.Marshal(cmpOr(string(o.failure), outcome))
 		}
 		if data, err = json.Marshal(extra); err != nil {
 			return Result{}, err
@@ -639,6 +665,7 @@ func (b *batch) resolve(o Op) (Result, error) {
 		return b.conflict(o, o.runID, o.actionID, row.Key, rec, &row, "action is not in needs_review"), nil
 	}
 	rec.State, rec.UpdatedAt, rec.Retryable = want, b.now(), false
+	rec.MaybeTookEffect, rec.Failure = false, "" // a person looked and decided
 	data := obj("resolution", resolution, "by", r.By)
 	switch {
 	case r.Done != nil:

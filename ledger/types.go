@@ -158,6 +158,47 @@ type KeyRecord struct {
 	Error     string          `json:"error,omitempty"`
 	Retryable bool            `json:"retryable,omitempty"`
 	UpdatedAt time.Time       `json:"updated_at"`
+
+	// Safety facts the executor decides from (never parsed back out of
+	// events). Records written before they existed lack them: a zero
+	// FirstClaimedAt says so.
+
+	// FirstClaimedAt is when attempt 1 was claimed; later claims keep it.
+	// key_ttl counts from it.
+	FirstClaimedAt time.Time `json:"first_claimed_at,omitzero"`
+	// MaybeTookEffect: an earlier attempt of this key may have taken
+	// effect. Set when a claim takes over a claimed record that has no
+	// outcome (its process is gone), when a failure of class unknown or
+	// key_in_flight (or an unclassified retryable one) is recorded, and when
+	// the key goes to needs_review; cleared by a person's resolution; kept
+	// otherwise.
+	MaybeTookEffect bool `json:"maybe_took_effect,omitempty"`
+	// Failure is the class of the latest recorded failure (FailWith), ""
+	// when the latest outcome was not a classified failure.
+	Failure Failure `json:"failure,omitempty"`
+}
+
+// Failure classifies a failed attempt (DESIGN.md "Effect classes"): the
+// executor's failure classes as the ledger records them.
+type Failure string
+
+const (
+	FailureNotSent      Failure = "not_sent"      // nothing reached the other side
+	FailureNotProcessed Failure = "not_processed" // 429/503 with Retry-After: nothing processed
+	FailureDefinite     Failure = "definite"      // an answer that says it did not happen
+	FailureUnknown      Failure = "unknown"       // sent, no trustworthy answer: may have taken effect
+	FailureKeyInFlight  Failure = "key_in_flight" // a keyed provider still processes a request with the key
+	FailureInvalidArgs  Failure = "invalid_arguments"
+)
+
+// mayHaveTakenEffect reports whether a retryable failure of class f leaves
+// an effect possible: unknown, key in flight, or unclassified.
+func (f Failure) mayHaveTakenEffect() bool {
+	switch f {
+	case FailureNotSent, FailureNotProcessed, FailureDefinite, FailureInvalidArgs:
+		return false
+	}
+	return true
 }
 
 // Event is one entry of a run's event log (DESIGN.md "Events").
