@@ -51,7 +51,6 @@ type driver struct {
 	failErr    string // first failure: no new action starts
 	rejected   bool   // the failure is a rejection (no compensation)
 	fatal      error  // the ledger failed: stop
-	firstClaim map[string]time.Time
 	resumed    bool
 	settled    bool // the run's final status was written with the last outcome
 	// undoAwaiting lists compensating actions waiting for a person's approval.
@@ -71,7 +70,7 @@ func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error)
 	d := &driver{
 		e: e, runID: runID, g: g, inc: e.led.Incarnation(),
 		nodes: map[string]*node{}, undo: map[string]ledger.Action{},
-		firstClaim: map[string]time.Time{}, wake: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1),
 	}
 	doc := func(err error) (ledger.RunDoc, error) {
 		dc, derr := e.led.Doc(context.WithoutCancel(ctx), runID)
@@ -327,6 +326,7 @@ type act struct {
 	// were not sent end in needs_review, not failed.
 	maybeDone bool
 	unknownAt time.Time // claim time of the latest attempt whose outcome is unknown
+	first     time.Time // when attempt 1 of the key was claimed (the key record's FirstClaimedAt)
 	// ended is how the latest tool call ended, reported to the Observer
 	// once its outcome is recorded (record, succeed), then cleared.
 	ended *AttemptResult
@@ -520,7 +520,7 @@ func (d *driver) prepFail(n *node, msg string) *prepared {
 	p.a = &act{n: n, key: key, args: n.row.Args}
 	p.ops = []ledger.Op{
 		ledger.Claim(d.runID, n.id, n.row.Tool, key, n.row.Args, 1),
-		ledger.Fail(key, 1, msg, false, mustJSON(map[string]string{"outcome": "invalid_arguments"})),
+		ledger.FailWith(key, 1, msg, false, ledger.FailureInvalidArgs, nil),
 	}
 	return p
 }
@@ -694,7 +694,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 		default:
 			r := res[s.first]
 			if r.Err == nil {
-				d.claimed(p.a, 1, r.Key.ClaimedAt)
+				d.claimed(p.a, 1, r.Key)
 				acts = append(acts, p.a)
 				continue
 			}
@@ -726,17 +726,13 @@ func conflictRecord(err error) *ledger.KeyRecord {
 }
 
 // claimed notes that we hold attempt n of a.key.
-func (d *driver) claimed(a *act, n int, at time.Time) {
+func (d *driver) claimed(a *act, n int, rec ledger.KeyRecord) {
 	a.attempt = n
-	a.claimAt = at
+	a.claimAt = rec.ClaimedAt
+	a.first = rec.FirstClaimedAt
 	if a.began.IsZero() {
 		a.began = d.e.clock.Now()
 	}
-	d.mu.Lock()
-	if n == 1 {
-		d.firstClaim[a.key] = at
-	}
-	d.mu.Unlock()
 	d.updateRow(a.n, func(row *ledger.Action) {
 		row.Status, row.Key, row.Attempts, row.Args = ledger.StatusClaimed, a.key, n, a.args
 	})
@@ -972,7 +968,7 @@ func (d *driver) concludeOne(ctx context.Context, r ledger.Action) error {
 	if rec.State == ledger.StatusPending {
 		// Waiting for its next attempt: as for a retry that meets the cancel.
 		a := &act{n: &node{id: r.ID, row: r}, key: r.Key, args: r.Args}
-		a.maybeDone = rec.Attempt > 0 && d.earlierUnknown(ctx, a)
+		a.maybeDone = recMaybeDone(rec)
 		d.concludeOnCancel(ctx, a, rec.Attempt+1)
 		return d.fatalErr()
 	}

@@ -93,9 +93,9 @@ func TestLookupNotFoundIsNotTrustedUntilTheWindowPasses(t *testing.T) {
 			}
 			waited := false
 			for _, ev := range b.events("r1") {
-				var d struct{ Phase, Outcome string }
+				var d struct{ Outcome string }
 				json.Unmarshal(ev.Data, &d)
-				if ev.Type == "action.attempt_failed" && d.Phase == "lookup" && d.Outcome == "not_found_yet" {
+				if ev.Type == ledger.EventLookupWait && d.Outcome == "not_found_yet" {
 					waited = true
 				}
 			}

@@ -147,7 +147,7 @@ func TestStalledDriveSaysSoLoudly(t *testing.T) {
 	defer releaseGate(b.led, "stall", g)
 	g.status = ledger.RunRunning
 	d := &driver{e: b.eng, runID: "stall", g: g, pol: PolicyAll, nodes: map[string]*node{}, undo: map[string]ledger.Action{},
-		firstClaim: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1)}
 	recorded, err := b.led.Actions(ctx, "stall")
 	if err != nil {
 		t.Fatal(err)

@@ -186,7 +186,7 @@ func (d *driver) setSucceeded(a *act, out json.RawMessage) {
 // pending (retryable) and a later attempt or drive decides again.
 func (d *driver) abandon(ctx context.Context, a *act, why string) {
 	if a.attempt > 0 {
-		d.record(ctx, a, ledger.Fail(a.key, a.attempt, why, true, mustJSON(map[string]string{"outcome": "not_sent"})))
+		d.record(ctx, a, ledger.FailWith(a.key, a.attempt, why, true, ledger.FailureNotSent, nil))
 		d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusPending })
 	}
 	d.release(a)
@@ -276,7 +276,8 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			a.release = rel
 			a.rec = nil // re-read now that no one in this process holds it
 		}
-		if a.fresh && a.rec == nil {
+		rec := a.rec
+		if a.fresh && rec == nil {
 			// First claim under this key, approval already checked.
 			a.fresh = false
 			if ok, how := d.claim(ctx, a, 1); ok || how != endSucceeded {
@@ -284,7 +285,6 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 			}
 			continue // a.rec set from the conflict
 		}
-		rec := a.rec
 		if rec == nil {
 			r, err := d.e.led.Key(ctx, a.key)
 			switch {
@@ -294,10 +294,9 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 				}
 				continue
 			case err != nil:
-				if ctx.Err() != nil {
-					return nil, endStopped, false
+				if ctx.Err() == nil {
+					d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "read key", Err: err})
 				}
-				d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "read key", Err: err})
 				return nil, endStopped, false
 			}
 			rec = &r
@@ -308,108 +307,95 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 				Err: fmt.Errorf("the action is held under another key %q (state %q)", rec.Key, rec.State)})
 			return nil, endStopped, false
 		}
-		spec := a.n.spec
-		if rec.State == ledger.StatusClaimed && rec.Owner == d.inc {
-			// Claimed by this process, yet no goroutine holds it (we have the
-			// reservation): its outcome was never recorded. Close that attempt
-			// as unknown and continue as after a crash.
-			a.attempt = rec.Attempt
-			if spec.Class == tools.AtMostOnce {
-				d.park(ctx, a, fmt.Sprintf("outcome unknown: attempt %d of this process was never recorded (at-most-once: not retried)", rec.Attempt))
-				return nil, endRecorded, false
-			}
-			if !d.record(ctx, a, ledger.Fail(a.key, rec.Attempt, "outcome of this attempt was never recorded", true,
-				mustJSON(map[string]string{"outcome": tools.Unknown.String()}))) {
-				return nil, endStopped, false
-			}
-			a.attempt = 0
-			a.maybeDone = true
-			a.unknownAt = rec.ClaimedAt
-			cp := *rec
-			cp.State = ledger.StatusPending
-			rec = &cp
-		}
-		switch rec.State {
-		case ledger.StatusSucceeded, ledger.StatusCompensated:
-			if rec.State == ledger.StatusCompensated && a.undoOf == "" && !d.linked(a) {
-				// A new revision meets a key whose effect was undone: its
-				// output describes nothing that exists. Never build on it.
-				d.fail(fmt.Sprintf("action %s: its key was compensated (undone) in an earlier revision; change its arguments to run it again, or fork the run", a.n.id))
-				return nil, endStopped, false
-			}
-			a.attempt = rec.Attempt
-			a.adopted = true
-			if !d.linked(a) {
-				d.link(ctx, a, rec)
-			}
-			return rec.Output, endSucceeded, false
-		case ledger.StatusNeedsReview:
-			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key = ledger.StatusNeedsReview, a.key })
-			return nil, endRecorded, false
-		case ledger.StatusFailed:
-			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key, row.Error = ledger.StatusFailed, a.key, rec.Error })
-			if a.undoOf == "" {
-				d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, rec.Error))
-			}
-			return nil, endRecorded, false
-		case ledger.StatusSkipped:
-			d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
-			return nil, endRecorded, false
-		case ledger.StatusClaimed, ledger.StatusPending:
-			// Claimed by a process that is gone (we hold the in-process
-			// reservation, so no goroutine here owns it), or pending after a
-			// failed attempt or a person's "retry".
-			stale := rec.State == ledger.StatusClaimed
-			next := rec.Attempt + 1
-			if stale {
-				a.maybeDone = true
-				a.unknownAt = rec.ClaimedAt
-			} else if rec.Attempt > 0 && !a.maybeDone {
-				a.maybeDone = d.earlierUnknown(ctx, a)
-			}
-			var lookFrom time.Time
-			switch spec.Class {
-			case tools.AtMostOnce:
-				if stale {
-					a.attempt = rec.Attempt
-					d.park(ctx, a, fmt.Sprintf("outcome unknown: attempt %d was claimed by a process that is gone (at-most-once: not retried)", rec.Attempt))
-					return nil, endRecorded, false
-				}
-			case tools.Lookup:
-				lookFrom = rec.ClaimedAt
-			case tools.Keyed:
-				if d.pastKeyTTL(ctx, a, rec) {
-					if _, ok := a.n.tool.(tools.Looker); ok {
-						lookFrom = rec.ClaimedAt
-					} else if stale {
-						a.attempt = rec.Attempt
-						d.park(ctx, a, fmt.Sprintf("outcome unknown and the provider's key_ttl (%v) has passed since the first claim: a new call could repeat the effect", spec.KeyTTL))
-						return nil, endRecorded, false
-					} else {
-						d.needsReviewPending(ctx, a, rec)
-						return nil, endRecorded, false
-					}
-				}
-			}
-			if rec.Attempt == 0 {
-				next = 1
-			}
-			out, found, how, held := d.claimNext(ctx, a, next, stale && rec.Attempt > 0, lookFrom)
-			switch {
-			case held:
-				return nil, how, true
-			case how != endSucceeded:
-				return nil, how, false
-			case found:
-				return out, endSucceeded, false
-			}
-			continue // a.rec set from a conflict
-		default:
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim",
-				Err: fmt.Errorf("unexpected key state %q", rec.State)})
-			return nil, endStopped, false
+		if out, how, held, again := d.onRecord(ctx, a, rec); !again {
+			return out, how, held
 		}
 	}
+}
+
+// facts gathers what decide looks at for a, at stage s.
+func (d *driver) facts(a *act, s stage) facts {
+	spec := a.n.spec
+	_, looks := a.n.tool.(tools.Looker)
+	return facts{stage: s, now: d.e.clock.Now(), class: spec.Class, keyTTL: spec.KeyTTL, hasLookup: looks,
+		timeout: d.timeout(spec), visibilityLag: spec.VisibilityLag, skew: d.e.cfg.SkewMargin, retry: d.e.cfg.Retry,
+		undoOf: a.undoOf, maybeDone: a.maybeDone, unknownAt: a.unknownAt, claimAt: a.claimAt, first: a.first,
+		tries: a.tries, began: a.began, attempt: a.attempt}
+}
+
+// onRecord performs what the decision core says about a key record read
+// while no attempt is held. again: decide again from a.rec (a claim met
+// another record).
+func (d *driver) onRecord(ctx context.Context, a *act, rec *ledger.KeyRecord) (out json.RawMessage, how end, held, again bool) {
+	f := d.facts(a, atRecord)
+	f.rec, f.mine, f.linked = *rec, rec.State == ledger.StatusClaimed && rec.Owner == d.inc, d.linked(a)
+	dec := decide(f)
+	if dec.closeUnknown {
+		a.attempt = rec.Attempt
+		if !d.record(ctx, a, ledger.FailWith(a.key, rec.Attempt, "outcome of this attempt was never recorded", true, ledger.FailureUnknown, nil)) {
+			return nil, endStopped, false, false
+		}
+		a.attempt = 0
+	}
+	a.maybeDone, a.unknownAt = dec.maybeDone, dec.unknownAt
+	switch dec.verb {
+	case doAdopt:
+		a.attempt, a.adopted = rec.Attempt, true
+		if !d.linked(a) {
+			d.link(ctx, a, rec)
+		}
+		return rec.Output, endSucceeded, false, false
+	case doMirror:
+		d.mirror(a, rec)
+		return nil, endRecorded, false, false
+	case doReview:
+		d.parkAt(ctx, a, dec)
+		return nil, endRecorded, false, false
+	case doRefuse:
+		d.fail(fmt.Sprintf("action %s: %s", a.n.id, dec.reason))
+		return nil, endStopped, false, false
+	case doBroken:
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: errors.New(dec.reason)})
+		return nil, endStopped, false, false
+	}
+	out, found, how, held := d.claimNext(ctx, a, dec)
+	switch {
+	case held:
+		return nil, how, true, false
+	case how != endSucceeded:
+		return nil, how, false, false
+	case found:
+		return out, endSucceeded, false, false
+	}
+	return nil, endSucceeded, false, true // a.rec set from a conflict
+}
+
+// mirror brings a's row to its key's outcome, recorded by another drive.
+func (d *driver) mirror(a *act, rec *ledger.KeyRecord) {
+	switch rec.State {
+	case ledger.StatusNeedsReview:
+		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key = ledger.StatusNeedsReview, a.key })
+	case ledger.StatusFailed:
+		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key, row.Error = ledger.StatusFailed, a.key, rec.Error })
+		if a.undoOf == "" {
+			d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, rec.Error))
+		}
+	case ledger.StatusSkipped:
+		d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
+	}
+}
+
+// parkAt performs a doReview decision: needs_review for attempt
+// dec.attempt, claimed first when the key is pending (dec.claimToPark).
+func (d *driver) parkAt(ctx context.Context, a *act, dec decision) {
+	if dec.claimToPark {
+		if ok, _ := d.claim(ctx, a, dec.attempt); ok {
+			d.park(ctx, a, dec.reason)
+		}
+		return
+	}
+	a.attempt = dec.attempt
+	d.park(ctx, a, dec.reason)
 }
 
 // linked reports whether the action's row already mirrors its key's outcome.
@@ -431,14 +417,6 @@ func (d *driver) link(ctx context.Context, a *act, rec *ledger.KeyRecord) {
 	}
 	if r := res[0]; r.Action.ID == a.n.id {
 		d.updateRow(a.n, func(row *ledger.Action) { *row = r.Action })
-	}
-}
-
-// needsReviewPending parks a keyed action whose key is pending after an
-// unknown outcome once key_ttl has passed: claim it and park the claim.
-func (d *driver) needsReviewPending(ctx context.Context, a *act, rec *ledger.KeyRecord) {
-	if ok, _ := d.claim(ctx, a, rec.Attempt+1); ok {
-		d.park(ctx, a, fmt.Sprintf("the provider's key_ttl (%v) has passed since the first claim: a new call could repeat the effect", a.n.spec.KeyTTL))
 	}
 }
 
@@ -487,56 +465,8 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
 		return false, endStopped
 	}
-	d.claimed(a, n, r.Key.ClaimedAt)
+	d.claimed(a, n, r.Key)
 	return true, endSucceeded
-}
-
-// pastKeyTTL reports whether a keyed action's provider may have forgotten the key.
-func (d *driver) pastKeyTTL(ctx context.Context, a *act, rec *ledger.KeyRecord) bool {
-	ttl := a.n.spec.KeyTTL
-	if ttl <= 0 {
-		return false
-	}
-	first := d.firstClaimAt(ctx, a.key)
-	if first.IsZero() {
-		if rec != nil && rec.Attempt <= 1 && !rec.ClaimedAt.IsZero() {
-			first = rec.ClaimedAt
-		} else {
-			return true // unknown: assume the worst
-		}
-	}
-	return d.e.clock.Now().Sub(first) > ttl
-}
-
-// firstClaimAt returns when attempt 1 of key was claimed: from this drive, or
-// from the run's events (action.claimed {"attempt":1,"key"}).
-func (d *driver) firstClaimAt(ctx context.Context, key string) time.Time {
-	d.mu.Lock()
-	t, ok := d.firstClaim[key]
-	d.mu.Unlock()
-	if ok {
-		return t
-	}
-	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
-	if err != nil {
-		return time.Time{}
-	}
-	for _, ev := range evs {
-		if ev.Type != "action.claimed" {
-			continue
-		}
-		var data struct {
-			Attempt int    `json:"attempt"`
-			Key     string `json:"key"`
-		}
-		if json.Unmarshal(ev.Data, &data) == nil && data.Key == key && data.Attempt == 1 {
-			d.mu.Lock()
-			d.firstClaim[key] = ev.At
-			d.mu.Unlock()
-			return ev.At
-		}
-	}
-	return time.Time{}
 }
 
 // attemptCall performs the attempt we hold (lookup first when required). again:
@@ -575,142 +505,45 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	}
 	outcome, after := tools.Classify(err)
 	msg := errText(err)
-	log := d.e.log.With("run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "outcome", outcome.String())
-
-	switch outcome {
-	case tools.Definite:
-		if d.outputTooLarge(ctx, a, err, msg) { // large.go: it took effect
-			return nil, endRecorded, false
-		}
-		if a.undoOf != "" {
-			// An undo that cannot be done leaves the effect in place: a
-			// person decides (undo by hand and mark it done, retry, or skip).
-			d.park(ctx, a, fmt.Sprintf("compensation of %s refused: %s", a.undoOf, msg))
-			return nil, endRecorded, false
-		}
-		if a.maybeDone && spec.Class != tools.ReadOnly {
-			// "It did not happen" answers this attempt only: an earlier one
-			// whose outcome is unknown may have taken effect, so neither
-			// failing (and compensating) nor calling again is safe.
-			d.park(ctx, a, fmt.Sprintf("attempt %d was refused (%s), but an earlier attempt's outcome is unknown, so its effect may exist", a.attempt, msg))
-			return nil, endRecorded, false
-		}
-		if d.record(ctx, a, ledger.Fail(a.key, a.attempt, msg, false, mustJSON(map[string]string{"outcome": outcome.String()}))) {
-			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, msg })
-			log.Warn("action failed", "error", msg)
+	if outcome == tools.Definite && d.outputTooLarge(ctx, a, err, msg) { // large.go: it took effect
+		return nil, endRecorded, false
+	}
+	f := d.facts(a, afterFailure)
+	f.failure, f.retryAfter, f.msg, f.cancelled = outcome, after, msg, d.cancelled()
+	dec := decide(f)
+	a.maybeDone, a.unknownAt = dec.maybeDone, dec.unknownAt
+	switch dec.verb {
+	case doReview:
+		d.park(ctx, a, dec.reason)
+		return nil, endRecorded, false
+	case doFail:
+		if d.record(ctx, a, ledger.FailWith(a.key, a.attempt, dec.reason, false, failureOf(outcome), nil)) {
+			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, dec.reason })
+			d.e.log.Warn("action failed", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt,
+				"outcome", outcome.String(), "error", dec.reason)
 			if a.undoOf == "" {
-				d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, msg))
+				d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, dec.reason))
 			}
 		}
 		return nil, endRecorded, false
-	case tools.NotSentOutcome, tools.NotProcessed:
-		if !d.canRetry(a, after) {
-			final := fmt.Sprintf("gave up after %d attempts (%s): %s", a.tries, outcome, msg)
-			if r := d.e.cfg.Retry; after > 0 && a.tries < r.MaxAttempts {
-				final = fmt.Sprintf("the provider asked to wait %v before another attempt, beyond this run's retry budget (%v in all, %v used): %s; "+
-					"nothing was processed, so running the same command again later is safe", after, r.MaxElapsed, d.e.clock.Now().Sub(a.began).Round(time.Millisecond), msg)
-			}
-			if a.undoOf != "" {
-				d.park(ctx, a, fmt.Sprintf("compensation of %s not done: %s", a.undoOf, final))
-				return nil, endRecorded, false
-			}
-			if a.maybeDone && spec.Class != tools.ReadOnly {
-				d.park(ctx, a, final+"; an earlier attempt's outcome is unknown, so its effect may exist")
-				return nil, endRecorded, false
-			}
-			if d.record(ctx, a, ledger.Fail(a.key, a.attempt, final, false, mustJSON(map[string]string{"outcome": outcome.String()}))) {
-				d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, final })
-				log.Warn("action failed", "error", final)
-				if a.undoOf == "" {
-					d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, final))
-				}
-			}
-			return nil, endRecorded, false
-		}
-		return d.retry(ctx, a, outcome, after, msg, time.Time{})
-	case tools.KeyInFlight:
-		// Another request with this key is still being processed. It ends
-		// within the tool's timeout of its claim: keep asking (with backoff)
-		// until then, whatever the attempt budget, and only past that ask a
-		// person.
-		a.maybeDone = true
-		since := d.inFlightSince(ctx, a)
-		deadline := since.Add(d.timeout(spec) + d.e.cfg.SkewMargin)
-		now := d.e.clock.Now()
-		if !now.Before(deadline) || a.tries >= maxInFlightTries {
-			d.park(ctx, a, fmt.Sprintf("the provider still reports the key in flight after %d attempts, %v after the earlier request was claimed (its timeout is %v): %s",
-				a.tries, now.Sub(since).Round(time.Millisecond), d.timeout(spec), msg))
-			return nil, endRecorded, false
-		}
-		if w := deadline.Sub(now); after > w {
-			after = w // look again once the earlier request must have ended
-		}
-		return d.retry(ctx, a, outcome, max(after, d.e.cfg.Retry.Base), msg, time.Time{})
 	}
-
-	// Unknown outcome: the effect may have happened. By class.
-	a.maybeDone = true
-	a.unknownAt = a.claimAt
-	switch spec.Class {
-	case tools.AtMostOnce:
-		d.park(ctx, a, "outcome unknown (at-most-once: not retried): "+msg)
-		return nil, endRecorded, false
-	case tools.Keyed:
-		if d.pastKeyTTL(ctx, a, nil) {
-			if _, ok := a.n.tool.(tools.Looker); !ok {
-				d.park(ctx, a, fmt.Sprintf("outcome unknown and the provider's key_ttl (%v) has passed: %s", spec.KeyTTL, msg))
-				return nil, endRecorded, false
-			}
-			if !d.canRetry(a, 0) {
-				break
-			}
-			return d.retry(ctx, a, outcome, 0, msg, a.claimAt)
-		}
-		if !d.canRetry(a, 0) {
-			break
-		}
-		return d.retry(ctx, a, outcome, 0, msg, time.Time{})
-	case tools.Lookup:
-		if !d.canRetry(a, 0) {
-			break
-		}
-		return d.retry(ctx, a, outcome, 0, msg, a.claimAt)
-	default: // read_only, idempotent
-		if !d.canRetry(a, 0) {
-			break
-		}
-		return d.retry(ctx, a, outcome, 0, msg, time.Time{})
-	}
-	d.park(ctx, a, fmt.Sprintf("outcome unknown after %d attempts: %s", a.tries, msg))
-	return nil, endRecorded, false
+	return d.retry(ctx, a, dec, msg)
 }
 
-// canRetry applies the retry budget of one drive: attempts and elapsed time.
-func (d *driver) canRetry(a *act, after time.Duration) bool {
-	r := d.e.cfg.Retry
-	if a.tries >= r.MaxAttempts {
-		return false
-	}
-	return d.e.clock.Now().Sub(a.began)+after <= r.MaxElapsed
-}
+// failureOf is the ledger's name of a failure class.
+func failureOf(o tools.Outcome) ledger.Failure { return ledger.Failure(o.String()) }
 
 // retry records the failed attempt (retryable, visible as
-// action.attempt_failed), waits the backoff and claims the next attempt.
-// lookFrom, when set, makes the next attempt look before it calls.
-func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after time.Duration, msg string, lookFrom time.Time) (json.RawMessage, end, bool) {
-	if a.maybeDone && d.cancelled() {
-		// The run was cancelled while the call was in flight: nothing more
-		// is sent, and the effect may exist; a person says what happened.
-		d.park(ctx, a, "the run was cancelled while this call was in flight; its outcome is unknown: "+msg)
-		return nil, endRecorded, false
-	}
-	wait := d.e.backoff(a.tries, after)
-	data := mustJSON(map[string]any{"outcome": outcome.String(), "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
-	if !d.record(ctx, a, ledger.Fail(a.key, a.attempt, msg, true, data)) {
+// action.attempt_failed), waits the backoff and starts the next attempt as
+// the decision core says (dec: the doWait decision after the failure).
+func (d *driver) retry(ctx context.Context, a *act, dec decision, msg string) (json.RawMessage, end, bool) {
+	wait := d.e.backoff(dec.backoff, dec.floor)
+	data := mustJSON(map[string]any{"retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
+	if !d.record(ctx, a, ledger.FailWith(a.key, a.attempt, msg, true, failureOf(dec.failure), data)) {
 		return nil, endStopped, false
 	}
 	d.e.log.Info("attempt failed, retrying", "run_id", d.runID, "action_id", a.n.id, "key", a.key,
-		"attempt", a.attempt, "outcome", outcome.String(), "retry_in", wait)
+		"attempt", a.attempt, "outcome", dec.failure.String(), "retry_in", wait)
 	prev := a.attempt
 	d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusPending, msg })
 	if err := d.e.cfg.Sleep(ctx, wait); err != nil {
@@ -720,21 +553,15 @@ func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after
 	if d.cancelled() {
 		return nil, d.concludeOnCancel(ctx, a, prev+1), false
 	}
-	if a.n.spec.Class == tools.Keyed && a.maybeDone && lookFrom.IsZero() && d.pastKeyTTL(ctx, a, nil) {
-		// Checked after the wait, right before the next claim and call: past
-		// key_ttl the provider may have forgotten the key of an attempt
-		// whose outcome is unknown, and a call could repeat its effect.
-		if _, ok := a.n.tool.(tools.Looker); ok {
-			lookFrom = a.unknownAt
-			if lookFrom.IsZero() {
-				lookFrom = a.claimAt
-			}
-		} else {
-			d.needsReviewPending(ctx, a, &ledger.KeyRecord{Attempt: prev})
-			return nil, endRecorded, false
-		}
+	f := d.facts(a, afterBackoff)
+	f.attempt, f.lookFrom = prev, dec.lookFrom
+	next := decide(f)
+	a.maybeDone, a.unknownAt = next.maybeDone, next.unknownAt
+	if next.verb == doReview {
+		d.parkAt(ctx, a, next)
+		return nil, endRecorded, false
 	}
-	out, found, how, held := d.claimNext(ctx, a, prev+1, false, lookFrom)
+	out, found, how, held := d.claimNext(ctx, a, next)
 	switch {
 	case held:
 		return nil, endSucceeded, true
@@ -746,37 +573,38 @@ func (d *driver) retry(ctx context.Context, a *act, outcome tools.Outcome, after
 	return nil, endSucceeded, true // decide from a.rec
 }
 
-// claimNext takes the claim of attempt n of a.key. When lookFrom is set (an
-// earlier attempt, claimed at lookFrom, may have taken effect), the lookup
-// and its visibility wait run first, while the previous attempt's record
-// still stands (pending, or claimed by a process that is gone: prevClaimed).
-// So every claim is recorded immediately before its call is sent, and "the
-// previous claim + timeout + visibility_lag + skew margin" bounds when the
-// previous attempt's write can still commit and show up, whether that attempt
-// waited in a lookup first or not. A crash during the wait leaves the previous
-// claim as the bound: nothing was sent after it.
+// claimNext performs a doCall or doLookup decision for attempt dec.attempt
+// of a.key. For doLookup (an earlier attempt, claimed at dec.lookFrom, may
+// have taken effect) the lookup and its visibility wait run first, while the
+// previous attempt's record still stands (pending, or claimed by a process
+// that is gone: dec.prevHeld). So every claim is recorded immediately before
+// its call is sent, and "the previous claim + timeout + visibility_lag + skew
+// margin" bounds when the previous attempt's write can still commit and show
+// up, whether that attempt waited in a lookup first or not. A crash during
+// the wait leaves the previous claim as the bound: nothing was sent after it.
 //
 // held: we hold attempt n (a.attempt), call the tool now. found: the lookup
 // found the effect; out is to be recorded under a.attempt (the previous
 // claim, or attempt n claimed for it). Otherwise how is endSucceeded with
 // a.rec set (a claim conflicted: decide again), or the action ended.
-func (d *driver) claimNext(ctx context.Context, a *act, n int, prevClaimed bool, lookFrom time.Time) (out json.RawMessage, found bool, how end, held bool) {
-	if !lookFrom.IsZero() {
-		res, out, reason := d.lookupPhase(ctx, a, n, lookFrom)
-		switch res {
-		case lookStopped:
+func (d *driver) claimNext(ctx context.Context, a *act, dec decision) (out json.RawMessage, found bool, how end, held bool) {
+	n := dec.attempt
+	if dec.verb == doLookup {
+		res, out, stopped := d.lookupPhase(ctx, a, dec)
+		switch {
+		case stopped:
 			return nil, false, endStopped, false
-		case lookTrusted:
-			a.maybeDone = false // the earlier attempts took no effect
-		case lookFound, lookFailed:
-			if prevClaimed {
+		case res.verb == doCall:
+			a.maybeDone = res.maybeDone // trusted: the earlier attempts took no effect
+		default: // doAdopt, doReview
+			if dec.prevHeld {
 				// Record on the dead process's claim (any owner may).
 				a.attempt = n - 1
 			} else if ok, how := d.claim(ctx, a, n); !ok {
 				return nil, false, how, false
 			}
-			if res == lookFailed {
-				d.park(ctx, a, reason)
+			if res.verb == doReview {
+				d.park(ctx, a, res.reason)
 				return nil, false, endRecorded, false
 			}
 			return out, true, endSucceeded, false
@@ -786,75 +614,67 @@ func (d *driver) claimNext(ctx context.Context, a *act, n int, prevClaimed bool,
 	return nil, false, how, ok
 }
 
-// lookResult is how a lookup phase ended.
-type lookResult int
-
-const (
-	lookTrusted lookResult = iota // not found, and the window has passed: write
-	lookFound                     // the effect exists: record it
-	lookFailed                    // the lookup kept failing: a person decides
-	lookStopped                   // interrupted
-)
-
-// lookupPhase runs the lookup before attempt n, holding no claim. Not found is
-// trusted only once lookFrom (the previous claim) is older than the tool's
-// timeout + visibility_lag + skew margin; until then it waits and looks again.
-func (d *driver) lookupPhase(ctx context.Context, a *act, n int, lookFrom time.Time) (res lookResult, out json.RawMessage, reason string) {
+// lookupPhase runs the lookup before attempt dec.attempt, holding no claim,
+// until the decision core says call (not found, trusted: dec.trustAt has
+// passed), adopt (found) or review (the lookup kept failing); until then it
+// waits and looks again. stopped: interrupted.
+func (d *driver) lookupPhase(ctx context.Context, a *act, dec decision) (res decision, out json.RawMessage, stopped bool) {
 	spec := a.n.spec
 	looker, ok := a.n.tool.(tools.Looker)
 	if !ok {
-		return lookTrusted, nil, ""
+		return decision{verb: doCall, trusted: true}, nil, false
 	}
+	n := dec.attempt
 	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: n, Args: a.args}
-	trustAt := lookFrom.Add(d.timeout(spec) + spec.VisibilityLag + d.e.cfg.SkewMargin)
 	noted := false
-	errTries := 0
+	errs := 0
 	for {
 		if ctx.Err() != nil {
-			return lookStopped, nil, ""
+			return decision{}, nil, true
 		}
 		lctx, cancel := context.WithTimeout(ctx, d.timeout(spec))
 		out, found, err := looker.Lookup(lctx, call)
 		cancel()
-		if err != nil {
-			errTries++
-			if ctx.Err() != nil {
-				return lookStopped, nil, ""
-			}
-			if errTries >= d.e.cfg.Retry.MaxAttempts {
-				return lookFailed, nil, fmt.Sprintf("lookup failed %d times: %s", errTries, errText(err))
-			}
-			wait := d.e.backoff(errTries, 0)
-			d.note(ctx, a, map[string]any{"attempt": n, "phase": "lookup", "outcome": "lookup_error",
-				"error": errText(err), "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
-			if err := d.e.cfg.Sleep(ctx, wait); err != nil {
-				return lookStopped, nil, ""
-			}
-			continue
+		if err != nil && ctx.Err() != nil {
+			return decision{}, nil, true
 		}
-		if found {
-			if !json.Valid(out) {
-				return lookFailed, nil, "lookup found the effect but returned invalid JSON"
-			}
+		f := d.facts(a, afterLookup)
+		f.attempt, f.trustAt, f.prevHeld = n, dec.trustAt, dec.prevHeld
+		if err != nil {
+			errs++
+			f.lookupErr, f.lookupErrs, f.msg = true, errs, errText(err)
+		} else {
+			f.found, f.badOutput = found, found && !json.Valid(out)
+		}
+		res := decide(f)
+		switch res.verb {
+		case doAdopt:
 			d.e.log.Info("lookup found the effect; not calling again", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", n)
 			d.e.obs.LookupDone(d.lookInfo(a, n), true)
-			return lookFound, out, ""
-		}
-		now := d.e.clock.Now()
-		if !now.Before(trustAt) {
+			return res, out, false
+		case doCall:
 			d.e.obs.LookupDone(d.lookInfo(a, n), false)
-			return lookTrusted, nil, ""
+			return res, nil, false
+		case doReview:
+			return res, nil, false
 		}
-		wait := trustAt.Sub(now)
-		if !noted {
-			noted = true
-			d.note(ctx, a, map[string]any{"attempt": n, "phase": "lookup", "outcome": "not_found_yet",
-				"reason":   "not found, but an earlier attempt may still commit or become visible; waiting before writing",
-				"retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
-			d.e.log.Info("lookup not found yet; waiting for visibility", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "wait", wait)
+		var wait time.Duration
+		if res.until.IsZero() {
+			wait = d.e.backoff(res.backoff, 0)
+			d.lookupWait(ctx, a, map[string]any{"attempt": n, "outcome": "lookup_error",
+				"error": f.msg, "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
+		} else {
+			wait = res.until.Sub(f.now)
+			if !noted {
+				noted = true
+				d.lookupWait(ctx, a, map[string]any{"attempt": n, "outcome": "not_found_yet",
+					"reason":   "not found, but an earlier attempt may still commit or become visible; waiting before writing",
+					"retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
+				d.e.log.Info("lookup not found yet; waiting for visibility", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "wait", wait)
+			}
 		}
 		if err := d.e.cfg.Sleep(ctx, wait); err != nil {
-			return lookStopped, nil, ""
+			return decision{}, nil, true
 		}
 	}
 }
@@ -866,70 +686,12 @@ func (d *driver) lookInfo(a *act, n int) AttemptInfo {
 	return i
 }
 
-// earlierUnknown reports whether an earlier attempt of a's action (recorded
-// by another drive) may have taken effect: an attempt_failed event whose
-// outcome was not "not sent" or "not processed", or a person's review. When
-// the events cannot be read, it assumes so.
-func (d *driver) earlierUnknown(ctx context.Context, a *act) bool {
-	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
-	if err != nil {
-		return true
+// lookupWait appends an action.lookup_wait event (no state change): the
+// lookup before an attempt waits (not found yet, or it failed).
+func (d *driver) lookupWait(ctx context.Context, a *act, data map[string]any) {
+	if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Note(d.runID, ledger.EventLookupWait, a.n.id, mustJSON(data))); err != nil {
+		d.e.log.Warn("could not record a lookup wait", "run_id", d.runID, "action_id", a.n.id, "error", err)
 	}
-	unknown := false
-	for _, ev := range evs {
-		if ev.ActionID != a.n.id {
-			continue
-		}
-		switch ev.Type {
-		case "action.needs_review":
-			unknown = true
-		case "action.resolved":
-			// A person looked at the external system and decided (done,
-			// retry or skip): what came before is settled.
-			unknown = false
-		case "action.attempt_failed":
-			var data struct{ Outcome, Phase string }
-			if json.Unmarshal(ev.Data, &data) != nil {
-				unknown = true
-				continue
-			}
-			if data.Phase == "lookup" {
-				continue // a note of a lookup wait
-			}
-			if data.Outcome != tools.NotSentOutcome.String() && data.Outcome != tools.NotProcessed.String() {
-				unknown = true
-			}
-		}
-	}
-	return unknown
-}
-
-// note appends an informational action.attempt_failed event (no state change).
-func (d *driver) note(ctx context.Context, a *act, data map[string]any) {
-	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.Note(d.runID, "action.attempt_failed", a.n.id, mustJSON(data)))
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
-		d.e.log.Warn("could not record a note", "run_id", d.runID, "action_id", a.n.id, "error", err)
-	}
-}
-
-// maxInFlightTries bounds the attempts of one drive that meet "key in flight"
-// (the backoff grows, so the tool's timeout is normally reached first).
-const maxInFlightTries = 40
-
-// inFlightSince returns when the request that a keyed provider reports in
-// flight was claimed, as well as this drive knows: the latest attempt whose
-// outcome is unknown, else the key's first claim, else our own claim.
-func (d *driver) inFlightSince(ctx context.Context, a *act) time.Time {
-	if !a.unknownAt.IsZero() {
-		return a.unknownAt
-	}
-	if t := d.firstClaimAt(ctx, a.key); !t.IsZero() {
-		return t
-	}
-	return a.claimAt
 }
 
 // cancelled reports whether the run was cancelled (by this process).
@@ -947,7 +709,7 @@ func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
 		return false, endStopped
 	}
-	d.claimed(a, n, res[0].Key.ClaimedAt)
+	d.claimed(a, n, res[0].Key)
 	return true, endSucceeded
 }
 
@@ -961,8 +723,8 @@ func (d *driver) concludeOnCancel(ctx context.Context, a *act, n int) end {
 		if rec, err := d.e.led.Key(ctx, a.key); err == nil && rec.State == ledger.StatusClaimed {
 			// The previous attempt's claim still stands (its process is gone,
 			// and a trusted lookup found no effect): close it first.
-			ops = append(ops, ledger.Fail(a.key, rec.Attempt, "no effect: a lookup after the trust window found none", true,
-				mustJSON(map[string]string{"outcome": tools.NotSentOutcome.String()})))
+			ops = append(ops, ledger.FailWith(a.key, rec.Attempt, "no effect: a lookup after the trust window found none", true,
+				ledger.FailureNotSent, nil))
 		}
 		ops = append(ops, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled"))
 		if d.record(ctx, a, ops...) {
