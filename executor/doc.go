@@ -46,11 +46,19 @@
 //     also covers a write that was sent after a long lookup wait.
 //   - Retries that run out on calls that were not sent (or not processed)
 //     end in needs_review, not failed, when an earlier attempt's outcome is
-//     unknown (in this drive, or per the run's events for an earlier one) and
-//     no trusted lookup has shown since that it took no effect.
-//   - key_ttl is counted from the first claim of the key: from this drive's
-//     memory, or after a restart from the run's action.claimed event of
-//     attempt 1 (when it cannot be found, key_ttl counts as passed).
+//     unknown (in this drive, or per the key record's MaybeTookEffect for
+//     an earlier one) and no trusted lookup has shown since that it took no
+//     effect. A key record written before that fact existed (no
+//     FirstClaimedAt) that was attempted counts as "may have taken effect".
+//   - key_ttl is counted from the first claim of the key, the key record's
+//     FirstClaimedAt (on a record written before it existed: the claim of
+//     attempt 1, else key_ttl counts as passed).
+//
+// All of these decisions, and DESIGN.md's class table and failure classes,
+// are made in one pure function (decide, decide.go) of the facts: the
+// effect class, the tool's key_ttl, lookup, timeout and visibility_lag,
+// the key record, the last failure, the retry budget and the time. The
+// driver gathers the facts and performs the decision.
 //   - Retry budgets (RetryPolicy) count the attempts of one drive; a person's
 //     "retry" starts a fresh budget.
 //   - Replay moves a finished (completed, failed, cancelled) run back to
@@ -63,7 +71,9 @@
 // In-process coordination: Badger's directory lock means one process owns a
 // ledger, so engines sharing a ledger.Store coordinate in memory: a key held
 // by one goroutine is awaited by the others (never called concurrently), and
-// Pause/Cancel exclude new claims of the run while they are written.
+// Pause/Cancel exclude new claims of the run while they are written. That
+// state lives on the store handle (ledger.Store.Local); the package has no
+// mutable globals.
 //
 // Imports: the standard library, plan, tools and ledger.
 package executor

@@ -100,8 +100,11 @@ func (r RetryPolicy) WithDefaults() RetryPolicy {
 	return r
 }
 
-// Hooks are test-only fault-injection points, called with the action id.
-// A nil hook does nothing.
+// Hooks are fault-injection points for tests and the crash harness (docket
+// chaos), called with the action id; a nil hook does nothing. They are not
+// an API: production code never sets them (what other parts must know
+// about the engine's work, they learn from Config.Observer), and when they
+// run, what they see and what they may do can change with any release.
 type Hooks struct {
 	BeforeClaim  func(actionID string) // before the claim is written
 	AfterClaim   func(actionID string) // claim durable, tool not yet called
