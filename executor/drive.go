@@ -820,7 +820,7 @@ func (d *driver) markRunning(ctx context.Context) error {
 		if d.g.pausedByPerson {
 			return nil
 		}
-		if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.SetRunStatus(d.runID, ledger.RunRunning, "run.resumed", "", nil)); err != nil {
+		if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.SetRunStatus(d.runID, ledger.RunRunning, ledger.EventRunResumed, "", nil)); err != nil {
 			return fmt.Errorf("executor: run %s: resume: %w", d.runID, err)
 		}
 		d.g.status = ledger.RunRunning
@@ -885,10 +885,10 @@ func (d *driver) templates(ctx context.Context, run ledger.Run, rows []ledger.Ac
 	personArgs := map[string]json.RawMessage{}
 	for _, ev := range evs {
 		switch ev.Type {
-		case "run.replayed":
+		case ledger.EventRunReplayed:
 			clear(lastBy) // a new revision: its plan holds the edits before it
 			clear(personArgs)
-		case "action.edited":
+		case ledger.EventActionEdited:
 			var data struct {
 				Args json.RawMessage `json:"args"`
 				By   string          `json:"by"`

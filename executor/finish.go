@@ -133,7 +133,7 @@ func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) 
 	// ones a person marked done (action.resolved) as well.
 	last := map[string]uint64{}
 	for _, ev := range evs {
-		if (ev.Type == "action.succeeded" || ev.Type == "action.resolved") && ev.ActionID != "" {
+		if (ev.Type == ledger.EventActionSucceeded || ev.Type == ledger.EventActionResolved) && ev.ActionID != "" {
 			last[ev.ActionID] = ev.Seq
 		}
 	}
@@ -283,21 +283,22 @@ func (d *driver) settle(ctx context.Context) error {
 	d.mu.Unlock()
 
 	var st ledger.RunStatus
-	var ev, errMsg string
+	var ev ledger.EventType
+	var errMsg string
 	var data map[string]any
 	switch {
 	case len(needs) > 0:
-		st, ev, data = ledger.RunPaused, "run.paused", map[string]any{"reason": "needs_review", "actions": needs}
+		st, ev, data = ledger.RunPaused, ledger.EventRunPaused, map[string]any{"reason": "needs_review", "actions": needs}
 	case failMsg != "" && started > 0:
 		return nil // a claimed action still needs its outcome: a later drive concludes it first
 	case len(d.undoAwaiting) > 0:
-		st, ev, data = ledger.RunAwaitingApproval, "run.awaiting_approval", map[string]any{"actions": d.undoAwaiting}
+		st, ev, data = ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, map[string]any{"actions": d.undoAwaiting}
 	case failMsg != "":
-		st, ev, errMsg, data = ledger.RunFailed, "run.failed", failMsg, map[string]any{"error": failMsg}
+		st, ev, errMsg, data = ledger.RunFailed, ledger.EventRunFailed, failMsg, map[string]any{"error": failMsg}
 	case len(awaiting) > 0:
-		st, ev, data = ledger.RunAwaitingApproval, "run.awaiting_approval", map[string]any{"actions": awaiting}
+		st, ev, data = ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, map[string]any{"actions": awaiting}
 	case open == 0:
-		st, ev = ledger.RunCompleted, "run.completed"
+		st, ev = ledger.RunCompleted, ledger.EventRunCompleted
 	default:
 		d.mu.Lock()
 		stuck := d.readyLocked(rows)
@@ -318,7 +319,7 @@ func (d *driver) settle(ctx context.Context) error {
 	if data != nil {
 		raw = mustJSON(data)
 	}
-	if _, err := apply(ctx, d.e.led, ledger.SetRunStatus(d.runID, st, ledger.EventType(ev), errMsg, raw)); err != nil {
+	if _, err := apply(ctx, d.e.led, ledger.SetRunStatus(d.runID, st, ev, errMsg, raw)); err != nil {
 		return fmt.Errorf("executor: run %s: set status %s: %w", d.runID, st, err)
 	}
 	d.g.status = st

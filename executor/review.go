@@ -335,7 +335,7 @@ func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.
 	if st == ledger.RunPaused {
 		ops = append(ops, ledger.SetPause(runID, cmp.Or(by, "a person"), "", data))
 	} else {
-		ops = append(ops, ledger.SetRunStatus(runID, st, "run.cancelled", "", data))
+		ops = append(ops, ledger.SetRunStatus(runID, st, ledger.EventRunCancelled, "", data))
 		// Actions never started will never start: say so (a drive in flight
 		// claims nothing once the status is written, under the same lock).
 		rows, err := e.led.Actions(ctx, runID)

@@ -139,7 +139,7 @@ func (d *driver) completeWith(ctx context.Context, a *act, succeed ledger.Op, ou
 	d.mu.Unlock()
 	defer d.release(a)
 	res, err := d.e.led.Apply(context.WithoutCancel(ctx), succeed,
-		ledger.SetRunStatus(d.runID, ledger.RunCompleted, "run.completed", "", nil))
+		ledger.SetRunStatus(d.runID, ledger.RunCompleted, ledger.EventRunCompleted, "", nil))
 	if err != nil {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: err})
 		return true

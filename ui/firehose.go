@@ -24,8 +24,8 @@ type watcher struct {
 	gen int // bumped by every watch while it runs
 }
 
-func isTerminalEvent(t string) bool {
-	return t == "run.completed" || t == "run.failed" || t == "run.cancelled"
+func isTerminalEvent(t ledger.EventType) bool {
+	return t == ledger.EventRunCompleted || t == ledger.EventRunFailed || t == ledger.EventRunCancelled
 }
 
 // watch makes sure runID's events reach the all-runs stream. fromStart: the
@@ -116,7 +116,7 @@ func (s *Server) follow(runID string, w *watcher, after uint64) {
 		for ev := range sub.C {
 			after = ev.Seq
 			s.broadcast(ev)
-			if !isTerminalEvent(string(ev.Type)) {
+			if !isTerminalEvent(ev.Type) {
 				continue
 			}
 			s.mu.Lock()

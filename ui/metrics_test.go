@@ -287,7 +287,6 @@ func expectFromEvents(t *testing.T, b *bundle, runs []string) map[string]int64 {
 			var data struct {
 				Attempt int    `json:"attempt"`
 				Outcome string `json:"outcome"`
-				Phase   string `json:"phase"`
 			}
 			json.Unmarshal(ev.Data, &data)
 			switch ev.Type {
@@ -316,10 +315,7 @@ func expectFromEvents(t *testing.T, b *bundle, runs []string) map[string]int64 {
 					add("docket_attempts_ended_total{"+tc+`,outcome="ok"}`, 1)
 				}
 				delete(lastClaim, ev.ActionID)
-			case "action.attempt_failed", "action.failed":
-				if data.Phase == "lookup" {
-					continue // a lookup waiting, not an attempt
-				}
+			case "action.attempt_failed", "action.failed": // a lookup's wait is action.lookup_wait
 				add("docket_attempts_ended_total{"+tc+`,outcome="`+data.Outcome+`"}`, 1)
 				unknownBefore[ev.ActionID] = data.Outcome == "unknown"
 				delete(lastClaim, ev.ActionID)
