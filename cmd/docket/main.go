@@ -1,5 +1,9 @@
 // Command docket plans agent actions with a language model and performs them
 // exactly once in effect. See README.md.
+//
+// Imports: anything of docket's (it wires the packages together: the
+// ledger's backends, the executor, the planner, tools and their connectors,
+// the service, the evals and the demo world and model); nothing imports it.
 package main
 
 import (
