@@ -160,12 +160,21 @@ func (s *Server) postDiff(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, diffSides(runID, run.Revision, 0, old, next))
 }
 
-// sideOfRun is the current revision from its rows: their (edited) arguments
-// and the keys they were claimed with.
+// sideOfRun is the current revision from its rows: the keys they were
+// claimed with and, for the argument diff, their arguments as written (a
+// claimed row holds them resolved: those come from the recorded plan).
 func (s *Server) sideOfRun(ctx context.Context, runID string) (*diffSide, error) {
 	doc, err := s.led.Doc(ctx, runID)
 	if err != nil {
 		return nil, err
+	}
+	cur, err := s.led.Plan(ctx, runID, doc.Run.Revision)
+	if err != nil {
+		return nil, err
+	}
+	written := map[string]json.RawMessage{}
+	for _, a := range cur.Actions {
+		written[a.ID] = a.Args
 	}
 	p := &plan.Plan{}
 	known := map[string]ledger.Action{}
@@ -173,7 +182,11 @@ func (s *Server) sideOfRun(ctx context.Context, runID string) (*diffSide, error)
 		if a.Undo {
 			continue
 		}
-		p.Actions = append(p.Actions, plan.Action{ID: a.ID, Tool: a.Tool, Args: a.Args, DependsOn: a.DependsOn})
+		args := a.Args
+		if w, ok := written[a.ID]; ok && a.Key != "" {
+			args = w
+		}
+		p.Actions = append(p.Actions, plan.Action{ID: a.ID, Tool: a.Tool, Args: args, DependsOn: a.DependsOn})
 		known[a.ID] = a
 	}
 	return s.sideOfPlan(ctx, runID, p, known)

@@ -159,7 +159,8 @@ let listTimer = null;
 function connectAll() {
   const proto = location.protocol === "https:" ? "wss://" : "ws://";
   const ws = new WebSocket(proto + location.host + "/v1/ws");
-  ws.onopen = () => { allRetries = 0; state.allLive = true; setConnAll(); };
+  // (Re)connected: what changed while the stream was down is read again.
+  ws.onopen = () => { allRetries = 0; state.allLive = true; setConnAll(); loadInbox(); };
   ws.onmessage = (m) => {
     let msg;
     try { msg = JSON.parse(m.data); } catch (_) { return; }

@@ -119,8 +119,11 @@ function renderInbox() {
     return n.li;
   });
   inbox.nodes = keep;
-  list.replaceChildren(...lis);
-  if (!lis.length) list.append(el("li", { class: "empty", text: "Nothing waits for you." }));
+  if (!lis.length) lis.push(el("li", { class: "empty", text: "Nothing waits for you." }));
+  // Move only what moved: a node taken out and put back loses the focus
+  // (a reason or an output being typed).
+  lis.forEach((li, i) => { if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null); });
+  while (list.children.length > lis.length) list.lastChild.remove();
   if (!inbox.items.some((it) => itemKey(it) === inbox.sel)) {
     const it = inbox.items[Math.min(selIndex, inbox.items.length - 1)];
     inbox.sel = it ? itemKey(it) : null;
@@ -131,7 +134,7 @@ function renderInbox() {
     n.li.setAttribute("aria-current", on ? "true" : "false");
   }
   const sel = selectedItem();
-  if (sel && (hadFocus || document.activeElement === document.body) && !sel.contains(document.activeElement)) sel.focus({ preventScroll: false });
+  if (sel && (hadFocus || document.activeElement === document.body || document.activeElement === $("inbox-title")) && !sel.contains(document.activeElement)) sel.focus({ preventScroll: false });
   const t1 = performance.now();
   performance.measure("docket:inbox-render", { start: t0, end: t1 });
   if (inbox.first && inbox.items.length) {
@@ -157,7 +160,7 @@ function renderInboxItem(it) {
     onfocus: () => { if (inbox.sel !== k) { inbox.sel = k; markSelected(); } },
   },
     el("div", { class: "action-head" },
-      el("span", { class: "badge kind", text: review ? "⚠ needs review" : "✋ approval" }),
+      el("span", { class: "badge kind", text: review ? "⚠ needs review" : "» approval" }),
       el("strong", { class: "action-id", text: it.action_id }),
       el("span", { class: "tool", text: it.tool }),
       el("span", { class: "badge class-" + it.class, title: classHelp[it.class] || "", text: (it.class || "").replace(/_/g, " ") }),
@@ -165,7 +168,7 @@ function renderInboxItem(it) {
         el("a", { href: "#run=" + enc(it.run_id), class: "run-link", text: it.run_id })),
       el("time", { class: "muted", datetime: it.since, title: since.toLocaleString(), text: "waiting " + ago(since) })),
     it.run_goal ? el("p", { class: "run-goal-line", text: it.run_goal }) : null,
-    review ? el("p", { class: "review-note", text: "Outcome unknown after " + plural(it.attempts, "attempt") + (it.error ? ": " + it.error : "") + ". Check the external system, then say what happened." }) : null,
+    review ? el("p", { class: "review-note", text: (it.error ? "After " + plural(it.attempts, "attempt") + ": " + it.error : "Outcome unknown after " + plural(it.attempts, "attempt")) + ". Check the external system, then say what happened." }) : null,
     el("details", { open: true }, el("summary", { text: it.resolved ? "arguments (resolved)" : "arguments (some references resolve later)" }),
       el("pre", { text: pretty(it.args) })),
     tool.request ? renderPreview(tool.request, { args: it.args, key: it.key }) : null);
@@ -275,7 +278,8 @@ function moveSelection(d) {
 document.addEventListener("keydown", (ev) => {
   if (ev.ctrlKey || ev.metaKey || ev.altKey || ev.defaultPrevented) return;
   const t = ev.target;
-  if (t && (t.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName))) return;
+  // (A field left focused inside a hidden part, e.g. the sign-in form, is not typing.)
+  if (t && (t.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName)) && !t.closest("[hidden]")) return;
   if ($("app").hidden) return;
   if (ev.key === "i") { ev.preventDefault(); openInbox(); return; }
   if (state.view !== "inbox") return;
@@ -418,8 +422,6 @@ function svg(tag, attrs, ...kids) {
   return n;
 }
 
-function clip(s, n) { return s.length > n ? s.slice(0, n - 1) + "…" : s; }
-
 function renderGraph(doc) {
   const t0 = performance.now();
   const actions = doc.actions.filter((a) => a.id);
@@ -431,7 +433,8 @@ function renderGraph(doc) {
     performance.measure("docket:graph-layout", { start: t0, end: t1 });
     const root = svg("svg", { width: lay.width, height: lay.height, viewBox: `0 0 ${lay.width} ${lay.height}`, class: "graph-svg" });
     root.append(svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" },
-      svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }))));
+      svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" })),
+      svg("clipPath", { id: "node-clip" }, svg("rect", { x: 4, y: 0, width: NODE_W - 8, height: NODE_H }))));
     const edges = svg("g", { class: "edges" });
     const nodes = svg("g", { class: "nodes" });
     graphState.nodes = new Map();
@@ -446,10 +449,11 @@ function renderGraph(doc) {
       }
       const g = svg("g", { class: "node", transform: `translate(${p.x},${p.y})`, "data-action": a.id, tabindex: "0", role: "button" },
         svg("rect", { width: NODE_W, height: NODE_H, rx: 6 }),
-        svg("text", { x: 8, y: 18, class: "node-id" }, clip(a.id, 18)),
-        svg("text", { x: NODE_W - 8, y: 18, class: "node-mark", "text-anchor": "end" }, ""),
-        svg("text", { x: 8, y: 38, class: "node-sub" }, clip(a.tool + " · " + (a.class || "").replace(/_/g, " "), 26)),
-        svg("title", {}, ""));
+        // Whole texts, clipped to the box: a screen reader reads them all.
+        svg("g", { "clip-path": "url(#node-clip)" },
+          svg("text", { x: 8, y: 18, class: "node-id" }, a.id),
+          svg("text", { x: 8, y: 38, class: "node-sub" }, a.tool + " · " + (a.class || "").replace(/_/g, " "))),
+        svg("text", { x: NODE_W - 8, y: 18, class: "node-mark", "text-anchor": "end" }, ""));
       g.addEventListener("click", () => openAction(a.id));
       g.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); openAction(a.id); } });
       g.addEventListener("focus", () => highlight(a.id, true));
@@ -470,11 +474,7 @@ function renderGraph(doc) {
     if (!g || g.dataset.status === a.status) continue;
     g.dataset.status = a.status;
     g.setAttribute("class", "node status-" + a.status);
-    const label = a.id + ": " + a.tool + ", " + (a.class || "").replace(/_/g, " ") + ", " + a.status.replace("_", " ") +
-      ((a.depends_on || []).length ? ", after " + a.depends_on.join(", ") : "");
-    g.setAttribute("aria-label", label);
     g.querySelector(".node-mark").textContent = (statusMark[a.status] || "") + " " + a.status.replace("_", " ");
-    g.querySelector("title").textContent = label;
   }
   performance.measure("docket:graph-update", { start: t2, end: performance.now() });
 }
