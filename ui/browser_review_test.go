@@ -213,7 +213,7 @@ func TestBrowserReviewer(t *testing.T) {
 	t.Run("graph", func(t *testing.T) {
 		screen(t)
 		create("graph-diamond", diamondPlan("graph", 1), "none")
-		p.do("open the run", chromedp.Navigate(b.hs.URL+"/#run=graph-diamond"), chromedp.Reload())
+		p.do("open the run", chromedp.Navigate("about:blank"), chromedp.Navigate(b.hs.URL+"/#run=graph-diamond"))
 		p.poll("the run", `document.getElementById("run-title").textContent === "graph-diamond" && document.querySelectorAll("#actions [data-action]").length === 4`)
 		p.do("the graph tab", chromedp.Click(chromedp.CSS("#tab-graph")))
 		p.poll("four nodes", `document.querySelectorAll("#graph .node[data-action]").length === 4`)
@@ -249,7 +249,7 @@ func TestBrowserReviewer(t *testing.T) {
 
 	t.Run("timeline", func(t *testing.T) {
 		screen(t)
-		p.do("open the email's run", chromedp.Navigate(b.hs.URL+"/#run=inbox-globex"), chromedp.Reload())
+		p.do("open the email's run", chromedp.Navigate("about:blank"), chromedp.Navigate(b.hs.URL+"/#run=inbox-globex"))
 		p.poll("the run", `document.getElementById("run-title").textContent === "inbox-globex" && document.getElementById("run-status").dataset.status === "completed"`)
 		p.do("the timeline tab", chromedp.Click(chromedp.CSS("#tab-timeline")))
 		p.poll("the timeline", `document.querySelector('#timeline .tl-item[data-type="run.completed"]') !== null`)
@@ -264,7 +264,7 @@ func TestBrowserReviewer(t *testing.T) {
 		if got := p.eval(`document.querySelector('#timeline [data-group="welcome"] .tl-item[data-type="action.resolved"] .sentence').textContent`); got != "welcome resolved by token:alice: it happened, output recorded" {
 			t.Fatalf("the resolution sentence: %q", got)
 		}
-		p.do("copy the key", chromedp.Click(chromedp.CSS(`#timeline [data-group="welcome"] [data-copy=key]`)))
+		p.do("copy the key", chromedp.Focus(chromedp.CSS(`#timeline [data-group="welcome"] [data-copy=key]`)), chromedp.KeyEvent("\r"))
 		p.poll("the copied key", `(document.querySelector('#timeline [data-group="welcome"] [data-copy=key]').dataset.copied || "").startsWith("dk1_")`)
 		p.do("expand the JSON", chromedp.Click(chromedp.CSS(`#timeline .tl-item[data-type="action.needs_review"] summary`)))
 		if got := p.eval(`document.querySelector('#timeline .tl-item[data-type="action.needs_review"] pre').textContent`); !strings.Contains(got, `"type": "action.needs_review"`) {
@@ -276,12 +276,12 @@ func TestBrowserReviewer(t *testing.T) {
 
 	t.Run("replay diff", func(t *testing.T) {
 		screen(t)
-		p.do("open the diamond", chromedp.Navigate(b.hs.URL+"/#run=graph-diamond"), chromedp.Reload())
+		p.do("open the diamond", chromedp.Navigate("about:blank"), chromedp.Navigate(b.hs.URL+"/#run=graph-diamond"))
 		p.poll("the completed diamond", `document.getElementById("run-status").dataset.status === "completed"`)
 		p.do("open the replay editor", chromedp.Click(chromedp.CSS("#replay")), chromedp.WaitVisible(chromedp.CSS("#replay-plan")))
 		p.eval(`(() => { const t = document.getElementById("replay-plan"); const plan = JSON.parse(t.value);
 			plan.actions.find(a => a.id === "right").args.settings.n = 2; t.value = JSON.stringify(plan, null, 2); return ""; })()`)
-		p.do("preview", chromedp.Click(chromedp.CSS("#replay-preview")))
+		p.do("preview", chromedp.Focus(chromedp.CSS("#replay-preview")), chromedp.KeyEvent("\r"))
 		p.poll("the preview", `document.querySelector('#replay-diff [data-action="right"]') !== null`)
 		preview := p.eval(`[...document.querySelectorAll("#replay-diff .diff-item")].map(e => e.dataset.action + ":" + e.dataset.change).join(" ")`)
 		if preview != "top:kept left:kept right:changed bottom:kept" {
@@ -291,7 +291,7 @@ func TestBrowserReviewer(t *testing.T) {
 			t.Fatalf("the argument diff: %q", got)
 		}
 		p.snap("6-replay-preview")
-		p.do("record the revision", chromedp.Click(chromedp.CSS("#replay-save")))
+		p.do("record the revision", chromedp.Focus(chromedp.CSS("#replay-plan")), chromedp.KeyEvent("\r", chromedp.KeyModifiers(chromedp.ModifierCtrl)))
 		p.poll("revision 2", `document.getElementById("run-rev").textContent.startsWith("revision 2")`)
 		p.do("the diff tab", chromedp.Click(chromedp.CSS("#tab-diff")))
 		p.poll("the recorded diff", `document.querySelector('#diff [data-action="right"]') !== null`)
@@ -309,11 +309,13 @@ func TestBrowserReviewer(t *testing.T) {
 		screen(t)
 		p.do("filter by text", chromedp.SendKeys(chromedp.CSS("#run-q"), "globex"))
 		p.poll("one run", `document.querySelectorAll("#runs .run-item").length === 1 && document.querySelector("#runs .run-item").dataset.run === "inbox-globex"`)
-		p.do("clear the text", chromedp.SetValue(chromedp.CSS("#run-q"), ""), chromedp.SetValue(chromedp.CSS("#run-tool-filter"), "settings_put"))
-		p.eval(`(document.getElementById("run-tool-filter").dispatchEvent(new Event("change")), "")`)
+		pick := func(id, value string) {
+			p.eval(fmt.Sprintf(`(() => { const s = document.getElementById(%q); s.value = %q; s.dispatchEvent(new Event("change")); return ""; })()`, id, value))
+		}
+		p.eval(`(() => { const q = document.getElementById("run-q"); q.value = ""; q.dispatchEvent(new Event("input")); return ""; })()`)
+		pick("run-tool-filter", "settings_put")
 		p.poll("the settings runs", `[...document.querySelectorAll("#runs .run-item")].map(e => e.dataset.run).sort().join(" ") === "graph-diamond inbox-diamond inbox-single"`)
-		p.do("and failed", chromedp.SetValue(chromedp.CSS("#run-status-filter"), "failed"))
-		p.eval(`(document.getElementById("run-status-filter").dispatchEvent(new Event("change")), "")`)
+		pick("run-status-filter", "failed")
 		p.poll("the rejected run", `[...document.querySelectorAll("#runs .run-item")].map(e => e.dataset.run).join(" ") === "inbox-single"`)
 		p.snap("8-run-list")
 		p.checkA11y(t, "run list")

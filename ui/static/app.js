@@ -661,7 +661,6 @@ async function saveReplay() {
 }
 
 $("replay").addEventListener("click", openReplay);
-$("replay-preview").addEventListener("click", previewReplay);
 $("replay-save").addEventListener("click", saveReplay);
 $("replay-cancel").addEventListener("click", () => { $("replay-editor").hidden = true; });
 $("replay-plan").addEventListener("keydown", (ev) => {

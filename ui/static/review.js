@@ -525,21 +525,21 @@ function sentence(ev) {
   return (a ? a + " " : "") + ev.type;
 }
 
-async function copyText(text, btn) {
-  try {
-    await navigator.clipboard.writeText(text);
-  } catch (_) {
-    const ta = el("textarea", { class: "offscreen", "aria-hidden": "true" });
-    ta.value = text;
-    document.body.append(ta);
-    ta.select();
-    document.execCommand("copy");
-    ta.remove();
-  }
+// copyText copies text in one click: through a selected text area (works
+// without clipboard permission), else the Clipboard API.
+function copyText(text, btn) {
+  const ta = el("textarea", { class: "offscreen", "aria-hidden": "true", tabindex: "-1" });
+  ta.value = text;
+  document.body.append(ta);
+  ta.select();
+  let ok = false;
+  try { ok = document.execCommand("copy"); } catch (_) { ok = false; }
+  ta.remove();
+  btn.focus();
+  if (!ok && navigator.clipboard) navigator.clipboard.writeText(text).catch(() => {});
   btn.dataset.copied = text;
-  const was = btn.textContent;
-  btn.textContent = "copied";
-  setTimeout(() => { btn.textContent = was; }, 1200);
+  btn.classList.add("copied");
+  setTimeout(() => btn.classList.remove("copied"), 1500);
 }
 
 function renderTimeline() {
@@ -562,8 +562,10 @@ function renderTimeline() {
         const d = ev.data || {};
         const rel = "+" + ((at.getTime() - start) / 1000).toFixed(1) + "s";
         const copies = [];
-        if (d.key) copies.push(el("button", { class: "copy", "data-copy": "key", "aria-label": "copy the key of " + (k || "the run") + " (event " + ev.seq + ")", onclick: (e) => copyText(d.key, e.currentTarget), text: "copy key" }));
-        if (d.output !== undefined) copies.push(el("button", { class: "copy", "data-copy": "output", "aria-label": "copy the output of " + k + " (event " + ev.seq + ")", onclick: (e) => copyText(JSON.stringify(d.output, null, 2), e.currentTarget), text: "copy output" }));
+        if (d.key) copies.push(el("button", { class: "copy", "data-copy": "key", onclick: (e) => copyText(d.key, e.currentTarget) },
+          "copy key", el("span", { class: "offscreen", text: " of " + (k || "the run") + ", event " + ev.seq })));
+        if (d.output !== undefined) copies.push(el("button", { class: "copy", "data-copy": "output", onclick: (e) => copyText(JSON.stringify(d.output, null, 2), e.currentTarget) },
+          "copy output", el("span", { class: "offscreen", text: " of " + k + ", event " + ev.seq })));
         return el("li", { class: "tl-item", "data-seq": ev.seq, "data-type": ev.type },
           el("time", { datetime: ev.at, title: at.toISOString(), class: "tl-at" }, el("span", { class: "abs", text: at.toLocaleTimeString() }), " ", el("span", { class: "rel", text: rel })),
           el("details", {}, el("summary", { class: "sentence", text: sentence(ev) }), el("pre", { text: JSON.stringify(ev, null, 2) })),
@@ -623,5 +625,7 @@ async function previewReplay() {
     $("replay-error").textContent = describe(e);
   }
 }
+
+$("replay-preview").addEventListener("click", previewReplay);
 
 start();
