@@ -122,8 +122,12 @@ function renderInbox() {
   if (!lis.length) lis.push(el("li", { class: "empty", text: "Nothing waits for you." }));
   // Move only what moved: a node taken out and put back loses the focus
   // (a reason or an output being typed).
-  lis.forEach((li, i) => { if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null); });
-  while (list.children.length > lis.length) list.lastChild.remove();
+  let cur = list.firstChild;
+  for (const li of lis) {
+    if (cur === li) cur = cur.nextSibling;
+    else list.insertBefore(li, cur);
+  }
+  while (cur) { const n = cur.nextSibling; cur.remove(); cur = n; }
   if (!inbox.items.some((it) => itemKey(it) === inbox.sel)) {
     const it = inbox.items[Math.min(selIndex, inbox.items.length - 1)];
     inbox.sel = it ? itemKey(it) : null;
@@ -467,6 +471,7 @@ function renderGraph(doc) {
     box.replaceChildren(root);
     box.dataset.layers = String(lay.layers);
     graphState.sig = sig;
+    performance.measure("docket:graph-render", { start: t0, end: performance.now() });
   }
   const t2 = performance.now();
   for (const a of actions) {
