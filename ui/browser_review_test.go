@@ -12,8 +12,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/docketrun/docket/internal/demoworld"
-	"github.com/docketrun/docket/internal/testextra"
+	"github.com/docketrun/docket/evals/demoworld"
+	"github.com/docketrun/docket/evals/testextra"
 )
 
 // axePath is where .ci/extras installs the pinned axe-core (npm ci from
