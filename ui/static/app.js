@@ -17,6 +17,11 @@ const state = {
   resolved: {},     // action id -> true: the executor filled in its references after an approval
   planner: false,   // the server can plan a goal
   allLive: false,   // the all-runs stream is open
+  view: "none",     // "inbox" | "run" | "none": what the main pane shows
+  events: [],       // the open run's events (the timeline)
+  tab: "actions",   // the run's tab: actions | graph | timeline | diff
+  runsNext: "",     // cursor of the next page of the run list
+  runsShown: 50,    // how many runs the list holds (kept across refreshes)
 };
 
 class APIError extends Error {
@@ -137,11 +142,15 @@ async function showApp(me) {
     const t = await api("GET", "/v1/tools");
     for (const x of t.tools) state.tools[x.name] = x;
   } catch (_) { /* previews are optional */ }
+  const toolSel = $("run-tool-filter");
+  for (const name of Object.keys(state.tools).sort()) toolSel.append(el("option", { value: name, text: name }));
+  $("inbox-link").hidden = false;
   await loadRuns();
-  const frag = new URLSearchParams(location.hash.slice(1));
-  if (frag.get("run")) selectRun(frag.get("run"));
+  route();
+  loadInbox();
   connectAll();
   setInterval(loadRuns, 15000);
+  setInterval(() => loadInbox(), 15000);
 }
 
 // The all-runs stream keeps the runs list fresh (other tabs, the CLI, agents).
@@ -150,13 +159,15 @@ let listTimer = null;
 function connectAll() {
   const proto = location.protocol === "https:" ? "wss://" : "ws://";
   const ws = new WebSocket(proto + location.host + "/v1/ws");
-  ws.onopen = () => { allRetries = 0; state.allLive = true; setConnAll(); };
+  // (Re)connected: what changed while the stream was down is read again.
+  ws.onopen = () => { allRetries = 0; state.allLive = true; setConnAll(); loadInbox(); };
   ws.onmessage = (m) => {
     let msg;
     try { msg = JSON.parse(m.data); } catch (_) { return; }
     if (msg.type === "event" && msg.event && msg.event.type.startsWith("run.") && !listTimer) {
       listTimer = setTimeout(() => { listTimer = null; loadRuns(); }, 100);
     }
+    if (msg.type === "event" && msg.event) inboxEvent(msg.event);
   };
   ws.onclose = () => {
     state.allLive = false;
@@ -179,16 +190,32 @@ $("signin-form").addEventListener("submit", async (ev) => {
 
 // --- runs list ---
 
-async function loadRuns() {
+// loadRuns shows the runs matching the filter, newest first: as many as
+// the list holds (50, more with "More runs"), or, with more, the next page.
+let runsSeq = 0;
+async function loadRuns(more) {
+  const q = new URLSearchParams();
+  const text = $("run-q").value.trim();
+  if (text) q.set("q", text);
+  if ($("run-status-filter").value) q.set("status", $("run-status-filter").value);
+  if ($("run-tool-filter").value) q.set("tool", $("run-tool-filter").value);
+  q.set("limit", String(more === true ? 50 : Math.min(1000, state.runsShown)));
+  if (more === true) q.set("after", state.runsNext);
+  const seq = ++runsSeq;
   let list;
   try {
-    list = await api("GET", "/v1/runs?limit=50");
+    list = await api("GET", "/v1/search/runs?" + q);
   } catch (e) {
     if (e.status === 401) showSignIn("Your session ended: sign in again.");
+    else $("runs-note").textContent = describe(e);
     return;
   }
+  if (seq !== runsSeq) return; // a newer filter answered meanwhile
+  state.runsNext = list.next;
+  $("runs-more").hidden = !list.next;
+  $("runs-note").textContent = list.runs.length || more === true ? "" : (text || q.has("status") || q.has("tool") ? "No run matches." : "");
   const ul = $("runs");
-  ul.replaceChildren(...list.runs.map((r) => el("li", {},
+  const items = list.runs.map((r) => el("li", {},
     el("button", {
       class: "run-item" + (r.run_id === state.runId ? " current" : ""),
       "data-run": r.run_id,
@@ -197,9 +224,26 @@ async function loadRuns() {
     },
       el("span", { class: "badge status-" + r.status, text: r.status }),
       el("span", { class: "run-id", text: r.run_id }),
-      el("span", { class: "run-goal", text: r.goal || "(no goal)" })))));
-  if (!list.runs.length) ul.append(el("li", { class: "muted", text: "No runs yet." }));
+      el("span", { class: "run-goal", text: r.goal || "(no goal)" }))));
+  if (more === true) {
+    ul.append(...items);
+    state.runsShown = ul.querySelectorAll(".run-item").length;
+    return;
+  }
+  ul.replaceChildren(...items);
+  if (!list.runs.length && !q.has("q") && !q.has("status") && !q.has("tool")) ul.append(el("li", { class: "muted", text: "No runs yet." }));
 }
+
+let filterTimer = null;
+function filterRuns() {
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(() => { state.runsShown = 50; loadRuns(); }, 150);
+}
+$("run-filter").addEventListener("submit", (ev) => { ev.preventDefault(); filterRuns(); });
+$("run-q").addEventListener("input", filterRuns);
+$("run-status-filter").addEventListener("change", filterRuns);
+$("run-tool-filter").addEventListener("change", filterRuns);
+$("runs-more").addEventListener("click", () => loadRuns(true));
 
 // --- new run ---
 
@@ -276,13 +320,19 @@ $("goal").addEventListener("keydown", (ev) => {
 // --- one run ---
 
 function selectRun(id, doc) {
+  showView("run");
   if (state.runId !== id) {
     state.runId = id;
     state.doc = null;
     state.lastSeq = 0;
     state.open = {};
     state.resolved = {};
+    state.events = [];
+    graphState.sig = "";
     $("events").replaceChildren();
+    $("timeline").replaceChildren();
+    $("diff").replaceChildren();
+    $("replay-diff").replaceChildren();
     $("replay-editor").hidden = true;
     history.replaceState(null, "", "#run=" + encodeURIComponent(id));
   }
@@ -376,6 +426,9 @@ function logEvent(ev) {
     el("span", { class: "etype", text: ev.type }),
     ev.action_id ? el("span", { class: "eaction", text: ev.action_id }) : null,
     data ? el("code", { class: "edata", text: data }) : null);
+  state.events.push(ev);
+  if (state.events.length > 5000) state.events.splice(0, state.events.length - 5000);
+  scheduleTab();
   const log = $("events");
   log.append(li);
   while (log.children.length > 500) log.firstChild.remove();
@@ -425,12 +478,15 @@ function render(doc) {
     const again = list.querySelector(`[data-action="${CSS.escape(focusKey[0])}"] [data-op="${focusKey[1]}"]`);
     if (again && !again.disabled) again.focus();
   }
+  $("tab-diff").disabled = r.revision < 2;
+  if (state.tab === "diff" && r.revision < 2) showTab("actions");
+  scheduleTab();
 }
 
 function renderAction(a) {
   const tool = state.tools[a.tool] || {};
   const reviewable = a.attempts === 0 && (a.status === "pending" || a.status === "approved");
-  const li = el("li", { class: "action status-" + a.status, "data-action": a.id, "data-status": a.status },
+  const li = el("li", { class: "action status-" + a.status, "data-action": a.id, "data-status": a.status, tabindex: "-1", "aria-label": "action " + a.id },
     el("div", { class: "action-head" },
       el("strong", { class: "action-id", text: a.id }),
       el("span", { class: "tool", text: a.tool }),
@@ -597,6 +653,7 @@ async function saveReplay() {
   try {
     const doc = await api("POST", runPath() + "/replay", { plan });
     $("replay-editor").hidden = true;
+    $("replay-diff").replaceChildren();
     render(doc);
   } catch (e) {
     $("replay-error").textContent = describe(e);
@@ -611,4 +668,4 @@ $("replay-plan").addEventListener("keydown", (ev) => {
   if (ev.key === "Escape") $("replay-editor").hidden = true;
 });
 
-start();
+// start() is called by review.js, the last script the page loads.
