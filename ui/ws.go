@@ -269,6 +269,13 @@ func (c *socket) read(ctx context.Context) {
 			}
 			continue
 		}
+		// The token's scope first: a refused op learns nothing of the run.
+		if e := c.s.opAllowed(c.p, op.Op); e != nil {
+			if !c.sendJSON(Message{Type: "error", ID: op.ID, Op: op.Op, Error: e}) {
+				return
+			}
+			continue
+		}
 		runID := c.runID
 		switch {
 		case runID == "" && op.Run == "":
@@ -280,12 +287,6 @@ func (c *socket) read(ctx context.Context) {
 			runID = op.Run
 		case op.Run != "" && op.Run != runID:
 			if !c.sendJSON(Message{Type: "error", ID: op.ID, Op: op.Op, Error: &apiError{Code: "bad_request", Message: "this stream is run " + runID + "'s, not " + op.Run + "'s"}}) {
-				return
-			}
-			continue
-		}
-		if e := c.s.opAllowed(c.p, op.Op); e != nil {
-			if !c.sendJSON(Message{Type: "error", ID: op.ID, Op: op.Op, Error: e}) {
 				return
 			}
 			continue
