@@ -7,6 +7,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -65,7 +67,7 @@ func testCert(t testing.TB, name string) *ui.CertReloader {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeCert(t, cert, key, name)
-	cr, err := ui.NewCertReloader(cert, key, nil)
+	cr, err := ui.NewCertReloader(cert, key, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,13 @@ func ParseTokensFile(data []byte, getenv func(string) string) ([]Token, error) {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &se):
-			return at(se.Offset, "%v", err)
+			// A decoder's offsets are relative to its buffer: read the
+			// whole file once more for the position of the first error.
+			var v any
+			if errors.As(json.Unmarshal(data, &v), &se) {
+				return at(se.Offset-1, "%v", se)
+			}
+			return at(dec.InputOffset(), "%v", err)
 		case errors.As(err, &te):
 			return at(te.Offset, "%s: %v", te.Field, err)
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
