@@ -186,6 +186,25 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		if certs, err = ui.NewCertReloader(*tlsCert, *tlsKey, log); err != nil {
 			return usageError("%v", err)
 		}
+		// SIGHUP reads the certificate and key again: a renewed certificate
+		// needs no restart; a bad new one keeps the old (and is logged).
+		// Listened for before anything is printed, so a SIGHUP sent once
+		// the service says where it listens never ends the process.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		stopHup := make(chan struct{})
+		defer close(stopHup)
+		go func() {
+			for {
+				select {
+				case <-hup:
+					certs.Reload()
+				case <-stopHup:
+					return
+				}
+			}
+		}()
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -289,23 +308,6 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	if certs != nil {
 		hs.TLSConfig = certs.TLSConfig()
-		// SIGHUP reads the certificate and key again: a renewed certificate
-		// needs no restart; a bad new one keeps the old (and is logged).
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		stopHup := make(chan struct{})
-		defer close(stopHup)
-		go func() {
-			for {
-				select {
-				case <-hup:
-					certs.Reload()
-				case <-stopHup:
-					return
-				}
-			}
-		}()
 	}
 	served := make(chan error, 1)
 	go func() {
