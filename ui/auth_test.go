@@ -3,7 +3,6 @@ package ui_test
 import (
 	"bytes"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -581,5 +580,3 @@ func TestReadyzWarns(t *testing.T) {
 		t.Fatalf("/readyz = %d %+v", code, ready)
 	}
 }
-
-var _ = tls.VersionTLS12
