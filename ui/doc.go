@@ -30,7 +30,15 @@
 // upgrades carry; upgrades and cookie-authenticated writes check Origin.
 // Tokens are named, and every approval, rejection, edit and resolution
 // records who made it ("token:NAME"). Tokens never appear in logs, URLs or
-// events.
+// events; the server keeps only their SHA-256.
+//
+// Scopes: every token holds some of read, submit, review, control and admin
+// (scopes.go holds the one table of what each route and socket op needs); a
+// missing scope answers 403 "forbidden" naming it, so an agent's token
+// (read, submit) cannot approve what it submitted. Each token has a request
+// rate limit and a cap on open sockets (429 with Retry-After). Webhook calls
+// are signed (notify.go) and a TLS certificate can be reloaded in place
+// (CertReloader).
 //
 // Imports: the standard library, github.com/gorilla/websocket,
 // and docket's plan, tools (with tools/toolsfile, for request previews),

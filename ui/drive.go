@@ -1,12 +1,10 @@
 package ui
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -154,27 +152,7 @@ func (s *Server) afterDrive(runID string) {
 		return
 	}
 	body, _ := json.Marshal(map[string]any{"run_id": runID, "status": doc.Run.Status, "waiting": waiting, "updated_at": doc.Run.UpdatedAt.UTC().Format(time.RFC3339)})
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Notify, bytes.NewReader(body))
-	if err != nil {
-		s.log.Warn("webhook request", "err", err)
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.metrics.webhookFailures.Add(1)
-		s.log.Warn("webhook failed", "run_id", runID, "err", err)
-		return
-	}
-	resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		s.metrics.webhookFailures.Add(1)
-		s.log.Warn("webhook answered an error", "run_id", runID, "status", resp.StatusCode)
-		return
-	}
-	s.metrics.webhooks.Add(1)
+	s.notify(runID, body) // notify.go: signed, retried
 }
 
 // ResumeRunning drives every run that was running when the service stopped
@@ -255,6 +233,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	<-drained
 	s.socketWG.Wait()
+	s.notifyWG.Wait()
 	return err
 }
 

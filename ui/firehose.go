@@ -177,15 +177,21 @@ func (s *Server) serveAllWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "bad_origin", "WebSocket upgrades are accepted from the service's own origin and the configured ones only", nil)
 		return
 	}
+	p, release, ok := s.claimSocket(w, r)
+	if !ok {
+		return
+	}
 	conn, err := s.up.Upgrade(w, r, nil)
 	if err != nil {
+		release()
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	c := &socket{s: s, conn: conn, who: who(r), out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
+	c := &socket{s: s, conn: conn, who: who(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
+		release()
 		cancel()
 		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(time.Second))
 		conn.Close()

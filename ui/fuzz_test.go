@@ -2,6 +2,8 @@ package ui
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -32,6 +34,10 @@ func FuzzRequestBodies(f *testing.F) {
 	s := &Server{cfg: Config{MaxBodyBytes: 1 << 16}.WithDefaults(), reg: reg, metrics: newMetrics(),
 		accepting: map[string]bool{}, sessions: map[string]session{}, drives: map[string]int{}}
 	s.cfg.Tokens = map[string]string{"t": "0123456789abcdef"}
+	if s.tokens, err = buildTokens(s.cfg); err != nil {
+		f.Fatal(err)
+	}
+	s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req createRequest
 		trimmed := bytes.TrimSpace(body)

@@ -28,6 +28,8 @@ type metrics struct {
 	lagged          atomic.Int64
 	drives          atomic.Int64
 	authFailures    atomic.Int64
+	rateLimited     atomic.Int64
+	forbidden       counterVec // by missing scope
 	webhooks        atomic.Int64
 	webhookFailures atomic.Int64
 	reviews         counterVec
@@ -45,7 +47,7 @@ type metrics struct {
 var planBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120}
 
 func newMetrics() *metrics {
-	return &metrics{planSeconds: make([]float64, len(planBuckets)), reviews: counterVec{m: map[string]int64{}}, engine: newEngineCounts()}
+	return &metrics{planSeconds: make([]float64, len(planBuckets)), reviews: counterVec{m: map[string]int64{}}, forbidden: counterVec{m: map[string]int64{}}, engine: newEngineCounts()}
 }
 
 type counterVec struct {
@@ -300,6 +302,13 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(&b, "docket_drives_total %d\n", m.drives.Load())
 	counter("docket_auth_failures_total", "Requests refused for a missing or wrong token or session.")
 	fmt.Fprintf(&b, "docket_auth_failures_total %d\n", m.authFailures.Load())
+	counter("docket_forbidden_total", "Requests and socket messages refused (403) for a scope their token lacks, by that scope.")
+	fb := m.forbidden.snapshot()
+	for _, sc := range Scopes {
+		fmt.Fprintf(&b, "docket_forbidden_total{scope=%q} %d\n", sc, fb[string(sc)])
+	}
+	counter("docket_rate_limited_total", "Requests, socket messages and upgrades refused (429) over a token's rate limit or socket cap.")
+	fmt.Fprintf(&b, "docket_rate_limited_total %d\n", m.rateLimited.Load())
 	counter("docket_webhooks_total", "Webhook calls by outcome.")
 	fmt.Fprintf(&b, "docket_webhooks_total{outcome=\"ok\"} %d\ndocket_webhooks_total{outcome=\"failed\"} %d\n", m.webhooks.Load(), m.webhookFailures.Load())
 

@@ -97,6 +97,9 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("approve must be all, safe or none, not %q", req.Approve), nil)
 		return
 	}
+	if policy == executor.PolicyAll && !s.needs(w, r, ScopeReview, `create a run with "approve": "all" (that approves its whole plan)`) {
+		return
+	}
 	hasPlan := len(req.Plan) > 0 && string(req.Plan) != "null"
 	hasGoal := strings.TrimSpace(req.Goal) != "" || len(req.Messages) > 0
 	switch {
@@ -489,6 +492,9 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if executor.Policy(run.Policy) == executor.PolicyAll && !s.needs(w, r, ScopeReview, `replay a run with the policy "all" (that approves the new revision's actions)`) {
+		return
+	}
 	s.watch(runID, false)
 	doc, err := s.startAndWaitRevision(r.Context(), runID, run.Revision, func(ctx context.Context) error {
 		_, err := s.eng.Replay(ctx, runID, p, nil)
@@ -539,6 +545,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	case executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
 	default:
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("approve must be all, safe or none, not %q", body.Approve), nil)
+		return
+	}
+	if policy == executor.PolicyAll && !s.needs(w, r, ScopeReview, `fork a run with the policy "all" (that approves the fork's whole plan)`) {
 		return
 	}
 	newID := body.RunID

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -41,9 +40,27 @@ type Config struct {
 	// Planner plans runs created from a goal or a conversation. Nil: such
 	// requests are refused (501), plans are still accepted.
 	Planner *planner.Planner
-	// Tokens maps a token's name to its secret. At least one is required.
-	// The name is recorded with every review decision ("token:NAME").
+	// Tokens maps a token's name to its secret; each holds every scope
+	// (admin). At least one token is required here or in ScopedTokens. The
+	// name is recorded with every review decision ("token:NAME").
 	Tokens map[string]string
+	// ScopedTokens are tokens that hold only the scopes they list (an
+	// agent's: read and submit; a person's: read, review, control). Names
+	// are unique across Tokens and ScopedTokens.
+	ScopedTokens []Token
+	// RateLimit is how many requests per second each token may make on
+	// average (HTTP requests and WebSocket messages); over it, 429 with
+	// Retry-After. Zero: no limit.
+	RateLimit float64
+	// RateBurst is how many requests a token may make at once before
+	// RateLimit applies. Default: twice RateLimit, at least 1.
+	RateBurst int
+	// MaxSocketsPerToken caps the WebSockets one token holds open; one more
+	// is refused with 429. Zero: no cap.
+	MaxSocketsPerToken int
+	// Warnings are shown in /readyz's answer (e.g. serving plain HTTP on a
+	// non-loopback address); the service stays ready.
+	Warnings []string
 	// Origins are the origins, besides the server's own (the request's Host),
 	// whose pages may open WebSockets and write with the session cookie,
 	// e.g. "https://review.example.com".
@@ -52,8 +69,19 @@ type Config struct {
 	// request an action will send. Nil: no previews.
 	ToolsFile []byte
 	// Notify, when set, is a URL called (POST, JSON {"run_id","status",
-	// "waiting"}) whenever a run stops to wait for a person.
+	// "waiting"}) whenever a run stops to wait for a person. Each delivery
+	// carries a Docket-Delivery id (the same on every retry of it) and is
+	// retried with backoff until it is answered 2xx or NotifyAttempts run out.
 	Notify string
+	// NotifySecret, when set, signs every webhook call: Docket-Signature:
+	// t=UNIX,v1=hex(HMAC-SHA256(NotifySecret, "UNIX." + body)). See
+	// VerifyWebhook.
+	NotifySecret string
+	// NotifyAttempts caps the calls of one delivery. Default 5.
+	NotifyAttempts int
+	// NotifyBackoff is the wait after a delivery's first failed call,
+	// doubled after each further one (up to a minute). Default 1s.
+	NotifyBackoff time.Duration
 	// Logger receives the server's records; component=ui is added. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -95,6 +123,11 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.RateLimit > 0 && cfg.RateBurst == 0 {
+		cfg.RateBurst = max(1, int(2*cfg.RateLimit))
+	}
+	cfg.NotifyAttempts = cmp.Or(cfg.NotifyAttempts, 5)
+	cfg.NotifyBackoff = cmp.Or(cfg.NotifyBackoff, time.Second)
 	return cfg
 }
 
@@ -106,16 +139,11 @@ func (cfg Config) validate() error {
 	if cfg.Tools == nil {
 		errs = append(errs, errors.New("Tools is required"))
 	}
-	if len(cfg.Tokens) == 0 {
-		errs = append(errs, errors.New("at least one token is required"))
+	if _, err := buildTokens(cfg); err != nil {
+		errs = append(errs, err)
 	}
-	for name, tok := range cfg.Tokens {
-		if name == "" || strings.ContainsAny(name, " \t\r\n") {
-			errs = append(errs, fmt.Errorf("token name %q: must be non-empty, without spaces", name))
-		}
-		if len(tok) < 8 {
-			errs = append(errs, fmt.Errorf("token %q: must be at least 8 characters", name))
-		}
+	if cfg.RateLimit < 0 || cfg.RateBurst < 0 || cfg.MaxSocketsPerToken < 0 || cfg.NotifyAttempts < 1 || cfg.NotifyBackoff <= 0 {
+		errs = append(errs, errors.New("RateLimit, RateBurst and MaxSocketsPerToken must not be negative, NotifyAttempts and NotifyBackoff must be positive"))
 	}
 	for _, o := range cfg.Origins {
 		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" {
@@ -151,6 +179,8 @@ type Server struct {
 	up      websocket.Upgrader
 	metrics *metrics
 	signals *signals // the engine's reports that requests wait for
+	tokens  []tokenEntry
+	limits  *limiter
 
 	ctx    context.Context // drives and sockets; cancelled by Shutdown
 	cancel context.CancelFunc
@@ -166,6 +196,7 @@ type Server struct {
 	sockets   map[*socket]struct{}
 	driveWG   sync.WaitGroup
 	socketWG  sync.WaitGroup
+	notifyWG  sync.WaitGroup // webhook deliveries
 
 	frames encodedCache // WebSocket frames of recent events
 
@@ -175,7 +206,7 @@ type Server struct {
 }
 
 type session struct {
-	name    string
+	who     principal
 	expires time.Time
 }
 
@@ -204,8 +235,14 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: tools file: %w", err)
 	}
+	toks, err := buildTokens(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ui: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
+		tokens:    toks,
+		limits:    newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.MaxSocketsPerToken, cfg.Now),
 		cfg:       cfg,
 		led:       cfg.Ledger,
 		reg:       cfg.Tools,
@@ -291,7 +328,7 @@ func (s *Server) routes() {
 	for _, rt := range s.routeTable() {
 		h := rt.h
 		if !rt.public {
-			h = s.auth(h)
+			h = s.auth(routeScope(rt.method, rt.path), h)
 		}
 		m.HandleFunc(rt.method+" "+rt.path, h)
 	}
@@ -315,6 +352,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "ledger", "the ledger is not available: "+err.Error(), nil)
 		return
 	}
+	if len(s.cfg.Warnings) > 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "warnings": s.cfg.Warnings})
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
@@ -322,25 +363,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 const sessionCookie = "docket_session"
 
-type whoKey struct{}
-
 // who returns the authenticated caller's name ("token:NAME").
 func who(r *http.Request) string {
-	if v, ok := r.Context().Value(whoKey{}).(string); ok {
-		return v
+	if p, ok := caller(r); ok {
+		return "token:" + p.name
 	}
 	return "unknown"
 }
 
-// tokenName returns the name of the token tok, if it is one of ours.
-func (s *Server) tokenName(tok string) (string, bool) {
-	found := ""
-	for name, secret := range s.cfg.Tokens {
-		if subtle.ConstantTimeCompare([]byte(secret), []byte(tok)) == 1 {
-			found = name
-		}
-	}
-	return found, found != ""
+// tokenPrincipal returns the caller the token tok stands for, if it is one
+// of ours.
+func (s *Server) tokenPrincipal(tok string) (principal, bool) {
+	return lookupToken(s.tokens, tok)
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -352,19 +386,25 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(tok), true
 }
 
-// auth requires a bearer token or a session cookie. Writes authenticated
-// by the cookie alone must come from an allowed origin.
-func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+// authFailed counts and logs a refused authentication (never the token) and
+// answers 401.
+func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, reason, msg string) {
+	s.metrics.authFailures.Add(1)
+	s.log.Warn("authentication failed", "reason", reason, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	writeError(w, http.StatusUnauthorized, "unauthorized", msg, nil)
+}
+
+// auth requires a bearer token or a session cookie whose token holds scope,
+// and keeps the token within its rate limit. Writes authenticated by the
+// cookie alone must come from an allowed origin.
+func (s *Server) auth(scope Scope, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		name := ""
+		var p principal
 		if tok, ok := bearer(r); ok {
-			n, ok := s.tokenName(tok)
-			if !ok {
-				s.metrics.authFailures.Add(1)
-				writeError(w, http.StatusUnauthorized, "unauthorized", "the bearer token is not valid", nil)
+			if p, ok = s.tokenPrincipal(tok); !ok {
+				s.authFailed(w, r, "bad_token", "the bearer token is not valid")
 				return
 			}
-			name = n
 		} else if c, err := r.Cookie(sessionCookie); err == nil {
 			s.mu.Lock()
 			sess, ok := s.sessions[c.Value]
@@ -374,22 +414,28 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 			}
 			s.mu.Unlock()
 			if !ok {
-				s.metrics.authFailures.Add(1)
-				writeError(w, http.StatusUnauthorized, "unauthorized", "the session has expired: sign in with the token again", nil)
+				s.authFailed(w, r, "bad_session", "the session has expired: sign in with the token again")
 				return
 			}
 			if r.Method != http.MethodGet && r.Method != http.MethodHead && !s.originAllowed(r) {
 				writeError(w, http.StatusForbidden, "bad_origin", "a write with the session cookie must come from the service's own page", nil)
 				return
 			}
-			name = sess.name
+			p = sess.who
 		} else {
-			s.metrics.authFailures.Add(1)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="docket"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer TOKEN (or sign in on the page)", nil)
+			s.authFailed(w, r, "no_token", "send Authorization: Bearer TOKEN (or sign in on the page)")
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), whoKey{}, "token:"+name)))
+		if !p.has(scope) {
+			s.deny(w, p, scope, r.Method+" "+r.URL.Path)
+			return
+		}
+		if wait, ok := s.limits.allow(p.name); !ok {
+			s.tooMany(w, wait, fmt.Sprintf("token %s is over its rate limit (%g requests per second, bursts of %d)", p.name, s.cfg.RateLimit, s.cfg.RateBurst))
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
 }
 
@@ -432,10 +478,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		}
 		tok = body.Token
 	}
-	name, ok := s.tokenName(tok)
+	p, ok := s.tokenPrincipal(tok)
 	if !ok {
-		s.metrics.authFailures.Add(1)
-		writeError(w, http.StatusUnauthorized, "unauthorized", "the token is not valid", nil)
+		s.authFailed(w, r, "bad_token", "the token is not valid")
 		return
 	}
 	id, err := randomHex(32)
@@ -450,7 +495,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 			delete(s.sessions, k)
 		}
 	}
-	s.sessions[id] = session{name: name, expires: now.Add(s.cfg.SessionTTL)}
+	s.sessions[id] = session{who: p, expires: now.Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
@@ -461,7 +506,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		Secure:   r.TLS != nil,
 		MaxAge:   int(s.cfg.SessionTTL / time.Second),
 	})
-	writeJSON(w, http.StatusOK, map[string]string{"name": name, "expires_at": now.Add(s.cfg.SessionTTL).UTC().Format(time.RFC3339)})
+	writeJSON(w, http.StatusOK, map[string]any{"name": p.name, "scopes": p.scopeNames(), "expires_at": now.Add(s.cfg.SessionTTL).UTC().Format(time.RFC3339)})
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
@@ -470,13 +515,17 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 		delete(s.sessions, c.Value)
 		s.mu.Unlock()
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: -1})
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// whoami tells the caller who it is and what it may do: "scopes" (admin
+// expanded to every scope) and "may", the review and control ops and the
+// run-level actions the token may take, so the page shows only those.
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 	planning := s.pl != nil
-	writeJSON(w, http.StatusOK, map[string]any{"who": who(r), "planner": planning})
+	p, _ := caller(r)
+	writeJSON(w, http.StatusOK, map[string]any{"who": who(r), "planner": planning, "name": p.name, "scopes": p.scopeNames(), "may": p.may()})
 }
 
 func randomHex(n int) (string, error) {

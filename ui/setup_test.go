@@ -3,6 +3,7 @@ package ui_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -47,6 +48,7 @@ type options struct {
 	dir       string                          // default: a new temporary directory
 	subBuffer int                             // ledger SubscriberBuffer (default: the ledger's)
 	env       map[string]string               // the tools file's environment
+	tls       bool                            // serve HTTPS with a certificate the test makes
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -98,7 +100,17 @@ func setup(t testing.TB, o options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	var hs *httptest.Server
+	if o.tls {
+		hs = httptest.NewUnstartedServer(srv.Handler())
+		cr := testCert(t, "docket-test")
+		// The client (hs.Client()) trusts Certificates[0]: the test-made one.
+		hs.TLS = cr.TLSConfig()
+		hs.TLS.Certificates = []tls.Certificate{*cr.Certificate()}
+		hs.StartTLS()
+	} else {
+		hs = httptest.NewServer(srv.Handler())
+	}
 	b := &bundle{t: t, srv: srv, hs: hs, led: led, world: w, reg: reg, toolsFile: file, dir: dir}
 	t.Cleanup(b.stop)
 	return b

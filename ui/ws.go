@@ -42,6 +42,8 @@ type socket struct {
 	conn    *websocket.Conn
 	runID   string
 	who     string
+	p       principal // the token's name and scopes, for each op
+	release func()    // gives back the token's socket slot
 	out     chan outMsg
 	done    chan struct{}
 	once    sync.Once
@@ -74,23 +76,30 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "shutting_down", errShuttingDown.Error(), nil)
 		return
 	}
+	p, release, ok := s.claimSocket(w, r)
+	if !ok {
+		return
+	}
 	conn, err := s.up.Upgrade(w, r, nil)
 	if err != nil {
+		release()
 		return // the upgrader answered
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	sub, err := s.led.Subscribe(ctx, runID, after)
 	if err != nil {
+		release()
 		cancel()
 		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseInternalServerErr, "subscribing failed"), time.Now().Add(time.Second))
 		conn.Close()
 		return
 	}
-	c := &socket{s: s, conn: conn, runID: runID, who: who(r), out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
+	c := &socket{s: s, conn: conn, runID: runID, who: who(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
 	c.lastOut.Store(after)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
+		release()
 		sub.Close()
 		cancel()
 		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(time.Second))
@@ -116,6 +125,7 @@ func (c *socket) close(code int, reason string) {
 		c.conn.Close()
 		close(c.done)
 		c.cancel()
+		c.release()
 		c.s.mu.Lock()
 		delete(c.s.sockets, c)
 		c.s.mu.Unlock()
@@ -259,6 +269,13 @@ func (c *socket) read(ctx context.Context) {
 			}
 			continue
 		}
+		// The token's scope first: a refused op learns nothing of the run.
+		if e := c.s.opAllowed(c.p, op.Op); e != nil {
+			if !c.sendJSON(Message{Type: "error", ID: op.ID, Op: op.Op, Error: e}) {
+				return
+			}
+			continue
+		}
 		runID := c.runID
 		switch {
 		case runID == "" && op.Run == "":
@@ -284,6 +301,38 @@ func (c *socket) read(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// claimSocket takes one of the caller's WebSocket slots before an upgrade;
+// at its cap it answers 429 with Retry-After and false. release gives the
+// slot back (once).
+func (s *Server) claimSocket(w http.ResponseWriter, r *http.Request) (p principal, release func(), ok bool) {
+	p, _ = caller(r)
+	if !s.limits.openSocket(p.name) {
+		s.tooMany(w, 30*time.Second, fmt.Sprintf("token %s holds %d WebSockets open, its cap: close one", p.name, s.cfg.MaxSocketsPerToken))
+		return p, nil, false
+	}
+	var once sync.Once
+	return p, func() { once.Do(func() { s.limits.closeSocket(p.name) }) }, true
+}
+
+// opAllowed checks a socket message's op against its token's scopes and
+// rate limit: nil, or the error to answer with.
+func (s *Server) opAllowed(p principal, op string) *apiError {
+	sc, ok := opScopes[op]
+	if !ok {
+		sc = ScopeAdmin // fail closed: every op has a scope
+	}
+	if !p.has(sc) {
+		s.metrics.forbidden.add(string(sc))
+		return forbidden(p, sc, op)
+	}
+	if wait, ok := s.limits.allow(p.name); !ok {
+		s.metrics.rateLimited.Add(1)
+		secs := retryAfter(wait)
+		return &apiError{Code: "rate_limited", Message: fmt.Sprintf("token %s is over its rate limit: retry after %ds", p.name, secs), Details: map[string]int{"retry_after": secs}}
+	}
+	return nil
 }
 
 // errorRecorder captures the error answer fail would send over HTTP.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,10 +16,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/docketrun/docket/evals/demoworld"
@@ -44,7 +47,7 @@ const tokenFile = "serve-token"
 // ledger (the default, 4096, costs ~0.4 MiB per client).
 const serveSubscriberBuffer = 256
 
-const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--token [NAME=]T]... [--origin URL]... [--notify URL] [--grace 30s] [--model NAME] [--base-url URL]"
+const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 30s] [--model NAME] [--base-url URL]"
 
 // serveCmd is `docket serve`.
 type serveCmd struct{ env Env }
@@ -61,9 +64,16 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	toolsPath := fs.String("tools", "", "tools file (default: the built-in demo world, simulated in-process)")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	var tokens, origins stringList
-	fs.Var(&tokens, "token", "API token, optionally named (NAME=TOKEN); repeatable (default $DOCKET_TOKEN, else one generated and kept in the data directory)")
+	fs.Var(&tokens, "token", "API token with every scope (admin), optionally named (NAME=TOKEN); repeatable (default, without --tokens: $DOCKET_TOKEN, else one generated and kept in the data directory)")
+	tokensPath := fs.String("tokens", "", `tokens file: {"version": 1, "tokens": [{"name", "scopes": [...], "sha256" | "env"}]} (scopes: read, submit, review, control, admin)`)
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; reloaded on SIGHUP); with --tls-key")
+	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM; reloaded on SIGHUP); with --tls-cert")
 	fs.Var(&origins, "origin", "another origin whose pages may use the API with a session (e.g. https://review.example.com); repeatable")
 	notify := fs.String("notify", "", "URL to POST to when a run waits for a person")
+	notifySecret := fs.String("notify-secret", "", "sign every --notify call with this secret (Docket-Signature: t=…,v1=…) (default $DOCKET_NOTIFY_SECRET)")
+	rate := fs.Float64("rate", 50, "requests per second each token may make on average (HTTP and socket messages; 0: no limit)")
+	burst := fs.Int("burst", 100, "requests a token may make at once before --rate applies")
+	maxSockets := fs.Int("max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM, how long actions in flight may take to finish and be recorded")
 	mf := addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
@@ -75,6 +85,19 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	if *grace <= 0 {
 		return usageError("--grace must be positive")
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError("--tls-cert and --tls-key go together")
+	}
+	if *rate < 0 || *burst < 1 || *maxSockets < 0 {
+		return usageError("--rate and --max-sockets must not be negative, --burst must be at least 1")
+	}
+	secret := cmp.Or(*notifySecret, c.env.Getenv("DOCKET_NOTIFY_SECRET"))
+	if secret != "" && *notify == "" {
+		return usageError("--notify-secret (or $DOCKET_NOTIFY_SECRET) signs --notify calls: give --notify URL too")
+	}
+	if secret != "" && len(secret) < 16 {
+		return usageError("the webhook secret must be at least 16 characters")
 	}
 	out, errOut := c.env.Stdout, c.env.Stderr
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -134,38 +157,110 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer l.Close()
-	named, generated, source, err := serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data)
+	var scoped []ui.Token
+	if *tokensPath != "" {
+		raw, err := os.ReadFile(*tokensPath)
+		if err != nil {
+			return usageError("reading the tokens file: %v", err)
+		}
+		if scoped, err = ui.ParseTokensFile(raw, c.env.Getenv); err != nil {
+			return usageError("%s:%v", *tokensPath, err)
+		}
+	}
+	var (
+		named             map[string]string
+		generated, source string
+	)
+	if len(scoped) == 0 || len(tokens) > 0 {
+		if named, generated, source, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data); err != nil {
+			return err
+		}
+	}
+	for _, t := range scoped {
+		if _, dup := named[t.Name]; dup {
+			return usageError("token %q is named both in %s and by --token", t.Name, *tokensPath)
+		}
+	}
+	var certs *ui.CertReloader
+	if *tlsCert != "" {
+		if certs, err = ui.NewCertReloader(*tlsCert, *tlsKey, log); err != nil {
+			return usageError("%v", err)
+		}
+		// SIGHUP reads the certificate and key again: a renewed certificate
+		// needs no restart; a bad new one keeps the old (and is logged).
+		// Listened for before anything is printed, so a SIGHUP sent once
+		// the service says where it listens never ends the process.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		stopHup := make(chan struct{})
+		defer close(stopHup)
+		go func() {
+			for {
+				select {
+				case <-hup:
+					certs.Reload()
+				case <-stopHup:
+					return
+				}
+			}
+		}()
+	}
+	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return err
+		return withCode(exitBad, fmt.Errorf("listening on %s: %w", *addr, err))
+	}
+	defer ln.Close()
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+	}
+	base, other, everywhere := serveURL(ln.Addr(), *addr, scheme)
+	var warnings []string
+	if certs == nil && !loopback(ln.Addr()) {
+		warnings = append(warnings, fmt.Sprintf("plain HTTP on a non-loopback address (%s): tokens and session cookies cross the network unencrypted; serve with --tls-cert/--tls-key or listen on 127.0.0.1 behind a TLS-terminating proxy", ln.Addr()))
+	}
+	if *notify != "" && secret == "" {
+		warnings = append(warnings, "--notify calls are unsigned: a receiver cannot tell docket's call from anyone's; set --notify-secret or $DOCKET_NOTIFY_SECRET")
 	}
 	ecfg := executor.Config{Logger: log}
 	if c.env.Tune != nil {
 		c.env.Tune(&ecfg)
 	}
 	srv, err := ui.New(ui.Config{
-		Ledger:    l,
-		Tools:     reg,
-		Executor:  ecfg,
-		Planner:   pl,
-		Tokens:    named,
-		Origins:   origins,
-		ToolsFile: file,
-		Notify:    *notify,
-		Logger:    log,
+		Ledger:             l,
+		Tools:              reg,
+		Executor:           ecfg,
+		Planner:            pl,
+		Tokens:             named,
+		ScopedTokens:       scoped,
+		RateLimit:          *rate,
+		RateBurst:          *burst,
+		MaxSocketsPerToken: *maxSockets,
+		Warnings:           warnings,
+		Origins:            origins,
+		ToolsFile:          file,
+		Notify:             *notify,
+		NotifySecret:       secret,
+		Logger:             log,
 	})
 	if err != nil {
 		return withCode(exitBad, err)
 	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return withCode(exitBad, fmt.Errorf("listening on %s: %w", *addr, err))
-	}
-	base, other, everywhere := serveURL(ln.Addr(), *addr)
 
 	fmt.Fprintf(out, "docket serve: listening on %s/\n", base)
 	if everywhere {
 		fmt.Fprintf(out, "  on every network interface (--addr %s); other machines: %s/\n", *addr, other)
-		fmt.Fprintf(errOut, "docket serve: warning: --addr %s serves the API and the review page in plain HTTP on every network interface: anyone who can reach this machine can try the token, and tokens and session cookies cross the network unencrypted. Listen on 127.0.0.1 (the default) and put a TLS-terminating proxy in front to serve other machines.\n", *addr)
+	}
+	if certs == nil && !loopback(ln.Addr()) {
+		where := "beyond this machine"
+		if everywhere {
+			where = "on every network interface"
+		}
+		fmt.Fprintf(errOut, "docket serve: warning: --addr %s serves the API and the review page in plain HTTP %s: anyone who can reach it can try tokens, and tokens and session cookies cross the network unencrypted. Serve HTTPS with --tls-cert FILE --tls-key FILE, or listen on 127.0.0.1 (the default) and put a TLS-terminating proxy in front. /readyz says so too.\n", *addr, where)
+	}
+	if *notify != "" && secret == "" {
+		fmt.Fprintln(errOut, "docket serve: warning: --notify calls are unsigned; set --notify-secret or $DOCKET_NOTIFY_SECRET so the receiver can verify them")
 	}
 	fmt.Fprintf(out, "  data directory: %s\n", *data)
 	switch {
@@ -180,17 +275,25 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	default:
 		fmt.Fprintf(out, "  model: %s at %s, tools: %s\n", pcfg.Model, pcfg.BaseURL, *toolsPath)
 	}
+	if len(scoped) > 0 {
+		fmt.Fprintf(out, "  tokens: %d from %s (%s)\n", len(scoped), *tokensPath, describeScoped(scoped))
+	}
 	if generated != "" {
 		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", filepath.Join(*data, tokenFile), generated)
 		fmt.Fprintf(out, "  open %s/ and sign in with this token\n", base)
 	} else {
-		fmt.Fprintf(out, "  token: %s\n", source)
+		if source != "" {
+			fmt.Fprintf(out, "  token: %s\n", source)
+		}
 		fmt.Fprintf(out, "  open %s/ and sign in with your token\n", base)
+	}
+	if len(named) > 0 {
+		// Said once per start: such a token may also approve what it submits.
+		fmt.Fprintf(errOut, "docket serve: note: %s hold every scope (admin): a program holding one can approve what it submits. Give agents a token with only read and submit in a --tokens file (README: Deploying safely).\n", plural(len(named), "the --token/$DOCKET_TOKEN/generated token", "the --token/$DOCKET_TOKEN/generated tokens"))
 	}
 
 	n, err := srv.ResumeRunning(ctx)
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	if n > 0 {
@@ -203,8 +306,17 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if certs != nil {
+		hs.TLSConfig = certs.TLSConfig()
+	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() {
+		if certs != nil {
+			served <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		served <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-served:
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
@@ -288,10 +400,10 @@ func serveTokens(flags []string, env, dataDir string) (named map[string]string, 
 // [::]:PORT, which no browser opens: the URL names the loopback address
 // instead, other is the URL for other machines (by host name), and
 // everywhere says so.
-func serveURL(a net.Addr, flagAddr string) (base, other string, everywhere bool) {
+func serveURL(a net.Addr, flagAddr, scheme string) (base, other string, everywhere bool) {
 	tcp, ok := a.(*net.TCPAddr)
 	if !ok || !tcp.IP.IsUnspecified() {
-		return "http://" + a.String(), "", false
+		return scheme + "://" + a.String(), "", false
 	}
 	port := strconv.Itoa(tcp.Port)
 	loopback := "127.0.0.1"
@@ -302,7 +414,27 @@ func serveURL(a net.Addr, flagAddr string) (base, other string, everywhere bool)
 	if err != nil || host == "" {
 		host = "HOST"
 	}
-	return "http://" + net.JoinHostPort(loopback, port), "http://" + net.JoinHostPort(host, port), true
+	return scheme + "://" + net.JoinHostPort(loopback, port), scheme + "://" + net.JoinHostPort(host, port), true
+}
+
+// loopback says whether a listener is reachable from this machine only.
+func loopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// describeScoped lists a tokens file's names and scopes for the start-up
+// message (never a token or its hash).
+func describeScoped(toks []ui.Token) string {
+	parts := make([]string, len(toks))
+	for i, t := range toks {
+		sc := make([]string, len(t.Scopes))
+		for j, s := range t.Scopes {
+			sc[j] = string(s)
+		}
+		parts[i] = t.Name + ": " + strings.Join(sc, "+")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // --- acting through a running service (--server URL --token T) ---
@@ -353,6 +485,15 @@ type serverError struct {
 }
 
 func (e *serverError) Error() string {
+	if e.status == http.StatusForbidden && e.Code == "forbidden" {
+		// The token lacks a scope: name it first, it is what to fix.
+		var d struct {
+			MissingScope string `json:"missing_scope"`
+		}
+		if json.Unmarshal(e.Details, &d) == nil && d.MissingScope != "" {
+			return fmt.Sprintf("forbidden: this token lacks the %s scope (the service answered 403: %s); act with a token that holds %s", d.MissingScope, e.Message, d.MissingScope)
+		}
+	}
 	msg := fmt.Sprintf("the service answered %d (%s): %s", e.status, e.Code, e.Message)
 	if len(e.Details) > 0 && string(e.Details) != "null" {
 		msg += " " + string(e.Details)
@@ -360,11 +501,15 @@ func (e *serverError) Error() string {
 	return msg
 }
 
-// exitCode of a server error: refused input is 2; a service that cannot
-// take the request now (503: shutting down) is 4, retry later; out of space
-// (503 no_space) is 5, as locally; the rest 1.
+// exitCode of a server error: refused input is 2, and so is a token the
+// service does not know (401) or one that lacks the scope (403 forbidden): a
+// retry cannot succeed; a service that cannot take the request now (503:
+// shutting down; 429: the token is over its rate limit) is 4, retry later;
+// out of space (503 no_space) is 5, as locally; the rest 1.
 func (e *serverError) exit() int {
 	switch e.status {
+	case http.StatusTooManyRequests:
+		return exitBusy
 	case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusRequestEntityTooLarge, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotImplemented:
 		return exitBad
 	case http.StatusServiceUnavailable:
