@@ -55,6 +55,11 @@ var routeScopes = map[string]Scope{
 	"GET /v1/runs/{id}/events": ScopeRead,
 	"GET /v1/runs/{id}/ws":     ScopeRead,
 	"GET /v1/ws":               ScopeRead,
+	"GET /v1/inbox":            ScopeRead,
+	"GET /v1/search/runs":      ScopeRead,
+	"GET /v1/runs/{id}/diff":   ScopeRead,
+	// A diff of a proposed revision records nothing.
+	"POST /v1/runs/{id}/diff": ScopeRead,
 
 	"POST /v1/runs/{id}/approve":                  ScopeReview,
 	"POST /v1/runs/{id}/reject":                   ScopeReview,
