@@ -116,6 +116,26 @@ async function start() {
   showApp(me);
 }
 
+// applyMay hides what the signed-in token may not do (GET /v1/session's
+// "may"): the body gets a class no-OP per op it lacks, and style.css hides
+// that op's controls. The server checks every request anyway.
+function applyMay(may) {
+  state.may = may || {};
+  for (const [op, ok] of Object.entries(state.may)) document.body.classList.toggle("no-" + op, !ok);
+  // Approving the whole plan at creation needs the review scope too.
+  const all = document.querySelector('#policy option[value="all"]');
+  if (all) {
+    all.disabled = state.may.approve === false;
+    all.hidden = all.disabled;
+  }
+}
+
+// mayNot says why the token may not do op ("" when it may).
+function mayNot(op) {
+  if (!state.may || state.may[op] !== false) return "";
+  return "This token may not " + op + " (its scopes do not include it).";
+}
+
 function showSignIn(msg) {
   $("app").hidden = true;
   $("conn").hidden = true;
@@ -128,6 +148,7 @@ async function showApp(me) {
   $("signin").hidden = true;
   $("app").hidden = false;
   $("who").textContent = me.who;
+  applyMay(me.may);
   state.planner = !!me.planner;
   // Without a model a goal cannot be planned: say so, and offer the plan form.
   $("goal").disabled = !state.planner;

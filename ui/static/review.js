@@ -250,6 +250,8 @@ async function inboxOp(name) {
   const base = "/v1/runs/" + enc(it.run_id) + "/actions/" + enc(it.action_id);
   const review = it.kind === "needs_review";
   $("inbox-msg").textContent = "";
+  const why = mayNot(name === "done" || name === "retry" || name === "skip" ? "resolve" : name === "open" ? "" : name);
+  if (why) { $("inbox-msg").textContent = why; return; }
   try {
     switch (name) {
       case "open": selectRun(it.run_id); return;

@@ -1,0 +1,86 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// signInAs opens the page at url (loaded afresh) and signs in with tok,
+// whose session says who.
+func (p *browserPage) signInAs(url, tok, who string) {
+	p.t.Helper()
+	p.do("open the page", chromedp.Navigate("about:blank"), chromedp.Navigate(url))
+	p.poll("the sign-in form", `!document.getElementById("signin").hidden`)
+	p.do("sign in", chromedp.SendKeys(chromedp.CSS("#token"), tok), chromedp.KeyEvent("\r"))
+	p.poll("the signed-in page as "+who, `!document.getElementById("app").hidden && document.getElementById("who").textContent === "token:`+who+`"`)
+}
+
+// TestBrowserPageHidesWhatTheTokenMayNotDo: the agent's token (read,
+// submit) sees a run waiting for approval but no control to approve,
+// reject, pause or replay it, cannot approve the whole plan at creation, and
+// the inbox's single keys refuse with a reason; a person's token (read,
+// review, control) sees them and approves from the page.
+func TestBrowserPageHidesWhatTheTokenMayNotDo(t *testing.T) {
+	b := setup(t, options{tune: withScopedTokens})
+	plan := json.RawMessage(`{"goal": "settings for Initech", "actions": [
+		{"id": "prefs", "tool": "settings_put", "args": {"account": "initech", "settings": {"plan": "team"}}}]}`)
+	if code := b.callWith("POST", "/v1/runs", map[string]any{"run_id": "scoped", "plan": plan, "approve": "none"}, nil, bearerOf(agentToken)); code != 201 {
+		t.Fatalf("the agent's token creating a run: %d, want 201", code)
+	}
+	p := openBrowser(t, 1280, 900)
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	p.ctx = ctx
+
+	visible := func(sel string) string {
+		return `(() => { const e = document.querySelector(` + "`" + sel + "`" + `); return !!e && e.offsetParent !== null; })()`
+	}
+	p.signInAs(b.hs.URL+"/#run=scoped", agentToken, "agent")
+	p.poll("the waiting action", `document.querySelector('#actions [data-action="prefs"]') !== null`)
+	for _, sel := range []string{`#approve-all`, `#reject-all`, `#pause`, `#cancel`, `#replay`, `#fork`, `[data-op="approve"]`, `[data-op="reject"]`, `[data-op="edit"]`} {
+		if p.truth(visible(sel)) {
+			t.Errorf("the agent's token sees %s", sel)
+		}
+	}
+	if !p.truth(visible(`#new-run`)) {
+		t.Errorf("the agent's token (submit) does not see the new-run form")
+	}
+	if !p.truth(`document.querySelector('#policy option[value="all"]').disabled`) {
+		t.Errorf(`the agent's token may choose "approve the whole plan now"`)
+	}
+	p.do("open the inbox", chromedp.KeyEvent("i"))
+	p.poll("the waiting action in the inbox", `document.querySelectorAll("#inbox-list .inbox-item").length === 1`)
+	if p.truth(visible(`#inbox-list [data-op="approve"]`)) {
+		t.Errorf("the agent's token sees the inbox's approve button")
+	}
+	p.do("focus the item", chromedp.Focus(`#inbox-list .inbox-item`))
+	p.do("try to approve by its key", chromedp.KeyEvent("a"))
+	p.poll("the refusal", `document.getElementById("inbox-msg").textContent.includes("may not approve")`)
+	var doc runDoc
+	b.call("GET", "/v1/runs/scoped", nil, &doc)
+	if st, _ := doc.action("prefs"); st != "pending" {
+		t.Fatalf("after the agent's attempt the action is %q, want pending", st)
+	}
+
+	if _, err := chromedp.Run(p.ctx, chromedp.Evaluate[int](`fetch("/v1/session", {method: "DELETE"}).then(r => r.status)`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatalf("sign out: %v", err)
+	}
+	p.signInAs(b.hs.URL+"/#run=scoped", personToken, "rita")
+	p.poll("the approve button", visible(`[data-op="approve"]`))
+	for _, sel := range []string{`#pause`, `#replay`, `[data-op="reject"]`} {
+		if !p.truth(visible(sel)) {
+			t.Errorf("the person's token does not see %s", sel)
+		}
+	}
+	if p.truth(visible(`#new-run`)) {
+		t.Errorf("the person's token (no submit) sees the new-run form")
+	}
+	p.do("approve", chromedp.Click(`[data-op="approve"]`))
+	b.waitStatus("scoped", ledger.RunCompleted)
+}
