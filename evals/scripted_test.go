@@ -206,6 +206,14 @@ func (m *scriptedModel) next(c *Case, msgs []chatMsg, offered map[string]bool) (
 			}
 			args = strings.ReplaceAll(args, "${"+r.Action+".", "${"+id+".")
 		}
+		// A model told that later messages run after earlier ones (the
+		// planner's OrderTurns prompt) waits for the actions this one must
+		// follow even when it uses none of their outputs.
+		for _, d := range rc.DependsOn {
+			if _, ok := action[d]; !ok && ordersByTurns(msgs) {
+				ready = false
+			}
+		}
 		if !ready {
 			continue
 		}
@@ -222,6 +230,16 @@ func (m *scriptedModel) next(c *Case, msgs []chatMsg, offered map[string]bool) (
 		return nil, "None of the available tools should be used for this request, so I planned nothing.", nil
 	}
 	return nil, "The plan is ready for review.", nil
+}
+
+// ordersByTurns reports whether the system prompt says that a later
+// message's calls run after the earlier ones' (planner.OrderTurns).
+func ordersByTurns(msgs []chatMsg) bool {
+	if len(msgs) == 0 || msgs[0].Role != "system" {
+		return false
+	}
+	s, _ := msgs[0].Content.(string)
+	return strings.Contains(s, "runs after the actions you queued in earlier messages")
 }
 
 func mustRefs(args json.RawMessage) []refName {
@@ -330,8 +348,10 @@ func plannerConfig(baseURL string, rt http.RoundTripper) planner.Config {
 }
 
 // orderOnly reports whether the case expects an ordering that no data
-// reference carries: the planner's tool-calling mode can only order actions
-// through references, so such a dependency is missing from its plans.
+// reference carries: under planner.OrderReferences the tool-calling mode
+// orders actions only through references, so such a dependency is missing
+// from its plans; under OrderTurns (the default) the model orders them by
+// making the later call in a later message.
 func orderOnly(c *Case) bool {
 	for _, rc := range c.Reference {
 		if len(rc.DependsOn) > 0 && len(mustRefs(rc.Args)) == 0 {
@@ -341,8 +361,9 @@ func orderOnly(c *Case) bool {
 	return false
 }
 
-// checkStarterReport checks every case's verdict against the script.
-func checkStarterReport(t *testing.T, d *Dataset, rep *Report) {
+// checkStarterReport checks every case's verdict against the script, for
+// plans made under order.
+func checkStarterReport(t *testing.T, d *Dataset, rep *Report, order planner.Order) {
 	t.Helper()
 	for _, r := range rep.Cases {
 		c, _ := d.Case(r.ID)
@@ -352,7 +373,7 @@ func checkStarterReport(t *testing.T, d *Dataset, rep *Report) {
 			if r.Pass || !hasCode(r, want) {
 				t.Errorf("%s: scripted wrong answer: pass=%v codes %v, want %s; reasons %v", r.ID, r.Pass, r.Codes, want, r.Reasons)
 			}
-		case orderOnly(c):
+		case orderOnly(c) && order == planner.OrderReferences:
 			if r.Pass || !hasCode(r, CodeDependency) {
 				t.Errorf("%s: an ordering without a reference should fail as a dependency: %v %v", r.ID, r.Codes, r.Reasons)
 			}
@@ -431,9 +452,9 @@ func TestStarterRecordThenReplay(t *testing.T) {
 	d := loadStarter(t)
 	dir := t.TempDir()
 	recorded := record(t, d, dir)
-	checkStarterReport(t, d, recorded)
+	checkStarterReport(t, d, recorded, planner.OrderTurns)
 	replayed, rp := replay(t, d, dir, "", RunOptions{Concurrency: 3})
-	checkStarterReport(t, d, replayed)
+	checkStarterReport(t, d, replayed, planner.OrderTurns)
 	if a, b := reportJSON(t, recorded), reportJSON(t, replayed); a != b {
 		t.Errorf("replay differs from the recording run:\n%s\n%s", a, b)
 	}
@@ -470,7 +491,7 @@ func TestStarterReplayCommitted(t *testing.T) {
 			t.Fatalf("%s: %v\nthe planner's requests changed since the recordings were made: re-record with DOCKET_RECORD_STARTER=1 go test ./evals -run TestStarterReplayCommitted", r.ID, r.Reasons)
 		}
 	}
-	checkStarterReport(t, d, rep)
+	checkStarterReport(t, d, rep, planner.OrderTurns)
 	t.Logf("starter replay: %d cases, pass rate %.1f%%, %d tokens", rep.Overall.Cases, 100*rep.Overall.PassRate, rep.Overall.Usage.TotalTokens)
 }
 
@@ -587,4 +608,21 @@ func TestRunRetriesPassingFailures(t *testing.T) {
 	if calls[one.Cases[1].ID] != 1 || rep.Cases[1].Pass || !hasCode(rep.Cases[1], CodePlannerError) {
 		t.Errorf("permanent failure: %d calls, %v", calls[one.Cases[1].ID], rep.Cases[1].Codes)
 	}
+}
+
+// TestStarterOrderReferences plans the starter set under
+// planner.OrderReferences (docket before issue 18): the cases whose order
+// no data reference carries fail as dependencies, as they did.
+func TestStarterOrderReferences(t *testing.T) {
+	t.Parallel()
+	d := loadStarter(t)
+	srv := httptest.NewServer(newScriptedModel(d))
+	defer srv.Close()
+	cfg := plannerConfig(srv.URL+"/v1", srv.Client().Transport)
+	cfg.Order = planner.OrderReferences
+	rep, err := Run(context.Background(), d, RunOptions{Plan: PlannerFunc(cfg), Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStarterReport(t, d, rep, planner.OrderReferences)
 }

@@ -27,6 +27,21 @@ const (
 	ModeJSONSchema Mode = "json_schema"
 )
 
+// Order is how ModeTools orders queued actions that pass no data to each
+// other (the package doc's "Order").
+type Order string
+
+const (
+	// OrderTurns (the default): a call made in a later model message depends
+	// on the actions queued by the most recent earlier message that queued
+	// any (and so, transitively, on every earlier one), besides the actions
+	// its arguments reference. Calls made together in one message stay
+	// independent.
+	OrderTurns Order = "turns"
+	// OrderReferences: only references order actions (docket before issue 18).
+	OrderReferences Order = "references"
+)
+
 // DefaultBaseURL is the OpenAI API, used when neither Config.BaseURL nor
 // OPENAI_BASE_URL says otherwise.
 const DefaultBaseURL = "https://api.openai.com/v1"
@@ -75,6 +90,9 @@ type Config struct {
 	RetryBase, RetryMax time.Duration
 	// Mode is ModeTools (default) or ModeJSONSchema.
 	Mode Mode
+	// Order is OrderTurns (default) or OrderReferences (ModeTools only;
+	// ModeJSONSchema plans carry their own depends_on). DOCKET_ORDER.
+	Order Order
 	// Tools is the registry the plan is made for. Required.
 	Tools *tools.Registry
 	// HTTPClient sends the requests (evals record and replay exchanges with a
@@ -121,6 +139,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 500*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, time.Minute)
 	cfg.Mode = cmp.Or(cfg.Mode, ModeTools)
+	cfg.Order = cmp.Or(cfg.Order, OrderTurns)
 	cfg.MaxToolResultBytes = cmp.Or(cfg.MaxToolResultBytes, 64<<10)
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
@@ -167,6 +186,9 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Mode != ModeTools && cfg.Mode != ModeJSONSchema {
 		problems = append(problems, fmt.Sprintf("mode %q is neither %q nor %q", cfg.Mode, ModeTools, ModeJSONSchema))
+	}
+	if cfg.Order != OrderTurns && cfg.Order != OrderReferences {
+		problems = append(problems, fmt.Sprintf("order %q is neither %q nor %q", cfg.Order, OrderTurns, OrderReferences))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(problems, "; "))

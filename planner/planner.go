@@ -127,7 +127,7 @@ func New(cfg Config) (*Planner, error) {
 	}
 	switch cfg.Mode {
 	case ModeTools:
-		p.system = orDefault(cfg.SystemPrompt, toolsPrompt)
+		p.system = orDefault(cfg.SystemPrompt, toolsPrompt(cfg.Order))
 	case ModeJSONSchema:
 		p.system = orDefault(cfg.SystemPrompt, jsonPrompt+jsonToolList(specs, p.names))
 		p.format = planFormat(branches, strictAll)
@@ -233,6 +233,7 @@ type session struct {
 	callIDs   map[string]bool
 	reply     string
 	idBase    int                            // action ids continue after those of earlier turns of a chat
+	lastTurn  []string                       // ids queued by the most recent message that queued any (OrderTurns)
 	modelTime time.Duration                  // inside go-openai's CreateChatCompletion
 	system    []openai.ChatCompletionMessage // the caller's own leading system message, merged into ours
 }
@@ -482,6 +483,15 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 			reject(i, Problem{Field: "args", Msg: msgText})
 			continue
 		}
+		if p.cfg.Order == OrderTurns {
+			// A call made after the model saw earlier queued actions' placeholders
+			// runs after them (the package doc's "Order").
+			for _, d := range s.lastTurn {
+				if !contains(deps, d) {
+					deps = append(deps, d)
+				}
+			}
+		}
 		id := fmt.Sprintf("a%d", s.idBase+len(s.actions)+1)
 		s.actions = append(s.actions, plan.Action{ID: id, Tool: name, Args: args, DependsOn: deps, Why: why})
 		results[i] = placeholder(id, p.fields[name])
@@ -499,6 +509,12 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 			}()
 		}
 		wg.Wait()
+	}
+	if len(s.actions) > queuedBefore {
+		s.lastTurn = s.lastTurn[:0:0]
+		for _, a := range s.actions[queuedBefore:] {
+			s.lastTurn = append(s.lastTurn, a.ID)
+		}
 	}
 	for i, c := range calls {
 		s.msgs = append(s.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: c.ID, Content: results[i]})
