@@ -201,7 +201,9 @@ func TestEvalRunReplayStarter(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("run --json: %v\n%s", err, r)
 	}
-	if got.Overall.Cases != 70 || got.Overall.Passed != 45 || got.Overall.Usage == nil || got.Overall.Usage.TotalTokens == 0 {
+	// 48: the 22 deliberate mistakes fail; since issue 18 the 3 plans whose
+	// order has no data link pass (planner.OrderTurns; 45 before).
+	if got.Overall.Cases != 70 || got.Overall.Passed != 48 || got.Overall.Usage == nil || got.Overall.Usage.TotalTokens == 0 {
 		t.Fatalf("replayed starter: %+v", got.Overall)
 	}
 	u := got.Overall.Usage
