@@ -229,14 +229,15 @@ func (p *Replayer) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.done[tag] = len(recs)
 	}
 	p.mu.Unlock()
-	var rb []byte
-	if ex.Response != nil {
-		rb = ex.Response
-	} else {
-		rb = []byte(ex.ResponseText)
-	}
+	rb := []byte(ex.ResponseText)
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
+	switch {
+	case ex.ResponseText == "" && ex.Response != nil:
+		rb = ex.Response
+	case strings.HasPrefix(ex.ResponseText, "data:"):
+		h.Set("Content-Type", "text/event-stream") // a streamed reply, replayed whole
+	}
 	return &http.Response{
 		Status: fmt.Sprintf("%d %s", ex.Status, http.StatusText(ex.Status)), StatusCode: ex.Status,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h,

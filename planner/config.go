@@ -27,6 +27,39 @@ const (
 	ModeJSONSchema Mode = "json_schema"
 )
 
+// Order is how ModeTools orders queued actions that pass no data to each
+// other (the package doc's "Order").
+type Order string
+
+const (
+	// OrderTurns (the default): a call made in a later model message depends
+	// on the actions queued by the most recent earlier message that queued
+	// any (and so, transitively, on every earlier one), besides the actions
+	// its arguments reference. Calls made together in one message stay
+	// independent.
+	OrderTurns Order = "turns"
+	// OrderReferences: only references order actions (docket before issue 18).
+	OrderReferences Order = "references"
+)
+
+// Switch is a setting that is automatic by default and can be forced.
+type Switch string
+
+// Switch values (Config.Strict, Config.Stream).
+const (
+	StrictAuto Switch = "auto"
+	StrictOff  Switch = "off"
+	StreamAuto Switch = "auto"
+	StreamOn   Switch = "on"
+	StreamOff  Switch = "off"
+)
+
+// Config.ToolChoice values.
+const (
+	ToolChoiceAuto     = "auto"
+	ToolChoiceRequired = "required"
+)
+
 // DefaultBaseURL is the OpenAI API, used when neither Config.BaseURL nor
 // OPENAI_BASE_URL says otherwise.
 const DefaultBaseURL = "https://api.openai.com/v1"
@@ -75,6 +108,28 @@ type Config struct {
 	RetryBase, RetryMax time.Duration
 	// Mode is ModeTools (default) or ModeJSONSchema.
 	Mode Mode
+	// Strict is StrictAuto (default: tool definitions and the json_schema
+	// format are sent with "strict": true where the schema allows, and
+	// without it from the first HTTP 400 that refuses it on) or StrictOff
+	// (never sent: DeepSeek and gateways that refuse it). DOCKET_STRICT.
+	Strict Switch
+	// Stream is StreamAuto (default: stream replies when the planning has a
+	// progress function, WithProgress), StreamOn or StreamOff. A server that
+	// refuses a streamed request (HTTP 400) or answers it with one JSON
+	// reply is asked without streaming. DOCKET_STREAM.
+	Stream Switch
+	// ToolChoice, when set, is sent as tool_choice (ModeTools): ToolChoiceAuto,
+	// or ToolChoiceRequired for servers whose models answer in prose unless
+	// forced (sent for the first turn only, "auto" afterwards, so that the
+	// model can finish). Default: not sent. DOCKET_TOOL_CHOICE.
+	ToolChoice string
+	// ParallelToolCalls, when "true" or "false", is sent as
+	// parallel_tool_calls (ModeTools). Default "": not sent.
+	// DOCKET_PARALLEL_TOOL_CALLS.
+	ParallelToolCalls string
+	// Order is OrderTurns (default) or OrderReferences (ModeTools only;
+	// ModeJSONSchema plans carry their own depends_on). DOCKET_ORDER.
+	Order Order
 	// Tools is the registry the plan is made for. Required.
 	Tools *tools.Registry
 	// HTTPClient sends the requests (evals record and replay exchanges with a
@@ -105,6 +160,12 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		APIKey:     strings.TrimSpace(getenv("OPENAI_API_KEY")),
 		Model:      strings.TrimSpace(getenv("OPENAI_MODEL")),
 		APIVersion: strings.TrimSpace(getenv("OPENAI_API_VERSION")),
+
+		Strict:            Switch(strings.ToLower(strings.TrimSpace(getenv("DOCKET_STRICT")))),
+		Stream:            Switch(strings.ToLower(strings.TrimSpace(getenv("DOCKET_STREAM")))),
+		ToolChoice:        strings.ToLower(strings.TrimSpace(getenv("DOCKET_TOOL_CHOICE"))),
+		ParallelToolCalls: strings.ToLower(strings.TrimSpace(getenv("DOCKET_PARALLEL_TOOL_CALLS"))),
+		Order:             Order(strings.ToLower(strings.TrimSpace(getenv("DOCKET_ORDER")))),
 	}
 }
 
@@ -121,6 +182,9 @@ func (cfg Config) WithDefaults() Config {
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 500*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, time.Minute)
 	cfg.Mode = cmp.Or(cfg.Mode, ModeTools)
+	cfg.Order = cmp.Or(cfg.Order, OrderTurns)
+	cfg.Strict = cmp.Or(cfg.Strict, StrictAuto)
+	cfg.Stream = cmp.Or(cfg.Stream, StreamAuto)
 	cfg.MaxToolResultBytes = cmp.Or(cfg.MaxToolResultBytes, 64<<10)
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
@@ -167,6 +231,21 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Mode != ModeTools && cfg.Mode != ModeJSONSchema {
 		problems = append(problems, fmt.Sprintf("mode %q is neither %q nor %q", cfg.Mode, ModeTools, ModeJSONSchema))
+	}
+	if cfg.Strict != StrictAuto && cfg.Strict != StrictOff {
+		problems = append(problems, fmt.Sprintf("strict %q is neither auto nor off", cfg.Strict))
+	}
+	if cfg.Stream != StreamAuto && cfg.Stream != StreamOn && cfg.Stream != StreamOff {
+		problems = append(problems, fmt.Sprintf("stream %q is not auto, on or off", cfg.Stream))
+	}
+	if cfg.ToolChoice != "" && cfg.ToolChoice != ToolChoiceAuto && cfg.ToolChoice != ToolChoiceRequired {
+		problems = append(problems, fmt.Sprintf("tool choice %q is neither auto nor required", cfg.ToolChoice))
+	}
+	if cfg.ParallelToolCalls != "" && cfg.ParallelToolCalls != "true" && cfg.ParallelToolCalls != "false" {
+		problems = append(problems, fmt.Sprintf("parallel tool calls %q is neither true nor false", cfg.ParallelToolCalls))
+	}
+	if cfg.Order != OrderTurns && cfg.Order != OrderReferences {
+		problems = append(problems, fmt.Sprintf("order %q is neither %q nor %q", cfg.Order, OrderTurns, OrderReferences))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(problems, "; "))

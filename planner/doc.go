@@ -12,9 +12,26 @@
 // executed: it becomes a queued plan action ("a1", "a2", ...) and the model
 // receives a placeholder result carrying references it can pass to later calls
 // ("${a1.output}", "${a1.output.id}"). A reference in a call's arguments makes
-// the action depend on the referenced one; calls made in one message are
-// independent of each other. When the model replies without tool calls, the
-// queued actions are the plan.
+// the action depend on the referenced one. When the model replies without
+// tool calls, the queued actions are the plan.
+//
+// # Order
+//
+// Order reaches the plan two ways. Data: a reference orders the referencing
+// action after the referenced one. Turns (Config.Order OrderTurns, the
+// default): a model that makes a call in a later message has seen the
+// placeholders of the actions it queued before, so it chose to wait; the
+// later call depends on the actions queued by the most recent earlier
+// message that queued any (and so, transitively, on all earlier ones). The
+// system prompt says so: "email the customer after the refund" is two
+// messages, and the email runs after the refund although it uses none of its
+// output. Calls made together in one message are independent and stay
+// parallel; read-only calls order nothing (they ran already). The cost: a
+// model that makes one call per message orders everything, so its plans run
+// one action at a time (correct, slower); OrderReferences restores ordering
+// by data only (docket before issue 18). A rejected call made again in a
+// later message is ordered after what the earlier message queued.
+// ModeJSONSchema plans carry their own depends_on.
 //
 // A call that cannot be queued (unknown tool, arguments that are not JSON or do
 // not fit the tool's schema, a reference to an action that does not exist yet)
@@ -57,7 +74,38 @@
 // stopped by a content filter or refused is never turned into a plan. Invalid
 // JSON arguments, unknown tool names, duplicate or missing tool call ids,
 // content next to tool calls (kept as the actions' "why") and empty replies
-// are handled as documented on Plan. Replies are not streamed.
+// are handled as documented on Plan.
+//
+// # Servers
+//
+// OpenAI-compatible servers differ; the planner copes with what vLLM,
+// llama.cpp, Ollama, LM Studio, DeepSeek and gateways are known to do, and
+// says what it did once per Planner (a Warn log) and in every planning's
+// Result.Warnings and exchange "notes": tool call arguments sent as JSON
+// objects are re-encoded; a whole JSON answer that is not a chat completion
+// is a *ModelError naming what was wrong, never retried (only a body cut off
+// is retried, as a transport failure); an HTTP 400 refusing "strict" makes
+// the planner leave "strict" out from then on and send the request again
+// (Config.Strict "off" never sends it); tool calls written as Hermes
+// <tool_call>{...}</tool_call> text in the content are read as calls with a
+// warning that the server's tool parser is off, and a block that is not a
+// call fails the planning (ReasonTextCalls), never an empty plan; in
+// ModeJSONSchema the plan object is found after prose, a fence or a
+// <think>...</think> block. Config.ToolChoice and Config.ParallelToolCalls
+// are sent as tool_choice and parallel_tool_calls when set.
+//
+// # Streaming
+//
+// With Config.Stream "on", or "auto" (the default) when the planning has a
+// progress function (WithProgress), replies are streamed (stream: true,
+// stream_options.include_usage) and each step is reported as it happens:
+// the model's text in pieces, each tool call as soon as the model finished
+// writing it, each queued action, read-only calls, rejected calls. Nothing
+// is recorded before planning ends, so a crash while the model thinks still
+// records nothing. The streamed reply is recorded in the exchange as the
+// chat completion it assembles into ("streamed": true). A server that
+// refuses a streamed request (HTTP 400) or answers it with one JSON reply is
+// asked without streaming.
 //
 // # Recording
 //

@@ -43,13 +43,14 @@ func (p Problem) String() string {
 type Reason string
 
 const (
-	ReasonInvalid       Reason = "invalid"        // still invalid after the allowed repairs
-	ReasonTruncated     Reason = "truncated"      // finish_reason "length": the reply hit its token limit
-	ReasonContentFilter Reason = "content_filter" // finish_reason "content_filter"
-	ReasonRefused       Reason = "refused"        // the model refused (a refusal message)
-	ReasonRounds        Reason = "rounds"         // Config.MaxRounds model turns without a finished plan
-	ReasonTokens        Reason = "tokens"         // Config.TokenBudget exceeded
-	ReasonEmpty         Reason = "empty"          // the model replied with nothing usable
+	ReasonInvalid       Reason = "invalid"         // still invalid after the allowed repairs
+	ReasonTruncated     Reason = "truncated"       // finish_reason "length": the reply hit its token limit
+	ReasonContentFilter Reason = "content_filter"  // finish_reason "content_filter"
+	ReasonRefused       Reason = "refused"         // the model refused (a refusal message)
+	ReasonRounds        Reason = "rounds"          // Config.MaxRounds model turns without a finished plan
+	ReasonTokens        Reason = "tokens"          // Config.TokenBudget exceeded
+	ReasonEmpty         Reason = "empty"           // the model replied with nothing usable
+	ReasonTextCalls     Reason = "text_tool_calls" // tool calls written as text that are not calls
 )
 
 // PlanningError says that the model did not produce a valid plan, and lists

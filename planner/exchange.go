@@ -29,11 +29,18 @@ type attempt struct {
 	Response   json.RawMessage `json:"response,omitempty"` // the body, when it is JSON
 	Body       string          `json:"body,omitempty"`     // the body (clipped), when it is not
 	Error      string          `json:"error,omitempty"`
+	// Streamed: the reply came as server-sent events; Response is the chat
+	// completion they assemble into.
+	Streamed bool `json:"streamed,omitempty"`
 
-	header http.Header
-	body   []byte
-	dur    time.Duration
-	sent   bool // the transport was reached
+	header    http.Header
+	body      []byte
+	dur       time.Duration
+	sent      bool // the transport was reached
+	read      bool // the whole body was read
+	fixedArgs bool // tool call arguments came as JSON objects and were re-encoded
+	stream    bool // the request asked for a streamed reply
+	assembled []byte
 }
 
 // exchange is the whole model exchange of one planning: what was asked (the
@@ -46,6 +53,9 @@ type exchange struct {
 	Messages   []openai.ChatCompletionMessage `json:"messages"`
 	Attempts   []*attempt                     `json:"attempts"`
 	Usage      Usage                          `json:"usage"`
+	// Notes are the server quirks met and how they were handled (the
+	// warnings of the planning), e.g. a refused "strict" and the fallback.
+	Notes []string `json:"notes,omitempty"`
 }
 
 type attemptKey struct{}
@@ -67,6 +77,12 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 	}
 	at.Status = resp.StatusCode
 	at.header = resp.Header
+	if at.stream && resp.StatusCode/100 == 2 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// Streamed: the body is read as it arrives, and kept (bounded) for
+		// the exchange as it passes.
+		resp.Body = &teeBody{rc: resp.Body, at: at}
+		return resp, nil
+	}
 	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes+1))
 	resp.Body.Close()
 	if rerr != nil {
@@ -76,10 +92,36 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 		return nil, fmt.Errorf("reply larger than %d bytes", maxReplyBytes)
 	}
 	at.body = body
+	at.read = true
+	if resp.StatusCode/100 == 2 {
+		if fixed, ok := fixArguments(body); ok {
+			at.fixedArgs = true
+			body = fixed
+		}
+	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	return resp, nil
 }
+
+// teeBody keeps what is read of a streamed body in its attempt.
+type teeBody struct {
+	rc io.ReadCloser
+	at *attempt
+}
+
+func (t *teeBody) Read(p []byte) (int, error) {
+	n, err := t.rc.Read(p)
+	if len(t.at.body)+n <= maxReplyBytes {
+		t.at.body = append(t.at.body, p[:n]...)
+	}
+	if err == io.EOF {
+		t.at.read = true
+	}
+	return n, err
+}
+
+func (t *teeBody) Close() error { return t.rc.Close() }
 
 // wrapClient returns a client like c whose transport records attempts.
 func wrapClient(c *http.Client) *http.Client {
@@ -94,6 +136,10 @@ func wrapClient(c *http.Client) *http.Client {
 
 // finish fills the attempt's recorded body.
 func (a *attempt) finish(redact func([]byte) []byte) {
+	if a.assembled != nil {
+		a.Response = redact(a.assembled)
+		return
+	}
 	if len(a.body) == 0 {
 		return
 	}

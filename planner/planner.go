@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -43,6 +45,9 @@ type Planner struct {
 	system      string
 	params      json.RawMessage // the request without messages, for the exchange
 	promptHash  string
+	said        sync.Map    // warning kinds already logged
+	noStrict    atomic.Bool // "strict" is left out (StrictOff, or the server refused it)
+	noStream    atomic.Bool // the server refused streaming
 }
 
 // Request is what to plan: a goal, a conversation, or both (the goal is then
@@ -82,6 +87,9 @@ type Result struct {
 	// FromLedger is set by PlanRun when the plan was already recorded and the
 	// model was not called.
 	FromLedger bool
+	// Warnings are the server quirks this planning met and worked around
+	// (tool calls written as text, a refused "strict", ...), one line each.
+	Warnings []string
 }
 
 // New checks cfg and prepares the tool definitions.
@@ -100,6 +108,8 @@ func New(cfg Config) (*Planner, error) {
 		fields:      map[string][]string{},
 	}
 	p.client = openai.NewClientWithConfig(p.clientConfig())
+	p.noStrict.Store(cfg.Strict == StrictOff)
+	p.noStream.Store(cfg.Stream == StreamOff)
 
 	names := cfg.Tools.Names()
 	p.names = mapNames(names)
@@ -127,7 +137,7 @@ func New(cfg Config) (*Planner, error) {
 	}
 	switch cfg.Mode {
 	case ModeTools:
-		p.system = orDefault(cfg.SystemPrompt, toolsPrompt)
+		p.system = orDefault(cfg.SystemPrompt, toolsPrompt(cfg.Order))
 	case ModeJSONSchema:
 		p.system = orDefault(cfg.SystemPrompt, jsonPrompt+jsonToolList(specs, p.names))
 		p.format = planFormat(branches, strictAll)
@@ -214,10 +224,42 @@ func (p *Planner) request(msgs []openai.ChatCompletionMessage) openai.ChatComple
 	switch p.cfg.Mode {
 	case ModeTools:
 		r.Tools = p.defs
+		if p.noStrict.Load() {
+			r.Tools = withoutStrict(p.defs)
+		}
+		if p.cfg.ToolChoice != "" {
+			r.ToolChoice = p.cfg.ToolChoice
+		}
+		switch p.cfg.ParallelToolCalls {
+		case "true":
+			r.ParallelToolCalls = true
+		case "false":
+			r.ParallelToolCalls = false
+		}
 	case ModeJSONSchema:
 		r.ResponseFormat = p.format
+		if p.noStrict.Load() && p.format != nil && p.format.JSONSchema != nil {
+			f, js := *p.format, *p.format.JSONSchema
+			js.Strict = false
+			f.JSONSchema = &js
+			r.ResponseFormat = &f
+		}
 	}
 	return r
+}
+
+// withoutStrict is defs with "strict" left out.
+func withoutStrict(defs []openai.Tool) []openai.Tool {
+	out := make([]openai.Tool, len(defs))
+	for i, d := range defs {
+		out[i] = d
+		if d.Function != nil {
+			f := *d.Function
+			f.Strict = false
+			out[i].Function = &f
+		}
+	}
+	return out
 }
 
 // session is the state of one planning.
@@ -233,8 +275,10 @@ type session struct {
 	callIDs   map[string]bool
 	reply     string
 	idBase    int                            // action ids continue after those of earlier turns of a chat
+	lastTurn  []string                       // ids queued by the most recent message that queued any (OrderTurns)
 	modelTime time.Duration                  // inside go-openai's CreateChatCompletion
 	system    []openai.ChatCompletionMessage // the caller's own leading system message, merged into ours
+	progress  func(Progress)                 // WithProgress, or nil
 }
 
 // Plan asks the model for a plan and returns it validated. It records
@@ -257,6 +301,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.progress = progressOf(ctx)
 	if err := s.loop(ctx); err != nil {
 		return nil, err
 	}
@@ -336,6 +381,7 @@ func (s *session) loop(ctx context.Context) error {
 			return s.fail(ReasonRounds, "no finished plan after %d model turns (MaxRounds)", s.rounds)
 		}
 		s.rounds++
+		s.emit(Progress{Kind: ProgressRound})
 		resp, err := s.send(ctx)
 		if err != nil {
 			return err
@@ -375,6 +421,16 @@ func (s *session) absorb(ctx context.Context, resp openai.ChatCompletionResponse
 	if msg.FunctionCall != nil && len(msg.ToolCalls) == 0 { // the legacy single-call form
 		msg.ToolCalls = []openai.ToolCall{{Type: openai.ToolTypeFunction, Function: *msg.FunctionCall}}
 		msg.FunctionCall = nil
+	}
+	if cfg.Mode == ModeTools && len(msg.ToolCalls) == 0 {
+		calls, rest, found, err := textToolCalls(msg.Content)
+		switch {
+		case err != nil:
+			return false, s.fail(ReasonTextCalls, "the server returned tool calls as text in the reply's content instead of as tool_calls, and %v; enable the server's tool call parser (vLLM: --enable-auto-tool-choice --tool-call-parser hermes)", err)
+		case found:
+			s.warn(warnTextCalls, "the server returned tool calls as <tool_call> text in the content; docket read them as tool calls: enable the server's tool call parser (vLLM: --enable-auto-tool-choice --tool-call-parser hermes)")
+			msg.ToolCalls, msg.Content = calls, rest
+		}
 	}
 	var problems []Problem
 	switch {
@@ -482,9 +538,20 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 			reject(i, Problem{Field: "args", Msg: msgText})
 			continue
 		}
+		if p.cfg.Order == OrderTurns {
+			// A call made after the model saw earlier queued actions' placeholders
+			// runs after them (the package doc's "Order").
+			for _, d := range s.lastTurn {
+				if !contains(deps, d) {
+					deps = append(deps, d)
+				}
+			}
+		}
 		id := fmt.Sprintf("a%d", s.idBase+len(s.actions)+1)
 		s.actions = append(s.actions, plan.Action{ID: id, Tool: name, Args: args, DependsOn: deps, Why: why})
 		results[i] = placeholder(id, p.fields[name])
+		a := s.actions[len(s.actions)-1]
+		s.emit(Progress{Kind: ProgressAction, Tool: name, Action: &a})
 	}
 	if len(reads) > 0 {
 		var wg sync.WaitGroup
@@ -499,6 +566,18 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 			}()
 		}
 		wg.Wait()
+		for _, j := range reads {
+			s.emit(Progress{Kind: ProgressRead, Tool: j.spec.Name, Args: j.args})
+		}
+	}
+	for _, pr := range problems {
+		s.emit(Progress{Kind: ProgressRejected, Tool: pr.Tool, Msg: pr.Msg})
+	}
+	if len(s.actions) > queuedBefore {
+		s.lastTurn = s.lastTurn[:0:0]
+		for _, a := range s.actions[queuedBefore:] {
+			s.lastTurn = append(s.lastTurn, a.ID)
+		}
 	}
 	for i, c := range calls {
 		s.msgs = append(s.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: c.ID, Content: results[i]})
@@ -619,12 +698,29 @@ func (p *Planner) runReadOnly(ctx context.Context, spec tools.Spec, args json.Ra
 func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, error) {
 	p := s.p
 	cfg := p.cfg
-	req := p.request(s.msgs)
+	build := func() openai.ChatCompletionRequest {
+		req := p.request(s.msgs)
+		if cfg.ToolChoice == ToolChoiceRequired && s.rounds > 1 {
+			req.ToolChoice = ToolChoiceAuto // "required" for the first turn only: later turns must be able to finish
+		}
+		if s.streaming() {
+			req.Stream = true
+			req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+		}
+		return req
+	}
+	req := build()
 	for n := 1; ; n++ {
-		at := &attempt{Round: s.rounds, Attempt: n}
+		at := &attempt{Round: s.rounds, Attempt: n, stream: req.Stream}
 		actx, cancel := context.WithTimeout(context.WithValue(ctx, attemptKey{}, at), cfg.Timeout)
 		start := time.Now()
-		resp, err := p.client.CreateChatCompletion(actx, req)
+		var resp openai.ChatCompletionResponse
+		var err error
+		if req.Stream {
+			resp, err = s.stream(actx, req, at)
+		} else {
+			resp, err = p.client.CreateChatCompletion(actx, req)
+		}
 		timedOut := err != nil && isTimeout(err, actx, ctx)
 		cancel()
 		at.dur = time.Since(start)
@@ -632,6 +728,18 @@ func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, erro
 		at.finish(p.redactBytes)
 		s.ex.Attempts = append(s.ex.Attempts, at)
 		s.modelTime += at.dur
+		if at.fixedArgs {
+			s.warn(warnArgsObject, "the server sent tool call arguments as JSON objects instead of JSON text; docket re-encoded them")
+		}
+		var me *ModelError
+		if errors.As(err, &me) {
+			at.Error = me.Msg
+			return resp, err
+		}
+		if errors.Is(err, errBadChunk) {
+			at.Error = p.redact(err.Error())
+			return resp, &ModelError{Status: at.Status, Attempts: n, Msg: "the streamed reply could not be read (not retried: the server would answer the same): " + at.Error}
+		}
 		if err == nil {
 			if len(resp.Choices) > 0 {
 				return resp, nil
@@ -654,6 +762,20 @@ func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, erro
 		status, msg, retry := classify(err, at, timedOut, cfg.Timeout)
 		msg = p.redact(msg)
 		at.Error = msg
+		if strictRefused(status, msg) && !p.noStrict.Load() {
+			p.noStrict.Store(true)
+			at.Error += ` (sent again without "strict")`
+			s.warn(warnStrictRefuse, `the server refused "strict" in the tool definitions or the response format (HTTP 400); docket leaves it out from now on (set --strict=off or DOCKET_STRICT=off to skip the refused request)`)
+			req = build()
+			continue
+		}
+		if req.Stream && streamRefused(status, msg) && !p.noStream.Load() {
+			p.noStream.Store(true)
+			at.Error += " (sent again without streaming)"
+			s.warn(warnStreamRefuse, "the server refused a streamed request (HTTP 400); docket asks without streaming from now on (--stream=off or DOCKET_STREAM=off skips the refused request)")
+			req = build()
+			continue
+		}
 		if !retry {
 			return resp, &ModelError{Status: status, Attempts: n, Msg: msg}
 		}
@@ -689,8 +811,12 @@ func classify(err error, at *attempt, timedOut bool, timeout time.Duration) (sta
 	case errors.As(err, &reqErr):
 		status = reqErr.HTTPStatusCode
 		msg = fmt.Sprintf("%s: %s", reqErr.HTTPStatus, clip(strings.TrimSpace(string(reqErr.Body)), 300))
+	case at.Status >= 200 && at.Status < 300 && at.read && json.Valid(bytes.TrimSpace(at.body)):
+		// A whole JSON answer that is not a chat completion go-openai can
+		// read: asking again gets the same answer.
+		return at.Status, "the reply is JSON but not a chat completion docket can read (not retried: the server would answer the same): " + err.Error() + ": " + clip(string(bytes.TrimSpace(at.body)), 300), false
 	case at.Status >= 200 && at.Status < 300:
-		return at.Status, "unreadable reply: " + err.Error(), true
+		return at.Status, "unreadable reply (cut off?): " + err.Error(), true
 	default:
 		return 0, err.Error(), true // no answer: connection refused, reset, ...
 	}
@@ -744,7 +870,8 @@ func (s *session) result(req Request) (*Result, error) {
 		pl.Meta["served_model"] = served
 	}
 	return &Result{
-		Plan: pl, Usage: usageOf(s.usage), Rounds: s.rounds, Repairs: s.repairs, Reply: s.reply,
+		Warnings: slices.Clone(s.ex.Notes),
+		Plan:     pl, Usage: usageOf(s.usage), Rounds: s.rounds, Repairs: s.repairs, Reply: s.reply,
 		Messages: fromOpenAI(append(slices.Clone(s.system), s.msgs[1:]...)), Exchange: ex, ModelTime: s.modelTime,
 	}, nil
 }

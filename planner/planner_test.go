@@ -126,10 +126,12 @@ func TestPlanReadOnlyThenQueued(t *testing.T) {
 }
 
 // Parallel calls in one message become independent actions; a reference to an
-// action of the same message is refused and repaired.
+// action of the same message is refused and repaired. Under OrderReferences
+// only the reference orders the later call; OrderTurns (TestPlanOrderTurns)
+// also orders it after the earlier message's other action.
 func TestPlanParallelCalls(t *testing.T) {
 	t.Parallel()
-	p, b := setup(t, planner.Config{},
+	p, b := setup(t, planner.Config{Order: planner.OrderReferences},
 		toolCalls("",
 			call{"call_1", "crm_create_contact", `{"name":"A","email":"a@x","note":null,"tags":null}`},
 			call{"call_2", "crm_create_contact", `{"name":"B","email":"b@x","note":null,"tags":null}`},
@@ -635,5 +637,43 @@ func TestNewConfig(t *testing.T) {
 	p, _ := planner.New(cfg)
 	if _, err := p.Plan(context.Background(), planner.Request{}); !errors.Is(err, planner.ErrBadRequest) {
 		t.Errorf("empty request: %v", err)
+	}
+}
+
+// OrderTurns: calls made together stay independent; a call made in a later
+// message runs after the actions of the most recent message that queued
+// any, with or without a reference; read-only calls order nothing.
+func TestPlanOrderTurns(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, planner.Config{},
+		toolCalls("",
+			call{"call_1", "crm_create_contact", `{"name":"A","email":"a@x","note":null,"tags":null}`},
+			call{"call_2", "crm_create_contact", `{"name":"B","email":"b@x","note":null,"tags":null}`},
+		),
+		toolCalls("", call{"call_3", "crm_search", `{"query":"x","limit":null}`}),
+		toolCalls("", call{"call_4", "mail_send", `{"to":"a@x","subject":"after both","body":"no data link"}`}),
+		toolCalls("",
+			call{"call_5", "mail_send", `{"to":"b@x","subject":"then","body":"${a1.output.id}"}`},
+			call{"call_6", "mail_send", `{"to":"c@x","subject":"then too","body":"x"}`},
+		),
+		text("done"),
+	)
+	res, err := p.Plan(context.Background(), planner.Request{Goal: "two contacts, then mail, then two more mails"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{nil, nil, {"a1", "a2"}, {"a1", "a3"}, {"a3"}}
+	acts := res.Plan.Actions
+	if len(acts) != len(want) {
+		t.Fatalf("actions = %s", mustJSON(t, acts))
+	}
+	for i, a := range acts {
+		if !reflect.DeepEqual(a.DependsOn, want[i]) {
+			t.Errorf("%s depends on %v, want %v", a.ID, a.DependsOn, want[i])
+		}
+	}
+	sys := b.model.requests()[0].body["messages"].([]any)[0].(map[string]any)["content"].(string)
+	if !strings.Contains(sys, "runs after the actions you queued in earlier messages") {
+		t.Errorf("the system prompt does not tell the model how order works: %s", sys)
 	}
 }

@@ -9,16 +9,34 @@ import (
 	"github.com/docketrun/docket/tools"
 )
 
-const toolsPrompt = `You are the planner of docket, which performs tool calls for the user exactly once, after a review.
+const toolsPromptHead = `You are the planner of docket, which performs tool calls for the user exactly once, after a review.
 
 How your tool calls are handled:
 - Tools whose description starts with [read-only] run immediately and you see their results. Use them to look things up before you decide.
 - Every other tool call is NOT performed now. It is queued as a plan action and you receive a placeholder naming its action id (a1, a2, ...). The whole plan is reviewed and then performed.
 - A queued action's output does not exist yet. To pass it to a later call, use the string "${a1.output}" or "${a1.output.FIELD}" (for example "${a1.output.id}") as the whole value of an argument, never inside other text. The later call then runs after a1.
-- Calls made together in one message are independent: never reference an action queued in the same message. Make the dependent call in a later message.
-- Queue each intended side effect once. Do not repeat a call to check it: it has not run yet.
+`
+
+const toolsPromptTail = `- Queue each intended side effect once. Do not repeat a call to check it: it has not run yet.
 - If a call is rejected, read the problem, and make a corrected call.
 - When the plan is complete, reply with a short summary for the user and make no more tool calls. If nothing needs doing, say so without calling tools.`
+
+// orderTurns and orderReferences are the prompt's ordering rule, by Order.
+const (
+	orderTurns = `- Calls made together in one message are independent and may run in any order, at the same time: never reference an action queued in the same message.
+- A call you make in a later message runs after the actions you queued in earlier messages. When one action must come after another (for example "email the customer after the refund"), even without using its output, make it in a later message. Make calls that can run in any order together in one message.
+`
+	orderReferences = `- Calls made together in one message are independent: never reference an action queued in the same message. Make the dependent call in a later message.
+`
+)
+
+// toolsPrompt is ModeTools' system prompt under order o.
+func toolsPrompt(o Order) string {
+	if o == OrderReferences {
+		return toolsPromptHead + orderReferences + toolsPromptTail
+	}
+	return toolsPromptHead + orderTurns + toolsPromptTail
+}
 
 const jsonPrompt = `You are the planner of docket, which performs tool calls for the user exactly once, after a review.
 

@@ -62,7 +62,14 @@ func (s *session) structured(msg openai.ChatCompletionMessage) []Problem {
 	actions, problems := s.p.decodeStructured(msg.Content)
 	s.msgs = append(s.msgs, assistantText(msg))
 	if len(problems) == 0 {
+		if _, pre := findPlanObject(msg.Content); pre {
+			s.warn(warnPreamble, "the model wrote text (prose, a <think> block or a fence) around the plan object; docket read the object")
+		}
 		s.actions = actions
+		for i := range actions {
+			a := actions[i]
+			s.emit(Progress{Kind: ProgressAction, Tool: a.Tool, Action: &a})
+		}
 		return nil
 	}
 	for i := range problems {
@@ -83,7 +90,7 @@ func (s *session) structured(msg openai.ChatCompletionMessage) []Problem {
 // decodeStructured turns the text of a structured reply into validated
 // actions. It never panics on any input (fuzzed).
 func (p *Planner) decodeStructured(content string) ([]plan.Action, []Problem) {
-	text := stripFences(content)
+	text, _ := findPlanObject(content)
 	if text == "" {
 		return nil, []Problem{{Msg: "the reply was empty"}}
 	}

@@ -233,7 +233,8 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	doc, err := s.startAndWait(r.Context(), runID, func(ctx context.Context) error {
 		defer settled()
 		t0 := time.Now()
-		res, err := s.pl.Plan(ctx, preq)
+		res, err := s.pl.Plan(planner.WithProgress(ctx, s.planningProgress(runID)), preq)
+		s.planningDone(runID, err)
 		s.metrics.observePlanning(time.Since(t0), res, err)
 		if err != nil {
 			return err

@@ -30,13 +30,14 @@ func init() {
 // once you approve it. Its results go back into the conversation.
 type chatCmd struct{ env Env }
 
-const chatUsage = "chat --tools FILE [--data DIR] [--model NAME] [--base-url URL] [--temperature T] [--max-tokens N] [--timeout D] [--mode tools|json_schema]"
+const chatUsage = "chat --tools FILE [--data DIR] [--model NAME] [--base-url URL] [--temperature T] [--max-tokens N] [--timeout D] [--mode tools|json_schema] [--stream auto|on|off] [--strict auto|off] [--tool-choice auto|required] [--parallel-tool-calls true|false] [--order turns|references] [--progress]"
 
 func (c *chatCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("chat", chatUsage, c.env.Stderr)
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
 	mf := addModelFlags(fs)
+	progress := fs.Bool("progress", false, "show each planning as it happens (default: when the output is a terminal)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -68,7 +69,8 @@ func (c *chatCmd) Run(ctx context.Context, args []string) error {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	s := &chat{env: c.env, out: c.env.Stdout, lines: readLines(c.env.Stdin, stop), p: p, eng: eng, l: l, reg: reg, session: session, data: *data, tools: *toolsPath}
+	s := &chat{env: c.env, out: c.env.Stdout, lines: readLines(c.env.Stdin, stop), p: p, eng: eng, l: l, reg: reg, session: session, data: *data, tools: *toolsPath,
+		progress: *progress || isTerminal(c.env.Stdout)}
 	return s.loop(ctx)
 }
 
@@ -121,6 +123,9 @@ type chat struct {
 	turn    int
 	conv    []planner.Message
 	inErr   error // what ended the input, if not its end
+	// progress: show the planning as it happens (the model's text as it
+	// streams, each call and queued action).
+	progress bool
 }
 
 func (s *chat) say(format string, a ...any) { fmt.Fprintf(s.out, format+"\n", a...) }
@@ -176,10 +181,13 @@ func (s *chat) loop(ctx context.Context) error {
 // feeds the results back into the conversation.
 func (s *chat) handle(ctx context.Context, line string) error {
 	s.turn++
-	res, err := s.p.Plan(ctx, planner.Request{Messages: s.conv, Goal: line})
+	pctx, pp := withProgress(ctx, s.out, s.progress)
+	res, err := s.p.Plan(pctx, planner.Request{Messages: s.conv, Goal: line})
+	pp.endText()
 	if err != nil {
 		return err
 	}
+	sayWarnings(s.env.Stderr, res)
 	s.conv = res.Messages
 	if res.Reply != "" {
 		s.say("model> %s", res.Reply)

@@ -39,7 +39,7 @@ subcommands:
               convert Berkeley Function Calling Leaderboard files into a dataset
   score       --dataset DATASET --plans FILE [--json] [--html FILE] [--out REPORT.json]
               score given plans (one JSON line per case) without any model
-  run         --dataset DATASET [--tools FILE] [--record DIR | --replay DIR] [--repeat K]
+  run         --dataset DATASET [--tools FILE] [--record DIR | --replay DIR] [--mode tools|json_schema] [--repeat K]
               [--concurrency N] [--json] [--html FILE] [--out REPORT.json]
               plan every case with the model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL) and score it
   check       --dataset DATASET [--tools FILE]
@@ -276,7 +276,7 @@ func (c *evalCmd) score(ctx context.Context, args []string) error {
 }
 
 func (c *evalCmd) run(ctx context.Context, args []string) error {
-	fs := newFlags("eval run", "eval run --dataset DATASET [--tools FILE] [--record DIR | --replay DIR] [--repeat K] [--concurrency N] [--json] [--html FILE] [--out REPORT.json]", c.env.Stderr)
+	fs := newFlags("eval run", "eval run --dataset DATASET [--tools FILE] [--record DIR | --replay DIR] [--mode tools|json_schema] [--repeat K] [--concurrency N] [--json] [--html FILE] [--out REPORT.json]", c.env.Stderr)
 	dataset := fs.String("dataset", "", "dataset (JSON Lines)")
 	toolsFile := fs.String("tools", "", "tools file for cases that name no tools")
 	record := fs.String("record", "", "record every model request and answer into this directory")
@@ -289,6 +289,7 @@ func (c *evalCmd) run(ctx context.Context, args []string) error {
 	priceIn := fs.Float64("price-prompt", 0, "price per million prompt tokens, for the report's cost")
 	priceOut := fs.Float64("price-completion", 0, "price per million completion tokens, for the report's cost")
 	baseURL := fs.String("base-url", "", "API root including /v1 (default OPENAI_BASE_URL)")
+	mode := fs.String("mode", string(planner.ModeTools), "tools (tool calling) or json_schema (structured output)")
 	o := addOutputs(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -323,6 +324,7 @@ func (c *evalCmd) run(ctx context.Context, args []string) error {
 	if *baseURL != "" {
 		cfg.BaseURL = *baseURL
 	}
+	cfg.Mode = planner.Mode(*mode)
 	cfg.Logger = cliLogger(c.env.Stderr)
 	var rec *evals.Recorder
 	var rep *evals.Replayer

@@ -27,7 +27,7 @@ func init() {
 // while the model thinks; nothing else runs and nothing is recorded.
 type planCmd struct{ env Env }
 
-const planUsage = "plan --tools FILE --goal TEXT [--model NAME] [--base-url URL] [--temperature T] [--max-tokens N] [--timeout D] [--mode tools|json_schema] [--full]"
+const planUsage = "plan --tools FILE --goal TEXT [--model NAME] [--base-url URL] [--temperature T] [--max-tokens N] [--timeout D] [--mode tools|json_schema] [--stream auto|on|off] [--strict auto|off] [--tool-choice auto|required] [--parallel-tool-calls true|false] [--order turns|references] [--progress] [--full]"
 
 func (c *planCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("plan", planUsage, c.env.Stderr)
@@ -35,6 +35,7 @@ func (c *planCmd) Run(ctx context.Context, args []string) error {
 	goal := fs.String("goal", "", "what to plan")
 	full := fs.Bool("full", false, "also print the plan's id, provenance (meta), created_at and the whole model exchange (transcript)")
 	mf := addModelFlags(fs)
+	progress := fs.Bool("progress", false, "print the planning as it happens on stderr (default: when stderr is a terminal)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -54,10 +55,13 @@ func (c *planCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := p.Plan(ctx, planner.Request{Goal: *goal})
+	pctx, pp := withProgress(ctx, c.env.Stderr, *progress || isTerminal(c.env.Stderr))
+	res, err := p.Plan(pctx, planner.Request{Goal: *goal})
+	pp.endText()
 	if err != nil {
 		return err
 	}
+	sayWarnings(c.env.Stderr, res)
 	out := any(struct {
 		Goal    string `json:"goal"`
 		Actions any    `json:"actions"`
@@ -72,7 +76,7 @@ func (c *planCmd) Run(ctx context.Context, args []string) error {
 	if _, err := c.env.Stdout.Write(append(b, '\n')); err != nil {
 		return err
 	}
-	if res.Reply != "" {
+	if res.Reply != "" && pp == nil {
 		fmt.Fprintf(c.env.Stderr, "model: %s\n", oneLine(res.Reply))
 	}
 	fmt.Fprintf(c.env.Stderr, "docket: planned %d %s in %d model %s (%d tokens)\n",
@@ -88,6 +92,9 @@ type modelFlags struct {
 	model, baseURL, temperature, mode *string
 	maxTokens                         *int
 	timeout                           *time.Duration
+	// server quirks and ordering (default: DOCKET_STREAM, DOCKET_STRICT,
+	// DOCKET_TOOL_CHOICE, DOCKET_PARALLEL_TOOL_CALLS, DOCKET_ORDER)
+	stream, strict, toolChoice, parallel, order *string
 }
 
 func addModelFlags(fs *flag.FlagSet) *modelFlags {
@@ -98,6 +105,11 @@ func addModelFlags(fs *flag.FlagSet) *modelFlags {
 		mode:        fs.String("mode", string(planner.ModeTools), "tools (tool calling) or json_schema (structured output, for models without tool calling)"),
 		maxTokens:   fs.Int("max-tokens", 0, "bound of each model reply in tokens (default 4096)"),
 		timeout:     fs.Duration("timeout", 0, "timeout of each model request (default 2m)"),
+		stream:      fs.String("stream", "", "stream replies: auto (when progress is shown), on, off (default $DOCKET_STREAM, else auto)"),
+		strict:      fs.String("strict", "", `"strict" tool schemas: auto (sent, left out after a server refuses it) or off (default $DOCKET_STRICT, else auto)`),
+		toolChoice:  fs.String("tool-choice", "", "tool_choice to send: auto, or required (first turn only) (default $DOCKET_TOOL_CHOICE, else not sent)"),
+		parallel:    fs.String("parallel-tool-calls", "", "parallel_tool_calls to send: true or false (default $DOCKET_PARALLEL_TOOL_CALLS, else not sent)"),
+		order:       fs.String("order", "", "how calls without a data link are ordered: turns (a later message's calls run after earlier ones) or references (default $DOCKET_ORDER, else turns)"),
 	}
 }
 
@@ -127,6 +139,25 @@ func (f *modelFlags) config(env Env, reg *tools.Registry) (planner.Config, error
 	cfg.MaxTokens = *f.maxTokens
 	cfg.Timeout = *f.timeout
 	cfg.Mode = planner.Mode(*f.mode)
+	if f.stream != nil { // nil in a modelFlags built by hand
+		for _, o := range []struct {
+			flag string
+			to   *string
+		}{{*f.toolChoice, &cfg.ToolChoice}, {*f.parallel, &cfg.ParallelToolCalls}} {
+			if o.flag != "" {
+				*o.to = o.flag
+			}
+		}
+		if *f.stream != "" {
+			cfg.Stream = planner.Switch(*f.stream)
+		}
+		if *f.strict != "" {
+			cfg.Strict = planner.Switch(*f.strict)
+		}
+		if *f.order != "" {
+			cfg.Order = planner.Order(*f.order)
+		}
+	}
 	cfg.Tools = reg
 	cfg.Logger = cliLogger(env.Stderr)
 	return cfg, nil
@@ -210,6 +241,16 @@ func runGoal(ctx context.Context, env Env, mf *modelFlags, reg *tools.Registry, 
 	rr, err := p.PlanRun(ctx, eng, l, *runID, req, opts)
 	if rr == nil {
 		return ledger.RunDoc{}, err
+	}
+	sayWarnings(env.Stderr, rr.Result)
+	if len(rr.Plan.Actions) == 0 {
+		// Never a silent empty plan: say that nothing will happen, and what
+		// the model said instead.
+		said := oneLine(rr.Reply)
+		if said == "" {
+			said = "(nothing)"
+		}
+		fmt.Fprintf(env.Stderr, "docket: run %s: the model planned no actions, so nothing will run; it said: %s\n", *runID, said)
 	}
 	fmt.Fprintf(env.Stderr, "docket: run %s: planned %d %s in %d model %s (%d tokens); the plan is recorded\n", *runID,
 		len(rr.Plan.Actions), plural(len(rr.Plan.Actions), "action", "actions"), rr.Rounds, plural(rr.Rounds, "turn", "turns"), rr.Usage.TotalTokens)
