@@ -434,38 +434,59 @@ func needsPerson(pol Policy, spec tools.Spec, args json.RawMessage) (need bool, 
 // paused with the new revision recorded (Unpause, then Resume, runs it).
 // o's Policy is not used: the run keeps the policy it was created with.
 func (e *Engine) Replay(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (ledger.RunDoc, error) {
+	if _, recording, err := e.recordReplay(ctx, runID, p, o); err != nil {
+		if !recording {
+			return ledger.RunDoc{}, err
+		}
+		doc, _ := e.led.Doc(ctx, runID)
+		return doc, err
+	}
+	return e.driveCounted(ctx, runID)
+}
+
+// RecordReplay records p as the next revision of run runID without driving
+// it (Resume drives it; Replay is RecordReplay, then Resume). It returns the
+// revision recorded. It waits up to Config.BusyWait for a drive of the run
+// in this process to stop, else it records nothing and returns ErrBusy.
+func (e *Engine) RecordReplay(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (int, error) {
+	rev, _, err := e.recordReplay(ctx, runID, p, o)
+	return rev, err
+}
+
+// recordReplay is RecordReplay; recording says whether an error came from
+// recording the revision (the run exists and is shown with the error).
+func (e *Engine) recordReplay(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (rev int, recording bool, err error) {
 	opts := o.orDefault()
 	if p == nil {
-		return ledger.RunDoc{}, fmt.Errorf("%w: replay run %s: no plan", ErrInvalidPlan, runID)
+		return 0, false, fmt.Errorf("%w: replay run %s: no plan", ErrInvalidPlan, runID)
 	}
 	if err := p.Validate(e.reg); err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("executor: replay run %s: %w", runID, invalidPlan(err))
+		return 0, false, fmt.Errorf("executor: replay run %s: %w", runID, invalidPlan(err))
 	}
 	run, err := e.led.GetRun(ctx, runID)
 	if err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("executor: replay run %s: %w", runID, err)
+		return 0, false, fmt.Errorf("executor: replay run %s: %w", runID, err)
 	}
 	pc := *p
 	pc.RunID = runID
 	if err := e.refuseUndoneReplay(ctx, run, &pc); err != nil {
-		return ledger.RunDoc{}, err
+		return 0, false, err
 	}
 	rows, err := e.initialRows(&pc, Policy(cmp.Or(run.Policy, string(PolicySafe))))
 	if err != nil {
-		return ledger.RunDoc{}, err
+		return 0, false, err
 	}
 	g, unlock, err := e.lockUndriven(ctx, runID, "replay", "record a new revision")
 	if err != nil {
-		return ledger.RunDoc{}, err
+		return 0, false, err
 	}
-	rev, err := e.recordRevision(ctx, g, runID, &pc, rows, opts)
+	rev, err = e.recordRevision(ctx, g, runID, &pc, rows, opts)
 	unlock()
 	if err != nil {
-		doc, _ := e.led.Doc(ctx, runID)
-		return doc, err
+		return 0, true, err
 	}
 	e.log.Info("run replayed", "run_id", runID, "revision", rev)
-	return e.driveCounted(ctx, runID)
+	return rev, false, nil
 }
 
 // recordRevision checks that runID may take a new revision and records it,

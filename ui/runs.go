@@ -497,8 +497,15 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.watch(runID, false)
+	// The revision is recorded before the answer, and only then driven: a
+	// replay refused (a drive that does not stop, an undone action, ...) is
+	// never acknowledged, whatever another drive of the run reports meanwhile.
+	if _, err := s.eng.RecordReplay(r.Context(), runID, p, nil); err != nil {
+		s.fail(w, err)
+		return
+	}
 	doc, err := s.startAndWaitRevision(r.Context(), runID, run.Revision, func(ctx context.Context) error {
-		_, err := s.eng.Replay(ctx, runID, p, nil)
+		_, err := s.eng.Resume(ctx, runID, nil)
 		return err
 	})
 	if err != nil {

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/docketrun/docket/evals/demoworld"
+	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ui"
 )
@@ -186,5 +188,54 @@ func TestPauseHoldsUntilResumeAndCancelSkips(t *testing.T) {
 	}
 	if n := len(w.sent("/put")); n != 1 {
 		t.Fatalf("%d puts, want 1", n)
+	}
+}
+
+// A replay is acknowledged only once its revision is recorded. Regression
+// (chaos seed 898077140037105890, p16): the answer waited for "the drive has
+// begun", which an attempt of the drive already going on satisfied, so the
+// service answered 200 and the replay was then refused as busy: acknowledged
+// and lost. Here an action is retried every few milliseconds (its server
+// answers 503) while the replay waits for the drive to stop.
+func TestReplayIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
+	t.Parallel()
+	var busy atomic.Bool
+	busy.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if busy.Load() {
+			http.Error(rw, `{"error":"try again"}`, http.StatusServiceUnavailable)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(rw, `{"ok":true}`)
+	}))
+	t.Cleanup(srv.Close)
+	tf, _ := json.Marshal(map[string]any{"version": 1, "tools": []any{map[string]any{
+		"name": "put", "description": "put", "effect": "keyed", "key_header": "Idempotency-Key",
+		"input_schema": map[string]any{"type": "object"}, "timeout": "5s",
+		"request": map[string]any{"method": "POST", "url": srv.URL + "/put"}}}})
+	b := setup(t, options{
+		toolsFile: func(*demoworld.World) []byte { return tf },
+		tune: func(c *ui.Config) {
+			c.Executor.BusyWait = time.Second
+			c.Executor.Retry = executor.RetryPolicy{MaxAttempts: 1 << 20, Base: 5 * time.Millisecond, Max: 5 * time.Millisecond, MaxElapsed: time.Hour}
+		},
+	})
+	plan := `{"goal":"g","actions":[{"id":"p","tool":"put","args":{"v":1}}]}`
+	if code := b.call("POST", "/v1/runs", map[string]any{"run_id": "r", "plan": json.RawMessage(plan), "approve": "all"}, nil); code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	var eb errorBody
+	edited := `{"plan":{"goal":"g","actions":[{"id":"p","tool":"put","args":{"v":2}}]}}`
+	code := b.call("POST", "/v1/runs/r/replay", json.RawMessage(edited), &eb)
+	busy.Store(false)
+	doc := b.waitStatus("r", ledger.RunCompleted)
+	switch {
+	case code == http.StatusOK && doc.Run.Revision != 2:
+		t.Fatalf("replay answered 200, yet the run ended at revision %d: acknowledged and lost", doc.Run.Revision)
+	case code != http.StatusOK && code != http.StatusConflict:
+		t.Fatalf("replay while the run retries: %d %+v, want 409 conflict (or 200 with the revision recorded)", code, eb)
+	case code == http.StatusConflict && doc.Run.Revision != 1:
+		t.Fatalf("replay refused with 409, yet revision %d was recorded", doc.Run.Revision)
 	}
 }
