@@ -185,6 +185,9 @@ function connectAll() {
   ws.onmessage = (m) => {
     let msg;
     try { msg = JSON.parse(m.data); } catch (_) { return; }
+    // A run being planned (planning.js): a preview, not an event.
+    if (msg.type === "planning") { onPlanning(msg); return; }
+    if (msg.type === "event" && msg.event && msg.event.run_id) planningRecorded(msg.event.run_id);
     if (msg.type === "event" && msg.event && msg.event.type.startsWith("run.") && !listTimer) {
       listTimer = setTimeout(() => { listTimer = null; loadRuns(); }, 100);
     }
@@ -192,6 +195,7 @@ function connectAll() {
   };
   ws.onclose = () => {
     state.allLive = false;
+    planningGap();
     const delay = Math.min(10000, 500 * 2 ** allRetries++);
     if (!state.ws) setConn("off", "disconnected: reconnecting in " + Math.round(delay / 100) / 10 + "s");
     setTimeout(connectAll, delay);
@@ -232,6 +236,7 @@ async function loadRuns(more) {
     return;
   }
   if (seq !== runsSeq) return; // a newer filter answered meanwhile
+  sweepPlanning(list.runs.map((r) => r.run_id));
   state.runsNext = list.next;
   $("runs-more").hidden = !list.next;
   $("runs-note").textContent = list.runs.length || more === true ? "" : (text || q.has("status") || q.has("tool") ? "No run matches." : "");
@@ -277,12 +282,9 @@ $("new-run").addEventListener("submit", async (ev) => {
   btn.disabled = true;
   btn.textContent = "Planning…";
   try {
-    const doc = await api("POST", "/v1/runs", { goal, approve: $("policy").value });
-    $("goal").value = "";
-    await loadRuns();
-    selectRun(doc.run_id, doc);
-  } catch (e) {
-    $("new-run-error").textContent = describe(e);
+    // The page names the run, so it shows the plan as the model writes it
+    // (planning.js) before the server answers with the recorded run.
+    if (await planGoal(goal, $("policy").value)) $("goal").value = "";
   } finally {
     btn.disabled = !state.planner;
     btn.textContent = "Plan it";
@@ -340,7 +342,9 @@ $("goal").addEventListener("keydown", (ev) => {
 
 // --- one run ---
 
-function selectRun(id, doc) {
+// selectRun shows a recorded run; opts.focus false leaves the focus where it
+// is (the planning preview it replaces was not being read).
+function selectRun(id, doc, opts) {
   showView("run");
   if (state.runId !== id) {
     state.runId = id;
@@ -367,7 +371,7 @@ function selectRun(id, doc) {
   if (doc) render(doc);
   refresh();
   connect();
-  $("run-title").focus();
+  if (!opts || opts.focus !== false) $("run-title").focus();
 }
 
 async function refresh() {

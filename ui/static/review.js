@@ -9,6 +9,8 @@ function showView(v) {
   state.view = v;
   $("inbox-view").hidden = v !== "inbox";
   $("run-view").hidden = v !== "run";
+  $("planning-view").hidden = v !== "planning";
+  if (v !== "planning" && planning.shown) { planning.shown = null; renderPlanningList(); }
   $("no-run").hidden = v !== "none";
   $("inbox-link").classList.toggle("current", v === "inbox");
   if (v === "inbox") $("inbox-link").setAttribute("aria-current", "page");
