@@ -141,16 +141,22 @@ func (s *Server) follow(runID string, w *watcher, after uint64) {
 	}
 }
 
-// broadcast sends an event to every all-runs client.
-func (s *Server) broadcast(ev ledger.Event) {
+// allRunsClients returns the clients of the all-runs stream (/v1/ws).
+func (s *Server) allRunsClients() []*socket {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	clients := make([]*socket, 0, len(s.sockets))
 	for c := range s.sockets {
 		if c.runID == "" {
 			clients = append(clients, c)
 		}
 	}
-	s.mu.Unlock()
+	return clients
+}
+
+// broadcast sends an event to every all-runs client.
+func (s *Server) broadcast(ev ledger.Event) {
+	clients := s.allRunsClients()
 	if len(clients) == 0 {
 		return
 	}

@@ -56,14 +56,7 @@ func (s *Server) planningDone(runID string, err error) {
 }
 
 func (s *Server) offerPlanning(m planningMessage) {
-	s.mu.Lock()
-	clients := make([]*socket, 0, len(s.sockets))
-	for c := range s.sockets {
-		if c.runID == "" {
-			clients = append(clients, c)
-		}
-	}
-	s.mu.Unlock()
+	clients := s.allRunsClients()
 	if len(clients) == 0 {
 		return
 	}
