@@ -178,9 +178,17 @@ func TestBrowserReviewer(t *testing.T) {
 			case parts[2] == "needs_review":
 				p.do("it happened", chromedp.KeyEvent("d"))
 				p.poll("the output form", `document.activeElement && document.activeElement.tagName === "TEXTAREA"`)
-				p.do("type the output",
+				p.do("type half the output",
 					chromedp.KeyEvent("a", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
-					chromedp.KeyEvent(`{"message_id": "msg_by_hand"}`),
+					chromedp.KeyEvent(`{"message_id": `))
+				// A live update of this very item while the person types
+				// must keep the form, the text and the focus: before, the
+				// item was rebuilt, the focus went to the list, and the "s"
+				// typed next skipped the action.
+				p.eval(`(() => { inbox.items = inbox.items.map(x => x.kind === "needs_review" ? {...x, error: (x.error || "") + " "} : x); renderInbox(); return ""; })()`)
+				p.poll("the output still being typed", `document.activeElement && document.activeElement.tagName === "TEXTAREA" && document.activeElement.value === '{"message_id": '`)
+				p.do("type the rest",
+					chromedp.KeyEvent(`"msg_by_hand"}`),
 					chromedp.KeyEvent("\r", chromedp.KeyModifiers(chromedp.ModifierCtrl)))
 			case parts[0] == "inbox-single":
 				p.do("reject", chromedp.KeyEvent("x"))

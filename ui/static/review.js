@@ -116,7 +116,11 @@ function renderInbox() {
     const k = itemKey(it);
     const sig = JSON.stringify(it) + "|" + (inbox.open[k] || "");
     let n = inbox.nodes.get(k);
-    if (!n || n.sig !== sig) n = { sig, li: renderInboxItem(it) };
+    // An item whose reason or output is being typed keeps its node until the
+    // form closes: rebuilding it would drop the text and the focus, and the
+    // next keys typed would reach the inbox's single-key actions (s skips).
+    const typing = n && inbox.open[k] && n.open === inbox.open[k];
+    if (!n || (n.sig !== sig && !typing)) n = { sig, open: inbox.open[k], li: renderInboxItem(it) };
     keep.set(k, n);
     return n.li;
   });
