@@ -81,6 +81,15 @@ func TestBrowserPageHidesWhatTheTokenMayNotDo(t *testing.T) {
 	if p.truth(visible(`#new-run`)) {
 		t.Errorf("the person's token (no submit) sees the new-run form")
 	}
+	// What a person types in an editor survives the re-render a live event
+	// makes (before, the editor came back with the recorded arguments).
+	p.do("edit the arguments", chromedp.Click(`[data-op="edit"]`))
+	p.poll("the arguments editor", `document.activeElement && document.activeElement.id === "ed-edit-prefs"`)
+	p.do("type", chromedp.KeyEvent("a", chromedp.KeyModifiers(chromedp.ModifierCtrl)), chromedp.KeyEvent(`{"account": "ini`))
+	p.eval(`(() => { render(state.doc); return ""; })()`)
+	p.poll("the typed text after a re-render", `document.activeElement && document.activeElement.id === "ed-edit-prefs" && document.activeElement.value === '{"account": "ini'`)
+	p.do("give up the edit", chromedp.KeyEvent("\x1b"))
+	p.poll("the editor closed", `document.getElementById("ed-edit-prefs") === null`)
 	p.do("approve", chromedp.Click(`[data-op="approve"]`))
 	b.waitStatus("scoped", ledger.RunCompleted)
 }

@@ -14,6 +14,7 @@ const state = {
   refreshTimer: null,
   tools: {},        // name -> tool info (class, request template)
   open: {},         // action id -> "edit" | "done": an editor left open across renders
+  drafts: {},       // editor id -> {value, at}: what is typed in an open editor, kept across renders
   resolved: {},     // action id -> true: the executor filled in its references after an approval
   planner: false,   // the server can plan a goal
   allLive: false,   // the all-runs stream is open
@@ -564,7 +565,14 @@ const classHelp = {
 function editor(a, kind) {
   const id = "ed-" + kind + "-" + a.id;
   const ta = el("textarea", { id, rows: 8, class: "json", spellcheck: "false", "aria-label": kind === "edit" ? "arguments (JSON)" : "output (JSON)" });
-  ta.value = kind === "edit" ? pretty(a.args) : "{}";
+  // A live event re-renders the run while a person types: what they typed,
+  // and where, survives it.
+  const draft = state.drafts[id];
+  ta.value = draft ? draft.value : kind === "edit" ? pretty(a.args) : "{}";
+  const keep = () => { state.drafts[id] = { value: ta.value, at: ta.selectionStart }; };
+  ta.addEventListener("input", keep);
+  ta.addEventListener("keyup", keep);
+  const close = () => { delete state.open[a.id]; delete state.drafts[id]; };
   const msg = el("p", { class: "error", role: "alert" });
   const save = async () => {
     let v;
@@ -572,21 +580,24 @@ function editor(a, kind) {
     try {
       if (kind === "edit") await api("POST", runPath() + `/actions/${enc(a.id)}/edit`, { args: v });
       else await api("POST", runPath() + `/actions/${enc(a.id)}/resolve`, { done: v });
-      delete state.open[a.id];
+      close();
       refresh();
     } catch (e) { msg.textContent = describe(e); }
   };
   ta.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); save(); }
-    if (ev.key === "Escape") { delete state.open[a.id]; render(state.doc); }
+    if (ev.key === "Escape") { close(); render(state.doc); }
   });
-  setTimeout(() => ta.focus(), 0);
+  setTimeout(() => {
+    ta.focus();
+    if (draft) ta.setSelectionRange(draft.at, draft.at);
+  }, 0);
   return el("div", { class: "editor" },
     el("label", { for: id, text: kind === "edit" ? "Arguments (validated against the tool's schema; the key changes)" : "The action's output, as JSON" }),
     ta,
     el("div", { class: "buttons" },
       el("button", { "data-op": kind === "edit" ? "save-edit" : "save-done", onclick: save, text: "Save (Ctrl+Enter)" }),
-      el("button", { onclick: () => { delete state.open[a.id]; render(state.doc); }, text: "Cancel (Esc)" })),
+      el("button", { onclick: () => { close(); render(state.doc); }, text: "Cancel (Esc)" })),
     msg);
 }
 
