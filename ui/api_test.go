@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
@@ -163,7 +161,7 @@ func TestCreateClientGoneWhilePlanning(t *testing.T) {
 	t.Parallel()
 	m := &blockingModel{entered: make(chan struct{}), release: make(chan struct{}), next: demomodelTransport()}
 	b := setup(t, options{model: m})
-	all, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(b.hs.URL, "http")+"/v1/ws", http.Header{"Authorization": {"Bearer " + testToken}})
+	all, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), http.Header{"Authorization": {"Bearer " + testToken}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +173,7 @@ func TestCreateClientGoneWhilePlanning(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	gone := make(chan error, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := b.client().Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -214,7 +212,7 @@ func TestAuth(t *testing.T) {
 	}
 	// The page's session: a cookie that is HttpOnly and SameSite=Strict.
 	req, _ := http.NewRequest("POST", b.hs.URL+"/v1/session", strings.NewReader(`{"token":"`+testToken+`"}`))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +411,7 @@ func TestResumeRunningOnStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The all-runs stream picks the run up where its log ends.
-	all, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(b2.hs.URL, "http")+"/v1/ws", http.Header{"Authorization": {"Bearer " + testToken}})
+	all, _, err := b2.dialer().Dial(b2.wsURL("/v1/ws"), http.Header{"Authorization": {"Bearer " + testToken}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +495,7 @@ func TestListEventsReplayForkMetrics(t *testing.T) {
 
 	req, _ := http.NewRequest("GET", b.hs.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,18 +70,9 @@ type forbiddenBody struct {
 	} `json:"error"`
 }
 
-// wsURL is the WebSocket URL of path on b's server (ws or wss).
-func (b *bundle) wsURL(path string) string {
-	return "ws" + strings.TrimPrefix(b.hs.URL, "http") + path
-}
-
 // dialAs opens a WebSocket with tok, trusting the server's certificate.
 func (b *bundle) dialAs(path, tok string) (*websocket.Conn, *http.Response, error) {
-	d := *websocket.DefaultDialer
-	if tr, ok := b.hs.Client().Transport.(*http.Transport); ok && tr.TLSClientConfig != nil {
-		d.TLSClientConfig = tr.TLSClientConfig.Clone()
-	}
-	return d.Dial(b.wsURL(path), http.Header{"Authorization": {"Bearer " + tok}})
+	return b.dialer().Dial(b.wsURL(path), http.Header{"Authorization": {"Bearer " + tok}})
 }
 
 // TestEveryRouteWithEveryScope walks the route table as served (routes
@@ -106,7 +97,7 @@ func TestEveryRouteWithEveryScope(t *testing.T) {
 		if rt.Public {
 			// Needs no scope (POST /v1/session answers 401 to no token: it is the sign-in).
 			req, _ := http.NewRequest(rt.Method, b.hs.URL+path, nil)
-			resp, err := b.hs.Client().Do(req)
+			resp, err := b.client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +138,7 @@ func (b *bundle) callRaw(method, path, body, tok string) (int, forbiddenBody) {
 		b.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := b.hs.Client().Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -385,7 +376,7 @@ func TestSessionTellsScopes(t *testing.T) {
 	for _, overTLS := range []bool{false, true} {
 		b := setup(t, options{tune: withScopedTokens, tls: overTLS})
 		req, _ := http.NewRequest("POST", b.hs.URL+"/v1/session", strings.NewReader(`{"token":"`+agentToken+`"}`))
-		resp, err := b.hs.Client().Do(req)
+		resp, err := b.client().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -454,7 +445,7 @@ func TestRateLimitAndSocketCap(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", b.hs.URL+"/v1/runs", nil)
 	req.Header.Set("Authorization", "Bearer "+agentToken)
-	resp, err := b.hs.Client().Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +493,7 @@ func TestRateLimitAndSocketCap(t *testing.T) {
 	var metrics string
 	req, _ = http.NewRequest("GET", b.hs.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
-	if resp, err = b.hs.Client().Do(req); err != nil {
+	if resp, err = b.client().Do(req); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := io.ReadAll(resp.Body)
@@ -533,7 +524,7 @@ func TestAuthFailuresCountedNotLogged(t *testing.T) {
 	b.callWith("POST", "/v1/runs/x/pause", nil, nil, bearerOf(agentToken))
 	req, _ := http.NewRequest("GET", b.hs.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := b.hs.Client().Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,12 @@ type browserPage struct {
 	ctx context.Context
 }
 
+// trustBundleCerts makes Chromium accept the certificates of TLS bundles
+// (their key's SPKI hash), so the page is tested over HTTPS too; any other
+// certificate error still fails. Chromium honours the flag with a
+// --user-data-dir, which chromedp always gives it.
+var trustBundleCerts = chromedp.Flag("ignore-certificate-errors-spki-list", bundleKeySPKI())
+
 func openBrowser(t *testing.T, width, height int) *browserPage {
 	t.Helper()
 	if _, err := exec.LookPath(chromiumPath); err != nil {
@@ -33,7 +39,7 @@ func openBrowser(t *testing.T, width, height int) *browserPage {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(width, height))
+		chromedp.WindowSize(width, height), trustBundleCerts)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)

@@ -25,9 +25,13 @@ func (p *browserPage) signInAs(url, tok, who string) {
 // submit) sees a run waiting for approval but no control to approve,
 // reject, pause or replay it, cannot approve the whole plan at creation, and
 // the inbox's single keys refuse with a reason; a person's token (read,
-// review, control) sees them and approves from the page.
+// review, control) sees them and approves from the page. The page is served
+// over HTTPS with a certificate the test made (Chromium trusts its key
+// only, trustBundleCerts), so the Secure session cookie, the page's fetches
+// and its wss:// socket are proven over TLS; the other browser tests serve
+// plain HTTP.
 func TestBrowserPageHidesWhatTheTokenMayNotDo(t *testing.T) {
-	b := setup(t, options{tune: withScopedTokens})
+	b := setup(t, options{tune: withScopedTokens, tls: true})
 	plan := json.RawMessage(`{"goal": "settings for Initech", "actions": [
 		{"id": "prefs", "tool": "settings_put", "args": {"account": "initech", "settings": {"plan": "team"}}}]}`)
 	if code := b.callWith("POST", "/v1/runs", map[string]any{"run_id": "scoped", "plan": plan, "approve": "none"}, nil, bearerOf(agentToken)); code != 201 {
@@ -42,6 +46,9 @@ func TestBrowserPageHidesWhatTheTokenMayNotDo(t *testing.T) {
 		return `(() => { const e = document.querySelector(` + "`" + sel + "`" + `); return !!e && e.offsetParent !== null; })()`
 	}
 	p.signInAs(b.hs.URL+"/#run=scoped", agentToken, "agent")
+	if proto := p.eval(`location.protocol`); proto != "https:" {
+		t.Fatalf("the page is served over %q, want https:", proto)
+	}
 	p.poll("the waiting action", `document.querySelector('#actions [data-action="prefs"]') !== null`)
 	for _, sel := range []string{`#approve-all`, `#reject-all`, `#pause`, `#cancel`, `#replay`, `#fork`, `[data-op="approve"]`, `[data-op="reject"]`, `[data-op="edit"]`} {
 		if p.truth(visible(sel)) {

@@ -68,7 +68,7 @@ func TestBrowserReview(t *testing.T) {
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1366, 900))
+		chromedp.WindowSize(1366, 900), trustBundleCerts)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	ctx, cancelTab := chromedp.NewContext(allocCtx)

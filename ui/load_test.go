@@ -3,7 +3,10 @@ package ui_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +33,7 @@ const (
 	loadConnsEnv  = "DOCKET_WS_LOAD_CONNS"
 	loadEventsEnv = "DOCKET_WS_LOAD_EVENTS"
 	loadAfterEnv  = "DOCKET_WS_LOAD_AFTER" // seq before the first measured event
+	loadCertEnv   = "DOCKET_WS_LOAD_CERT"  // PEM of the server's certificate, over TLS
 )
 
 // loadResult is what the client process reports on stdout.
@@ -58,9 +62,17 @@ func TestLoadClient(t *testing.T) {
 	events, _ := strconv.Atoi(os.Getenv(loadEventsEnv))
 	after, _ := strconv.ParseUint(os.Getenv(loadAfterEnv), 10, 64)
 	header := http.Header{"Authorization": {"Bearer " + os.Getenv(loadTokenEnv)}}
+	d := *websocket.DefaultDialer
+	if pem := os.Getenv(loadCertEnv); pem != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(pem)) {
+			t.Fatalf("%s: no certificate", loadCertEnv)
+		}
+		d.TLSClientConfig = &tls.Config{RootCAs: pool}
+	}
 	cs := make([]*websocket.Conn, conns)
 	for i := range cs {
-		c, _, err := websocket.DefaultDialer.Dial(url, header)
+		c, _, err := d.Dial(url, header)
 		if err != nil {
 			t.Fatalf("dial %d: %v", i, err)
 		}
@@ -193,10 +205,13 @@ func BenchmarkWebSocketFanout(b *testing.B) {
 		after = evs[len(evs)-1].Seq
 	}
 	for i := 0; i < b.N; i++ {
-		url := "ws" + strings.TrimPrefix(bb.hs.URL, "http") + fmt.Sprintf("/v1/runs/%s/ws?after=%d", runID, after)
+		url := bb.wsURL(fmt.Sprintf("/v1/runs/%s/ws?after=%d", runID, after))
 		cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestLoadClient$", "-test.v"}, clientFlags()...)...)
 		cmd.Env = append(os.Environ(), loadClientEnv+"="+url, loadTokenEnv+"="+testToken, loadAfterEnv+"="+strconv.FormatUint(after, 10),
 			loadConnsEnv+"="+strconv.Itoa(conns), loadEventsEnv+"="+strconv.Itoa(events))
+		if c := bb.hs.Certificate(); c != nil {
+			cmd.Env = append(cmd.Env, loadCertEnv+"="+string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})))
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			b.Fatal(err)
@@ -280,7 +295,7 @@ func BenchmarkGetRun200(b *testing.B) {
 		b.Fatalf("create = %d", code)
 	}
 	bb.waitStatus("big", ledger.RunCompleted)
-	client := bb.hs.Client()
+	client := bb.client()
 	url := bb.hs.URL + "/v1/runs/big"
 	b.ResetTimer()
 	start := time.Now()

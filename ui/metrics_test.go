@@ -218,7 +218,7 @@ func scrape(t *testing.T, b *bundle) map[string]int64 {
 	t.Helper()
 	req, _ := http.NewRequest("GET", b.hs.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,8 @@ package ui_test
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/gorilla/websocket"
 )
 
 // A run planned by the model shows its planning on the all-runs stream as
@@ -16,7 +13,7 @@ import (
 func TestPlanningProgressOnAllRunsStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	all, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(b.hs.URL, "http")+"/v1/ws", http.Header{"Authorization": {"Bearer " + testToken}})
+	all, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), http.Header{"Authorization": {"Bearer " + testToken}})
 	if err != nil {
 		t.Fatal(err)
 	}

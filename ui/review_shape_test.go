@@ -289,7 +289,7 @@ func instance(t *testing.T, s string) any {
 // schema of a review endpoint (a path under /v1/runs/{id}).
 func openAPIReviewSchemas(t *testing.T, b *bundle) (*jsonschema.Schema, func(path string) *jsonschema.Schema) {
 	t.Helper()
-	resp, err := http.Get(b.hs.URL + "/v1/openapi.json")
+	resp, err := b.client().Get(b.hs.URL + "/v1/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
@@ -50,6 +53,14 @@ type options struct {
 	env       map[string]string               // the tools file's environment
 	tls       bool                            // serve HTTPS with a certificate the test makes
 }
+
+// testTLSEnv, set to 1, serves every bundle over HTTPS (options.tls), so the
+// whole suite runs once more over TLS: `DOCKET_TEST_TLS=1 go test ./ui/`
+// (make test does).
+const testTLSEnv = "DOCKET_TEST_TLS"
+
+// allTLS says whether every bundle is served over HTTPS.
+var allTLS = os.Getenv(testTLSEnv) == "1"
 
 func setup(t testing.TB, o options) *bundle {
 	t.Helper()
@@ -101,7 +112,7 @@ func setup(t testing.TB, o options) *bundle {
 		t.Fatal(err)
 	}
 	var hs *httptest.Server
-	if o.tls {
+	if o.tls || allTLS {
 		hs = httptest.NewUnstartedServer(srv.Handler())
 		cr := testCert(t, "docket-test")
 		// The client (hs.Client()) trusts Certificates[0]: the test-made one.
@@ -132,6 +143,26 @@ func (b *bundle) stop() {
 		b.t.Errorf("closing the ledger: %v", err)
 	}
 	b.hs = nil
+}
+
+// client is the HTTP client for b's server: over TLS it trusts the test's
+// certificate. Tests use it (never http.DefaultClient), so they run over
+// HTTPS as well as HTTP.
+func (b *bundle) client() *http.Client { return b.hs.Client() }
+
+// dialer is the WebSocket dialer for b's server, trusting what client
+// trusts. Tests use it (never websocket.DefaultDialer).
+func (b *bundle) dialer() *websocket.Dialer {
+	d := *websocket.DefaultDialer
+	if tr, ok := b.client().Transport.(*http.Transport); ok && tr.TLSClientConfig != nil {
+		d.TLSClientConfig = tr.TLSClientConfig.Clone()
+	}
+	return &d
+}
+
+// wsURL is the WebSocket URL of path on b's server (ws or wss).
+func (b *bundle) wsURL(path string) string {
+	return "ws" + strings.TrimPrefix(b.hs.URL, "http") + path
 }
 
 // call sends an authenticated JSON request and decodes the answer into out
@@ -167,7 +198,7 @@ func (b *bundle) callWith(method, path string, body any, out any, headers map[st
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := b.hs.Client().Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		b.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -28,11 +28,11 @@ type wsMsg struct {
 }
 
 func (b *bundle) dial(runID string, after uint64, header http.Header) (*websocket.Conn, *http.Response, error) {
-	u := "ws" + strings.TrimPrefix(b.hs.URL, "http") + fmt.Sprintf("/v1/runs/%s/ws?after=%d", runID, after)
+	u := b.wsURL(fmt.Sprintf("/v1/runs/%s/ws?after=%d", runID, after))
 	if header == nil {
 		header = http.Header{"Authorization": {"Bearer " + testToken}}
 	}
-	return websocket.DefaultDialer.Dial(u, header)
+	return b.dialer().Dial(u, header)
 }
 
 func (b *bundle) mustDial(runID string, after uint64) *websocket.Conn {
@@ -351,8 +351,7 @@ func TestWebSocketManySubscribers(t *testing.T) {
 func TestWebSocketAllRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	u := "ws" + strings.TrimPrefix(b.hs.URL, "http") + "/v1/ws"
-	c, _, err := websocket.DefaultDialer.Dial(u, http.Header{"Authorization": {"Bearer " + testToken}})
+	c, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), http.Header{"Authorization": {"Bearer " + testToken}})
 	if err != nil {
 		t.Fatal(err)
 	}
