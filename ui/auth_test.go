@@ -395,8 +395,8 @@ func TestSessionTellsScopes(t *testing.T) {
 				cookie = c
 			}
 		}
-		if cookie == nil || cookie.Secure != overTLS || !cookie.HttpOnly {
-			t.Fatalf("tls=%v: cookie %+v", overTLS, cookie)
+		if cookie == nil || cookie.Secure != b.secure() || !cookie.HttpOnly {
+			t.Fatalf("tls=%v: cookie %+v", b.secure(), cookie)
 		}
 		var who struct {
 			Name   string          `json:"name"`

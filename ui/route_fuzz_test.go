@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	pathpkg "path"
 	"strings"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 
 // FuzzAPIRoutes sends arbitrary methods, paths, bodies and tokens through
 // the real mux of a server over a real ledger: no answer is a panic or a
-// 500; every answer under /v1/ is JSON; nothing but a public route answers
+// 500; every answer under /v1/ (its path cleaned or not) is JSON and none a
+// redirect; nothing but a public route answers
 // 2xx without a valid token; and a submit-only token never gets a review or
 // control route (nor a read) past 403.
 func FuzzAPIRoutes(f *testing.F) {
@@ -29,6 +31,11 @@ func FuzzAPIRoutes(f *testing.F) {
 	f.Add(uint8(0), uint8(2), "/v1/runs", []byte(`{"plan":{"actions":[{"id":"a","tool":"email_send","args":{}}]},"approve":"all"}`))
 	f.Add(uint8(1), uint8(0), "/v1/runs/%2e%2e/approve", []byte(`{`))
 	f.Add(uint8(2), uint8(1), "//v1/runs?status=\x00", []byte(nil))
+	// What it found: a 405 in plain text, an HTML redirect, a 500 from the
+	// page's file server.
+	f.Add(uint8(3), uint8(2), "/v1/runs", []byte(nil))
+	f.Add(uint8(0), uint8(2), "/v1//runs", []byte(nil))
+	f.Add(uint8(0), uint8(0), "/\xff", []byte(nil))
 	methods := []string{"GET", "POST", "DELETE", "PUT", "HEAD"}
 	tokens := []string{"", botToken, testToken, "not-a-token-0123456789"}
 	f.Fuzz(func(t *testing.T, m, tk uint8, path string, body []byte) {
@@ -50,18 +57,25 @@ func FuzzAPIRoutes(f *testing.F) {
 		rec := httptest.NewRecorder()
 		b.srv.Handler().ServeHTTP(rec, r)
 		code := rec.Code
-		// The page's static files (GET /…) are the page's: a path that is
-		// not valid UTF-8 gets 500 from the embedded file server there.
-		api := strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/metrics" || r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
-		if api && code >= 500 && code != http.StatusServiceUnavailable && code != http.StatusNotImplemented {
+		// No path, the page's included, gets a 500 (a 503 or 501 is a
+		// state of the service).
+		if code >= 500 && code != http.StatusServiceUnavailable && code != http.StatusNotImplemented {
 			t.Fatalf("%s %s (%q): %d %s", method, path, body, code, rec.Body)
 		}
-		// ServeMux's own answers are not ours: 405 in plain text (a method
-		// the path does not serve) and redirects to a cleaned path.
-		if strings.HasPrefix(r.URL.Path, "/v1/") && method != "HEAD" && rec.Body.Len() > 0 && code != http.StatusMethodNotAllowed && (code < 300 || code >= 400) {
+		// Every answer on an API path, cleaned or not, is JSON: 405 with
+		// Allow, and 404 for a path that is not clean, never a redirect.
+		clean := pathpkg.Clean(r.URL.EscapedPath())
+		api := strings.HasPrefix(clean, "/v1/") || clean == "/v1" || clean == "/metrics" || clean == "/healthz" || clean == "/readyz"
+		if api && code >= 300 && code < 400 {
+			t.Fatalf("%s %s: redirected (%d to %s)", method, path, code, rec.Header().Get("Location"))
+		}
+		if api && method != "HEAD" && rec.Body.Len() > 0 && (clean != "/metrics" || code != http.StatusOK) {
 			if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 				t.Fatalf("%s %s: %d with content type %q", method, path, code, ct)
 			}
+		}
+		if code == http.StatusMethodNotAllowed && rec.Header().Get("Allow") == "" {
+			t.Fatalf("%s %s: 405 without Allow", method, path)
 		}
 		public := r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/v1/openapi.json" || r.URL.Path == "/v1/session" ||
 			!strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/metrics"

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -276,7 +277,85 @@ func New(cfg Config) (*Server, error) {
 
 // Handler serves everything: the API, the streams, the page, health and
 // metrics.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+
+// serve is the mux behind the answers ServeMux would give in its own plain
+// text or HTML: an API path (under /v1/, /metrics, /healthz, /readyz) that
+// is not clean gets 404 JSON naming the clean path, never a redirect (a
+// client would resend a POST as GET, or follow it with the token); a method
+// a path does not serve gets 405 JSON with Allow, on every path.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.EscapedPath() // what ServeMux matches and cleans
+	clean := cleanPath(p)
+	if isAPIPath(clean) {
+		if clean != p {
+			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+p+": the path is not clean (did you mean "+clean+"?)", map[string]string{"clean_path": clean})
+			return
+		}
+		if clean == "/v1" {
+			s.notFound(w, r)
+			return
+		}
+	}
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		// No pattern matches: 404, or 405 when another method's does.
+		if allow := s.allowed(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+p+" is not served: use "+strings.Join(allow, ", ")+" (see /v1/openapi.json)", map[string][]string{"allow": allow})
+			return
+		}
+		if isAPIPath(clean) {
+			s.notFound(w, r)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// allowed lists the methods some route serves r's path with (HEAD with GET),
+// ignoring the catch-all 404 routes.
+func (s *Server) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := s.mux.Handler(probe); pattern != "" && !catchAll[pattern] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// catchAll are the patterns that answer 404 under /v1/ in JSON.
+var catchAll = map[string]bool{"GET /v1/": true, "POST /v1/": true}
+
+// isAPIPath says whether a clean path is the API's (its answers are JSON).
+func isAPIPath(p string) bool {
+	switch p {
+	case "/v1", "/metrics", "/healthz", "/readyz":
+		return true
+	}
+	return strings.HasPrefix(p, "/v1/")
+}
+
+// cleanPath is p as ServeMux cleans it: "." and ".." elements and repeated
+// slashes removed, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+" (see /v1/openapi.json)", nil)
+}
 
 // route is one endpoint; the table is checked against openapi.json.
 type route struct {
@@ -332,11 +411,9 @@ func (s *Server) routes() {
 		}
 		m.HandleFunc(rt.method+" "+rt.path, h)
 	}
-	notFound := func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path+" (see /v1/openapi.json)", nil)
+	for pattern := range catchAll {
+		m.HandleFunc(pattern, s.notFound)
 	}
-	m.HandleFunc("GET /v1/", notFound)
-	m.HandleFunc("POST /v1/", notFound)
 	m.Handle("GET /", staticHandler())
 }
 

@@ -160,6 +160,9 @@ func (b *bundle) dialer() *websocket.Dialer {
 	return &d
 }
 
+// secure says whether b serves HTTPS (options.tls or DOCKET_TEST_TLS=1).
+func (b *bundle) secure() bool { return strings.HasPrefix(b.hs.URL, "https://") }
+
 // wsURL is the WebSocket URL of path on b's server (ws or wss).
 func (b *bundle) wsURL(path string) string {
 	return "ws" + strings.TrimPrefix(b.hs.URL, "http") + path

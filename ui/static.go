@@ -4,6 +4,8 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"path"
+	"strings"
 )
 
 //go:embed static
@@ -26,6 +28,12 @@ func staticHandler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-cache")
+		// The file server answers 500 to a name io/fs refuses (not UTF-8,
+		// say): no such file is here.
+		if name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/"); name != "" && !fs.ValidPath(name) {
+			http.NotFound(w, r)
+			return
+		}
 		files.ServeHTTP(w, r)
 	})
 }
