@@ -5,7 +5,8 @@
 # required (DOCKET_REQUIRE_EXTRAS=1): it proves everything or fails saying
 # what is missing. .ci/run runs it, then `make soak`.
 #
-#   make test         set-up + the whole suite (main module, executor/temporalstep, evals/bench/peers)
+#   make test         set-up + the whole suite (main module, executor/temporalstep, evals/bench/peers),
+#                     and ui's suite once more over HTTPS (DOCKET_TEST_TLS=1: 35-57s here)
 #   make soak         the long soak runs of cmd/docket (DOCKET_SOAK=1), which make test skips
 #   make extras       only the set-up
 #   make mcpservers   only the reference MCP servers (into .mcpservers)
@@ -25,6 +26,7 @@ SOAK_RUN = $(shell sed -n 's/^const soakRun = `\(.*\)`$$/\1/p' cmd/docket/soak_t
 test: export DOCKET_REQUIRE_EXTRAS = 1
 test: extras
 	$(GOTEST) -timeout 20m ./...
+	DOCKET_TEST_TLS=1 $(GOTEST) -timeout 5m ./ui/
 	cd executor/temporalstep && GOFLAGS=-mod=mod $(GOTEST) -timeout 8m ./...
 	cd evals/bench/peers && GOFLAGS=-mod=mod $(GOTEST) -timeout 6m ./...
 
