@@ -118,6 +118,9 @@ func setup(t testing.TB, o options) *bundle {
 		// The client (hs.Client()) trusts Certificates[0]: the test-made one.
 		hs.TLS = cr.TLSConfig()
 		hs.TLS.Certificates = []tls.Certificate{*cr.Certificate()}
+		// HTTP/2 as well, as docket serve's ServeTLS offers it: browsers
+		// fetch over h2 and open WebSockets over HTTP/1.1.
+		hs.EnableHTTP2 = true
 		hs.StartTLS()
 	} else {
 		hs = httptest.NewServer(srv.Handler())
@@ -156,6 +159,8 @@ func (b *bundle) dialer() *websocket.Dialer {
 	d := *websocket.DefaultDialer
 	if tr, ok := b.client().Transport.(*http.Transport); ok && tr.TLSClientConfig != nil {
 		d.TLSClientConfig = tr.TLSClientConfig.Clone()
+		// The client may speak HTTP/2; a WebSocket upgrade is HTTP/1.1.
+		d.TLSClientConfig.NextProtos = nil
 	}
 	return &d
 }

@@ -17,7 +17,8 @@ import (
 // use the session; follow /v1/ws; create a run from a plan; approve on the
 // run's socket and over HTTP; an at-most-once email whose outcome is unknown
 // is resolved over HTTP; the run's socket resumed with after= misses
-// nothing; replay; metrics. Plain HTTP to the port is refused.
+// nothing; replay; metrics. Requests go over HTTP/2 and sockets over
+// HTTP/1.1, as with docket serve. Plain HTTP to the port is refused.
 func TestAPIOverTLS(t *testing.T) {
 	t.Parallel()
 	drop, hits := dropServer(t)
@@ -48,6 +49,9 @@ func TestAPIOverTLS(t *testing.T) {
 		if c.Name == "docket_session" {
 			cookie = c
 		}
+	}
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("the API over TLS speaks %s, want HTTP/2 (as docket serve offers it)", resp.Proto)
 	}
 	if resp.StatusCode != http.StatusOK || cookie == nil || !cookie.Secure || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("session = %d, cookie %+v", resp.StatusCode, cookie)
