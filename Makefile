@@ -18,12 +18,6 @@ GOTEST = $(GO) test -race
 # (soakRun), which also fails a test that asks to be a soak test outside it.
 SOAK_RUN = $(shell sed -n 's/^const soakRun = `\(.*\)`$$/\1/p' cmd/docket/soak_test.go)
 
-# The TLS run of ui leaves out TestBrowserReviewer: its inbox keys race the
-# page's live re-render (the selection can move between reading it and the
-# key press), which TLS's slower start makes likelier (over TLS it failed 2
-# of 8 runs even with int's f7803b1 fix; plain, 0 of 11). It runs in the
-# plain run above.
-TLS_SKIP = ^TestBrowserReviewer$$
 
 .PHONY: test soak extras mcpservers
 
@@ -33,7 +27,7 @@ TLS_SKIP = ^TestBrowserReviewer$$
 test: export DOCKET_REQUIRE_EXTRAS = 1
 test: extras
 	$(GOTEST) -timeout 20m ./...
-	DOCKET_TEST_TLS=1 $(GOTEST) -timeout 5m -skip '$(TLS_SKIP)' ./ui/
+	DOCKET_TEST_TLS=1 $(GOTEST) -timeout 5m ./ui/
 	cd executor/temporalstep && GOFLAGS=-mod=mod $(GOTEST) -timeout 8m ./...
 	cd evals/bench/peers && GOFLAGS=-mod=mod $(GOTEST) -timeout 6m ./...
 

@@ -73,9 +73,24 @@ func (p *browserPage) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 
 func (p *browserPage) poll(what, predicate string) {
 	p.t.Helper()
-	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](predicate)); err != nil {
+	if err := pollPage(p.ctx, predicate); err != nil {
 		p.shot("failed")
 		p.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// pollPage waits until predicate holds on the page. A poll that meets the
+// page between two documents (a navigation destroys the JavaScript context
+// it was evaluating in) polls again in the new one, until ctx ends.
+func pollPage(ctx context.Context, predicate string) error {
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate))
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if m := err.Error(); !strings.Contains(m, "Cannot find context with specified id") && !strings.Contains(m, "Execution context was destroyed") {
+			return err
+		}
 	}
 }
 

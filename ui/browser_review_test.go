@@ -58,7 +58,7 @@ func (p *reviewPage) snap(name string) {
 // the artifact directory and the inbox's message.
 func (p *reviewPage) poll(what, predicate string) {
 	p.t.Helper()
-	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](predicate)); err != nil {
+	if err := pollPage(p.ctx, predicate); err != nil {
 		p.snap("failed")
 		msg, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`[...document.querySelectorAll(".error")].map(e => e.textContent).filter(Boolean).join(" | ")`))
 		p.t.Fatalf("waiting for %s: %v (messages on the page: %q)", what, err, msg)
@@ -274,7 +274,9 @@ func TestBrowserReviewer(t *testing.T) {
 		}
 		p.do("copy the key", chromedp.Focus(chromedp.CSS(`#timeline [data-group="welcome"] [data-copy=key]`)), chromedp.KeyEvent("\r"))
 		p.poll("the copied key", `(document.querySelector('#timeline [data-group="welcome"] [data-copy=key]').dataset.copied || "").startsWith("dk1_")`)
-		p.do("expand the JSON", chromedp.Click(chromedp.CSS(`#timeline .tl-item[data-type="action.needs_review"] summary`)))
+		// Clicked in the page: a live re-render between finding the node and
+		// clicking it would leave chromedp a node that is gone.
+		p.eval(`(() => { document.querySelector('#timeline .tl-item[data-type="action.needs_review"] summary').click(); return ""; })()`)
 		if got := p.eval(`document.querySelector('#timeline .tl-item[data-type="action.needs_review"] pre').textContent`); !strings.Contains(got, `"type": "action.needs_review"`) {
 			t.Fatalf("the event's JSON: %s", got)
 		}

@@ -21,6 +21,14 @@ func (p *browserPage) signInAs(url, tok, who string) {
 	p.poll("the signed-in page as "+who, `!document.getElementById("app").hidden && document.getElementById("who").textContent === "token:`+who+`"`)
 }
 
+// click clicks the element sel selects, in the page: the run view renders
+// again on every live event, so a node chromedp found may be gone by the
+// time it clicks it.
+func (p *browserPage) click(sel string) {
+	p.t.Helper()
+	p.poll("something to click at "+sel, `(() => { const e = document.querySelector(`+"`"+sel+"`"+`); if (!e) return false; e.click(); return true; })()`)
+}
+
 // TestBrowserPageHidesWhatTheTokenMayNotDo: the agent's token (read,
 // submit) sees a run waiting for approval but no control to approve,
 // reject, pause or replay it, cannot approve the whole plan at creation, and
@@ -90,13 +98,16 @@ func TestBrowserPageHidesWhatTheTokenMayNotDo(t *testing.T) {
 	}
 	// What a person types in an editor survives the re-render a live event
 	// makes (before, the editor came back with the recorded arguments).
-	p.do("edit the arguments", chromedp.Click(`[data-op="edit"]`))
+	p.click(`[data-op="edit"]`)
 	p.poll("the arguments editor", `document.activeElement && document.activeElement.id === "ed-edit-prefs"`)
-	p.do("type", chromedp.KeyEvent("a", chromedp.KeyModifiers(chromedp.ModifierCtrl)), chromedp.KeyEvent(`{"account": "ini`))
+	// What was typed (the editor's input event) survives a re-render.
+	const typed = `{"account": "ini`
+	p.poll("typing in the editor", `(() => { const ta = document.getElementById("ed-edit-prefs"); if (!ta) return false;
+		ta.value = '`+typed+`'; ta.setSelectionRange(ta.value.length, ta.value.length); ta.dispatchEvent(new Event("input")); return true; })()`)
 	p.eval(`(() => { render(state.doc); return ""; })()`)
 	p.poll("the typed text after a re-render", `document.activeElement && document.activeElement.id === "ed-edit-prefs" && document.activeElement.value === '{"account": "ini'`)
 	p.do("give up the edit", chromedp.KeyEvent("\x1b"))
 	p.poll("the editor closed", `document.getElementById("ed-edit-prefs") === null`)
-	p.do("approve", chromedp.Click(`[data-op="approve"]`))
+	p.click(`[data-op="approve"]`)
 	b.waitStatus("scoped", ledger.RunCompleted)
 }

@@ -109,9 +109,12 @@ function renderInbox() {
   if (state.view !== "inbox") return;
   const t0 = performance.now();
   const list = $("inbox-list");
-  const hadFocus = list.contains(document.activeElement);
+  const active = document.activeElement;
+  const hadFocus = list.contains(active);
   const selIndex = Math.max(0, inbox.items.findIndex((it) => itemKey(it) === inbox.sel));
   const keep = new Map();
+  // A form of an item that is no longer waiting closes with it.
+  for (const k of Object.keys(inbox.open)) if (!inbox.items.some((it) => itemKey(it) === k)) delete inbox.open[k];
   const lis = inbox.items.map((it) => {
     const k = itemKey(it);
     const sig = JSON.stringify(it) + "|" + (inbox.open[k] || "");
@@ -144,7 +147,14 @@ function renderInbox() {
     n.li.setAttribute("aria-current", on ? "true" : "false");
   }
   const sel = selectedItem();
-  if (sel && (hadFocus || document.activeElement === document.body || document.activeElement === $("inbox-title")) && !sel.contains(document.activeElement)) sel.focus({ preventScroll: false });
+  if (hadFocus && active.isConnected && list.contains(active) && document.activeElement !== active) {
+    // Moving a node (its item changed place) takes the focus from what is
+    // in it, a field being typed in too: give it back.
+    active.focus({ preventScroll: true });
+  } else if (sel && (hadFocus || document.activeElement === document.body || document.activeElement === $("inbox-title")) && !sel.contains(document.activeElement)) {
+    const field = sel.querySelector(".editor textarea, .editor input");
+    (field || sel).focus({ preventScroll: false });
+  }
   const t1 = performance.now();
   performance.measure("docket:inbox-render", { start: t0, end: t1 });
   if (inbox.first && inbox.items.length) {
@@ -295,6 +305,13 @@ document.addEventListener("keydown", (ev) => {
   if ($("app").hidden) return;
   if (ev.key === "i") { ev.preventDefault(); openInbox(); return; }
   if (state.view !== "inbox") return;
+  // While a reason or an output is being written, keys are text, never
+  // actions: a key that reaches the page then (the field lost the focus to a
+  // live update) approves, skips or retries nothing.
+  if (Object.keys(inbox.open).length) {
+    if (ev.key === "Escape") { ev.preventDefault(); inbox.open = {}; renderInbox(); }
+    return;
+  }
   const keys = { j: () => moveSelection(1), k: () => moveSelection(-1), ArrowDown: () => moveSelection(1), ArrowUp: () => moveSelection(-1),
     a: () => inboxOp("approve"), x: () => inboxOp("reject"), d: () => inboxOp("done"), t: () => inboxOp("retry"),
     s: () => inboxOp("skip"), o: () => inboxOp("open") };
