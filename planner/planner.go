@@ -805,8 +805,10 @@ func classify(err error, at *attempt, timedOut bool, timeout time.Duration) (sta
 		return 0, fmt.Sprintf("no answer within %s (Timeout)", timeout), true
 	case errors.As(err, &apiErr):
 		status, msg = apiErr.HTTPStatusCode, apiErr.Message
-		if apiErr.Code != nil {
-			msg = fmt.Sprintf("%s (code %v)", msg, apiErr.Code)
+		// go-openai reads "code": null (what OpenAI sends when there is no
+		// code) as the number 0: say a code only when there is one.
+		if c := fmt.Sprint(apiErr.Code); apiErr.Code != nil && c != "0" && c != "" {
+			msg = fmt.Sprintf("%s (code %s)", msg, c)
 		}
 	case errors.As(err, &reqErr):
 		status = reqErr.HTTPStatusCode

@@ -435,6 +435,10 @@ func TestPlanHTTPFailures(t *testing.T) {
 		if !strings.Contains(err.Error(), "still down") || len(*b.sleeps) != 2 {
 			t.Errorf("err %q, waits %v", err, *b.sleeps)
 		}
+		// The server sent "code": null: no made-up "(code 0)".
+		if strings.Contains(err.Error(), "(code") {
+			t.Errorf("err %q names a code the server did not send", err)
+		}
 	})
 	t.Run("401 not retried, key redacted", func(t *testing.T) {
 		t.Parallel()
