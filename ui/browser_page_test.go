@@ -31,19 +31,42 @@ type browserPage struct {
 // --user-data-dir, which chromedp always gives it.
 var trustBundleCerts = chromedp.Flag("ignore-certificate-errors-spki-list", bundleKeySPKI())
 
+// startChromium starts a headless Chromium and returns its tab's context,
+// closed when the test ends. The browser starts here, in a Run of its own:
+// chromedp starts it on a context's first Run, and a second start on the
+// same context after a failed one panics inside chromedp ("close of closed
+// channel"), taking every test of the package with it. So a start that fails
+// (a loaded machine) is tried again with a new browser, twice at most.
+func startChromium(t *testing.T, width, height int) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(width, height), trustBundleCerts)
+	for try := 1; ; try++ {
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelTab := chromedp.NewContext(allocCtx)
+		err := chromedp.Do(ctx) // starts the browser and its tab
+		if err == nil {
+			t.Cleanup(cancelAlloc)
+			t.Cleanup(cancelTab)
+			return ctx
+		}
+		cancelTab()
+		cancelAlloc()
+		if try == 3 {
+			t.Fatalf("starting Chromium: %v", err)
+		}
+		t.Logf("starting Chromium failed (%v); trying a new one", err)
+	}
+}
+
 func openBrowser(t *testing.T, width, height int) *browserPage {
 	t.Helper()
 	if _, err := exec.LookPath(chromiumPath); err != nil {
 		testextra.Missing(t, "Chromium at "+chromiumPath+" ("+err.Error()+")",
 			"apt-get install -y chromium (Debian's package; `make test` installs it when it runs as root or with passwordless sudo)")
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(width, height), trustBundleCerts)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancelTab)
+	ctx := startChromium(t, width, height)
 	ctx, cancelTime := context.WithTimeout(ctx, 90*time.Second)
 	t.Cleanup(cancelTime)
 	return &browserPage{t: t, ctx: ctx}

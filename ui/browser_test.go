@@ -66,13 +66,7 @@ func TestBrowserReview(t *testing.T) {
 		return []byte(strings.Replace(string(w.ToolsFile(demoworld.ToolsOptions{Timeout: "2s"})), w.Email.URL, emailURL, 1))
 	}})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1366, 900), trustBundleCerts)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
+	ctx := startChromium(t, 1366, 900)
 	ctx, cancelTime := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelTime()
 
