@@ -73,24 +73,7 @@ func TestAPIOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer all.Close()
-	next := map[string]uint64{}
-	readUntil := func(runID, typ string) {
-		t.Helper()
-		for {
-			m := read(t, all)
-			if m.Type != "event" {
-				continue
-			}
-			ev := m.Event
-			if ev.Seq != next[ev.RunID]+1 {
-				t.Fatalf("/v1/ws: run %s: seq %d after %d", ev.RunID, ev.Seq, next[ev.RunID])
-			}
-			next[ev.RunID] = ev.Seq
-			if ev.RunID == runID && string(ev.Type) == typ {
-				return
-			}
-		}
-	}
+	readUntil := allRunsReader(t, all)
 
 	var doc runDoc
 	if code := b.call("POST", "/v1/runs", map[string]any{"run_id": "tls-1", "plan": onboardingPlan(t), "approve": "none"}, &doc); code != http.StatusCreated || doc.Status != "awaiting_approval" {

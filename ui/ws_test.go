@@ -346,19 +346,11 @@ func TestWebSocketManySubscribers(t *testing.T) {
 	}
 }
 
-// The all-runs stream carries the live events of every run the server
-// touches, in order per run, from a run's first event when it is created.
-func TestWebSocketAllRuns(t *testing.T) {
-	t.Parallel()
-	b := setup(t, options{})
-	c, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), http.Header{"Authorization": {"Bearer " + testToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	b.call("POST", "/v1/runs", map[string]any{"run_id": "all-1", "plan": onboardingPlan(t), "approve": "none"}, nil)
+// allRunsReader reads the all-runs stream c until an event of type typ of
+// run runID, failing the test when a run's seqs skip or repeat.
+func allRunsReader(t *testing.T, c *websocket.Conn) func(runID, typ string) {
 	next := map[string]uint64{}
-	readUntil := func(runID, typ string) {
+	return func(runID, typ string) {
 		t.Helper()
 		for {
 			m := read(t, c)
@@ -375,6 +367,20 @@ func TestWebSocketAllRuns(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The all-runs stream carries the live events of every run the server
+// touches, in order per run, from a run's first event when it is created.
+func TestWebSocketAllRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	c, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), http.Header{"Authorization": {"Bearer " + testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b.call("POST", "/v1/runs", map[string]any{"run_id": "all-1", "plan": onboardingPlan(t), "approve": "none"}, nil)
+	readUntil := allRunsReader(t, c)
 	readUntil("all-1", "run.awaiting_approval")
 	// A review message names its run on this stream.
 	if err := c.WriteJSON(map[string]any{"id": "x", "op": "approve", "all": true}); err != nil {
