@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -72,7 +73,16 @@ func (d *driver) finish(ctx context.Context) error {
 				"run_id", d.runID, "actions", open, "error", failMsg)
 			return nil
 		}
+		links, err := linkEarlier(ctx, d.e.led, d.runID, rows, d.tmpl)
+		if err != nil {
+			return err
+		}
 		for _, id := range d.order {
+			if op, ok := links[id]; ok {
+				ops = append(ops, op)
+				skipped = append(skipped, id)
+				continue
+			}
 			if r := byID[id]; r.Attempts == 0 && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved) {
 				ops = append(ops, ledger.Skip(d.runID, id, "not started: the run failed ("+failMsg+")"))
 				skipped = append(skipped, id)
@@ -108,6 +118,9 @@ func (d *driver) finish(ctx context.Context) error {
 		for i, r := range res {
 			if r.Err != nil && !errors.Is(r.Err, ledger.ErrConflict) {
 				return &ActionError{RunID: d.runID, ActionID: skipped[i], Op: "skip", Err: r.Err}
+			}
+			if r.Action.ID == skipped[i] {
+				byID[skipped[i]] = r.Action // linked rows are succeeded: compensation sees them
 			}
 		}
 	}
@@ -424,4 +437,60 @@ func (e *Engine) refuseUndoneReplay(ctx context.Context, run ledger.Run, next *p
 		return fmt.Errorf("executor: replay run %s: read plan revision %d: %w", run.ID, run.Revision, err)
 	}
 	return refuseUndone(run.ID, old, oldPlan, next)
+}
+
+// linkEarlier returns, by action id, Claim ops that link rows never claimed
+// in the current revision to keys of theirs that already succeeded: a
+// replay's unchanged actions that the drive did not reach before the run
+// failed or was cancelled. Their effect exists, so they keep their key and
+// output (and compensation sees them), never "skipped: not started". Rows
+// are linked in dependency order (to a fixpoint), so a linked action's
+// output resolves its dependents' references. tmpl: the args to resolve
+// from, for rows whose args were written back resolved (may be nil).
+func linkEarlier(ctx context.Context, led ledger.Store, runID string, rows []ledger.Action, tmpl map[string]json.RawMessage) (map[string]ledger.Op, error) {
+	outputs := map[string]json.RawMessage{}
+	for _, r := range rows {
+		if !r.Undo && r.Status == ledger.StatusSucceeded {
+			outputs[r.ID] = r.Output
+		}
+	}
+	links := map[string]ledger.Op{}
+	for more := true; more; {
+		more = false
+		for _, r := range rows {
+			if _, done := links[r.ID]; done || r.Key != "" || !reviewable(r) {
+				continue
+			}
+			args := r.Args
+			if tm, ok := tmpl[r.ID]; ok {
+				args = tm
+			}
+			refs, err := plan.Refs(args)
+			if err != nil || slices.ContainsFunc(refs, func(ref plan.Ref) bool { _, ok := outputs[ref.Action]; return !ok }) {
+				continue // its arguments cannot be known: it never ran under them
+			}
+			resolved, err := plan.Resolve(args, outputs)
+			if err != nil {
+				continue
+			}
+			key, err := plan.Key(runID, r.ID, r.Tool, resolved)
+			if err != nil {
+				continue
+			}
+			rec, err := led.Key(ctx, key)
+			switch {
+			case errors.Is(err, ledger.ErrNotFound):
+				continue
+			case err != nil:
+				return nil, fmt.Errorf("executor: run %s: action %s: read key: %w", runID, r.ID, err)
+			}
+			if rec.State != ledger.StatusSucceeded || rec.RunID != runID || rec.ActionID != r.ID {
+				continue
+			}
+			links[r.ID] = ledger.Claim(runID, r.ID, r.Tool, key, resolved, rec.Attempt+1)
+			outputs[r.ID] = rec.Output
+			more = true
+		}
+	}
+	return links, nil
 }

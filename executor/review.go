@@ -331,24 +331,41 @@ func (e *Engine) setStatusByPerson(ctx context.Context, runID string, st ledger.
 		return fmt.Errorf("executor: %s run %s: %w: the run is %s", st, runID, ErrNotReviewable, run.Status)
 	}
 	data := mustJSON(map[string]string{"by": by, "reason": "requested"})
-	var ops []ledger.Op
+	var ops []ledger.Op // ops[lead] is the status change
+	lead := 0
 	if st == ledger.RunPaused {
 		ops = append(ops, ledger.SetPause(runID, cmp.Or(by, "a person"), "", data))
 	} else {
-		ops = append(ops, ledger.SetRunStatus(runID, st, ledger.EventRunCancelled, "", data))
 		// Actions never started will never start: say so (a drive in flight
 		// claims nothing once the status is written, under the same lock).
+		// A replay's unchanged actions whose keys already succeeded keep
+		// them instead: their effect exists (linked before the status
+		// changes).
 		rows, err := e.led.Actions(ctx, runID)
 		if err != nil {
 			return fmt.Errorf("executor: %s run %s: %w", st, runID, err)
 		}
+		links, err := linkEarlier(ctx, e.led, runID, rows, nil)
+		if err != nil {
+			return err
+		}
+		var skips []ledger.Op
 		for _, r := range rows {
-			if reviewable(r) && r.Key == "" {
-				ops = append(ops, ledger.Skip(runID, r.ID, "not started: the run was cancelled"))
+			if op, ok := links[r.ID]; ok {
+				ops = append(ops, op)
+			} else if reviewable(r) && r.Key == "" {
+				skips = append(skips, ledger.Skip(runID, r.ID, "not started: the run was cancelled"))
 			}
 		}
+		lead = len(ops)
+		ops = append(ops, ledger.SetRunStatus(runID, st, ledger.EventRunCancelled, "", data))
+		ops = append(ops, skips...)
 	}
-	if _, err := applyLead(ctx, e.led, ops...); err != nil { // a skip that conflicts is no error
+	res, err := e.led.Apply(ctx, ops...)
+	if err == nil {
+		err = res[lead].Err // a link or a skip that conflicts is no error
+	}
+	if err != nil {
 		return fmt.Errorf("executor: %s run %s: %w", st, runID, err)
 	}
 	g.status = st

@@ -464,3 +464,65 @@ func TestRefusalAfterAPersonsRetryFails(t *testing.T) {
 		t.Fatalf("%d calls, want 3", n)
 	}
 }
+
+// TestReplayKeepsWhatItDidNotReach: a replay changes b, which now fails
+// definitely; c (after b in order, unchanged) had succeeded in revision 1.
+// The run fails before the drive reaches c, yet c's effect exists under its
+// unchanged key: c keeps its key and output in revision 2 (and compensation
+// would see it), never "skipped: not started". The same for a replay that
+// is cancelled before any drive. Regression: chaos seed 898080348987320995
+// (a replay's unchanged, succeeded action ended skipped with no key).
+func TestReplayKeepsWhatItDidNotReach(t *testing.T) {
+	t.Parallel()
+	ft := &tooltest.Tool{SpecValue: spec("mk", tools.Keyed), CallFunc: func(ctx context.Context, c tools.Call) (json.RawMessage, error) {
+		if strings.Contains(string(c.Args), "bad") {
+			return nil, tools.Permanent(errors.New("400 bad value"))
+		}
+		return json.RawMessage(`{"id":"` + c.Key[len(c.Key)-6:] + `"}`), nil
+	}}
+	b := setup(t, []tools.Tool{noLook{ft}}, func(c *Config) { c.Parallelism = 1 })
+	mk := func(bv string) *plan.Plan {
+		return mkPlan(t, pa("a", "mk", `{"v":1}`), pa("b", "mk", `{"v":"`+bv+`"}`, "a"),
+			pa("c", "mk", `{"v":3}`, "b"), pa("d", "mk", `{"from":"${c.output.id}"}`, "c"))
+	}
+	for _, cancel := range []bool{false, true} {
+		runID := fmt.Sprintf("r-cancel-%v", cancel)
+		doc := b.run(runID, mk("ok"), PolicyAll)
+		wantStatus(t, doc, ledger.RunCompleted)
+		before := map[string]ledger.Action{}
+		for _, a := range doc.Actions {
+			before[a.ID] = a
+		}
+		calls := len(ft.Calls())
+		if cancel {
+			if _, err := b.eng.RecordReplay(context.Background(), runID, mk("bad"), nil); err != nil {
+				t.Fatalf("RecordReplay: %v", err)
+			}
+			if err := b.eng.Cancel(context.Background(), runID, "ann"); err != nil {
+				t.Fatalf("Cancel: %v", err)
+			}
+			doc = b.doc(runID)
+			wantStatus(t, doc, ledger.RunCancelled)
+			if n := len(ft.Calls()) - calls; n != 0 {
+				t.Fatalf("cancelled replay made %d calls", n)
+			}
+		} else {
+			var err error
+			doc, err = b.eng.Replay(context.Background(), runID, mk("bad"), nil)
+			if err != nil {
+				t.Fatalf("Replay: %v", err)
+			}
+			wantStatus(t, doc, ledger.RunFailed)
+			if n := len(ft.Calls()) - calls; n != 1 {
+				t.Fatalf("replay made %d calls, want 1 (b)", n)
+			}
+		}
+		for _, id := range []string{"a", "c", "d"} {
+			x := row(t, doc, id)
+			if x.Status != ledger.StatusSucceeded || x.Key != before[id].Key || string(x.Output) != string(before[id].Output) {
+				t.Errorf("cancel %v: %s succeeded before the replay (key %s, output %s); after it: %s, key %q, output %s (%s)",
+					cancel, id, before[id].Key, before[id].Output, x.Status, x.Key, x.Output, x.Error)
+			}
+		}
+	}
+}
