@@ -61,7 +61,10 @@ func (p *reviewPage) poll(what, predicate string) {
 	if err := pollPage(p.ctx, predicate); err != nil {
 		p.snap("failed")
 		msg, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`[...document.querySelectorAll(".error")].map(e => e.textContent).filter(Boolean).join(" | ")`))
-		p.t.Fatalf("waiting for %s: %v (messages on the page: %q)", what, err, msg)
+		// What the screen said, for a failure on a machine whose
+		// screenshots are gone (CI).
+		seen, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 4000)`))
+		p.t.Fatalf("waiting for %s: %v (messages on the page: %q)\nthe page's text:\n%s", what, err, msg, seen)
 	}
 }
 

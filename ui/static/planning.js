@@ -25,7 +25,7 @@ function newRunId() {
 function previewOf(id) {
   let p = planning.runs.get(id);
   if (!p) {
-    p = { id, own: false, goal: "", rounds: new Map(), round: 0, actions: 0, done: false, error: "", gap: false, at: Date.now() };
+    p = { id, own: false, goal: "", rounds: new Map(), round: 0, actions: 0, done: false, ended: false, error: "", gap: false, at: Date.now() };
     planning.runs.set(id, p);
     renderPlanningList();
   }
@@ -63,13 +63,17 @@ function onPlanning(msg) {
   const shown = planning.shown === id && state.view === "planning";
   if (msg.done) {
     p.done = true;
+    p.ended = true; // nothing of this planning follows on the stream
     if (msg.error && !p.error) p.error = msg.error;
     renderPlanningList();
     if (shown) renderPlanning();
     return;
   }
   const pr = msg.progress;
-  if (!pr || p.done) return;
+  // Pieces still arrive after the POST's answer said the planning failed
+  // (the answer and the stream race): they belong to the preview. Only the
+  // stream's own "done" ends it.
+  if (!pr || p.ended) return;
   const r = roundOf(p, pr.round);
   switch (pr.kind) {
     case "round":
