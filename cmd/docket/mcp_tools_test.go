@@ -143,3 +143,57 @@ func TestToolsListAndHashWithFilesystem(t *testing.T) {
 		t.Errorf("the run recorded tools hash %s (status %s); tools check --connect printed %s", rec.ToolsHash, rec.Status, hc[1])
 	}
 }
+
+// The real server-filesystem behind `docket step`, killed (SIGKILL) right
+// after a call returned and before docket recorded it: the idempotent
+// write_file is simply written again on the re-send; the at_most_once
+// move_file is never repeated: the run waits in needs_review (exit 3), a
+// person resolves it as done, and the re-send completes with the file moved
+// once.
+func TestMCPFilesystemKilled(t *testing.T) {
+	t.Parallel()
+	p := mcptest.Servers(t)
+	for _, crash := range []string{"after_call:w", "after_call:m"} {
+		t.Run(crash, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			tf := filesToolsFile(t, p, root, "move_file")
+			data := filepath.Join(t.TempDir(), "data")
+			src, dst := filepath.Join(root, "draft.txt"), filepath.Join(root, "final.txt")
+			plan := fmt.Sprintf(`{"goal": "write and file", "actions": [
+  {"id": "w", "tool": "files.write_file", "args": {"path": %q, "content": "report"}},
+  {"id": "m", "tool": "files.move_file", "depends_on": ["w"], "args": {"source": %q, "destination": %q}}]}`, src, src, dst)
+			runID := "files-" + strings.ReplaceAll(crash, ":", "-")
+			req := stepRequestJSON(t, runID, []byte(plan), "all")
+			args := []string{"--data", data, "--tools", tf}
+			if k := stepChild(t, crash, req, args...); !k.killed {
+				t.Fatalf("the step never reached %s:\n%s", crash, k)
+			}
+			again := stepChild(t, "", req, args...)
+			if crash == "after_call:m" {
+				// The move may have happened: docket does not move again.
+				wantCode(t, again, exitPaused)
+				if a := doc(t, again).action("m"); a.Status != "needs_review" {
+					t.Fatalf("move_file after the kill: %s, want needs_review\n%s", a.Status, again)
+				}
+				if _, err := os.Stat(dst); err != nil {
+					t.Fatalf("the killed call did not move the file: %v", err)
+				}
+				r := inproc(t, "resolve", runID, "m", "--done", `{"content": "moved by hand"}`, "--data", data, "--tools", tf)
+				wantCode(t, r, exitOK)
+				again = stepChild(t, "", req, args...)
+			}
+			wantCode(t, again, exitOK)
+			d := doc(t, again)
+			if d.Status != "completed" || d.action("w").Status != "succeeded" || d.action("m").Status != "succeeded" {
+				t.Fatalf("after the re-send: %s", again)
+			}
+			if b, err := os.ReadFile(dst); err != nil || string(b) != "report" {
+				t.Errorf("final.txt = %q (%v), want the report, moved once", b, err)
+			}
+			if _, err := os.Stat(src); !os.IsNotExist(err) {
+				t.Errorf("draft.txt still exists (%v): the move did not happen, or the write ran after it", err)
+			}
+		})
+	}
+}
