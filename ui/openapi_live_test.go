@@ -607,14 +607,18 @@ func TestOpenAPIAgainstServer(t *testing.T) {
 	c.admin(b, 200, "POST", "/v1/runs/r-goal/actions/"+a0.ID+"/approve", map[string]any{})
 	c.admin(b, 409, "POST", "/v1/runs/r-goal/actions/"+a0.ID+"/resolve", map[string]any{"skip": true})
 	c.admin(b, 200, "POST", "/v1/runs/r-goal/approve", map[string]any{"all": true})
-	final := b.approveUntilDone("r-goal")
-	_ = final
+	b.approveUntilDone("r-goal") // ends paused: its email's server drops the connection
 
 	// The at-most-once email's outcome is unknown (its server drops the
 	// connection): needs_review, resolved through the API.
 	c.admin(b, 201, "POST", "/v1/runs", map[string]any{"run_id": "r-review", "plan": onboardingPlan(t), "approve": "all"})
 	b.waitFor("r-review", "welcome in needs_review", func(d ledger.RunDoc) bool {
-		return d.Run.Status == ledger.RunPaused
+		for _, a := range d.Actions {
+			if a.ID == "welcome" && a.Status == ledger.StatusNeedsReview {
+				return d.Run.Status == ledger.RunPaused
+			}
+		}
+		return false
 	})
 	c.admin(b, 200, "GET", "/v1/inbox?run=r-review", nil)
 	c.admin(b, 200, "POST", "/v1/runs/r-review/actions/welcome/resolve", map[string]any{"done": map[string]any{"message_id": "msg_manual"}})
