@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/executor/temporalstep"
@@ -390,4 +391,87 @@ func TestResultLeavesOutputsOut(t *testing.T) {
 			t.Errorf("IncludeRun: the Run JSON lacks the output")
 		}
 	}
+}
+
+// twoDrives runs RunPlan twice at once for the same run: what a second
+// attempt that Temporal started while the first was still calling (a worker
+// it gave up on too early, in the same process) does.
+func twoDrives(ctx workflow.Context, req temporalstep.Request) ([]temporalstep.Result, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: 2 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
+	f1 := workflow.ExecuteActivity(ctx, temporalstep.ActivityRunPlan, req)
+	f2 := workflow.ExecuteActivity(ctx, temporalstep.ActivityRunPlan, req)
+	out := make([]temporalstep.Result, 2)
+	for i, f := range []workflow.Future{f1, f2} {
+		if err := f.Get(ctx, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Two drives of one run at once (a second attempt started while the first
+// is still calling): the tool is called once; the other drive waits for the
+// call's outcome, heartbeating meanwhile, and both answer the run completed.
+func TestSecondAttemptWaitsForFirstCall(t *testing.T) {
+	t.Parallel()
+	w := &slowWorld{release: make(chan struct{})}
+	acts, err := temporalstep.New(context.Background(), temporalstep.Config{DataDir: filepath.Join(t.TempDir(), "data"), Tools: w.registry(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { acts.Close() })
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(time.Minute)
+	env.RegisterWorkflow(twoDrives)
+	acts.Register(env)
+	var mu sync.Mutex
+	beats := map[string]int{} // activity id → heartbeats with the call in flight
+	env.SetOnActivityHeartbeatListener(func(info *activity.Info, details converter.EncodedValues) {
+		var p temporalstep.Progress
+		if details.Get(&p) != nil || !slices.Contains(p.InFlight, "put") {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		beats[info.ActivityID]++
+		// Both drives alive with the call in flight for two heartbeats each
+		// (the SDK sends one at most every 1.6s here): the one that did not
+		// call had that long to call; end the call.
+		if len(beats) == 2 && min(beats[keys(beats)[0]], beats[keys(beats)[1]]) >= 2 {
+			w.once.Do(func() { close(w.release) })
+		}
+	})
+	env.ExecuteWorkflow(twoDrives, temporalstep.Request{RunID: "twice", Plan: json.RawMessage(`{"actions": [{"id": "put", "tool": "slow_put", "args": {"key": "k"}}]}`)})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var res []temporalstep.Result
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Status != "completed" {
+			t.Errorf("drive %d: %+v", i+1, r)
+		}
+	}
+	mu.Lock()
+	if len(beats) != 2 {
+		t.Errorf("heartbeats with the call in flight came from %d drives (%v), want both", len(beats), beats)
+	}
+	mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.calls != 1 || w.maxBusy != 1 {
+		t.Fatalf("the tool was called %d times (at most %d at once), want once", w.calls, w.maxBusy)
+	}
+}
+
+func keys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
