@@ -5,7 +5,9 @@
 # required (DOCKET_REQUIRE_EXTRAS=1): it proves everything or fails saying
 # what is missing. .ci/run runs it, then `make soak`.
 #
-#   make test         set-up + the whole suite (main module, executor/temporalstep, evals/bench/peers),
+#   make test         set-up + the whole suite (main module, executor/temporalstep, evals/bench/peers,
+#                     ui/testdata/clientgen: a Go client generated from the served OpenAPI drives a run,
+#                     cmd/docket/examples/temporal: the Temporal example's loop in Temporal's test environment),
 #                     and ui's suite once more over HTTPS (DOCKET_TEST_TLS=1: 28-57s on 2 busy cores)
 #   make soak         the long soak runs of cmd/docket (DOCKET_SOAK=1), which make test skips
 #   make extras       only the set-up
@@ -30,6 +32,8 @@ test: extras
 	DOCKET_TEST_TLS=1 $(GOTEST) -timeout 5m ./ui/
 	cd executor/temporalstep && GOFLAGS=-mod=mod $(GOTEST) -timeout 8m ./...
 	cd evals/bench/peers && GOFLAGS=-mod=mod $(GOTEST) -timeout 6m ./...
+	cd ui/testdata/clientgen && GOFLAGS=-mod=mod $(GOTEST) -timeout 6m ./...
+	cd cmd/docket/examples/temporal && GOFLAGS=-mod=mod $(GOTEST) -timeout 5m ./...
 
 soak: export DOCKET_SOAK = 1
 soak: export DOCKET_REQUIRE_EXTRAS = 1

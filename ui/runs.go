@@ -165,7 +165,8 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if s.accepting[runID] {
 		s.mu.Unlock()
-		writeError(w, http.StatusConflict, "in_progress", "run "+runID+" is still being accepted by an earlier request: retry later", nil)
+		w.Header().Set("Retry-After", strconv.Itoa(inProgressRetry))
+		writeError(w, http.StatusConflict, "in_progress", fmt.Sprintf("run %s is still being accepted by an earlier request: retry in %ds", runID, inProgressRetry), map[string]int{"retry_after": inProgressRetry})
 		return
 	}
 	s.accepting[runID] = true
@@ -256,6 +257,11 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusCreated, doc)
 }
+
+// inProgressRetry is the Retry-After (seconds) of a 409 in_progress: the
+// earlier request records a given plan within milliseconds and a planned one
+// once the model has answered, so a second is a fair first wait either way.
+const inProgressRetry = 1
 
 // answerExisting answers a create request for runID when the run exists: 200
 // with the run when ident is the request that created it, 422 when another
@@ -437,6 +443,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if !s.afterKnown(w, r, runID, after) {
+		return
+	}
 	evs, err := s.led.Events(r.Context(), runID, after, limit)
 	if err != nil {
 		s.fail(w, err)
@@ -463,6 +472,33 @@ func parseAfter(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// afterKnown answers 400 (code after_past_end, details.last: the run's last
+// seq) and false when after names an event the run does not have: a cursor
+// past the end would otherwise wait silently for sequence numbers that the
+// ledger gives to events the client then never sees. Event seqs are
+// recorded before anyone is told of them, so a seq a client received always
+// exists.
+func (s *Server) afterKnown(w http.ResponseWriter, r *http.Request, runID string, after uint64) bool {
+	if after == 0 {
+		return true
+	}
+	evs, err := s.led.Events(r.Context(), runID, after-1, 1)
+	if err != nil {
+		s.fail(w, err)
+		return false
+	}
+	if len(evs) == 1 && evs[0].Seq == after {
+		return true
+	}
+	last, err := s.lastEventSeq(r.Context(), runID)
+	if err != nil {
+		s.fail(w, err)
+		return false
+	}
+	writeError(w, http.StatusBadRequest, "after_past_end", fmt.Sprintf("after=%d is past the end of run %s's events (the last is %d): resume after a sequence number you received", after, runID, last), map[string]uint64{"after": after, "last": last})
+	return false
 }
 
 // --- replay and fork (review and control ops are in review.go) ---

@@ -61,6 +61,9 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if !s.afterKnown(w, r, runID, after) {
+		return
+	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		writeError(w, http.StatusBadRequest, "bad_request", "this endpoint is a WebSocket: send an upgrade request", nil)
 		return

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -11,20 +12,24 @@ import (
 
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
+	"github.com/docketrun/docket/tools/mcptool"
 	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 func init() {
-	register("tools", "print the tools-file JSON Schema (tools schema) or check a tools file (tools check --tools FILE)",
+	register("tools", "print the tools-file JSON Schema (tools schema), check a tools file (tools check --tools FILE [--connect]) or list every tool with its class (tools list --tools FILE)",
 		func(env Env) command { return &toolsCmd{env: env} })
 }
 
-// toolsCmd is `docket tools schema` and `docket tools check --tools FILE`.
+// toolsCmd is `docket tools schema`, `docket tools check --tools FILE
+// [--connect]` and `docket tools list --tools FILE [--json]`.
 type toolsCmd struct{ env Env }
 
 func (c *toolsCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("tools", "tools schema | tools check --tools FILE", c.env.Stderr)
+	fs := newFlags("tools", "tools schema | tools check --tools FILE [--connect] | tools list --tools FILE [--json]", c.env.Stderr)
 	file := fs.String("tools", "", "the tools file to check")
+	connect := fs.Bool("connect", false, "check: also start or reach the file's MCP servers, check that every tool the file names exists, and print the tools hash a run records")
+	asJSON := fs.Bool("json", false, "list: print JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -35,31 +40,54 @@ func (c *toolsCmd) Run(ctx context.Context, args []string) error {
 	}
 	switch pos[0] {
 	case "schema":
-		if *file != "" {
-			return usageError("tools schema takes no --tools")
+		if *file != "" || *connect || *asJSON {
+			return usageError("tools schema takes no flags")
 		}
 		_, err := c.env.Stdout.Write(toolsfile.Schema())
 		return err
 	case "check":
-		return c.check(*file)
+		if *asJSON {
+			return usageError("tools check takes no --json (tools list --json does)")
+		}
+		return c.check(ctx, *file, *connect)
+	case "list":
+		if *connect {
+			return usageError("tools list always connects: drop --connect")
+		}
+		return c.list(ctx, *file, *asJSON)
 	}
 	fs.Usage()
-	return usageError("unknown tools subcommand %q (want schema or check)", pos[0])
+	return usageError("unknown tools subcommand %q (want schema, check or list)", pos[0])
 }
 
 // check loads the file as `docket run` would and prints its tools with their
-// classes. A bad file is exit 2 with every problem listed.
-func (c *toolsCmd) check(path string) error {
+// classes. A bad file is exit 2 with every problem listed. With connect it
+// starts (or reaches) the MCP servers as a run does: a tool the file
+// classifies that a server does not list is exit 2 naming it, a server that
+// cannot be reached exit 1, and the tools hash printed is the one a run
+// records.
+func (c *toolsCmd) check(ctx context.Context, path string, connect bool) error {
 	if path == "" {
 		return usageError("tools check needs --tools FILE")
 	}
-	f, err := parseToolsFile(path, c.env)
-	if err != nil {
-		return err
-	}
-	reg, err := tools.NewRegistry(f.Tools...)
-	if err != nil {
-		return withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+	var (
+		f   *httptool.File
+		reg *tools.Registry
+		err error
+	)
+	if connect {
+		var closeSet func()
+		if f, reg, closeSet, err = loadToolsFile(ctx, path, c.env); err != nil {
+			return err
+		}
+		defer closeSet()
+	} else {
+		if f, err = parseToolsFile(path, c.env); err != nil {
+			return err
+		}
+		if reg, err = tools.NewRegistry(f.Tools...); err != nil {
+			return withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+		}
 	}
 	out := c.env.Stdout
 	fmt.Fprintf(out, "tools file %s: %d tools, %d MCP servers\n\n", path, len(f.Tools), len(f.MCPServers))
@@ -84,18 +112,44 @@ func (c *toolsCmd) check(path string) error {
 		if srv.URL != "" {
 			where = "url " + srv.URL
 		}
-		fmt.Fprintf(out, "\nMCP server %s (%s; not connected by check)", srv.Name, where)
+		state := "not connected by check: --connect checks its tools"
+		if connect {
+			state = "connected"
+		}
+		fmt.Fprintf(out, "\nMCP server %s (%s; %s)", srv.Name, where, state)
 		if srv.TrustAnnotations {
 			fmt.Fprint(out, ", trusts annotations")
 		}
 		fmt.Fprintln(out)
+		if connect {
+			// Every tool the server lists, with the class a run gives it.
+			for _, name := range reg.Names() {
+				if !strings.HasPrefix(name, srv.Name+".") {
+					continue
+				}
+				s, _ := reg.Spec(name)
+				why := "tools file"
+				switch t := mustGet(reg, name).(type) {
+				case *mcptool.Tool:
+					why = t.Why
+				case *mcptool.LookupTool:
+					why = t.Why
+				}
+				fmt.Fprintf(out, "  %s: %s (%s)\n", name, s.Class, why)
+			}
+		}
 		names := make([]string, 0, len(srv.Tools))
 		for n := range srv.Tools {
 			names = append(names, n)
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			fmt.Fprintf(out, "  %s.%s: %s\n", srv.Name, n, srv.Tools[n].Effect)
+			if connect && srv.Tools[n].Lookup == nil {
+				continue // listed above
+			}
+			if !connect {
+				fmt.Fprintf(out, "  %s.%s: %s\n", srv.Name, n, srv.Tools[n].Effect)
+			}
 			if l := srv.Tools[n].Lookup; l != nil {
 				at := cmp.Or(l.Output, "the result")
 				fmt.Fprintf(out, "    lookup: calls %s.%s; found: a non-empty object or array at %s, recorded as it is; "+
@@ -104,10 +158,86 @@ func (c *toolsCmd) check(path string) error {
 			}
 		}
 	}
-	fmt.Fprintf(out, "\ntools hash %s\n", reg.Hash())
+	if len(f.MCPServers) > 0 && !connect {
+		fmt.Fprintf(out, "\ntools hash %s (the HTTP tools only: a run adds the MCP servers' tools; check --connect prints the hash a run records)\n", reg.Hash())
+	} else {
+		fmt.Fprintf(out, "\ntools hash %s\n", reg.Hash())
+	}
 	for _, warn := range f.Warnings {
 		fmt.Fprintf(c.env.Stderr, "docket: warning: %s\n", warn)
 	}
+	return nil
+}
+
+func mustGet(reg *tools.Registry, name string) tools.Tool {
+	t, _ := reg.Get(name)
+	return t
+}
+
+// listedTool is one tool as `docket tools list --json` prints it.
+type listedTool struct {
+	Name        string `json:"name"`
+	Source      string `json:"source"` // "http" or "mcp"
+	Server      string `json:"server,omitempty"`
+	Class       string `json:"class"`
+	Why         string `json:"why"` // where the class comes from
+	Lookup      bool   `json:"lookup"`
+	Description string `json:"description"`
+}
+
+// list connects to the file's MCP servers as a run does and prints every
+// tool of the registry with its effect class and where the class comes from
+// (the tools file, a trusted annotation, or the default for an unclassified
+// MCP tool), then the tools hash a run records.
+func (c *toolsCmd) list(ctx context.Context, path string, asJSON bool) error {
+	if path == "" {
+		return usageError("tools list needs --tools FILE")
+	}
+	_, reg, closeSet, err := loadToolsFile(ctx, path, c.env)
+	if err != nil {
+		return err
+	}
+	defer closeSet()
+	var out []listedTool
+	for _, name := range reg.Names() {
+		s, _ := reg.Spec(name)
+		tl, _ := reg.Get(name)
+		_, looks := tl.(tools.Looker)
+		lt := listedTool{Name: name, Source: "http", Class: string(s.Class), Why: "tools file", Lookup: looks, Description: s.Description}
+		var mt *mcptool.Tool
+		switch t := tl.(type) {
+		case *mcptool.Tool:
+			mt = t
+		case *mcptool.LookupTool:
+			mt = t.Tool
+		}
+		if mt != nil {
+			lt.Source, lt.Server, lt.Why = "mcp", mt.Server(), mt.Why
+		}
+		out = append(out, lt)
+	}
+	if asJSON {
+		enc := json.NewEncoder(c.env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"tools": out, "tools_hash": reg.Hash()})
+	}
+	w := tabwriter.NewWriter(c.env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TOOL\tCLASS\tFROM\tCLASS FROM")
+	for _, lt := range out {
+		from := "http"
+		if lt.Source == "mcp" {
+			from = "mcp server " + lt.Server
+		}
+		class := lt.Class
+		if lt.Lookup {
+			class += " (lookup declared)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", lt.Name, class, from, lt.Why)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.env.Stdout, "\ntools hash %s\n", reg.Hash())
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/docketrun/docket/tools"
@@ -15,22 +16,32 @@ import (
 // registry. Secrets the file names with {{env "NAME"}} come from env.Getenv. The returned
 // function stops the servers; call it when the command ends. A server that
 // cannot be reached is exit 1 (retry later); a file or tool definition that
-// is wrong is exit 2.
+// is wrong is exit 2, including a tool the file classifies that its server
+// does not list (mcptool.ErrNotListed: a misspelled name).
 func loadTools(ctx context.Context, path string, env Env) (*tools.Registry, func(), error) {
+	_, reg, closeSet, err := loadToolsFile(ctx, path, env)
+	return reg, closeSet, err
+}
+
+// loadToolsFile is loadTools that also returns the parsed file.
+func loadToolsFile(ctx context.Context, path string, env Env) (*httptool.File, *tools.Registry, func(), error) {
 	nop := func() {}
 	if path == "" {
-		return nil, nop, usageError("--tools FILE is required")
+		return nil, nil, nop, usageError("--tools FILE is required")
 	}
 	f, err := parseToolsFile(path, env)
 	if err != nil {
-		return nil, nop, err
+		return nil, nil, nop, err
 	}
 	all := append([]tools.Tool(nil), f.Tools...)
 	closeSet := nop
 	if len(f.MCPServers) > 0 {
 		set, err := mcptool.Connect(ctx, f.MCPServers, &mcptool.Options{Env: env.Getenv, Logger: cliLogger(env.Stderr)})
+		if errors.Is(err, mcptool.ErrNotListed) {
+			return nil, nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+		}
 		if err != nil {
-			return nil, nop, withCode(exitFailed, fmt.Errorf("tools file %s: %w", path, err))
+			return nil, nil, nop, withCode(exitFailed, fmt.Errorf("tools file %s: %w", path, err))
 		}
 		closeSet = func() {
 			if err := set.Close(); err != nil {
@@ -42,9 +53,9 @@ func loadTools(ctx context.Context, path string, env Env) (*tools.Registry, func
 	reg, err := tools.NewRegistry(all...)
 	if err != nil {
 		closeSet()
-		return nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
+		return nil, nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
 	}
-	return reg, closeSet, nil
+	return f, reg, closeSet, nil
 }
 
 // parseToolsFile reads and checks a tools file with toolsfile, the format's

@@ -279,7 +279,7 @@ func TestWorkerCrashRetried(t *testing.T) {
 		t.Run("after the call of "+crashAt, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, crashAt)
-			res := b.run(t, temporalstep.Request{Plan: json.RawMessage(onboardingPlan), Approve: "all"})
+			res := b.run(t, temporalstep.Request{Plan: json.RawMessage(onboardingPlan), Approve: "all", IncludeRun: true})
 			if res.Status != "completed" || !strings.HasPrefix(res.RunID, "temporal/") {
 				t.Fatalf("result: %+v\n%s", res, res.Run)
 			}
@@ -310,7 +310,7 @@ func TestWorkerCrashRetried(t *testing.T) {
 func TestRetriedAfterCompletion(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "")
-	req := temporalstep.Request{RunID: "order-4711/onboard", Plan: json.RawMessage(onboardingPlan), Approve: "all"}
+	req := temporalstep.Request{RunID: "order-4711/onboard", Plan: json.RawMessage(onboardingPlan), Approve: "all", IncludeRun: true}
 	first := b.run(t, req)
 	b.newEnv() // a second execution of the step, served by the same worker
 	second := b.run(t, req)

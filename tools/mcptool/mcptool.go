@@ -71,8 +71,15 @@ func (o *Options) withDefaults() Options {
 	return out
 }
 
+// ErrNotListed is wrapped by the ConnectError of a server whose tool list
+// does not match the tools file: the file classifies a tool (or names a
+// lookup tool) that the server does not list, most often a misspelling.
+// That is a mistake in the file (docket's exit 2), not a server that cannot
+// be reached (exit 1).
+var ErrNotListed = errors.New("the tools file names tools the server does not list")
+
 // ConnectError reports a server that could not be connected, or whose tools
-// do not match the tools file.
+// do not match the tools file (then it wraps ErrNotListed).
 type ConnectError struct {
 	Server string
 	Err    error
@@ -388,20 +395,25 @@ func (s *server) listTools(ctx context.Context) ([]tools.Tool, error) {
 		}
 		listed[t.Name] = t
 	}
-	var problems []string
-	for name, ft := range s.cfg.Tools {
-		if listed[name] == nil {
-			problems = append(problems, fmt.Sprintf("the tools file classifies tool %q, which the server does not list", name))
-		}
-		if ft.Lookup != nil && listed[ft.Lookup.Tool] == nil {
-			problems = append(problems, fmt.Sprintf("tool %q: lookup tool %q is not listed by the server", name, ft.Lookup.Tool))
-		}
-	}
 	names := make([]string, 0, len(listed))
 	for n := range listed {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	var notListed []string
+	for name, ft := range s.cfg.Tools {
+		if listed[name] == nil {
+			notListed = append(notListed, fmt.Sprintf("the tools file classifies tool %q, which the server does not list%s", name, didYouMean(name, names)))
+		}
+		if ft.Lookup != nil && listed[ft.Lookup.Tool] == nil {
+			notListed = append(notListed, fmt.Sprintf("tool %q: lookup tool %q is not listed by the server%s", name, ft.Lookup.Tool, didYouMean(ft.Lookup.Tool, names)))
+		}
+	}
+	if len(notListed) > 0 {
+		sort.Strings(notListed)
+		return nil, fmt.Errorf("%w: %s (it lists %s)", ErrNotListed, strings.Join(notListed, "; "), strings.Join(names, ", "))
+	}
+	var problems []string
 	var out []tools.Tool
 	for _, n := range names {
 		t, err := newTool(s, listed[n])
@@ -416,6 +428,47 @@ func (s *server) listTools(ctx context.Context) ([]tools.Tool, error) {
 		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	return out, nil
+}
+
+// didYouMean names the listed tool closest to name (by edit distance, at
+// most a third of its length), as " (did you mean "x"?)", or "".
+func didYouMean(name string, listed []string) string {
+	best, bestD := "", len(name)/3+1
+	for _, l := range listed {
+		if d := editDistance(name, l); d < bestD {
+			best, bestD = l, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the Damerau–Levenshtein distance of a and b (an adjacent
+// transposition counts one), over bytes.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 // headerTransport adds a remote server's headers to every request.

@@ -38,6 +38,7 @@ var manifest []byte
 const (
 	memoryPkg     = "@modelcontextprotocol/server-memory"
 	everythingPkg = "@modelcontextprotocol/server-everything"
+	filesystemPkg = "@modelcontextprotocol/server-filesystem"
 )
 
 // Pins returns the pinned version of each server package, by npm name.
@@ -48,7 +49,7 @@ func Pins() (map[string]string, error) {
 	if err := json.Unmarshal(manifest, &m); err != nil {
 		return nil, fmt.Errorf("mcptest: reading the pinned manifest: %w", err)
 	}
-	for _, p := range []string{memoryPkg, everythingPkg} {
+	for _, p := range []string{memoryPkg, everythingPkg, filesystemPkg} {
 		if m.Dependencies[p] == "" {
 			return nil, fmt.Errorf("mcptest: the pinned manifest has no version of %s", p)
 		}
@@ -61,6 +62,7 @@ type Paths struct {
 	Node       string // the node executable
 	Memory     string // server-memory's entry script
 	Everything string // server-everything's entry script
+	Filesystem string // server-filesystem's entry script (give it the directories it may touch as arguments)
 }
 
 // Servers returns the paths of node and the installed servers. When node is
@@ -100,8 +102,9 @@ func Servers(t testing.TB) Paths {
 	if dir != "" {
 		p.Memory = filepath.Join(dir, "node_modules", memoryPkg, "dist", "index.js")
 		p.Everything = filepath.Join(dir, "node_modules", everythingPkg, "dist", "index.js")
+		p.Filesystem = filepath.Join(dir, "node_modules", filesystemPkg, "dist", "index.js")
 	}
-	for _, pkg := range []string{memoryPkg, everythingPkg} {
+	for _, pkg := range []string{memoryPkg, everythingPkg, filesystemPkg} {
 		if problem := installed(dir, pkg, pins[pkg]); problem != "" {
 			testextra.Missing(t, "the reference MCP servers ("+problem+")",
 				"run `"+InstallCommand+"` at the repository root (npm ci of the pinned servers into .mcpservers), or set DOCKET_MCP_SERVERS to a folder where they are installed")
