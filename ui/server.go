@@ -217,7 +217,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := newMetrics()
+	m := newMetrics(cfg.Ledger)
 	sig := newSignals()
 	// One engine for the server, built once: it reports to the server's
 	// metrics and live signals, and to the caller's Observer when one is set.
@@ -226,7 +226,7 @@ func New(cfg Config) (*Server, error) {
 	if ecfg.Logger == nil {
 		ecfg.Logger = cfg.Logger
 	}
-	ecfg.Observer = executor.Observers(m.engine, sig, cfg.Executor.Observer)
+	ecfg.Observer = executor.Observers(m.engine, m.ledger, sig, cfg.Executor.Observer)
 	cfg.Executor = ecfg
 	eng, err := executor.New(ecfg)
 	if err != nil {
@@ -277,7 +277,7 @@ func New(cfg Config) (*Server, error) {
 
 // Handler serves everything: the API, the streams, the page, health and
 // metrics.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+func (s *Server) Handler() http.Handler { return s.metrics.instrument(http.HandlerFunc(s.serve)) }
 
 // serve is the mux behind the answers ServeMux would give in its own plain
 // text or HTML: an API path (under /v1/, /metrics, /healthz, /readyz) that
