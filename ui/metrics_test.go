@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -19,7 +20,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
 	"github.com/docketrun/docket/evals/demoworld"
+	"github.com/docketrun/docket/evals/testextra"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ui"
 )
@@ -214,6 +218,7 @@ func TestMetricsCountWhatTheEventsSay(t *testing.T) {
 	if n := handled.Load(); n != 0 {
 		t.Errorf("%d log records were handled with every level disabled", n)
 	}
+	lintMetrics(t, scrapeText(t, b))
 	if t.Failed() {
 		t.Logf("metrics:\n%v\nfrom events:\n%v", got, want)
 	}
@@ -521,5 +526,50 @@ func TestNoLogScraping(t *testing.T) {
 				t.Errorf("%s uses %s: metrics and signals come from the executor's Observer, not from log records or test hooks", f, bad)
 			}
 		}
+	}
+}
+
+// scrapeText reads /metrics as served, in Prometheus' text format.
+func scrapeText(t *testing.T, b *bundle) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", b.hs.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := b.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %d, %v", resp.StatusCode, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Fatalf("GET /metrics Content-Type = %q", ct)
+	}
+	return string(raw)
+}
+
+// lintMetrics checks an exposition with client_golang's linter (the rules
+// promtool applies) and, when it is installed, with `promtool check
+// metrics` itself (Debian's prometheus package ships it; make test installs
+// it).
+func lintMetrics(t *testing.T, text string) {
+	t.Helper()
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatalf("promlint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		testextra.Missing(t, "promtool ("+err.Error()+")", "apt-get install -y prometheus (Debian's package ships promtool; make test installs it when it runs as root)")
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), path, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }
