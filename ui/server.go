@@ -107,6 +107,12 @@ type Config struct {
 	WSReadLimit int64
 	// Now gives the time (sessions, metrics). Default time.Now.
 	Now func() time.Time
+	// TraceID names the OpenTelemetry trace of a run's spans
+	// (executor/oteltrace.TraceID) when tracing is on: every Run JSON the
+	// server answers carries it as trace_id, and the page shows it. Planning
+	// a goal runs in a span of Executor.Tracer (executor.WorkPlan). Nil: no
+	// trace_id.
+	TraceID func(runID string) string
 }
 
 // WithDefaults returns cfg with every zero field set to its default.
@@ -245,7 +251,7 @@ func New(cfg Config) (*Server, error) {
 		tokens:    toks,
 		limits:    newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.MaxSocketsPerToken, cfg.Now),
 		cfg:       cfg,
-		led:       cfg.Ledger,
+		led:       withTraceIDs(cfg.Ledger, cfg.TraceID),
 		reg:       cfg.Tools,
 		eng:       eng,
 		pl:        cfg.Planner,

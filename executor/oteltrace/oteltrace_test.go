@@ -198,6 +198,13 @@ func TestSpansReachAnOTLPReceiver(t *testing.T) {
 		{ID: "p", Tool: "put", Args: json.RawMessage(`{"v":1}`)},
 		{ID: "c", Tool: "crm", Args: json.RawMessage(`{"name":"acme"}`), DependsOn: []string{"p"}},
 	}}
+	// Planning (as the service does it): a docket.plan root span in the
+	// run's trace; a model call made under it (the planner's span) is its
+	// child.
+	pctx, endPlan := tr.Tracer().Start(ctx, executor.Work{Kind: executor.WorkPlan, AttemptInfo: executor.AttemptInfo{RunID: "traced-run"}})
+	_, model := tr.Provider().Tracer("planner").Start(pctx, "chat gpt-test")
+	model.End()
+	endPlan(executor.Done{})
 	doc, err := eng.Run(ctx, "traced-run", p, &executor.RunOptions{Policy: executor.PolicyAll})
 	if err != nil || doc.Run.Status != ledger.RunCompleted {
 		t.Fatalf("run: %v %s", err, doc.Run.Status)
@@ -224,6 +231,10 @@ func TestSpansReachAnOTLPReceiver(t *testing.T) {
 	}
 	if attr(run, "docket.run.id") != "traced-run" || attr(run, "docket.run.status") != "completed" {
 		t.Errorf("run span attributes: %v", run.Attributes)
+	}
+	planSpan, chat := one("docket.plan"), one("chat gpt-test")
+	if len(planSpan.ParentSpanId) != 0 || !bytes.Equal(chat.ParentSpanId, planSpan.SpanId) {
+		t.Errorf("plan span parent %x, model call parent %x (want none, the plan span)", planSpan.ParentSpanId, chat.ParentSpanId)
 	}
 	actions := map[string]*tracepb.Span{}
 	for _, s := range rcv.named("docket.action") {
