@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/oteltrace"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
@@ -64,10 +65,16 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 		return nil // -h
 	}
 	var req stepRequest
+	var tr *oteltrace.Tracing
 	doc, err := func() (ledger.RunDoc, error) {
 		if err != nil {
 			return ledger.RunDoc{}, err
 		}
+		var stop func()
+		if c.env, tr, stop, err = startTracing(ctx, c.env); err != nil {
+			return ledger.RunDoc{}, err
+		}
+		defer stop()
 		if len(pos) > 0 {
 			return ledger.RunDoc{}, usageError("step takes no positional arguments (got %q): the request comes on stdin", pos)
 		}
@@ -86,7 +93,7 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 	// it; a refusal before that (bad input, a busy data directory, a tool
 	// server out of reach) prints nothing on stdout rather than a made-up run.
 	if outDoc.Run.ID != "" {
-		if werr := writeDoc(c.env.Stdout, outDoc); werr != nil && err == nil {
+		if werr := writeDoc(c.env.Stdout, traced(tr, outDoc)); werr != nil && err == nil {
 			err = werr
 		}
 	}

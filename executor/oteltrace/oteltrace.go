@@ -45,8 +45,10 @@ type Tracing struct {
 	tracer trace.Tracer
 }
 
-// FromEnv builds a Tracing from the standard environment variables, read
-// through getenv: nil (and no error) when neither OTEL_EXPORTER_OTLP_ENDPOINT
+// FromEnv builds a Tracing from the standard environment variables. The
+// endpoint, the protocol and the switches are read through getenv (the
+// exporter's other settings, such as OTEL_EXPORTER_OTLP_HEADERS, from the
+// process environment): nil (and no error) when neither OTEL_EXPORTER_OTLP_ENDPOINT
 // nor OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, when OTEL_SDK_DISABLED is
 // true or OTEL_TRACES_EXPORTER is "none". OTEL_TRACES_EXPORTER other than
 // otlp, and an OTLP protocol other than http/protobuf, are refused with an
@@ -66,6 +68,9 @@ func FromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) 
 	if endpoint == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
 		return nil, nil
 	}
+	if endpoint == "" {
+		endpoint = strings.TrimRight(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "/") + "/v1/traces"
+	}
 	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {
 		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -73,7 +78,7 @@ func FromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) 
 	if proto != "" && proto != "http/protobuf" {
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: docket exports traces over http/protobuf (port 4318 on a collector)", proto)
 	}
-	return New(ctx, Config{})
+	return New(ctx, Config{EndpointURL: endpoint})
 }
 
 // New builds a Tracing exporting to cfg's endpoint (or the environment's).
