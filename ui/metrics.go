@@ -321,7 +321,8 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ledgerCounts keeps docket_runs (runs by status) and docket_actions
 // (actions by effect class and status) over ALL runs of the ledger, cheaply:
-// every run is read once, at the first scrape; after that a scrape reads
+// every run is read once, at the first scrape (or the first ones, when a
+// scraper gives up on a large ledger: the scan goes on where it stopped); after that a scrape reads
 // again only the runs something happened to since the last one (the
 // engine's Observer and the server's own reviews and drives mark them), plus
 // a bounded slice of the others in turn (resyncPerScrape, so changes made by
@@ -333,6 +334,7 @@ type ledgerCounts struct {
 
 	refreshMu sync.Mutex // one refresh at a time
 	cursor    string     // where the next bounded resync continues ("" = newest); under refreshMu
+	scanAfter string     // where the first full scan goes on after a page; under refreshMu
 
 	mu      sync.Mutex
 	loaded  bool
@@ -391,9 +393,10 @@ func (c *ledgerCounts) refresh(ctx context.Context) error {
 	c.mu.Unlock()
 	if !loaded {
 		// Marks made during the scan stay: those runs are read again below.
-		after := ""
+		// A scan cut short (the scraper gave up) goes on from the last page
+		// it finished at the next scrape.
 		for {
-			runs, next, err := c.led.ListRuns(ctx, ledger.ListOptions{After: after, Limit: 1000})
+			runs, next, err := c.led.ListRuns(ctx, ledger.ListOptions{After: c.scanAfter, Limit: 1000})
 			if err != nil {
 				return err
 			}
@@ -405,7 +408,7 @@ func (c *ledgerCounts) refresh(ctx context.Context) error {
 			if next == "" {
 				break
 			}
-			after = next
+			c.scanAfter = next
 		}
 		c.mu.Lock()
 		c.loaded = true
