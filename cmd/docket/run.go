@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/executor/oteltrace"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/planner"
 )
@@ -44,16 +43,10 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		return nil // -h
 	}
 	policy := executor.Policy(*approve)
-	var tr *oteltrace.Tracing
 	doc, err := func() (ledger.RunDoc, error) {
 		if err != nil {
 			return ledger.RunDoc{}, err
 		}
-		var stop func()
-		if c.env, tr, stop, err = startTracing(ctx, c.env); err != nil {
-			return ledger.RunDoc{}, err
-		}
-		defer stop()
 		if len(pos) > 0 {
 			return ledger.RunDoc{}, usageError("run takes no positional arguments (got %q); see docket run -h", pos)
 		}
@@ -67,7 +60,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	// directory, a service out of reach) prints nothing on stdout: a made-up
 	// run would claim a status nobody knows.
 	if doc.Run.ID != "" {
-		if werr := writeDoc(c.env.Stdout, traced(tr, doc)); werr != nil && err == nil {
+		if werr := writeDoc(c.env.Stdout, c.env.traced(doc)); werr != nil && err == nil {
 			err = werr
 		}
 	}

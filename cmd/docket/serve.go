@@ -101,14 +101,6 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	out, errOut := c.env.Stdout, c.env.Stderr
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	// Traces go where the OTEL_* variables say (nowhere when they name no
-	// endpoint): the engine's runs, the planner's model calls.
-	env, tr, stopTracing, err := startTracing(ctx, c.env)
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
-	c.env = env
 
 	// Tools: the given file, or the demo world.
 	var (
@@ -144,9 +136,6 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	pcfg.Logger = log
-	if tr != nil {
-		pcfg.TracerProvider = tr.Provider()
-	}
 	var pl *planner.Planner
 	switch {
 	case pcfg.Model != "":
@@ -254,7 +243,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		Notify:             *notify,
 		NotifySecret:       secret,
 		Logger:             log,
-		TraceID:            traceIDs(tr),
+		TraceID:            c.env.traceIDs(),
 	})
 	if err != nil {
 		return withCode(exitBad, err)
