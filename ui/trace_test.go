@@ -12,9 +12,8 @@ import (
 )
 
 // TestRunJSONCarriesTraceID: with tracing on (Config.TraceID), every Run
-// JSON the server answers names the run's trace (the id its spans carry),
-// and the page shows it; without it the field is left out (the Run JSON of
-// DESIGN.md, unchanged).
+// JSON the server answers names the run's trace (the id its spans carry);
+// without it the field is left out (the Run JSON of DESIGN.md, unchanged).
 func TestRunJSONCarriesTraceID(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{tune: func(c *ui.Config) { c.TraceID = oteltrace.TraceID }})
@@ -37,7 +36,15 @@ func TestRunJSONCarriesTraceID(t *testing.T) {
 	if _, ok := doc["trace_id"]; ok || doc["run_id"] == nil {
 		t.Fatalf("without tracing the Run JSON has trace_id (or is no Run JSON): %v", doc)
 	}
+}
 
+// TestBrowserShowsTraceID: the page shows a run's trace id (tracing on).
+// Like every browser test, not parallel: one Chromium at a time.
+func TestBrowserShowsTraceID(t *testing.T) {
+	b := setup(t, options{tune: func(c *ui.Config) { c.TraceID = oteltrace.TraceID }})
+	if code := b.call("POST", "/v1/runs", map[string]any{"run_id": "traced", "plan": onboardingPlan(t), "approve": "none"}, nil); code != http.StatusCreated {
+		t.Fatalf("create = %d", code)
+	}
 	p := openBrowser(t, 1100, 900)
 	p.signIn(b.hs.URL)
 	p.do("open the run", chromedp.Navigate("about:blank"), chromedp.Navigate(b.hs.URL+"/#run=traced"))
