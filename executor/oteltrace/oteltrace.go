@@ -101,9 +101,11 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("oteltrace: resource: %w", err)
 	}
-	proc := sdktrace.NewBatchSpanProcessor(exp)
+	var proc sdktrace.SpanProcessor
 	if cfg.Sync {
 		proc = sdktrace.NewSimpleSpanProcessor(exp)
+	} else {
+		proc = sdktrace.NewBatchSpanProcessor(exp)
 	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSpanProcessor(proc),
