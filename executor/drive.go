@@ -64,7 +64,15 @@ type driver struct {
 	wg   sync.WaitGroup
 }
 
+// drive drives run runID once, in a span of its own (Config.Tracer).
 func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error) {
+	ctx, end := e.tracer.Start(ctx, Work{Kind: WorkRun, AttemptInfo: AttemptInfo{RunID: runID}})
+	doc, err := e.driveOnce(ctx, runID)
+	end(Done{Err: err, RunStatus: doc.Run.Status})
+	return doc, err
+}
+
+func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, error) {
 	g := acquireGate(e.led, runID)
 	defer releaseGate(e.led, runID, g)
 	d := &driver{

@@ -130,7 +130,10 @@ type Config struct {
 	// Observer is told what the engine does (metrics, traces, live views);
 	// default: NopObserver.
 	Observer Observer
-	Hooks    Hooks
+	// Tracer wraps runs, actions, attempts and lookups in spans and gives
+	// tool calls their attempt's context (executor/oteltrace). Default: none.
+	Tracer Tracer
+	Hooks  Hooks
 
 	// Sleep waits d or until ctx ends (returning ctx.Err()). Backoffs and
 	// lookup visibility waits go through it so tests can advance a fake clock.
@@ -217,6 +220,7 @@ type Engine struct {
 	clock  ledger.Clock
 	log    *slog.Logger
 	obs    Observer
+	tracer Tracer
 	randMu sync.Mutex
 }
 
@@ -227,12 +231,13 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{
-		cfg:   cfg,
-		led:   cfg.Ledger,
-		reg:   cfg.Tools,
-		clock: cfg.Clock,
-		log:   cfg.Logger.With("component", "executor"),
-		obs:   cmp.Or[Observer](cfg.Observer, NopObserver{}),
+		cfg:    cfg,
+		led:    cfg.Ledger,
+		reg:    cfg.Tools,
+		clock:  cfg.Clock,
+		log:    cfg.Logger.With("component", "executor"),
+		obs:    cmp.Or[Observer](cfg.Observer, NopObserver{}),
+		tracer: cmp.Or[Tracer](cfg.Tracer, nopTracer{}),
 	}, nil
 }
 

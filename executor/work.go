@@ -23,16 +23,8 @@ const (
 // work performs a and, after each success, the actions that became ready with it.
 func (d *driver) work(ctx context.Context, a *act) {
 	for a != nil {
-		out, how := d.execute(ctx, a)
-		if how != endSucceeded {
-			d.release(a)
-			d.done(a.n)
-			d.poke()
-			return
-		}
-		next := d.succeed(ctx, a, out)
-		if len(next) == 0 {
-			d.poke()
+		next, more := d.workOne(ctx, a)
+		if !more {
 			return
 		}
 		for _, b := range next[1:] {
@@ -40,6 +32,34 @@ func (d *driver) work(ctx context.Context, a *act) {
 		}
 		a = next[0]
 	}
+}
+
+// workOne performs a in its own span (Config.Tracer) and records its
+// outcome; more: next holds the actions it made ready (the first to be
+// worked on by this goroutine).
+func (d *driver) workOne(ctx context.Context, a *act) (next []*act, more bool) {
+	actx, end := d.e.tracer.Start(ctx, Work{Kind: WorkAction, AttemptInfo: d.info(a)})
+	defer func() { end(Done{Status: d.rowStatus(a.n), Adopted: a.adopted}) }()
+	out, how := d.execute(actx, a)
+	if how != endSucceeded {
+		d.release(a)
+		d.done(a.n)
+		d.poke()
+		return nil, false
+	}
+	next = d.succeed(actx, a, out)
+	if len(next) == 0 {
+		d.poke()
+		return nil, false
+	}
+	return next, true
+}
+
+// rowStatus is n's status as this drive knows it.
+func (d *driver) rowStatus(n *node) ledger.Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return n.row.Status
 }
 
 func (d *driver) release(a *act) {
@@ -479,7 +499,8 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		return nil, endStopped, false
 	}
 	d.e.obs.AttemptStarted(d.info(a))
-	cctx, cancel := context.WithTimeout(ctx, d.timeout(spec))
+	tctx, end := d.e.tracer.Start(ctx, Work{Kind: WorkAttempt, AttemptInfo: d.info(a)})
+	cctx, cancel := context.WithTimeout(tctx, d.timeout(spec))
 	t0 := time.Now()
 	out, err := a.n.tool.Call(cctx, call)
 	took := time.Since(t0)
@@ -489,6 +510,7 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	if err != nil {
 		a.ended.Failure, _ = tools.Classify(err)
 	}
+	end(Done{Err: err, Result: *a.ended})
 	if h := d.e.cfg.Hooks.AfterCall; h != nil {
 		h(a.n.id)
 	}
@@ -632,9 +654,11 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, dec decision) (res dec
 		if ctx.Err() != nil {
 			return decision{}, nil, true
 		}
-		lctx, cancel := context.WithTimeout(ctx, d.timeout(spec))
+		tctx, end := d.e.tracer.Start(ctx, Work{Kind: WorkLookup, AttemptInfo: d.lookInfo(a, n)})
+		lctx, cancel := context.WithTimeout(tctx, d.timeout(spec))
 		out, found, err := looker.Lookup(lctx, call)
 		cancel()
+		end(Done{Err: err, Found: err == nil && found})
 		if err != nil && ctx.Err() != nil {
 			return decision{}, nil, true
 		}

@@ -215,11 +215,16 @@ type Event struct {
 type RunDoc struct {
 	Run     Run
 	Actions []Action
+	// TraceID is the OpenTelemetry trace id of the run's spans (32 hex
+	// digits), set by whoever serves the document when tracing is on
+	// (executor/oteltrace.TraceID); "" leaves trace_id out.
+	TraceID string
 }
 
 // MarshalJSON writes exactly the Run JSON shape: run_id, status, revision,
-// goal, policy, created_at, updated_at, actions, error. Times are RFC 3339 UTC;
-// depends_on is [] rather than null.
+// goal, policy, created_at, updated_at, actions, error, and trace_id when
+// tracing is on (an additive field). Times are RFC 3339 UTC; depends_on is []
+// rather than null.
 func (d RunDoc) MarshalJSON() ([]byte, error) {
 	actions := make([]Action, len(d.Actions))
 	for i, a := range d.Actions {
@@ -241,8 +246,9 @@ func (d RunDoc) MarshalJSON() ([]byte, error) {
 		UpdatedAt time.Time `json:"updated_at"`
 		Actions   []Action  `json:"actions"`
 		Error     string    `json:"error"`
+		TraceID   string    `json:"trace_id,omitempty"`
 	}{d.Run.ID, d.Run.Status, d.Run.Revision, d.Run.Goal, d.Run.Policy,
-		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error})
+		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error, d.TraceID})
 }
 
 // ListOptions pages through runs, newest first.

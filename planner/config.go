@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/docketrun/docket/tools"
 )
 
@@ -149,6 +151,12 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Now stamps Plan.CreatedAt. Default time.Now.
 	Now func() time.Time
+	// TracerProvider traces every model call as a client span named "chat
+	// MODEL" with the OpenTelemetry GenAI semantic conventions
+	// (gen_ai.request.model, gen_ai.response.model, gen_ai.usage.input_tokens,
+	// gen_ai.usage.output_tokens, gen_ai.response.finish_reasons), a child of
+	// the span in the planning's context. Nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // ConfigFromEnv returns a Config whose endpoint comes from OPENAI_BASE_URL,

@@ -127,7 +127,9 @@
 // ReadProvenance).
 //
 // Imports: the standard library, github.com/sashabaranov/go-openai (inside
-// the package only), and docket's plan, tools, ledger and executor packages.
+// the package only), the OpenTelemetry API (go.opentelemetry.io/otel: model
+// call spans, no SDK), and docket's plan, tools, ledger and executor
+// packages.
 // planner/demomodel, the demo's scripted model, imports only the standard
 // library and go-openai.
 package planner

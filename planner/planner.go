@@ -20,6 +20,9 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
@@ -694,8 +697,49 @@ func (p *Planner) runReadOnly(ctx context.Context, spec tools.Spec, args json.Ra
 	return res
 }
 
-// send makes one model request, retrying what is safe to retry.
+// send makes one model call (retrying what is safe to retry) in a span of
+// its own (Config.TracerProvider).
 func (s *session) send(ctx context.Context) (openai.ChatCompletionResponse, error) {
+	if s.p.cfg.TracerProvider == nil {
+		return s.sendRetrying(ctx)
+	}
+	model := s.p.cfg.Model
+	ctx, span := s.p.cfg.TracerProvider.Tracer("github.com/docketrun/docket/planner").Start(ctx, "chat "+model,
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", "chat"),
+			attribute.String("gen_ai.provider.name", "openai"),
+			attribute.String("gen_ai.request.model", model)))
+	resp, err := s.sendRetrying(ctx)
+	if resp.Model != "" {
+		span.SetAttributes(attribute.String("gen_ai.response.model", resp.Model))
+	}
+	if resp.ID != "" {
+		span.SetAttributes(attribute.String("gen_ai.response.id", resp.ID))
+	}
+	if len(resp.Choices) > 0 {
+		reasons := make([]string, len(resp.Choices))
+		for i, c := range resp.Choices {
+			reasons[i] = string(c.FinishReason)
+		}
+		span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", reasons),
+			attribute.Int("gen_ai.usage.input_tokens", resp.Usage.PromptTokens),
+			attribute.Int("gen_ai.usage.output_tokens", resp.Usage.CompletionTokens))
+	}
+	if err != nil {
+		kind := "error"
+		var me *ModelError
+		if errors.As(err, &me) && me.Status != 0 {
+			kind = strconv.Itoa(me.Status)
+		}
+		span.SetAttributes(attribute.String("error.type", kind))
+		span.SetStatus(codes.Error, err.Error()) // redacted: errors never carry the API key
+	}
+	span.End()
+	return resp, err
+}
+
+// sendRetrying makes one model request, retrying what is safe to retry.
+func (s *session) sendRetrying(ctx context.Context) (openai.ChatCompletionResponse, error) {
 	p := s.p
 	cfg := p.cfg
 	build := func() openai.ChatCompletionRequest {

@@ -31,6 +31,7 @@ func isTerminalEvent(t ledger.EventType) bool {
 // watch makes sure runID's events reach the all-runs stream. fromStart: the
 // run is new, so every event it has is news.
 func (s *Server) watch(runID string, fromStart bool) {
+	s.metrics.ledger.touch(runID) // its share of the runs and actions gauges may change
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

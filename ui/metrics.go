@@ -1,362 +1,522 @@
 package ui
 
 import (
-	"cmp"
+	"bufio"
 	"context"
-	"fmt"
+	"errors"
+	"net"
 	"net/http"
-	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/planner"
 )
 
-// metricsRuns bounds how many of the newest runs the per-action gauges of
-// /metrics look at, so a scrape stays cheap on a large ledger.
-const metricsRuns = 200
-
-// metrics are the server's counters, served in Prometheus' text format.
+// metrics are the server's Prometheus metrics (github.com/prometheus/client_golang),
+// in a registry of the server's own (two servers in one process never share
+// a counter). What the engine does comes from executor.Observer
+// (engineMetrics), the runs and actions gauges from the ledger
+// (ledgerCounts), the rest from the server's own code paths; nothing comes
+// from log records (TestNoLogScraping).
 type metrics struct {
-	subscribers     atomic.Int64
-	eventsSent      atomic.Int64
-	lagged          atomic.Int64
-	drives          atomic.Int64
-	authFailures    atomic.Int64
-	rateLimited     atomic.Int64
-	forbidden       counterVec // by missing scope
-	webhooks        atomic.Int64
-	webhookFailures atomic.Int64
-	reviews         counterVec
-	engine          *engineCounts // what the engine reports (executor.Observer)
+	reg *prometheus.Registry
 
-	mu              sync.Mutex
-	planSeconds     []float64 // histogram bucket counts, per planBuckets
-	planCount       int64
-	planSum         float64
-	planFailures    int64
-	promptTokens    int64
-	completionToken int64
+	subscribers     prometheus.Gauge
+	eventsSent      prometheus.Counter
+	lagged          prometheus.Counter
+	drives          prometheus.Counter
+	authFailures    prometheus.Counter
+	rateLimited     prometheus.Counter
+	forbidden       counterVec // by missing scope
+	webhooks        prometheus.Counter
+	webhookFailures prometheus.Counter
+	reviews         counterVec // by kind
+
+	planSeconds  prometheus.Histogram
+	planFailures prometheus.Counter
+	tokens       *prometheus.CounterVec
+
+	httpRequests *prometheus.CounterVec
+	httpSeconds  *prometheus.HistogramVec
+
+	engine *engineMetrics
+	ledger *ledgerCounts
 }
+
+// counterVec is a counter with one label, counted by label value.
+type counterVec struct{ v *prometheus.CounterVec }
+
+func (c counterVec) add(label string) { c.v.WithLabelValues(label).Inc() }
+
+// callBuckets are the tool call duration buckets, in seconds (a tool's
+// default timeout is 30s).
+var callBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 var planBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120}
 
-func newMetrics() *metrics {
-	return &metrics{planSeconds: make([]float64, len(planBuckets)), reviews: counterVec{m: map[string]int64{}}, forbidden: counterVec{m: map[string]int64{}}, engine: newEngineCounts()}
-}
-
-type counterVec struct {
-	mu sync.Mutex
-	m  map[string]int64
-}
-
-func (c *counterVec) add(label string) {
-	c.mu.Lock()
-	c.m[label]++
-	c.mu.Unlock()
-}
-
-func (c *counterVec) snapshot() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.m))
-	for k, v := range c.m {
-		out[k] = v
+func newMetrics(led ledger.Store) *metrics {
+	reg := prometheus.NewRegistry()
+	f := factory{reg}
+	m := &metrics{
+		reg:          reg,
+		subscribers:  f.gauge("docket_websocket_subscribers", "Open WebSocket subscriptions."),
+		eventsSent:   f.counter("docket_websocket_events_sent_total", "Events written to WebSocket clients."),
+		lagged:       f.counter("docket_websocket_lagged_total", "WebSocket clients disconnected for falling behind."),
+		drives:       f.counter("docket_drives_total", "Background drives of runs."),
+		authFailures: f.counter("docket_auth_failures_total", "Requests refused for a missing or wrong token or session."),
+		rateLimited:  f.counter("docket_rate_limited_total", "Requests, socket messages and upgrades refused (429) over a token's rate limit or socket cap."),
+		forbidden:    counterVec{f.counterVec("docket_forbidden_total", "Requests and socket messages refused (403) for a scope their token lacks, by that scope.", "scope")},
+		reviews:      counterVec{f.counterVec("docket_reviews_total", "Review decisions made through this server, by kind.", "kind")},
+		planSeconds:  f.histogram("docket_model_planning_seconds", "Time to plan a goal with the model.", planBuckets),
+		planFailures: f.counter("docket_model_planning_failures_total", "Plannings that ended without a plan."),
+		tokens:       f.counterVec("docket_model_tokens_total", "Model tokens used for planning, by kind.", "kind"),
+		httpRequests: f.counterVec("docket_http_requests_total", "HTTP requests answered, by route pattern (never a raw path), method and status code (101: a WebSocket upgrade).", "route", "method", "code"),
+		httpSeconds:  f.histogramVec("docket_http_request_duration_seconds", "Time to answer an HTTP request, by route pattern and method (WebSocket connections left out: they last as long as the client stays).", prometheus.DefBuckets, "route", "method"),
+		engine:       newEngineMetrics(f),
+		ledger:       newLedgerCounts(led),
 	}
-	return out
+	webhooks := f.counterVec("docket_webhooks_total", "Webhook calls by outcome.", "outcome")
+	m.webhooks, m.webhookFailures = webhooks.WithLabelValues("ok"), webhooks.WithLabelValues("failed")
+	// Series that exist from the start, at zero: a rate over them needs no
+	// first event, and a dashboard shows 0 rather than nothing.
+	for _, sc := range Scopes {
+		m.forbidden.v.WithLabelValues(string(sc))
+	}
+	for _, k := range []string{"approve", "reject", "edit", "resolve"} {
+		m.reviews.v.WithLabelValues(k)
+	}
+	for _, k := range []string{"prompt", "completion"} {
+		m.tokens.WithLabelValues(k)
+	}
+	reg.MustRegister(m.ledger,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// factory makes metrics registered in one registry.
+type factory struct{ reg *prometheus.Registry }
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	f.reg.MustRegister(h)
+	return h
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
 }
 
 func (m *metrics) observePlanning(d time.Duration, res *planner.Result, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	sec := d.Seconds()
-	m.planCount++
-	m.planSum += sec
-	for i, b := range planBuckets {
-		if sec <= b {
-			m.planSeconds[i]++
-		}
-	}
+	m.planSeconds.Observe(d.Seconds())
 	if err != nil {
-		m.planFailures++
+		m.planFailures.Inc()
 	}
 	if res != nil {
-		m.promptTokens += int64(res.Usage.PromptTokens)
-		m.completionToken += int64(res.Usage.CompletionTokens)
+		m.tokens.WithLabelValues("prompt").Add(float64(res.Usage.PromptTokens))
+		m.tokens.WithLabelValues("completion").Add(float64(res.Usage.CompletionTokens))
 	}
 }
 
-// engineCounts counts what the engine reports through executor.Observer:
+// engineMetrics counts what the engine reports through executor.Observer:
 // every metric about attempts, lookups, reviews, plans and run statuses comes
 // from here, none from log records (the executor's log text can change
 // freely).
-type engineCounts struct {
-	mu          sync.Mutex
-	plans       int64
-	started     map[toolClass]int64
-	ended       map[endedKey]int64
-	lookups     map[lookupKey]int64
-	adopted     int64
-	retries     int64
-	needsReview map[toolClass]int64
-	statuses    map[ledger.RunStatus]int64
+type engineMetrics struct {
+	plans        prometheus.Counter
+	started      *prometheus.CounterVec   // tool, class
+	ended        *prometheus.CounterVec   // tool, class, outcome
+	seconds      *prometheus.HistogramVec // tool, class, outcome
+	retries      prometheus.Counter
+	lookups      *prometheus.CounterVec // tool, found
+	lookupsFound prometheus.Counter
+	adopted      prometheus.Counter
+	needsReview  *prometheus.CounterVec // tool, class
+	statuses     *prometheus.CounterVec // status
 }
 
-var _ executor.Observer = (*engineCounts)(nil)
+var _ executor.Observer = (*engineMetrics)(nil)
 
-type toolClass struct{ tool, class string }
-
-type endedKey struct {
-	toolClass
-	outcome string // "ok" or the failure class (tools.Outcome)
-}
-
-type lookupKey struct {
-	tool  string
-	found bool
-}
-
-func newEngineCounts() *engineCounts {
-	return &engineCounts{
-		started:     map[toolClass]int64{},
-		ended:       map[endedKey]int64{},
-		lookups:     map[lookupKey]int64{},
-		needsReview: map[toolClass]int64{},
-		statuses:    map[ledger.RunStatus]int64{},
+func newEngineMetrics(f factory) *engineMetrics {
+	return &engineMetrics{
+		plans:        f.counter("docket_plans_recorded_total", "Plan revisions recorded (a new run's plan, a replay's revision)."),
+		started:      f.counterVec("docket_attempts_started_total", "Tool calls started (an attempt claimed, its tool about to be called), by tool and effect class.", "tool", "class"),
+		ended:        f.counterVec("docket_attempts_ended_total", "Tool calls whose outcome is recorded, by tool, effect class and outcome (ok, not_sent, not_processed, definite, unknown, key_in_flight).", "tool", "class", "outcome"),
+		seconds:      f.histogramVec("docket_tool_call_duration_seconds", "Duration of tool calls whose outcome is recorded, by tool, effect class and outcome (as docket_attempts_ended_total).", callBuckets, "tool", "class", "outcome"),
+		retries:      f.counter("docket_attempt_retries_total", "Attempts after an action's first: retries after a failed or unknown attempt, in this process or after a restart."),
+		lookups:      f.counterVec("docket_lookups_total", "Lookups before a write, by tool and whether they found the effect.", "tool", "found"),
+		lookupsFound: f.counter("docket_lookups_found_total", "Lookups that found the effect of an earlier attempt (no second write)."),
+		adopted:      f.counter("docket_duplicates_prevented_total", "Actions whose key had already succeeded: the stored output was returned, the tool not called."),
+		needsReview:  f.counterVec("docket_needs_review_total", "Actions that came to need a person (outcome unknown, retries spent, ...), by tool and effect class.", "tool", "class"),
+		statuses:     f.counterVec("docket_run_status_changes_total", "Run status changes made by the engine, by the new status.", "status"),
 	}
 }
 
-func (c *engineCounts) PlanRecorded(string, int, int) {
-	c.mu.Lock()
-	c.plans++
-	c.mu.Unlock()
-}
+func (e *engineMetrics) PlanRecorded(string, int, int) { e.plans.Inc() }
 
-func (c *engineCounts) AttemptStarted(a executor.AttemptInfo) {
-	c.mu.Lock()
-	c.started[toolClass{a.Tool, string(a.Class)}]++
+func (e *engineMetrics) AttemptStarted(a executor.AttemptInfo) {
+	e.started.WithLabelValues(a.Tool, string(a.Class)).Inc()
 	if a.Attempt > 1 {
-		c.retries++
+		e.retries.Inc()
 	}
-	c.mu.Unlock()
 }
 
-func (c *engineCounts) AttemptEnded(a executor.AttemptInfo, r executor.AttemptResult) {
-	k := endedKey{toolClass{a.Tool, string(a.Class)}, "ok"}
+func (e *engineMetrics) AttemptEnded(a executor.AttemptInfo, r executor.AttemptResult) {
+	outcome := "ok"
 	if !r.OK {
-		k.outcome = r.Failure.String()
+		outcome = r.Failure.String()
 	}
-	c.mu.Lock()
-	c.ended[k]++
-	c.mu.Unlock()
+	e.ended.WithLabelValues(a.Tool, string(a.Class), outcome).Inc()
+	e.seconds.WithLabelValues(a.Tool, string(a.Class), outcome).Observe(r.Took.Seconds())
 }
 
-func (c *engineCounts) LookupDone(a executor.AttemptInfo, found bool) {
-	c.mu.Lock()
-	c.lookups[lookupKey{a.Tool, found}]++
-	c.mu.Unlock()
-}
-
-func (c *engineCounts) Adopted(executor.AttemptInfo) {
-	c.mu.Lock()
-	c.adopted++
-	c.mu.Unlock()
-}
-
-func (c *engineCounts) NeedsReview(a executor.AttemptInfo, _ string) {
-	c.mu.Lock()
-	c.needsReview[toolClass{a.Tool, string(a.Class)}]++
-	c.mu.Unlock()
-}
-
-func (c *engineCounts) RunStatus(_ string, st ledger.RunStatus) {
-	c.mu.Lock()
-	c.statuses[st]++
-	c.mu.Unlock()
-}
-
-// write appends the engine's counters in Prometheus' text format.
-func (c *engineCounts) write(b *strings.Builder, counter func(name, help string)) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	counter("docket_plans_recorded_total", "Plan revisions recorded (a new run's plan, a replay's revision).")
-	fmt.Fprintf(b, "docket_plans_recorded_total %d\n", c.plans)
-	counter("docket_attempts_started_total", "Tool calls started (an attempt claimed, its tool about to be called), by tool and effect class.")
-	for _, k := range sortedKeys(c.started, func(a, b toolClass) int {
-		return cmp.Or(strings.Compare(a.tool, b.tool), strings.Compare(a.class, b.class))
-	}) {
-		fmt.Fprintf(b, "docket_attempts_started_total{tool=\"%s\",class=\"%s\"} %d\n", labelValue(k.tool), labelValue(k.class), c.started[k])
-	}
-	counter("docket_attempts_ended_total", "Tool calls whose outcome is recorded, by tool, effect class and outcome (ok, not_sent, not_processed, definite, unknown, key_in_flight).")
-	for _, k := range sortedKeys(c.ended, func(a, b endedKey) int {
-		return cmp.Or(strings.Compare(a.tool, b.tool), strings.Compare(a.class, b.class), strings.Compare(a.outcome, b.outcome))
-	}) {
-		fmt.Fprintf(b, "docket_attempts_ended_total{tool=\"%s\",class=\"%s\",outcome=\"%s\"} %d\n", labelValue(k.tool), labelValue(k.class), labelValue(k.outcome), c.ended[k])
-	}
-	counter("docket_attempt_retries_total", "Attempts after an action's first: retries after a failed or unknown attempt, in this process or after a restart.")
-	fmt.Fprintf(b, "docket_attempt_retries_total %d\n", c.retries)
-	counter("docket_lookups_total", "Lookups before a write, by tool and whether they found the effect.")
-	found := int64(0)
-	for _, k := range sortedKeys(c.lookups, func(a, b lookupKey) int {
-		return cmp.Or(strings.Compare(a.tool, b.tool), cmp.Compare(boolInt(a.found), boolInt(b.found)))
-	}) {
-		fmt.Fprintf(b, "docket_lookups_total{tool=\"%s\",found=\"%t\"} %d\n", labelValue(k.tool), k.found, c.lookups[k])
-		if k.found {
-			found += c.lookups[k]
-		}
-	}
-	counter("docket_lookups_found_total", "Lookups that found the effect of an earlier attempt (no second write).")
-	fmt.Fprintf(b, "docket_lookups_found_total %d\n", found)
-	counter("docket_duplicates_prevented_total", "Actions whose key had already succeeded: the stored output was returned, the tool not called.")
-	fmt.Fprintf(b, "docket_duplicates_prevented_total %d\n", c.adopted)
-	counter("docket_needs_review_total", "Actions that came to need a person (outcome unknown, retries spent, ...), by tool and effect class.")
-	for _, k := range sortedKeys(c.needsReview, func(a, b toolClass) int {
-		return cmp.Or(strings.Compare(a.tool, b.tool), strings.Compare(a.class, b.class))
-	}) {
-		fmt.Fprintf(b, "docket_needs_review_total{tool=\"%s\",class=\"%s\"} %d\n", labelValue(k.tool), labelValue(k.class), c.needsReview[k])
-	}
-	counter("docket_run_status_changes_total", "Run status changes made by the engine, by the new status.")
-	for _, st := range sortedKeys(c.statuses, func(a, b ledger.RunStatus) int { return strings.Compare(string(a), string(b)) }) {
-		fmt.Fprintf(b, "docket_run_status_changes_total{status=\"%s\"} %d\n", labelValue(string(st)), c.statuses[st])
+func (e *engineMetrics) LookupDone(a executor.AttemptInfo, found bool) {
+	e.lookups.WithLabelValues(a.Tool, strconv.FormatBool(found)).Inc()
+	if found {
+		e.lookupsFound.Inc()
 	}
 }
 
-func sortedKeys[K comparable, V any](m map[K]V, cmpf func(a, b K) int) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, cmpf)
-	return keys
+func (e *engineMetrics) Adopted(executor.AttemptInfo) { e.adopted.Inc() }
+
+func (e *engineMetrics) NeedsReview(a executor.AttemptInfo, _ string) {
+	e.needsReview.WithLabelValues(a.Tool, string(a.Class)).Inc()
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+func (e *engineMetrics) RunStatus(_ string, st ledger.RunStatus) {
+	e.statuses.WithLabelValues(string(st)).Inc()
 }
 
-// labelValue escapes a label value for Prometheus' text format (backslash,
-// double quote and newline; Go's %q would also escape what the format keeps).
-func labelValue(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
-
+// serveMetrics brings the ledger gauges up to date (503 with the error
+// envelope when the ledger cannot be read) and serves the registry in
+// Prometheus' text format (or what the scraper's Accept asks for).
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	var b strings.Builder
-	m := s.metrics
-	gauge := func(name, help string) { fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name) }
-	counter := func(name, help string) { fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name) }
-
-	gauge("docket_runs", "Runs by status.")
-	statuses := []ledger.RunStatus{ledger.RunPlanning, ledger.RunAwaitingApproval, ledger.RunRunning, ledger.RunPaused, ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled}
-	paused := 0
-	for _, st := range statuses {
-		n, err := s.countRuns(ctx, st)
-		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "ledger", err.Error(), nil)
-			return
-		}
-		fmt.Fprintf(&b, "docket_runs{status=%q} %d\n", st, n)
-		if st == ledger.RunPaused {
-			paused = n
-		}
-	}
-	gauge("docket_paused_runs", "Runs paused for a person (an action needs review, or a person paused it).")
-	fmt.Fprintf(&b, "docket_paused_runs %d\n", paused)
-	gauge("docket_actions", fmt.Sprintf("Actions of the %d newest runs by effect class and status.", metricsRuns))
-	byClass, err := s.countActions(ctx)
-	if err != nil {
+	if err := s.metrics.ledger.refresh(r.Context()); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "ledger", err.Error(), nil)
 		return
 	}
-	keys := make([]string, 0, len(byClass))
-	for k := range byClass {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		class, status, _ := strings.Cut(k, "\x00")
-		fmt.Fprintf(&b, "docket_actions{class=%q,status=%q} %d\n", class, status, byClass[k])
-	}
-	m.engine.write(&b, counter)
-	counter("docket_reviews_total", "Review decisions made through this server, by kind.")
-	rv := m.reviews.snapshot()
-	for _, k := range []string{"approve", "reject", "edit", "resolve"} {
-		fmt.Fprintf(&b, "docket_reviews_total{kind=%q} %d\n", k, rv[k])
-	}
-	gauge("docket_websocket_subscribers", "Open WebSocket subscriptions.")
-	fmt.Fprintf(&b, "docket_websocket_subscribers %d\n", m.subscribers.Load())
-	counter("docket_websocket_events_sent_total", "Events written to WebSocket clients.")
-	fmt.Fprintf(&b, "docket_websocket_events_sent_total %d\n", m.eventsSent.Load())
-	counter("docket_websocket_lagged_total", "WebSocket clients disconnected for falling behind.")
-	fmt.Fprintf(&b, "docket_websocket_lagged_total %d\n", m.lagged.Load())
-	counter("docket_drives_total", "Background drives of runs.")
-	fmt.Fprintf(&b, "docket_drives_total %d\n", m.drives.Load())
-	counter("docket_auth_failures_total", "Requests refused for a missing or wrong token or session.")
-	fmt.Fprintf(&b, "docket_auth_failures_total %d\n", m.authFailures.Load())
-	counter("docket_forbidden_total", "Requests and socket messages refused (403) for a scope their token lacks, by that scope.")
-	fb := m.forbidden.snapshot()
-	for _, sc := range Scopes {
-		fmt.Fprintf(&b, "docket_forbidden_total{scope=%q} %d\n", sc, fb[string(sc)])
-	}
-	counter("docket_rate_limited_total", "Requests, socket messages and upgrades refused (429) over a token's rate limit or socket cap.")
-	fmt.Fprintf(&b, "docket_rate_limited_total %d\n", m.rateLimited.Load())
-	counter("docket_webhooks_total", "Webhook calls by outcome.")
-	fmt.Fprintf(&b, "docket_webhooks_total{outcome=\"ok\"} %d\ndocket_webhooks_total{outcome=\"failed\"} %d\n", m.webhooks.Load(), m.webhookFailures.Load())
-
-	m.mu.Lock()
-	fmt.Fprintf(&b, "# HELP docket_model_planning_seconds Time to plan a goal with the model.\n# TYPE docket_model_planning_seconds histogram\n")
-	for i, le := range planBuckets {
-		fmt.Fprintf(&b, "docket_model_planning_seconds_bucket{le=\"%g\"} %g\n", le, m.planSeconds[i])
-	}
-	fmt.Fprintf(&b, "docket_model_planning_seconds_bucket{le=\"+Inf\"} %d\ndocket_model_planning_seconds_sum %g\ndocket_model_planning_seconds_count %d\n", m.planCount, m.planSum, m.planCount)
-	counter("docket_model_planning_failures_total", "Plannings that ended without a plan.")
-	fmt.Fprintf(&b, "docket_model_planning_failures_total %d\n", m.planFailures)
-	counter("docket_model_tokens_total", "Model tokens used for planning, by kind.")
-	fmt.Fprintf(&b, "docket_model_tokens_total{kind=\"prompt\"} %d\ndocket_model_tokens_total{kind=\"completion\"} %d\n", m.promptTokens, m.completionToken)
-	m.mu.Unlock()
-
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	w.Write([]byte(b.String()))
+	promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
-func (s *Server) countRuns(ctx context.Context, st ledger.RunStatus) (int, error) {
-	n, after := 0, ""
-	for {
-		runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: st, After: after, Limit: 1000})
+// instrument counts and times every request by the route pattern it matched
+// (r.Pattern, which the mux sets on the request it is given), never by its
+// raw path: ids stay out of label values.
+func (m *metrics) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := routeLabel(r.Pattern)
+		method := methodLabel(r.Method)
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+		if !sw.hijacked {
+			m.httpSeconds.WithLabelValues(route, method).Observe(time.Since(t0).Seconds())
+		}
+	})
+}
+
+// routeLabel is the path of a mux pattern ("GET /v1/runs/{id}" →
+// "/v1/runs/{id}"): "unmatched" for requests no route took (404, 405, an
+// unclean path), "static" for the page's files.
+func routeLabel(pattern string) string {
+	if pattern == "" || catchAll[pattern] {
+		return "unmatched"
+	}
+	_, p, ok := strings.Cut(pattern, " ")
+	if !ok {
+		p = pattern
+	}
+	if p == "/" {
+		return "static"
+	}
+	return p
+}
+
+// methodLabel keeps the method label's values few: a method no route
+// serves is "other".
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
+}
+
+// statusWriter remembers the status code written; it passes Flush and
+// Hijack through (the event streams flush, WebSockets hijack).
+type statusWriter struct {
+	http.ResponseWriter
+	code     int
+	hijacked bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("ui: the connection cannot be hijacked")
+	}
+	c, rw, err := h.Hijack()
+	if err == nil {
+		w.hijacked = true
+		if w.code == 0 {
+			w.code = http.StatusSwitchingProtocols
+		}
+	}
+	return c, rw, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ledgerCounts keeps docket_runs (runs by status) and docket_actions
+// (actions by effect class and status) over ALL runs of the ledger, cheaply:
+// every run is read once, at the first scrape (or the first ones, when a
+// scraper gives up on a large ledger: the scan goes on where it stopped); after that a scrape reads
+// again only the runs something happened to since the last one (the
+// engine's Observer and the server's own reviews and drives mark them), plus
+// a bounded slice of the others in turn (resyncPerScrape, so changes made by
+// other processes on a shared ledger show up within a full turn). Each run
+// keeps its share (its status, its actions by class and status), so a run
+// read again replaces its share exactly.
+type ledgerCounts struct {
+	led ledger.Store
+
+	refreshMu sync.Mutex // one refresh at a time
+	cursor    string     // where the next bounded resync continues ("" = newest); under refreshMu
+	scanAfter string     // where the first full scan goes on after a page; under refreshMu
+
+	mu      sync.Mutex
+	loaded  bool
+	dirty   map[string]struct{}
+	runs    map[string]runShare
+	byRun   map[ledger.RunStatus]int
+	byClass map[classStatus]int
+}
+
+type classStatus struct{ class, status string }
+
+type runShare struct {
+	status  ledger.RunStatus
+	actions []classCount
+}
+
+type classCount struct {
+	classStatus
+	n int
+}
+
+// resyncPerScrape bounds how many runs a scrape reads besides the changed
+// ones.
+const resyncPerScrape = 64
+
+var _ executor.Observer = (*ledgerCounts)(nil)
+
+func newLedgerCounts(led ledger.Store) *ledgerCounts {
+	return &ledgerCounts{led: led, dirty: map[string]struct{}{}, runs: map[string]runShare{},
+		byRun: map[ledger.RunStatus]int{}, byClass: map[classStatus]int{}}
+}
+
+// touch marks a run whose share must be read again.
+func (c *ledgerCounts) touch(runID string) {
+	c.mu.Lock()
+	c.dirty[runID] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *ledgerCounts) PlanRecorded(runID string, _, _ int)   { c.touch(runID) }
+func (c *ledgerCounts) AttemptStarted(a executor.AttemptInfo) { c.touch(a.RunID) }
+func (c *ledgerCounts) AttemptEnded(a executor.AttemptInfo, _ executor.AttemptResult) {
+	c.touch(a.RunID)
+}
+func (c *ledgerCounts) LookupDone(a executor.AttemptInfo, _ bool)    { c.touch(a.RunID) }
+func (c *ledgerCounts) Adopted(a executor.AttemptInfo)               { c.touch(a.RunID) }
+func (c *ledgerCounts) NeedsReview(a executor.AttemptInfo, _ string) { c.touch(a.RunID) }
+func (c *ledgerCounts) RunStatus(runID string, _ ledger.RunStatus)   { c.touch(runID) }
+
+// refresh brings the counts up to date (see ledgerCounts).
+func (c *ledgerCounts) refresh(ctx context.Context) error {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	c.mu.Lock()
+	loaded := c.loaded
+	c.mu.Unlock()
+	if !loaded {
+		// Marks made during the scan stay: those runs are read again below.
+		// A scan cut short (the scraper gave up) goes on from the last page
+		// it finished at the next scrape.
+		for {
+			runs, next, err := c.led.ListRuns(ctx, ledger.ListOptions{After: c.scanAfter, Limit: 1000})
+			if err != nil {
+				return err
+			}
+			for _, r := range runs {
+				if err := c.readRun(ctx, r); err != nil {
+					return err
+				}
+			}
+			if next == "" {
+				break
+			}
+			c.scanAfter = next
+		}
+		c.mu.Lock()
+		c.loaded = true
+		c.mu.Unlock()
+	} else {
+		runs, next, err := c.led.ListRuns(ctx, ledger.ListOptions{After: c.cursor, Limit: resyncPerScrape})
 		if err != nil {
-			return 0, err
+			return err
 		}
-		n += len(runs)
-		if next == "" {
-			return n, nil
+		for _, r := range runs {
+			if err := c.readRun(ctx, r); err != nil {
+				return err
+			}
 		}
-		after = next
+		c.cursor = next
 	}
+	c.mu.Lock()
+	dirty := c.dirty
+	c.dirty = map[string]struct{}{}
+	c.mu.Unlock()
+	for id := range dirty {
+		r, err := c.led.GetRun(ctx, id)
+		if errors.Is(err, ledger.ErrNotFound) {
+			continue
+		}
+		if err == nil {
+			err = c.readRun(ctx, r)
+		}
+		if err != nil {
+			c.mu.Lock() // read them next time
+			for id := range dirty {
+				c.dirty[id] = struct{}{}
+			}
+			c.mu.Unlock()
+			return err
+		}
+	}
+	return nil
 }
 
-func (s *Server) countActions(ctx context.Context) (map[string]int, error) {
-	runs, _, err := s.led.ListRuns(ctx, ledger.ListOptions{Limit: metricsRuns})
+// readRun reads run r's actions and replaces its share.
+func (c *ledgerCounts) readRun(ctx context.Context, r ledger.Run) error {
+	acts, err := c.led.Actions(ctx, r.ID)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := map[string]int{}
-	for _, r := range runs {
-		acts, err := s.led.Actions(ctx, r.ID)
-		if err != nil {
-			return nil, err
+	share := runShare{status: r.Status}
+	for _, a := range acts {
+		k := classStatus{internClass(a.Class), string(a.Status)}
+		found := false
+		for i := range share.actions {
+			if share.actions[i].classStatus == k {
+				share.actions[i].n++
+				found = true
+				break
+			}
 		}
-		for _, a := range acts {
-			out[a.Class+"\x00"+string(a.Status)]++
+		if !found {
+			share.actions = append(share.actions, classCount{k, 1})
 		}
 	}
-	return out, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.runs[r.ID]; ok {
+		c.byRun[old.status]--
+		for _, cc := range old.actions {
+			c.byClass[cc.classStatus] -= cc.n
+		}
+	}
+	c.runs[r.ID] = share
+	c.byRun[share.status]++
+	for _, cc := range share.actions {
+		c.byClass[cc.classStatus] += cc.n
+	}
+	return nil
+}
+
+// internClass returns the package's own copy of a known class name, so the
+// shares of many runs do not keep the rows' strings alive.
+func internClass(c string) string {
+	for _, k := range []string{"read_only", "idempotent", "keyed", "lookup", "at_most_once"} {
+		if c == k {
+			return k
+		}
+	}
+	return c
+}
+
+var (
+	runsDesc    = prometheus.NewDesc("docket_runs", "Runs by status, over every run in the ledger.", []string{"status"}, nil)
+	actionsDesc = prometheus.NewDesc("docket_actions", "Actions by effect class and status, over every run in the ledger.", []string{"class", "status"}, nil)
+	runStatuses = []ledger.RunStatus{ledger.RunPlanning, ledger.RunAwaitingApproval, ledger.RunRunning, ledger.RunPaused, ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled}
+)
+
+func (c *ledgerCounts) Describe(ch chan<- *prometheus.Desc) {
+	ch <- runsDesc
+	ch <- actionsDesc
+}
+
+func (c *ledgerCounts) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range runStatuses {
+		ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(c.byRun[st]), string(st))
+	}
+	for k, n := range c.byClass {
+		if n != 0 {
+			ch <- prometheus.MustNewConstMetric(actionsDesc, prometheus.GaugeValue, float64(n), k.class, k.status)
+		}
+	}
 }

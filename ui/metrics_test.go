@@ -10,15 +10,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
 	"github.com/docketrun/docket/evals/demoworld"
+	"github.com/docketrun/docket/evals/testextra"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ui"
 )
@@ -138,6 +143,9 @@ func TestMetricsCountWhatTheEventsSay(t *testing.T) {
 	}
 	create("all-classes", classPlan)
 	settle("all-classes", ledger.RunCompleted)
+	// A scrape now: the gauges read every run once, and afterwards only the
+	// runs that changed (the final scrape must still count what follows).
+	scrape(t, b)
 	create("unknown-mail", `{"goal":"mail","actions":[{"id":"m","tool":"mail","args":{}}]}`)
 	settle("unknown-mail", ledger.RunPaused)
 	create("refused", `{"goal":"bad","actions":[{"id":"x","tool":"bad","args":{}}]}`)
@@ -150,8 +158,40 @@ func TestMetricsCountWhatTheEventsSay(t *testing.T) {
 	}
 	settle("all-classes", ledger.RunCompleted)
 
+	// A request no route takes, with an id-like path: counted as
+	// "unmatched", its path never a label value.
+	if code := b.call("GET", "/v1/nothing/all-classes", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("unknown path = %d", code)
+	}
+
 	got := scrape(t, b)
 	want := expectFromEvents(t, b, []string{"all-classes", "unknown-mail", "refused"})
+	// Every call's duration is observed once, under the same labels as its
+	// outcome.
+	for name, n := range want {
+		if rest, ok := strings.CutPrefix(name, "docket_attempts_ended_total{"); ok {
+			want["docket_tool_call_duration_seconds_count{"+rest] = n
+		}
+	}
+	// The gauges count every run of the ledger, as its rows say.
+	runs, acts := ledgerGauges(t, b)
+	for name, n := range runs {
+		want[name] = n
+	}
+	for name, n := range acts {
+		want[name] = n
+	}
+	// The HTTP requests this test made before the scrape, by route pattern.
+	for name, n := range map[string]int64{
+		`docket_http_requests_total{route="/v1/runs",method="POST",code="201"}`:             3,
+		`docket_http_request_duration_seconds_count{route="/v1/runs",method="POST"}`:        3,
+		`docket_http_requests_total{route="/v1/runs/{id}/replay",method="POST",code="200"}`: 1,
+		`docket_http_requests_total{route="/v1/runs/{id}",method="GET",code="200"}`:         4,
+		`docket_http_requests_total{route="unmatched",method="GET",code="404"}`:             1,
+		`docket_http_requests_total{route="/metrics",method="GET",code="200"}`:              1, // the first scrape
+	} {
+		want[name] = n
+	}
 	// The world agrees on what the lookups found.
 	w.mu.Lock()
 	want["docket_lookups_found_total"] = int64(w.lookups[true])
@@ -165,10 +205,20 @@ func TestMetricsCountWhatTheEventsSay(t *testing.T) {
 		if _, ok := want[name]; !ok && engineMetric(name) && n != 0 {
 			t.Errorf("%s = %d, the events say nothing of it", name, n)
 		}
+		if strings.Contains(name, "all-classes") {
+			t.Errorf("a label holds a run id: %s", name)
+		}
+	}
+	// The Go runtime's and the process's collectors are there.
+	for _, name := range []string{"go_goroutines", "process_open_fds"} {
+		if _, ok := got[name]; !ok && !hasSample(got, name) {
+			t.Errorf("no %s in /metrics", name)
+		}
 	}
 	if n := handled.Load(); n != 0 {
 		t.Errorf("%d log records were handled with every level disabled", n)
 	}
+	lintMetrics(t, scrapeText(t, b))
 	if t.Failed() {
 		t.Logf("metrics:\n%v\nfrom events:\n%v", got, want)
 	}
@@ -200,10 +250,55 @@ func (h offHandler) Handle(context.Context, slog.Record) error {
 func (h offHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h offHandler) WithGroup(string) slog.Handler      { return h }
 
-// engineMetric: the counters that come from the engine's Observer.
+// hasSample reports whether got holds a sample of metric name (integer or
+// not: scrape keeps only integer values, so look at the name alone).
+func hasSample(got map[string]int64, name string) bool {
+	for k := range got {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			return true
+		}
+	}
+	return false
+}
+
+// ledgerGauges counts every run of the ledger by status and every action
+// by class and status, from the rows: what docket_runs and docket_actions
+// must say.
+func ledgerGauges(t *testing.T, b *bundle) (runs, acts map[string]int64) {
+	t.Helper()
+	runs, acts = map[string]int64{}, map[string]int64{}
+	for _, st := range []ledger.RunStatus{ledger.RunPlanning, ledger.RunAwaitingApproval, ledger.RunRunning, ledger.RunPaused, ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled} {
+		runs[`docket_runs{status="`+string(st)+`"}`] = 0
+	}
+	after := ""
+	for {
+		page, next, err := b.led.ListRuns(t.Context(), ledger.ListOptions{After: after, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page {
+			runs[`docket_runs{status="`+string(r.Status)+`"}`]++
+			rows, err := b.led.Actions(t.Context(), r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range rows {
+				acts[`docket_actions{class="`+a.Class+`",status="`+string(a.Status)+`"}`]++
+			}
+		}
+		if next == "" {
+			return runs, acts
+		}
+		after = next
+	}
+}
+
+// engineMetric: the series that come from the engine's Observer, and the
+// gauges over the ledger.
 func engineMetric(name string) bool {
 	for _, p := range []string{"docket_plans_recorded_total", "docket_attempts_", "docket_attempt_retries_total", "docket_lookups_",
-		"docket_duplicates_prevented_total", "docket_needs_review_total", "docket_run_status_changes_total"} {
+		"docket_duplicates_prevented_total", "docket_needs_review_total", "docket_run_status_changes_total",
+		"docket_tool_call_duration_seconds_count", "docket_runs{", "docket_actions{", "docket_http_requests_total{"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -211,9 +306,36 @@ func engineMetric(name string) bool {
 	return false
 }
 
-var sampleLine = regexp.MustCompile(`^([a-z_]+(?:\{[^}]*\})?) (-?[0-9.e+]+)$`)
+var (
+	sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$`)
+	labelPair  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+	labelOrder = []string{"tool", "class", "outcome", "found", "status", "kind", "scope", "route", "method", "code"}
+)
 
-// scrape reads /metrics into name{labels} → value (counters are integers).
+// canonical writes a sample's labels in the order the tests name them
+// (labelOrder, then the rest as served: le, quantile, ...); the text format
+// sorts them by name.
+func canonical(name, labels string) string {
+	if labels == "" {
+		return name
+	}
+	pairs := labelPair.FindAllStringSubmatch(labels, -1)
+	rank := func(l string) int {
+		if i := slices.Index(labelOrder, l); i >= 0 {
+			return i
+		}
+		return len(labelOrder)
+	}
+	slices.SortStableFunc(pairs, func(a, b []string) int { return rank(a[1]) - rank(b[1]) })
+	out := make([]string, len(pairs))
+	for i, p := range pairs {
+		out[i] = p[1] + `="` + p[2] + `"`
+	}
+	return name + "{" + strings.Join(out, ",") + "}"
+}
+
+// scrape reads /metrics into name{labels} → value for the integer-valued
+// samples (counters, histogram counts, gauges of runs and actions).
 func scrape(t *testing.T, b *bundle) map[string]int64 {
 	t.Helper()
 	req, _ := http.NewRequest("GET", b.hs.URL+"/metrics", nil)
@@ -234,8 +356,8 @@ func scrape(t *testing.T, b *bundle) map[string]int64 {
 		if m == nil {
 			t.Fatalf("not a sample line: %q", line)
 		}
-		if f, err := strconv.ParseFloat(m[2], 64); err == nil && f == float64(int64(f)) {
-			out[m[1]] = int64(f)
+		if f, err := strconv.ParseFloat(m[3], 64); err == nil && f == float64(int64(f)) {
+			out[canonical(m[1], m[2])] = int64(f)
 		}
 	}
 	return out
@@ -404,5 +526,50 @@ func TestNoLogScraping(t *testing.T) {
 				t.Errorf("%s uses %s: metrics and signals come from the executor's Observer, not from log records or test hooks", f, bad)
 			}
 		}
+	}
+}
+
+// scrapeText reads /metrics as served, in Prometheus' text format.
+func scrapeText(t *testing.T, b *bundle) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", b.hs.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := b.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %d, %v", resp.StatusCode, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Fatalf("GET /metrics Content-Type = %q", ct)
+	}
+	return string(raw)
+}
+
+// lintMetrics checks an exposition with client_golang's linter (the rules
+// promtool applies) and, when it is installed, with `promtool check
+// metrics` itself (Debian's prometheus package ships it; make test installs
+// it).
+func lintMetrics(t *testing.T, text string) {
+	t.Helper()
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatalf("promlint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		testextra.Missing(t, "promtool ("+err.Error()+")", "apt-get install -y prometheus (Debian's package ships promtool; make test installs it when it runs as root)")
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), path, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }

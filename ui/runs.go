@@ -234,7 +234,12 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	doc, err := s.startAndWait(r.Context(), runID, func(ctx context.Context) error {
 		defer settled()
 		t0 := time.Now()
-		res, err := s.pl.Plan(planner.WithProgress(ctx, s.planningProgress(runID)), preq)
+		pctx, end := ctx, func(executor.Done) {}
+		if tr := s.cfg.Executor.Tracer; tr != nil {
+			pctx, end = tr.Start(ctx, executor.Work{Kind: executor.WorkPlan, AttemptInfo: executor.AttemptInfo{RunID: runID}})
+		}
+		res, err := s.pl.Plan(planner.WithProgress(pctx, s.planningProgress(runID)), preq)
+		end(executor.Done{Err: err})
 		s.planningDone(runID, err)
 		s.metrics.observePlanning(time.Since(t0), res, err)
 		if err != nil {

@@ -107,6 +107,12 @@ type Config struct {
 	WSReadLimit int64
 	// Now gives the time (sessions, metrics). Default time.Now.
 	Now func() time.Time
+	// TraceID names the OpenTelemetry trace of a run's spans
+	// (executor/oteltrace.TraceID) when tracing is on: every Run JSON the
+	// server answers carries it as trace_id, and the page shows it. Planning
+	// a goal runs in a span of Executor.Tracer (executor.WorkPlan). Nil: no
+	// trace_id.
+	TraceID func(runID string) string
 }
 
 // WithDefaults returns cfg with every zero field set to its default.
@@ -217,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := newMetrics()
+	m := newMetrics(cfg.Ledger)
 	sig := newSignals()
 	// One engine for the server, built once: it reports to the server's
 	// metrics and live signals, and to the caller's Observer when one is set.
@@ -226,7 +232,7 @@ func New(cfg Config) (*Server, error) {
 	if ecfg.Logger == nil {
 		ecfg.Logger = cfg.Logger
 	}
-	ecfg.Observer = executor.Observers(m.engine, sig, cfg.Executor.Observer)
+	ecfg.Observer = executor.Observers(m.engine, m.ledger, sig, cfg.Executor.Observer)
 	cfg.Executor = ecfg
 	eng, err := executor.New(ecfg)
 	if err != nil {
@@ -245,7 +251,7 @@ func New(cfg Config) (*Server, error) {
 		tokens:    toks,
 		limits:    newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.MaxSocketsPerToken, cfg.Now),
 		cfg:       cfg,
-		led:       cfg.Ledger,
+		led:       withTraceIDs(cfg.Ledger, cfg.TraceID),
 		reg:       cfg.Tools,
 		eng:       eng,
 		pl:        cfg.Planner,
@@ -277,7 +283,7 @@ func New(cfg Config) (*Server, error) {
 
 // Handler serves everything: the API, the streams, the page, health and
 // metrics.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+func (s *Server) Handler() http.Handler { return s.metrics.instrument(http.HandlerFunc(s.serve)) }
 
 // serve is the mux behind the answers ServeMux would give in its own plain
 // text or HTML: an API path (under /v1/, /metrics, /healthz, /readyz) that

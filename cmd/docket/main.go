@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/oteltrace"
 )
 
 func main() {
@@ -80,6 +81,9 @@ type Env struct {
 	// Tune, when set, adjusts every executor config a command builds (tests:
 	// a smaller clock-skew margin so a lookup's "not found" is trusted sooner).
 	Tune func(*executor.Config)
+
+	// tracing is set while a command traces (startTracing).
+	tracing *oteltrace.Tracing
 }
 
 // command is one subcommand: a struct with its own flag.FlagSet.
@@ -120,6 +124,13 @@ func runEnv(ctx context.Context, args []string, env Env) error {
 		usage(stderr)
 		return usageError("unknown command %q", args[0])
 	}
+	// Traces go where the OTEL_* variables say (nowhere when they name no
+	// endpoint): every command's runs, model calls and Run JSON.
+	env, stopTracing, err := startTracing(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	return c.new(env).Run(ctx, args[1:])
 }
 

@@ -195,6 +195,7 @@ type runJSON struct {
 	UpdatedAt string       `json:"updated_at"`
 	Actions   []actionJSON `json:"actions"`
 	Error     string       `json:"error"`
+	TraceID   string       `json:"trace_id,omitempty"` // only when tracing is on
 }
 
 type actionJSON struct {

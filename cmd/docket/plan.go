@@ -116,6 +116,9 @@ func addModelFlags(fs *flag.FlagSet) *modelFlags {
 // config is the planner configuration: the environment, overridden by flags.
 func (f *modelFlags) config(env Env, reg *tools.Registry) (planner.Config, error) {
 	cfg := planner.ConfigFromEnv(env.Getenv)
+	if env.tracing != nil {
+		cfg.TracerProvider = env.tracing.Provider()
+	}
 	if *f.model != "" {
 		cfg.Model = *f.model
 	}
@@ -238,7 +241,9 @@ func runGoal(ctx context.Context, env Env, mf *modelFlags, reg *tools.Registry, 
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	rr, err := p.PlanRun(ctx, eng, l, *runID, req, opts)
+	pctx, endPlan := env.planSpan(ctx, *runID)
+	rr, err := p.PlanRun(pctx, eng, l, *runID, req, opts)
+	endPlan(err)
 	if rr == nil {
 		return ledger.RunDoc{}, err
 	}

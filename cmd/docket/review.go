@@ -97,7 +97,7 @@ func (f runFlags) resume(ctx context.Context, env Env, s *session, runID string)
 // the command's result.
 func finish(env Env, doc ledger.RunDoc, err error, dataDir, toolsPath string) error {
 	if doc.Run.ID != "" {
-		if werr := writeDoc(env.Stdout, doc); werr != nil && err == nil {
+		if werr := writeDoc(env.Stdout, env.traced(doc)); werr != nil && err == nil {
 			err = werr
 		}
 	}

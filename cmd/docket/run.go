@@ -60,7 +60,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	// directory, a service out of reach) prints nothing on stdout: a made-up
 	// run would claim a status nobody knows.
 	if doc.Run.ID != "" {
-		if werr := writeDoc(c.env.Stdout, doc); werr != nil && err == nil {
+		if werr := writeDoc(c.env.Stdout, c.env.traced(doc)); werr != nil && err == nil {
 			err = werr
 		}
 	}

@@ -162,7 +162,7 @@ func (c *runsCmd) show(ctx context.Context, args []string) error {
 		}
 	}
 	if *asJSON {
-		return writeDoc(c.env.Stdout, doc)
+		return writeDoc(c.env.Stdout, c.env.traced(doc))
 	}
 	return writeRunSummary(c.env.Stdout, doc)
 }

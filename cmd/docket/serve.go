@@ -243,6 +243,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		Notify:             *notify,
 		NotifySecret:       secret,
 		Logger:             log,
+		TraceID:            c.env.traceIDs(),
 	})
 	if err != nil {
 		return withCode(exitBad, err)

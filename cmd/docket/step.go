@@ -86,7 +86,7 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 	// it; a refusal before that (bad input, a busy data directory, a tool
 	// server out of reach) prints nothing on stdout rather than a made-up run.
 	if outDoc.Run.ID != "" {
-		if werr := writeDoc(c.env.Stdout, outDoc); werr != nil && err == nil {
+		if werr := writeDoc(c.env.Stdout, c.env.traced(outDoc)); werr != nil && err == nil {
 			err = werr
 		}
 	}
@@ -232,6 +232,9 @@ func (c *stepCmd) planGoal(ctx context.Context, eng *executor.Engine, l ledger.S
 	cfg := planner.ConfigFromEnv(c.env.Getenv)
 	cfg.Tools = reg
 	cfg.Logger = cliLogger(c.env.Stderr)
+	if c.env.tracing != nil {
+		cfg.TracerProvider = c.env.tracing.Provider()
+	}
 	pl, err := planner.New(cfg)
 	if err != nil {
 		return ledger.RunDoc{}, withCode(exitBad, fmt.Errorf("planning the goal needs a model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL): %w", err))

@@ -27,6 +27,12 @@
 // response bodies quoted in errors), and a Tool's log value shows only its
 // name, class, method and URL template.
 //
+// Every request carries the W3C trace context (traceparent, tracestate) of
+// the span its context holds, when it holds one: the executor's attempt or
+// lookup span when tracing is on (executor/oteltrace).
+//
 // Imports: the standard library, tools and tools/toolsfile (the format:
-// httptool builds tools from its definitions and renders its templates).
+// httptool builds tools from its definitions and renders its templates),
+// and go.opentelemetry.io/otel/propagation (the trace context header; the
+// API only, no SDK).
 package httptool

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/toolsfile"
 )
@@ -276,6 +278,10 @@ func (t *Tool) newRequest(ctx context.Context, r *toolsfile.Request, d *toolsfil
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "docket")
 	}
+	// W3C trace context: the called service's work becomes a child of this
+	// attempt's (or lookup's) span. Nothing is set when ctx carries no span
+	// (tracing off).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	return req, nil
 }
 

@@ -49,7 +49,11 @@
 // Header values and environment values rendered into a server's settings
 // never appear in errors or logs: a Tool logs its name, class and server.
 //
+// A call whose context holds a span (the executor's attempt span when
+// tracing is on) carries its W3C trace context in _meta too: "traceparent"
+// and, when set, "tracestate".
+//
 // Imports: the standard library, tools, tools/toolsfile (for the parsed
-// mcp_servers entries) and github.com/modelcontextprotocol/go-sdk. Never
-// ledger.
+// mcp_servers entries), github.com/modelcontextprotocol/go-sdk and
+// go.opentelemetry.io/otel/propagation (the API only). Never ledger.
 package mcptool

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/toolsfile"
@@ -175,6 +176,16 @@ func (s *server) callTool(ctx context.Context, name string, args json.RawMessage
 	params := &mcp.CallToolParams{Name: name, Arguments: args}
 	if key != "" {
 		params.Meta = mcp.Meta{KeyMeta: key}
+	}
+	// W3C trace context in _meta (traceparent, tracestate), as MCP's trace
+	// context propagation carries it, when ctx holds a span.
+	tc := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, tc)
+	for k, v := range tc {
+		if params.Meta == nil {
+			params.Meta = mcp.Meta{}
+		}
+		params.Meta[k] = v
 	}
 	params.SetProgressToken(tok)
 	res, err := sess.cs.CallTool(ctx, params)

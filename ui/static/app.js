@@ -485,7 +485,7 @@ function render(doc) {
   st.textContent = r.status.replace("_", " ");
   st.className = "badge status-" + r.status;
   st.dataset.status = r.status;
-  $("run-rev").textContent = "revision " + r.revision + " · policy " + r.policy;
+  $("run-rev").textContent = "revision " + r.revision + " · policy " + r.policy + (r.trace_id ? " · trace " + r.trace_id : "");
   $("run-goal").textContent = r.goal || "";
   $("run-error").textContent = r.error || "";
   const live = !["completed", "failed", "cancelled"].includes(r.status);

@@ -1,0 +1,277 @@
+package oteltrace
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/docketrun/docket/executor"
+)
+
+// Config builds a Tracing. Zero values take the documented defaults; the
+// OTEL_* environment variables the OpenTelemetry SDK and exporter read
+// (OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT,
+// OTEL_TRACES_SAMPLER, OTEL_BSP_*, OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES, ...) apply as well.
+type Config struct {
+	// EndpointURL is the OTLP/HTTP traces endpoint, e.g.
+	// "http://127.0.0.1:4318/v1/traces". Empty: the exporter's own reading
+	// of OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT.
+	EndpointURL string
+	// ServiceName is service.name unless OTEL_SERVICE_NAME says otherwise.
+	// Default "docket".
+	ServiceName string
+	// Sync exports every span as it ends (tests); default: batched.
+	Sync bool
+}
+
+// Tracing holds a tracer provider that exports over OTLP/HTTP. Close it to
+// flush what is buffered.
+type Tracing struct {
+	tp     *sdktrace.TracerProvider
+	tracer trace.Tracer
+}
+
+// FromEnv builds a Tracing from the standard environment variables. The
+// endpoint, the protocol and the switches are read through getenv (the
+// exporter's other settings, such as OTEL_EXPORTER_OTLP_HEADERS, from the
+// process environment): nil (and no error) when neither OTEL_EXPORTER_OTLP_ENDPOINT
+// nor OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, when OTEL_SDK_DISABLED is
+// true or OTEL_TRACES_EXPORTER is "none". OTEL_TRACES_EXPORTER other than
+// otlp, and an OTLP protocol other than http/protobuf, are refused with an
+// error saying so.
+func FromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return nil, nil
+	}
+	switch exp := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exp {
+	case "", "otlp":
+	case "none":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: docket exports traces with otlp (or none)", exp)
+	}
+	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
+		return nil, nil
+	}
+	if endpoint == "" {
+		endpoint = strings.TrimRight(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "/") + "/v1/traces"
+	}
+	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if proto != "" && proto != "http/protobuf" {
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: docket exports traces over http/protobuf (port 4318 on a collector)", proto)
+	}
+	return New(ctx, Config{EndpointURL: endpoint})
+}
+
+// New builds a Tracing exporting to cfg's endpoint (or the environment's).
+func New(ctx context.Context, cfg Config) (*Tracing, error) {
+	var opts []otlptracehttp.Option
+	if cfg.EndpointURL != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(cfg.EndpointURL))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("oteltrace: OTLP exporter: %w", err)
+	}
+	name := cfg.ServiceName
+	if name == "" {
+		name = "docket"
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", name)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("oteltrace: resource: %w", err)
+	}
+	var proc sdktrace.SpanProcessor
+	if cfg.Sync {
+		proc = sdktrace.NewSimpleSpanProcessor(exp)
+	} else {
+		proc = sdktrace.NewBatchSpanProcessor(exp)
+	}
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithSpanProcessor(proc),
+		sdktrace.WithResource(res),
+		sdktrace.WithIDGenerator(newIDs()))
+	return &Tracing{tp: tp, tracer: tp.Tracer("github.com/docketrun/docket")}, nil
+}
+
+// Close flushes buffered spans and stops the exporter.
+func (t *Tracing) Close(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	return t.tp.Shutdown(ctx)
+}
+
+// Provider is the tracer provider, for the planner's model calls
+// (planner.Config.TracerProvider).
+func (t *Tracing) Provider() trace.TracerProvider { return t.tp }
+
+// Tracer is the engine's tracer (executor.Config.Tracer).
+func (t *Tracing) Tracer() executor.Tracer { return engineTracer{t.tracer} }
+
+// TraceID is the trace id (32 lowercase hex digits) of every span of run
+// runID: the first 16 bytes of SHA-256("docket.trace\x00" + runID).
+func TraceID(runID string) string { return runTraceID(runID).String() }
+
+func runTraceID(runID string) trace.TraceID {
+	sum := sha256.Sum256([]byte("docket.trace\x00" + runID))
+	var id trace.TraceID
+	copy(id[:], sum[:16])
+	if !id.IsValid() { // all zero: not a valid W3C trace id
+		id[15] = 1
+	}
+	return id
+}
+
+// runKey marks a context whose root span belongs to a run's trace.
+type runKey struct{}
+
+// ids makes span ids at random and the trace ids of root spans from the run
+// id their context names (runKey), at random otherwise.
+type ids struct {
+	mu  sync.Mutex
+	rnd *mrand.Rand
+}
+
+func newIDs() *ids {
+	var seed [16]byte
+	rand.Read(seed[:])
+	return &ids{rnd: mrand.New(mrand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))}
+}
+
+func (g *ids) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if runID, ok := ctx.Value(runKey{}).(string); ok {
+		return runTraceID(runID), g.NewSpanID(ctx, trace.TraceID{})
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var tid trace.TraceID
+	for !tid.IsValid() {
+		binary.LittleEndian.PutUint64(tid[:8], g.rnd.Uint64())
+		binary.LittleEndian.PutUint64(tid[8:], g.rnd.Uint64())
+	}
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		binary.LittleEndian.PutUint64(sid[:], g.rnd.Uint64())
+	}
+	return tid, sid
+}
+
+func (g *ids) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		binary.LittleEndian.PutUint64(sid[:], g.rnd.Uint64())
+	}
+	return sid
+}
+
+// engineTracer implements executor.Tracer.
+type engineTracer struct{ tr trace.Tracer }
+
+var _ executor.Tracer = engineTracer{}
+
+// Attribute keys of docket's spans.
+const (
+	attrRunID        = "docket.run.id"
+	attrRunStatus    = "docket.run.status"
+	attrActionID     = "docket.action.id"
+	attrActionStatus = "docket.action.status"
+	attrTool         = "docket.tool"
+	attrClass        = "docket.effect_class"
+	attrKey          = "docket.key"
+	attrAttempt      = "docket.attempt"
+	attrOutcome      = "docket.outcome"
+	attrFailure      = "docket.failure_class"
+	attrAdopted      = "docket.adopted"
+	attrFound        = "docket.lookup.found"
+)
+
+func (t engineTracer) Start(ctx context.Context, w executor.Work) (context.Context, func(executor.Done)) {
+	run := attribute.String(attrRunID, w.RunID)
+	switch w.Kind {
+	case executor.WorkRun, executor.WorkPlan:
+		// A root span in the run's trace; a span the caller's context
+		// carried (an HTTP request's, say) is linked, not the parent.
+		var links []trace.Link
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+		name := "docket.run"
+		if w.Kind == executor.WorkPlan {
+			name = "docket.plan"
+		}
+		ctx, span := t.tr.Start(context.WithValue(ctx, runKey{}, w.RunID), name,
+			trace.WithNewRoot(), trace.WithLinks(links...), trace.WithAttributes(run))
+		return ctx, func(d executor.Done) {
+			if d.RunStatus != "" {
+				span.SetAttributes(attribute.String(attrRunStatus, string(d.RunStatus)))
+			}
+			endWith(span, d.Err)
+		}
+	case executor.WorkAction:
+		ctx, span := t.tr.Start(ctx, "docket.action", trace.WithAttributes(run,
+			attribute.String(attrActionID, w.ActionID), attribute.String(attrTool, w.Tool),
+			attribute.String(attrClass, string(w.Class))))
+		return ctx, func(d executor.Done) {
+			span.SetAttributes(attribute.String(attrActionStatus, string(d.Status)), attribute.Bool(attrAdopted, d.Adopted))
+			if w.Key != "" {
+				span.SetAttributes(attribute.String(attrKey, w.Key))
+			}
+			endWith(span, d.Err)
+		}
+	case executor.WorkAttempt, executor.WorkLookup:
+		name := "docket.attempt"
+		if w.Kind == executor.WorkLookup {
+			name = "docket.lookup"
+		}
+		ctx, span := t.tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(run,
+			attribute.String(attrActionID, w.ActionID), attribute.String(attrTool, w.Tool),
+			attribute.String(attrClass, string(w.Class)), attribute.String(attrKey, w.Key),
+			attribute.Int(attrAttempt, w.Attempt)))
+		return ctx, func(d executor.Done) {
+			if w.Kind == executor.WorkLookup {
+				span.SetAttributes(attribute.Bool(attrFound, d.Found))
+				endWith(span, d.Err)
+				return
+			}
+			outcome := "ok"
+			if !d.Result.OK {
+				outcome = d.Result.Failure.String()
+				span.SetAttributes(attribute.String(attrFailure, outcome))
+			}
+			span.SetAttributes(attribute.String(attrOutcome, outcome))
+			endWith(span, d.Err)
+		}
+	}
+	return ctx, func(executor.Done) {}
+}
+
+// endWith ends span, marking it failed with err's message when err is set.
+func endWith(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
