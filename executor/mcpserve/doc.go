@@ -1,0 +1,92 @@
+// Package mcpserve is docket as an MCP server: it puts the executor between
+// any MCP client (a desktop assistant, an IDE agent, the OpenAI Agents SDK)
+// and the tools of a tools file, so that every call that is not read-only is
+// recorded before it runs, keyed, performed by its effect class exactly as
+// `docket run` performs a plan's action, and held for a person where the
+// policy or the tools file says so.
+//
+// # Tools offered
+//
+// Every tool of the registry (HTTP tools and "server.tool" tools of the MCP
+// servers behind the tools file) with its input schema and annotations that
+// say what docket does with it, from its effect class:
+//
+//	class         readOnlyHint idempotentHint destructiveHint openWorldHint
+//	read_only     true         true           false           true
+//	idempotent    false        true           true            true
+//	keyed         false        true           true            true
+//	lookup        false        true           true            true
+//	at_most_once  false        false          true            true
+//
+// idempotentHint is true for keyed and lookup tools because docket makes them
+// so: an identical call in the session returns the first call's outcome. The
+// tools file says nothing about destructiveness, so every writing tool keeps
+// MCP's conservative default (destructive). The class itself is in the tool's
+// _meta["io.docket/effect"].
+//
+// docket's own tools, for agents that plan for themselves: docket.propose_plan
+// (record a whole plan as a run in which every action waits for a person),
+// docket.run_status (a run's Run JSON) and docket.waiting (the runs that wait
+// for a person and what each waits for).
+//
+// # Runs, actions and keys
+//
+// A session has a session id S: the client's _meta["io.docket/run_id"] on the
+// call when it gives one (letters, digits and "_.:-", at most 128), else
+// "mcp_" + the first 16 hex digits of sha256 of the MCP session id (streamable
+// HTTP), else Config.Session (stdio: one session per process). Each call is a
+// run of one action, so that one call's definite failure or rejection never
+// fails, skips or compensates another call of the session (a plan's run does
+// that to its other actions); the session's runs share the prefix S, and
+// their plans name the session in Meta["mcp_session"], so the page and
+// `docket runs list` show them together. With h = lowercase hex of
+// sha256(JCS([tool, arguments])) (RFC 8785, numbers kept exact; an integer
+// outside ±2^53 is refused, as in plans):
+//
+//   - A call with a client key K in _meta["io.docket/idempotency_key"] is run
+//     "mcpkey_" + the first 32 hex digits of sha256(K), action "call",
+//     whatever its session: the same key is the same call, exactly once, also
+//     after a reconnect or a restart of docket (a new MCP session). The same
+//     key with another tool or other arguments is refused (isError), as an
+//     Idempotency-Key reused for another request is.
+//   - A call without a key, of a tool that is not read-only, is run
+//     S + ".c_" + h[:16] (its nth repeat: S + ".c_" + h[:16] + "." + n),
+//     action "c_" + h[:16]. An identical call in the same session is a possible
+//     retry (the client lost the answer, or docket restarted): for
+//     idempotent, keyed and lookup tools it returns the first call's outcome,
+//     waiting for it if the first call is still going on; an at_most_once
+//     call whose earlier identical call is still going on (or waiting for a
+//     person) waits for that one; once an earlier one completed, a repeat is
+//     a new run that waits for a person whatever the policy ("the same call
+//     was made at T in this session: do it again?"). A repeat is never a
+//     second effect unless a person says so.
+//   - A read-only call without a key runs at once every time (fresh data), as
+//     run S + ".r_" + a random suffix, recorded like any other.
+//
+// The action's idempotency key is then DESIGN's key of that run and action,
+// dk1(run, action, tool, arguments): the key sent to the tool (headers,
+// {{key}}, the MCP server's _meta) is the same for every retry of one call
+// and differs between two intended calls. Arguments are the client's as
+// given: a string containing "${" is refused (references belong to plans).
+//
+// # Waiting for a person
+//
+// A call that needs approval, or whose outcome is unknown (needs_review),
+// stays open while a person decides (on the page, the CLI or the API, which
+// show the call's run like any other), with a progress notification every
+// Config.Progress when the client asked for progress, for at most
+// Config.Wait. Past it the result says that the call waits, with the run and
+// the action (not an error: nothing was refused); calling again with the same
+// arguments (and key) picks up the decision and never makes a second effect.
+// Drives run under the server's own context, not the request's: a client
+// that disconnects mid-call does not cut the call short, and its retry waits
+// for the same drive.
+//
+// Results: success is the recorded output (as text, and as structured content
+// when it is a JSON object); definite failures, rejections, skips and
+// cancellations are isError results that say so; an unknown outcome says "may
+// or may not have happened: a person is checking".
+//
+// Imports: the standard library, plan, tools, ledger, executor and the MCP
+// go-sdk.
+package mcpserve
