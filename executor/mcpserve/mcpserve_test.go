@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -48,16 +49,17 @@ func setup(t *testing.T, o opts) *bundle {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	led, err := badgerdb.Open(ctx, badgerdb.Config{Dir: t.TempDir()})
+	led, err := badgerdb.Open(ctx, badgerdb.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { led.Close() })
-	eng, err := executor.New(executor.Config{Ledger: led, Tools: reg})
+	quiet := slog.New(slog.DiscardHandler)
+	eng, err := executor.New(executor.Config{Ledger: led, Tools: reg, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := mcpserve.New(mcpserve.Config{Engine: eng, Ledger: led, Tools: reg, Policy: o.policy, Wait: o.wait, Progress: 20 * time.Millisecond})
+	srv, err := mcpserve.New(mcpserve.Config{Engine: eng, Ledger: led, Tools: reg, Policy: o.policy, Wait: o.wait, Progress: 20 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,8 @@ func TestRetryAfterCutConnectionChargesOnce(t *testing.T) {
 			}
 			retryIn := first
 			if tc.meta != nil {
-				first.Close()
+				// A new connection (the old one is left as a vanished
+				// client leaves it).
 				retryIn = b.client(t, nil)
 			}
 			res := make(chan *mcp.CallToolResult, 1)
@@ -373,4 +376,145 @@ func hashOf(t *testing.T, tool string, args any) string {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// An email whose connection is cut after it was sent: its outcome is
+// unknown, the call says so, a retry never sends again, and once a person
+// says what happened the identical call returns that.
+func TestUnknownOutcomeWaitsForPersonNeverResends(t *testing.T) {
+	b := setup(t, opts{policy: executor.PolicyAll, wait: 100 * time.Millisecond})
+	cs := b.client(t, nil)
+	b.world.EmailFault("drop")
+	args := map[string]any{"to": "barbara@example.com", "subject": "hi"}
+	r := mustCall(t, cs, "send_email", args, nil)
+	if r.IsError || !strings.Contains(text(r), "may or may not have happened: a person is checking") {
+		t.Fatalf("unknown outcome: %v %s", r.IsError, text(r))
+	}
+	b.world.EmailFault("")
+	r2 := mustCall(t, cs, "send_email", args, nil)
+	if runOf(r2) != runOf(r) || !strings.Contains(text(r2), "may or may not have happened") {
+		t.Fatalf("retry of an unknown outcome: run %s (want %s): %s", runOf(r2), runOf(r), text(r2))
+	}
+	if e := b.world.Effects(); e.EmailRequests != 1 {
+		t.Fatalf("email requests %d, want 1", e.EmailRequests)
+	}
+	doc, err := b.led.Doc(context.Background(), runOf(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.eng.Resolve(context.Background(), doc.Run.ID, doc.Actions[0].ID, ledger.Resolution{Done: json.RawMessage(`{"sent_to":"barbara@example.com","checked":true}`), By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	r3 := mustCall(t, cs, "send_email", args, nil)
+	if r3.IsError || !strings.Contains(text(r3), `"checked":true`) {
+		t.Fatalf("after the person's resolution: %v %s", r3.IsError, text(r3))
+	}
+	if e := b.world.Effects(); e.EmailRequests != 1 {
+		t.Errorf("email requests %d, want 1", e.EmailRequests)
+	}
+}
+
+func TestDefiniteFailuresAndRefusalsAreErrors(t *testing.T) {
+	b := setup(t, opts{policy: executor.PolicyAll})
+	cs := b.client(t, nil)
+	b.world.EmailFault("reject")
+	r := mustCall(t, cs, "send_email", map[string]any{"to": "x@example.com", "subject": "s"}, nil)
+	if !r.IsError || !strings.Contains(text(r), "failed and did not happen") {
+		t.Errorf("a 400: %v %s", r.IsError, text(r))
+	}
+	key := mcp.Meta{mcpserve.MetaIdempotencyKey: "k-1"}
+	if r := mustCall(t, cs, "charge", map[string]any{"customer": "a", "amount": 1}, key); r.IsError {
+		t.Fatalf("keyed charge: %s", text(r))
+	}
+	r = mustCall(t, cs, "charge", map[string]any{"customer": "a", "amount": 2}, key)
+	if !r.IsError || !strings.Contains(text(r), "already used for a different call") {
+		t.Errorf("a key reused for other arguments: %v %s", r.IsError, text(r))
+	}
+	r = mustCall(t, cs, "charge", map[string]any{"customer": "${a1.output.id}", "amount": 2}, nil)
+	if !r.IsError || !strings.Contains(text(r), "refused") {
+		t.Errorf("a reference in MCP arguments: %v %s", r.IsError, text(r))
+	}
+	r = mustCall(t, cs, "charge", map[string]any{"customer": "a", "amount": 2}, mcp.Meta{mcpserve.MetaRunID: "bad/run"})
+	if !r.IsError || !strings.Contains(text(r), "refused") {
+		t.Errorf("a bad run id: %v %s", r.IsError, text(r))
+	}
+	if e := b.world.Effects(); e.Charges != 1 {
+		t.Errorf("charges %d, want 1", e.Charges)
+	}
+	// Read-only calls run every time, each recorded as its own run.
+	r1 := mustCall(t, cs, "catalog", map[string]any{}, nil)
+	r2 := mustCall(t, cs, "catalog", map[string]any{}, nil)
+	if r1.IsError || r2.IsError || runOf(r1) == runOf(r2) || !strings.Contains(text(r1), "welcome-pack") {
+		t.Errorf("read-only calls: %s (%s), %s (%s)", text(r1), runOf(r1), text(r2), runOf(r2))
+	}
+	// Identical idempotent calls: the first outcome, one write.
+	for range 2 {
+		if r := mustCall(t, cs, "set_setting", map[string]any{"name": "tz", "value": "UTC"}, nil); r.IsError {
+			t.Fatal(text(r))
+		}
+	}
+	if e := b.world.Effects(); e.SettingPuts != 1 {
+		t.Errorf("setting writes %d, want 1", e.SettingPuts)
+	}
+}
+
+func TestOwnToolsProposeStatusWaiting(t *testing.T) {
+	b := setup(t, opts{policy: executor.PolicyAll})
+	cs := b.client(t, nil)
+	planArgs := map[string]any{
+		"goal": "onboard acme",
+		"actions": []any{
+			map[string]any{"id": "c1", "tool": "charge", "args": map[string]any{"customer": "acme", "amount": 10}},
+			map[string]any{"id": "e1", "tool": "send_email", "args": map[string]any{"to": "acme@example.com", "subject": "${c1.output.id}"}, "depends_on": []string{"c1"}},
+		},
+	}
+	r := mustCall(t, cs, mcpserve.ToolProposePlan, planArgs, nil)
+	if r.IsError {
+		t.Fatal(text(r))
+	}
+	runID := runOf(r)
+	if again := mustCall(t, cs, mcpserve.ToolProposePlan, planArgs, nil); runOf(again) != runID {
+		t.Errorf("the same proposal made run %s, want %s", runOf(again), runID)
+	}
+	doc := b.waitFor(t, runID, func(d ledger.RunDoc) bool { return d.Run.Status == ledger.RunAwaitingApproval })
+	for _, a := range doc.Actions {
+		if a.Status != ledger.StatusPending {
+			t.Errorf("proposed action %s is %s, want pending (a person reviews every action)", a.ID, a.Status)
+		}
+	}
+	w := mustCall(t, cs, mcpserve.ToolWaiting, map[string]any{}, nil)
+	if !strings.Contains(text(w), runID) || !strings.Contains(text(w), `"for":"approval"`) {
+		t.Errorf("waiting: %s", text(w))
+	}
+	if b.world.Effects().ChargeRequests != 0 {
+		t.Fatal("a proposed plan ran before review")
+	}
+	if err := b.eng.ApproveAll(context.Background(), runID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := b.eng.Resume(context.Background(), runID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The email's subject came from the charge: it is shown again, resolved,
+	// and approved as sent (DESIGN: an approval binds what the reviewer saw).
+	if doc.Run.Status == ledger.RunAwaitingApproval {
+		if err := b.eng.ApproveAll(context.Background(), runID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.eng.Resume(context.Background(), runID, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := mustCall(t, cs, mcpserve.ToolRunStatus, map[string]any{"run_id": runID}, nil)
+	if st.IsError || !strings.Contains(text(st), "is completed") {
+		t.Errorf("status: %s", text(st))
+	}
+	if r := mustCall(t, cs, mcpserve.ToolRunStatus, map[string]any{"run_id": "nope"}, nil); !r.IsError {
+		t.Errorf("status of an unknown run: %s", text(r))
+	}
+	bad := mustCall(t, cs, mcpserve.ToolProposePlan, map[string]any{"actions": []any{map[string]any{"id": "x", "tool": "nope", "args": map[string]any{}}}}, nil)
+	if !bad.IsError {
+		t.Errorf("a plan with an unknown tool: %s", text(bad))
+	}
 }
