@@ -44,7 +44,8 @@ type Config struct {
 	// for a person, except at_most_once ones.
 	Policy executor.Policy
 	// Wait bounds how long a call that waits for a person stays open before
-	// its result says it waits. Default 60s.
+	// its result says it waits. Default 60s; negative: the result says so
+	// at once.
 	Wait time.Duration
 	// Progress is the interval of progress notifications while a call
 	// waits (to clients that sent a progress token). Default 5s.
@@ -94,8 +95,8 @@ func (cfg Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("Policy %q: want safe, all or none", cfg.Policy))
 	}
-	if cfg.Wait < 0 || cfg.Progress <= 0 {
-		errs = append(errs, errors.New("Wait must not be negative, Progress must be positive"))
+	if cfg.Progress <= 0 {
+		errs = append(errs, errors.New("Progress must be positive"))
 	}
 	if !validSession.MatchString(cfg.Session) {
 		errs = append(errs, fmt.Errorf("Session %q: want 1-128 letters, digits or _.:-", cfg.Session))
@@ -550,17 +551,15 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 		case ledger.RunAwaitingApproval, ledger.RunPaused:
 			if waitingSince.IsZero() {
 				waitingSince = time.Now()
-				if s.cfg.Wait > 0 {
-					t := time.NewTimer(s.cfg.Wait)
-					defer t.Stop()
-					bound = t.C
-				}
+				t := time.NewTimer(max(s.cfg.Wait, 0))
+				defer t.Stop()
+				bound = t.C
 				if token != nil {
 					tick = time.NewTicker(s.cfg.Progress)
 					tickC = tick.C
 				}
 			}
-			if s.cfg.Wait == 0 {
+			if s.cfg.Wait < 0 {
 				return s.waitingResult(doc, act), nil
 			}
 			// A person decided (approved, resolved): drive it on, once per

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/docketrun/docket/executor/mcpserve"
+	"github.com/docketrun/docket/executor/mcpserve/mcpservetest"
+)
+
+// mcpChild is `docket mcp` over stdio as a child process (this test binary),
+// with the go-sdk client connected to it, as a desktop assistant runs it.
+type mcpChild struct {
+	cs     *mcp.ClientSession
+	cmd    *exec.Cmd
+	stderr *markerWriter
+}
+
+// markerWriter collects the child's stderr and reports the crash marker.
+type markerWriter struct {
+	mu     sync.Mutex
+	buf    strings.Builder
+	marked chan struct{}
+	once   sync.Once
+}
+
+func (w *markerWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), crashMarker) {
+		w.once.Do(func() { close(w.marked) })
+	}
+	return len(p), nil
+}
+
+func (w *markerWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// startMCPChild starts docket mcp with args; crash ("POINT:ACTION") stops it
+// at that executor hook (see crashHooks) for the test to SIGKILL.
+func startMCPChild(t *testing.T, crash string, args ...string) *mcpChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"mcp"}, args...)...)
+	cmd.Env = append(os.Environ(), asDocketEnv+"=1", skewEnv+"="+testSkew.String())
+	if crash != "" {
+		cmd.Env = append(cmd.Env, crashAtEnv+"="+crash)
+	}
+	c := &mcpChild{cmd: cmd, stderr: &markerWriter{marked: make(chan struct{})}}
+	cmd.Stderr = c.stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-assistant", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connecting to docket mcp: %v\nstderr: %s", err, c.stderr)
+	}
+	c.cs = cs
+	t.Cleanup(func() { cs.Close() })
+	return c
+}
+
+// callAsync calls a tool and delivers its result (or error) on the channel.
+func (c *mcpChild) callAsync(tool string, args any, meta mcp.Meta) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args, Meta: meta})
+		done <- err
+	}()
+	return done
+}
+
+// kill waits for the crash marker, then SIGKILLs the child.
+func (c *mcpChild) kill(t *testing.T, call <-chan error) {
+	t.Helper()
+	select {
+	case <-c.stderr.marked:
+	case err := <-call:
+		t.Fatalf("the call ended before the crash point: %v\nstderr: %s", err, c.stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("docket mcp never reached its crash point\nstderr: %s", c.stderr)
+	}
+	if err := c.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-call; err == nil {
+		t.Fatal("the call in flight when docket mcp was killed returned no error")
+	}
+	c.cs.Close()
+}
+
+func (c *mcpChild) call(t *testing.T, tool string, args any, meta mcp.Meta) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args, Meta: meta})
+	if err != nil {
+		t.Fatalf("call %s: %v\nstderr: %s", tool, err, c.stderr)
+	}
+	return r
+}
+
+func resultText(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func callAction(t *testing.T, tool string, args any) string {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := mcpserve.CallHash(tool, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "c_" + h[:16]
+}
+
+// docket mcp is SIGKILLed after the provider acted and before docket
+// recorded it; the assistant starts it again and repeats the call: a keyed
+// charge is sent again with the same key (one charge), an at-most-once
+// email is not sent again (a person is asked). The repeat is recognised by
+// the session docket mcp is started with (--session) and by the run the
+// client names (_meta).
+func TestMCPStdioKilledMidCallAndRestarted(t *testing.T) {
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--approve", "all", "--session", "desk-1", "--wait", "500ms"}
+
+	charge := map[string]any{"customer": "acme", "amount": 1200}
+	c := startMCPChild(t, "after_call:"+callAction(t, "charge", charge), args...)
+	c.kill(t, c.callAsync("charge", charge, nil))
+	if e := w.Effects(); e.Charges != 1 {
+		t.Fatalf("charges %d after the crash, want 1 (the provider acted)", e.Charges)
+	}
+	c = startMCPChild(t, "", args...)
+	r := c.call(t, "charge", charge, nil)
+	if r.IsError || !strings.Contains(resultText(r), `"id":"ch_1"`) {
+		t.Fatalf("repeated charge: %v %s", r.IsError, resultText(r))
+	}
+	if e := w.Effects(); e.Charges != 1 || e.ChargeRequests != 2 {
+		t.Errorf("effects %+v: want 1 charge, 2 requests (the same key again)", e)
+	}
+	c.cs.Close()
+
+	email := map[string]any{"to": "ada@example.com", "subject": "welcome"}
+	meta := mcp.Meta{mcpserve.MetaRunID: "agent-42"}
+	c = startMCPChild(t, "after_call:"+callAction(t, "send_email", email), args...)
+	c.kill(t, c.callAsync("send_email", email, meta))
+	c = startMCPChild(t, "", args...)
+	r = c.call(t, "send_email", email, meta)
+	if !strings.Contains(resultText(r), "may or may not have happened: a person is checking") {
+		t.Fatalf("repeated email after a crash: %v %s", r.IsError, resultText(r))
+	}
+	r = c.call(t, "send_email", email, meta)
+	if !strings.Contains(resultText(r), "may or may not have happened") {
+		t.Fatalf("repeated again: %s", resultText(r))
+	}
+	if e := w.Effects(); e.EmailRequests != 1 || e.Emails["ada@example.com"] != 1 {
+		t.Errorf("effects %+v: want one email request (at most once)", e)
+	}
+}
+
+// The same against the real server-memory behind docket mcp: create_entities
+// is a lookup tool; after the kill, the repeat finds the entity with
+// open_nodes and never creates it again.
+func TestMCPStdioKilledMidCallMemoryServer(t *testing.T) {
+	b := setupMemory(t)
+	args := []string{"--tools", b.tools, "--data", b.data, "--approve", "all", "--session", "desk-2"}
+	ent := map[string]any{"entities": []any{map[string]any{"name": "Ada Lovelace", "entityType": "person", "observations": []string{"pioneer"}}}}
+	c := startMCPChild(t, "after_call:"+callAction(t, "memory.create_entities", ent), args...)
+	c.kill(t, c.callAsync("memory.create_entities", ent, nil))
+	c = startMCPChild(t, "", args...)
+	r := c.call(t, "memory.create_entities", ent, nil)
+	if r.IsError || !strings.Contains(resultText(r), "Ada Lovelace") {
+		t.Fatalf("repeat after the crash: %v %s", r.IsError, resultText(r))
+	}
+	if n := b.createCalls(t)["Ada Lovelace"]; n != 1 {
+		t.Errorf("create_entities reached the server %d times, want 1", n)
+	}
+	// A second identical call in the session: the first outcome, no call.
+	if r := c.call(t, "memory.create_entities", ent, nil); r.IsError {
+		t.Fatal(resultText(r))
+	}
+	if n := b.createCalls(t)["Ada Lovelace"]; n != 1 {
+		t.Errorf("create_entities reached the server %d times after a repeat, want 1", n)
+	}
+}
+
+// bearer adds the token to every request of an MCP client.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// docket serve --mcp: an MCP client's call that needs approval stays open
+// (with progress) while a person approves it through the API of the same
+// service; the open call returns the output. /mcp needs a token.
+func TestServeMCPApprovalWhileCallWaits(t *testing.T) {
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, nil, "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--mcp")
+	if s.token == "" {
+		t.Fatalf("no token printed: %q", s.lines)
+	}
+	if !strings.Contains(strings.Join(s.lines, "\n"), s.base+"/mcp") {
+		t.Errorf("serve does not say where MCP is: %q", s.lines)
+	}
+	resp, err := http.Post(s.base+"/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/mcp without a token: %d, want 401", resp.StatusCode)
+	}
+
+	progress := make(chan string, 16)
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progress <- r.Params.Message:
+			default:
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{s.token}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	email := map[string]any{"to": "grace@example.com", "subject": "hello"}
+	p := &mcp.CallToolParams{Name: "send_email", Arguments: email, Meta: mcp.Meta{mcpserve.MetaRunID: "desk"}}
+	p.SetProgressToken("p1")
+	res := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		r, err := cs.CallTool(ctx, p)
+		if err != nil {
+			t.Error(err)
+		}
+		res <- r
+	}()
+	var msg string
+	select {
+	case msg = <-progress:
+	case <-ctx.Done():
+		t.Fatal("no progress notification while the call waits")
+	}
+	if !strings.Contains(msg, "approval") || !strings.Contains(msg, s.base) {
+		t.Errorf("progress %q: want approval and the page's address", msg)
+	}
+	runID := "desk." + callAction(t, "send_email", email)
+	if w.Effects().EmailRequests != 0 {
+		t.Fatal("the email was sent before the approval")
+	}
+	if code := s.post(t, "/v1/runs/"+runID+"/approve", map[string]any{"all": true}, nil); code != http.StatusOK {
+		t.Fatalf("approve through the API: %d", code)
+	}
+	r := <-res
+	if r == nil || r.IsError || !strings.Contains(resultText(r), `"sent_to":"grace@example.com"`) {
+		t.Fatalf("the waiting call after approval: %+v", r)
+	}
+	if e := w.Effects(); e.EmailRequests != 1 {
+		t.Errorf("email requests %d, want 1", e.EmailRequests)
+	}
+}
