@@ -529,6 +529,7 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 		bound        <-chan time.Time
 		lastKick     string
 		progress     float64
+		idleDrives   int
 	)
 	defer func() {
 		if tick != nil {
@@ -576,6 +577,12 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 				return errorResult("docket could not go on with this call (run %s, action %s): %v. Nothing more was done; call again with the same arguments to try again.", runID, actionID, lastErr), nil
 			}
 			if !going {
+				// A drive that ends with the run still running (another
+				// process drives it, or this one is stopping) is tried a
+				// few times, then the call says so instead of spinning.
+				if idleDrives++; idleDrives > maxIdleDrives {
+					return errorResult("docket could not finish this call now: run %s is still running (action %s is %s; another docket process may be driving it). Call again with the same arguments later: it will not run twice.", runID, actionID, act.Status), nil
+				}
 				s.drive(runID)
 				_, _, changed = s.driveState(runID)
 			}
@@ -609,6 +616,10 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 		}
 	}
 }
+
+// maxIdleDrives bounds the drives a waiting call starts that end with the
+// run still running.
+const maxIdleDrives = 3
 
 // movable says whether a waiting run's action was moved on by a person, so
 // that a drive has something to do.
