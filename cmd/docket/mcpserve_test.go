@@ -16,6 +16,7 @@ import (
 
 	"github.com/docketrun/docket/executor/mcpserve"
 	"github.com/docketrun/docket/executor/mcpserve/mcpservetest"
+	"github.com/docketrun/docket/tools/mcptool/mcptest"
 )
 
 // mcpChild is `docket mcp` over stdio as a child process (this test binary),
@@ -297,5 +298,76 @@ func TestServeMCPApprovalWhileCallWaits(t *testing.T) {
 	}
 	if e := w.Effects(); e.EmailRequests != 1 {
 		t.Errorf("email requests %d, want 1", e.EmailRequests)
+	}
+}
+
+// The official TypeScript SDK's client (installed with the reference
+// servers, pinned by their package-lock.json) drives docket mcp over stdio:
+// annotations arrive, an identical call returns the first outcome, a keyed
+// call is once by its key, an at-most-once call says it waits for a person.
+func TestMCPNodeClient(t *testing.T) {
+	p := mcptest.Servers(t)
+	modules := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(p.Memory)))) // .../node_modules
+	sdk := filepath.Join(modules, "@modelcontextprotocol", "sdk")
+	if _, err := os.Stat(filepath.Join(sdk, "dist", "esm", "client", "stdio.js")); err != nil {
+		t.Fatalf("the TypeScript MCP SDK is not where the pinned servers' lock file puts it: %v", err)
+	}
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "mcpnode", "client.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p.Node, script, sdk, os.Args[0], "mcp", "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--wait", "0")
+	cmd.Env = append(os.Environ(), asDocketEnv+"=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node client: %v\nstderr: %s", err, stderr.String())
+	}
+	type result struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool `json:"isError"`
+	}
+	var got struct {
+		Tools                                map[string]map[string]any `json:"tools"`
+		First, Repeat, Keyed1, Keyed2, Email result
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("node client output %q: %v", out, err)
+	}
+	txt := func(r result) string {
+		if len(r.Content) == 0 {
+			return ""
+		}
+		return r.Content[0].Text
+	}
+	if a := got.Tools["send_email"]; a["readOnlyHint"] != false || a["idempotentHint"] != false || a["destructiveHint"] != true {
+		t.Errorf("send_email annotations seen by the Node client: %v", a)
+	}
+	if a := got.Tools["catalog"]; a["readOnlyHint"] != true {
+		t.Errorf("catalog annotations seen by the Node client: %v", a)
+	}
+	if got.First.IsError || txt(got.First) != txt(got.Repeat) || !strings.Contains(txt(got.First), `"ch_`) {
+		t.Errorf("identical calls: %q then %q", txt(got.First), txt(got.Repeat))
+	}
+	if got.Keyed1.IsError || txt(got.Keyed1) != txt(got.Keyed2) {
+		t.Errorf("keyed calls: %q then %q", txt(got.Keyed1), txt(got.Keyed2))
+	}
+	if got.Email.IsError || !strings.HasPrefix(txt(got.Email), "WAITING FOR A PERSON") {
+		t.Errorf("email under policy safe: %v %q", got.Email.IsError, txt(got.Email))
+	}
+	if e := w.Effects(); e.Charges != 2 || e.ChargeRequests != 2 || e.EmailRequests != 0 {
+		t.Errorf("effects %+v: want 2 charges from 2 requests, no email", e)
 	}
 }
