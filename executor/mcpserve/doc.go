@@ -52,14 +52,14 @@
 //   - A call without a key, of a tool that is not read-only, is run
 //     S + ".c_" + h[:16] (its nth repeat: S + ".c_" + h[:16] + "." + n),
 //     action "c_" + h[:16]. An identical call in the same session is a possible
-//     retry (the client lost the answer, or docket restarted): for
-//     idempotent, keyed and lookup tools it returns the first call's outcome,
-//     waiting for it if the first call is still going on; an at_most_once
-//     call whose earlier identical call is still going on (or waiting for a
-//     person) waits for that one; once an earlier one completed, a repeat is
-//     a new run that waits for a person whatever the policy ("the same call
-//     was made at T in this session: do it again?"). A repeat is never a
-//     second effect unless a person says so.
+//     retry (the client lost the answer, or docket restarted): while an earlier
+//     identical call is going on (or waiting for a person) it waits for that
+//     one; once one took effect, idempotent, keyed and lookup tools return
+//     its outcome, and an at_most_once repeat is a new run that waits for a
+//     person whatever the policy ("the same call was made at T in this
+//     session: do it again?"); when none took effect (definite failures,
+//     rejections, skips), it is a new attempt under the policy. A repeat is
+//     never a second effect unless a person says so.
 //   - A read-only call without a key runs at once every time (fresh data), as
 //     run S + ".r_" + a random suffix, recorded like any other.
 //

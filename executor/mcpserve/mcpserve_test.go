@@ -422,6 +422,11 @@ func TestDefiniteFailuresAndRefusalsAreErrors(t *testing.T) {
 	if !r.IsError || !strings.Contains(text(r), "failed and did not happen") {
 		t.Errorf("a 400: %v %s", r.IsError, text(r))
 	}
+	// It did not happen: the identical call is a new attempt.
+	b.world.EmailFault("")
+	if r := mustCall(t, cs, "send_email", map[string]any{"to": "x@example.com", "subject": "s"}, nil); r.IsError || !strings.Contains(text(r), `"n":1`) {
+		t.Errorf("the identical call after a definite failure: %v %s", r.IsError, text(r))
+	}
 	key := mcp.Meta{mcpserve.MetaIdempotencyKey: "k-1"}
 	if r := mustCall(t, cs, "charge", map[string]any{"customer": "a", "amount": 1}, key); r.IsError {
 		t.Fatalf("keyed charge: %s", text(r))

@@ -396,12 +396,12 @@ func (s *Server) place(ctx context.Context, spec tools.Spec, id callIdentity, ar
 		return s.record(ctx, id.runID, id, spec, args, s.cfg.Policy, "")
 	}
 	// Without a key: the first occurrence of an identical call in the
-	// session, or a repeat.
+	// session, or a repeat. done is the latest occurrence whose action
+	// succeeded (took effect, or a person said it did).
 	var (
-		last    ledger.Run
-		n       int
-		anyDone bool
-		firstAt time.Time
+		last, done ledger.Run
+		n          int
+		firstAt    time.Time
 	)
 	for n = 1; ; n++ {
 		r, err := s.led.GetRun(ctx, id.occurrence(n))
@@ -415,30 +415,35 @@ func (s *Server) place(ctx context.Context, spec tools.Spec, id callIdentity, ar
 			firstAt = r.CreatedAt
 		}
 		if r.Status == ledger.RunCompleted {
-			anyDone = true
+			doc, err := s.led.Doc(ctx, r.ID)
+			if err != nil {
+				return "", false, err
+			}
+			if a, ok := actionOf(doc, id.action); ok && a.Status == ledger.StatusSucceeded {
+				done = r
+			}
 		}
 		last = r
 	}
-	if n == 1 {
+	switch {
+	case n == 1:
 		return s.record(ctx, id.occurrence(1), id, spec, args, s.cfg.Policy, "")
-	}
-	if spec.Class != tools.AtMostOnce {
-		// A possible retry: the first call's outcome (or its wait).
-		s.drive(id.occurrence(1))
-		return id.occurrence(1), false, nil
-	}
-	if !finished(last.Status) {
+	case !finished(last.Status):
+		// A retry of a call still going on (or waiting for a person).
 		s.drive(last.ID)
 		return last.ID, false, nil
-	}
-	if !anyDone {
-		// Every earlier identical call failed, was rejected or cancelled:
-		// none took effect, so this one is a new attempt under the policy.
+	case done.ID == "":
+		// Every earlier identical call failed, was rejected, skipped or
+		// cancelled: none took effect, so this one is a new attempt under
+		// the policy.
 		return s.record(ctx, id.occurrence(n), id, spec, args, s.cfg.Policy,
 			fmt.Sprintf(" (identical call #%d in this session; the earlier ones did not take effect)", n))
+	case spec.Class != tools.AtMostOnce:
+		// A possible retry: the outcome of the call that took effect.
+		return done.ID, false, nil
 	}
-	why := fmt.Sprintf(" — REPEAT #%d: the same call (same tool, same arguments) was made in this session at %s (run %s) and completed: approve only if it should happen again",
-		n, firstAt.UTC().Format(time.RFC3339), id.occurrence(1))
+	why := fmt.Sprintf(" — REPEAT #%d: the same call (same tool, same arguments) was made in this session at %s (run %s) and took effect: approve only if it should happen again",
+		n, firstAt.UTC().Format(time.RFC3339), done.ID)
 	return s.record(ctx, id.occurrence(n), id, spec, args, executor.PolicyNone, why)
 }
 
