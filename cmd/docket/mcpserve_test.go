@@ -195,9 +195,9 @@ func TestMCPStdioKilledMidCallMemoryServer(t *testing.T) {
 	args := []string{"--tools", b.tools, "--data", b.data, "--approve", "all", "--session", "desk-2"}
 	ent := map[string]any{"entities": []any{map[string]any{"name": "Ada Lovelace", "entityType": "person", "observations": []string{"pioneer"}}}}
 	c := startMCPChild(t, "after_call:"+callAction(t, "memory.create_entities", ent), args...)
-	c.kill(t, c.callAsync("memory.create_entities", ent, nil))
+	c.kill(t, c.callAsync("memory_create_entities", ent, nil))
 	c = startMCPChild(t, "", args...)
-	r := c.call(t, "memory.create_entities", ent, nil)
+	r := c.call(t, "memory_create_entities", ent, nil)
 	if r.IsError || !strings.Contains(resultText(r), "Ada Lovelace") {
 		t.Fatalf("repeat after the crash: %v %s", r.IsError, resultText(r))
 	}
@@ -205,7 +205,7 @@ func TestMCPStdioKilledMidCallMemoryServer(t *testing.T) {
 		t.Errorf("create_entities reached the server %d times, want 1", n)
 	}
 	// A second identical call in the session: the first outcome, no call.
-	if r := c.call(t, "memory.create_entities", ent, nil); r.IsError {
+	if r := c.call(t, "memory_create_entities", ent, nil); r.IsError {
 		t.Fatal(resultText(r))
 	}
 	if n := b.createCalls(t)["Ada Lovelace"]; n != 1 {

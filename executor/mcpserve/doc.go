@@ -9,7 +9,11 @@
 //
 // Every tool of the registry (HTTP tools and "server.tool" tools of the MCP
 // servers behind the tools file) with its input schema and annotations that
-// say what docket does with it, from its effect class:
+// say what docket does with it, from its effect class. Clients see each under
+// a name in [a-zA-Z0-9_-]{1,64}, the alphabet of the model APIs agents pass
+// tools on to, mapped by the planner's rule ("memory.create_entities" is
+// "memory_create_entities"; the registry name is the tool's title and its
+// _meta["io.docket/tool"], and keys are derived from it):
 //
 //	class         readOnlyHint idempotentHint destructiveHint openWorldHint
 //	read_only     true         true           false           true
@@ -24,10 +28,11 @@
 // MCP's conservative default (destructive). The class itself is in the tool's
 // _meta["io.docket/effect"].
 //
-// docket's own tools, for agents that plan for themselves: docket.propose_plan
+// docket's own tools, for agents that plan for themselves: docket_propose_plan
 // (record a whole plan as a run in which every action waits for a person),
-// docket.run_status (a run's Run JSON) and docket.waiting (the runs that wait
-// for a person and what each waits for).
+// docket_run_status (a run's Run JSON) and docket_waiting (the runs that wait
+// for a person and what each waits for). No tool of the tools file may be
+// seen under a name starting with "docket_".
 //
 // # Runs, actions and keys
 //

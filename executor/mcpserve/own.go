@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -13,8 +14,9 @@ import (
 	"github.com/docketrun/docket/plan"
 )
 
-// ownPrefix names docket's own tools; no tool of the tools file may use it.
-const ownPrefix = "docket."
+// ownPrefix names docket's own tools; no tool of the tools file may be seen
+// under a name that starts with it.
+const ownPrefix = "docket_"
 
 // The names of docket's own tools.
 const (
@@ -34,7 +36,7 @@ const proposeSchema = `{
         "type": "object",
         "properties": {
           "id": {"type": "string"},
-          "tool": {"type": "string", "description": "a tool of this server (not docket.*)"},
+          "tool": {"type": "string", "description": "a tool of this server, as listed (not docket's own)"},
           "args": {"type": "object", "description": "arguments; a string that is exactly ${ID.output} or ${ID.output.PATH} is an earlier action's output"},
           "depends_on": {"type": "array", "items": {"type": "string"}},
           "why": {"type": "string"}
@@ -91,9 +93,12 @@ func (s *Server) proposePlan(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	if err != nil {
 		return errorResult("docket refused the plan, nothing was recorded: %v", err), nil
 	}
-	for _, a := range p.Actions {
-		if len(a.Tool) >= len(ownPrefix) && a.Tool[:len(ownPrefix)] == ownPrefix {
+	for i, a := range p.Actions {
+		if strings.HasPrefix(a.Tool, ownPrefix) {
 			return errorResult("docket refused the plan: action %s calls %s: docket's own tools cannot be planned", a.ID, a.Tool), nil
+		}
+		if name, ok := s.fromWire[a.Tool]; ok { // the name the client sees → the registry's
+			p.Actions[i].Tool = name
 		}
 	}
 	runID := in.RunID
@@ -142,7 +147,7 @@ func (s *Server) runStatus(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	return docResult(fmt.Sprintf("Run %s is %s.", doc.Run.ID, doc.Run.Status), doc), nil
 }
 
-// waitingRun is one entry of docket.waiting.
+// waitingRun is one entry of docket_waiting.
 type waitingRun struct {
 	RunID   string          `json:"run_id"`
 	Status  string          `json:"status"`

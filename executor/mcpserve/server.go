@@ -102,9 +102,9 @@ func (cfg Config) validate() error {
 		errs = append(errs, fmt.Errorf("Session %q: want 1-128 letters, digits or _.:-", cfg.Session))
 	}
 	if cfg.Tools != nil {
-		for _, n := range cfg.Tools.Names() {
-			if strings.HasPrefix(n, ownPrefix) {
-				errs = append(errs, fmt.Errorf("tool %q: the prefix %q is docket's own (rename the MCP server)", n, ownPrefix))
+		for n, w := range wireNames(cfg.Tools.Names()) {
+			if strings.HasPrefix(w, ownPrefix) {
+				errs = append(errs, fmt.Errorf("tool %q: clients would see it as %q, but the prefix %q is docket's own (rename the tool or the MCP server)", n, w, ownPrefix))
 			}
 		}
 	}
@@ -120,14 +120,16 @@ var validSession = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 // (MCP().Run with an mcp.StdioTransport) or streamable HTTP (Handler), and
 // Close it at the end (before closing the ledger).
 type Server struct {
-	cfg  Config
-	eng  *executor.Engine
-	led  ledger.Store
-	reg  *tools.Registry
-	log  *slog.Logger
-	mcp  *mcp.Server
-	ctx  context.Context // drives; cancelled by Close
-	stop context.CancelFunc
+	cfg Config
+	eng *executor.Engine
+	led ledger.Store
+	reg *tools.Registry
+	log *slog.Logger
+	mcp *mcp.Server
+	// fromWire maps the names clients see to registry names.
+	fromWire map[string]string
+	ctx      context.Context // drives; cancelled by Close
+	stop     context.CancelFunc
 
 	mu       sync.Mutex
 	closed   bool
@@ -154,9 +156,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "docket", Title: "docket: reviewable, exactly-once tool calls", Version: cfg.Version},
 		&mcp.ServerOptions{Logger: s.log, Instructions: instructions})
-	for _, name := range s.reg.Names() {
+	s.fromWire = map[string]string{}
+	for name, wire := range wireNames(s.reg.Names()) {
+		s.fromWire[wire] = name
 		spec, _ := s.reg.Spec(name)
-		s.mcp.AddTool(toolFor(spec), s.callTool(spec))
+		s.mcp.AddTool(toolFor(spec, wire), s.callTool(spec))
 	}
 	s.addOwnTools()
 	return s, nil
@@ -207,14 +211,15 @@ func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 	}
 }
 
-// toolFor is the MCP definition of a registry tool.
-func toolFor(spec tools.Spec) *mcp.Tool {
+// toolFor is the MCP definition of a registry tool, seen as wire.
+func toolFor(spec tools.Spec, wire string) *mcp.Tool {
 	t := &mcp.Tool{
-		Name:        spec.Name,
+		Name:        wire,
+		Title:       spec.Name,
 		Description: spec.Description,
 		InputSchema: json.RawMessage(spec.InputSchema),
 		Annotations: annotations(spec.Class),
-		Meta:        mcp.Meta{"io.docket/effect": string(spec.Class)},
+		Meta:        mcp.Meta{"io.docket/effect": string(spec.Class), "io.docket/tool": spec.Name},
 	}
 	if spec.Class == tools.AtMostOnce {
 		t.Description = strings.TrimSpace(t.Description + "\n\n(docket: at most once; a person may need to approve it, and an identical repeat needs a person.)")
