@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -370,4 +371,122 @@ func TestMCPNodeClient(t *testing.T) {
 	if e := w.Effects(); e.Charges != 2 || e.ChargeRequests != 2 || e.EmailRequests != 0 {
 		t.Errorf("effects %+v: want 2 charges from 2 requests, no email", e)
 	}
+}
+
+// lineWriter collects what is written and reports the first line that
+// contains want.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	want  string
+	found chan string
+	once  sync.Once
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for _, line := range strings.Split(w.buf.String(), "\n") {
+		if strings.Contains(line, w.want) {
+			w.once.Do(func() { w.found <- line })
+		}
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// docket mcp over stdio with --listen: the review page and API are served
+// on the side, so a person approves a waiting call while it stays open.
+func TestMCPStdioListenApproveThroughAPI(t *testing.T) {
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const token = "listen-test-token-0123456789"
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	stderr := &lineWriter{want: "review page and API at ", found: make(chan string, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		env := testEnv(outW, stderr)
+		env.Stdin = inR
+		done <- runEnv(ctx, []string{"mcp", "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--token", token}, env)
+		outW.Close()
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("docket mcp: %v", err)
+		}
+	})
+	var base string
+	select {
+	case line := <-stderr.found:
+		_, base, _ = strings.Cut(line, "review page and API at ")
+		base = strings.TrimSuffix(strings.TrimSpace(base), "/")
+	case err := <-done:
+		t.Fatalf("docket mcp ended: %v\n%s", err, stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("docket mcp never said where its page is\n%s", stderr)
+	}
+	progress := make(chan string, 16)
+	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progress <- r.Params.Message:
+			default:
+			}
+		},
+	})
+	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer ccancel()
+	cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	email := map[string]any{"to": "linus@example.com", "subject": "hello"}
+	p := &mcp.CallToolParams{Name: "send_email", Arguments: email}
+	p.SetProgressToken("p")
+	res := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		r, err := cs.CallTool(cctx, p)
+		if err != nil {
+			t.Error(err)
+		}
+		res <- r
+	}()
+	var msg string
+	select {
+	case msg = <-progress:
+	case <-cctx.Done():
+		t.Fatal("no progress while the call waits")
+	}
+	if !strings.Contains(msg, base) {
+		t.Errorf("progress %q does not name the page %s", msg, base)
+	}
+	_, runID, _ := strings.Cut(msg, "(run ")
+	runID, _, _ = strings.Cut(runID, ",")
+	s := &served{base: base, token: token}
+	if code := s.post(t, "/v1/runs/"+runID+"/approve", map[string]any{"all": true}, nil); code != http.StatusOK {
+		t.Fatalf("approve run %q through the API: %d", runID, code)
+	}
+	r := <-res
+	if r == nil || r.IsError || !strings.Contains(resultText(r), `"sent_to":"linus@example.com"`) {
+		t.Fatalf("the waiting call after approval: %+v", r)
+	}
+	if e := w.Effects(); e.EmailRequests != 1 {
+		t.Errorf("email requests %d, want 1", e.EmailRequests)
+	}
+	cs.Close()
 }
