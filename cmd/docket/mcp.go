@@ -113,7 +113,12 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
+	defer func() {
+		// Calls in flight finish and are recorded, within a bound.
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdownCtx)
+	}()
 
 	// Runs left running by a crash go on (a call repeated after a restart
 	// waits for the same drive).

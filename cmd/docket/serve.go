@@ -320,7 +320,11 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer ms.Close()
+		defer func() {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+			defer cancel()
+			ms.Shutdown(shutdownCtx)
+		}()
 		handler = mountMCP(srv, ms)
 	}
 	hs := &http.Server{

@@ -181,14 +181,34 @@ func (s *Server) Handler() http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
 }
 
-// Close stops the drives this server started (a drive stopped mid-call
-// leaves its claim: the next drive settles it by class) and waits for them.
+// Close stops the drives this server started at once (a drive stopped
+// mid-call leaves its claim: the next drive settles it by class) and waits
+// for them. Shutdown lets them finish first.
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
 	s.stop()
 	s.wg.Wait()
+}
+
+// Shutdown starts no new drive and waits for the drives going on to finish
+// (their outcomes recorded) until ctx ends; then it stops the rest as Close
+// does.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	idle := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
+	s.Close()
 }
 
 // ResumeRunning drives every run that was left running (a restart after a
