@@ -523,3 +523,34 @@ func TestOwnToolsProposeStatusWaiting(t *testing.T) {
 		t.Errorf("a plan with an unknown tool: %s", text(bad))
 	}
 }
+
+// Shutdown lets a call in flight finish and be recorded before it returns.
+func TestShutdownLetsCallsInFlightFinish(t *testing.T) {
+	b := setup(t, opts{})
+	cs := b.client(t, nil)
+	b.world.Hold()
+	args := map[string]any{"customer": "zed", "amount": 3}
+	go call(context.Background(), cs, "charge", args, mcp.Meta{mcpserve.MetaIdempotencyKey: "shutdown-1"})
+	<-b.world.Arrived()
+	stopped := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		b.srv.Shutdown(ctx)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("Shutdown returned while a call was in flight")
+	case <-time.After(50 * time.Millisecond): // it must still be waiting for the held call
+	}
+	b.world.Release()
+	<-stopped
+	doc, err := b.led.Doc(context.Background(), mcpserve.KeyedRunID("shutdown-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Run.Status != ledger.RunCompleted {
+		t.Errorf("after Shutdown the call's run is %s, want completed (its outcome recorded)", doc.Run.Status)
+	}
+}
