@@ -36,7 +36,7 @@ type opts struct {
 	wait   time.Duration
 }
 
-func setup(t *testing.T, o opts) *bundle {
+func setup(t testing.TB, o opts) *bundle {
 	t.Helper()
 	w := mcpservetest.Start()
 	t.Cleanup(w.Close)
@@ -71,7 +71,7 @@ func setup(t *testing.T, o opts) *bundle {
 
 // client connects a new MCP session (a new client, as after a reconnect).
 // progress, when set, is told every progress message.
-func (b *bundle) client(t *testing.T, progress chan<- string) *mcp.ClientSession {
+func (b *bundle) client(t testing.TB, progress chan<- string) *mcp.ClientSession {
 	t.Helper()
 	copts := &mcp.ClientOptions{}
 	if progress != nil {
