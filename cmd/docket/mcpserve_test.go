@@ -490,3 +490,64 @@ func TestMCPStdioListenApproveThroughAPI(t *testing.T) {
 	}
 	cs.Close()
 }
+
+// docket mcp --addr: MCP over streamable HTTP at /mcp (a token needed), the
+// page and the API beside it.
+func TestMCPOverHTTPWithAddr(t *testing.T) {
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const token = "addr-test-token-0123456789"
+	stdout := &lineWriter{want: "MCP (streamable HTTP) at ", found: make(chan string, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runEnv(ctx, []string{"mcp", "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--addr", "127.0.0.1:0", "--token", token, "--approve", "all"}, testEnv(stdout, io.Discard))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("docket mcp: %v", err)
+		}
+	})
+	var endpoint string
+	select {
+	case line := <-stdout.found:
+		_, endpoint, _ = strings.Cut(line, "MCP (streamable HTTP) at ")
+		endpoint, _, _ = strings.Cut(endpoint, ",")
+	case err := <-done:
+		t.Fatalf("docket mcp ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("docket mcp never said where it listens: %s", stdout)
+	}
+	resp, err := http.Post(endpoint, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("%s without a token: %d, want 401", endpoint, resp.StatusCode)
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer ccancel()
+	cs, err := client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	args := map[string]any{"name": "tz", "value": "UTC"}
+	for range 2 {
+		r, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "set_setting", Arguments: args})
+		if err != nil || r.IsError {
+			t.Fatalf("set_setting: %v %+v", err, r)
+		}
+	}
+	if e := w.Effects(); e.SettingPuts != 1 || e.SettingReqs != 1 {
+		t.Errorf("setting writes %d from %d requests, want 1 from 1 (the repeat returns the first outcome)", e.SettingPuts, e.SettingReqs)
+	}
+}

@@ -30,6 +30,7 @@ type World struct {
 	emailReqs   int
 	settings    map[string]json.RawMessage
 	settingPuts int
+	settingReqs int
 	hold        chan struct{} // non-nil: charges and emails wait after their effect until it is closed
 	arrived     chan string   // told the effect's name when a held request made its effect
 	emailFault  string        // "", "drop" (effect, then the connection is cut), "reject" (400, no effect)
@@ -93,13 +94,14 @@ type Effects struct {
 	Emails         map[string]int `json:"emails"`
 	EmailRequests  int            `json:"email_requests"`
 	SettingPuts    int            `json:"setting_puts"`
+	SettingReqs    int            `json:"setting_requests"`
 }
 
 // Effects returns the counters.
 func (w *World) Effects() Effects {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := Effects{Charges: len(w.charges), ChargeRequests: w.chargeReqs, Emails: map[string]int{}, EmailRequests: w.emailReqs, SettingPuts: w.settingPuts}
+	e := Effects{Charges: len(w.charges), ChargeRequests: w.chargeReqs, Emails: map[string]int{}, EmailRequests: w.emailReqs, SettingPuts: w.settingPuts, SettingReqs: w.settingReqs}
 	for k, v := range w.emails {
 		e.Emails[k] = v
 	}
@@ -183,6 +185,7 @@ func (w *World) setting(rw http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	name := r.PathValue("name")
 	w.mu.Lock()
+	w.settingReqs++
 	if string(w.settings[name]) != string(body) {
 		w.settingPuts++
 		w.settings[name] = body
