@@ -519,7 +519,11 @@ func (s *Server) drive(runID string) {
 				s.log.Warn("drive stopped with an error", "run_id", runID, "err", err)
 			}
 			s.mu.Lock()
-			s.driveErr[runID] = err
+			if err != nil {
+				s.driveErr[runID] = err
+			} else {
+				delete(s.driveErr, runID) // only failures are kept: the map stays small
+			}
 			if s.again[runID] && !s.closed {
 				delete(s.again, runID)
 				s.mu.Unlock()
