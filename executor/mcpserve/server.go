@@ -155,7 +155,7 @@ func New(cfg Config) (*Server, error) {
 		changed: make(chan struct{}),
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "docket", Title: "docket: reviewable, exactly-once tool calls", Version: cfg.Version},
-		&mcp.ServerOptions{Logger: s.log, Instructions: instructions})
+		&mcp.ServerOptions{Logger: slog.New(warnOnly{s.log.Handler()}), Instructions: instructions})
 	s.fromWire = map[string]string{}
 	for name, wire := range wireNames(s.reg.Names()) {
 		s.fromWire[wire] = name
@@ -165,6 +165,17 @@ func New(cfg Config) (*Server, error) {
 	s.addOwnTools()
 	return s, nil
 }
+
+// warnOnly passes on the go-sdk's warnings and errors, not its record of
+// every session connecting and disconnecting.
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(as)} }
+func (w warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{w.Handler.WithGroup(g)} }
 
 const instructions = "docket records every call that changes something before it runs and performs it exactly once; " +
 	"some calls wait for a person to approve them. A result that says a call waits is not a failure: tell the user, " +
