@@ -92,6 +92,6 @@
 // cancellations are isError results that say so; an unknown outcome says "may
 // or may not have happened: a person is checking".
 //
-// Imports: the standard library, plan, tools, ledger, executor and the MCP
-// go-sdk.
+// Imports: the standard library, plan, tools (and tools/mcptool, for the
+// name of the key's _meta field), ledger, executor and the MCP go-sdk.
 package mcpserve

@@ -23,12 +23,16 @@ import (
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/mcptool"
 )
 
 // The _meta names a client may set on tools/call (DESIGN.md, contracts).
+// The key's name is the one docket itself sends to the MCP servers behind a
+// tools file (mcptool.KeyMeta), so a docket in front of another docket mcp
+// is exactly once by its own keys.
 const (
 	MetaRunID          = "io.docket/run_id"
-	MetaIdempotencyKey = "io.docket/idempotency_key"
+	MetaIdempotencyKey = mcptool.KeyMeta
 )
 
 // Config builds a Server. Zero values take the documented defaults.
