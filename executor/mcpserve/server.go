@@ -28,8 +28,8 @@ import (
 
 // The _meta names a client may set on tools/call (DESIGN.md, contracts).
 // The key's name is the one docket itself sends to the MCP servers behind a
-// tools file (mcptool.KeyMeta), so a docket in front of another docket mcp
-// is exactly once by its own keys.
+// tools file (mcptool.KeyMeta): a docket in front of another docket mcp
+// hands it its own action keys.
 const (
 	MetaRunID          = "io.docket/run_id"
 	MetaIdempotencyKey = mcptool.KeyMeta
