@@ -43,8 +43,8 @@
 // run of one action, so that one call's definite failure or rejection never
 // fails, skips or compensates another call of the session (a plan's run does
 // that to its other actions); the session's runs share the prefix S, and
-// their plans name the session in Meta["mcp_session"], so the page and
-// `docket runs list` show them together. With h = lowercase hex of
+// their plans name the session in Meta["mcp_session"] (the page's search
+// finds them by the prefix). With h = lowercase hex of
 // sha256(JCS([tool, arguments])) (RFC 8785, numbers kept exact; an integer
 // outside ±2^53 is refused, as in plans):
 //
