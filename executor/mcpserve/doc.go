@@ -64,7 +64,12 @@
 //     person whatever the policy ("the same call was made at T in this
 //     session: do it again?"); when none took effect (definite failures,
 //     rejections, skips), it is a new attempt under the policy. A repeat is
-//     never a second effect unless a person says so.
+//     never a second effect unless a person says so. Why: MCP has no
+//     idempotency on tools/call, so for a client that sends no key an
+//     identical call in its session is the only sign of a retry; treating
+//     it as one costs an agent that means to repeat a write either a key or,
+//     for an at-most-once tool, a person's yes, while treating it as new
+//     would let every lost answer repeat a payment or an email.
 //   - A read-only call without a key runs at once every time (fresh data), as
 //     run S + ".r_" + a random suffix, recorded like any other.
 //
