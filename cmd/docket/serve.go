@@ -47,7 +47,7 @@ const tokenFile = "serve-token"
 // ledger (the default, 4096, costs ~0.4 MiB per client).
 const serveSubscriberBuffer = 256
 
-const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 30s] [--model NAME] [--base-url URL]"
+const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 30s] [--model NAME] [--base-url URL]"
 
 // serveCmd is `docket serve`.
 type serveCmd struct{ env Env }
@@ -75,6 +75,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	burst := fs.Int("burst", 100, "requests a token may make at once before --rate applies")
 	maxSockets := fs.Int("max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM, how long actions in flight may take to finish and be recorded")
+	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (a token with the submit scope), on the same engine, page and tokens (see docket mcp)")
+	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
+	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
 	mf := addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -85,6 +88,13 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	if *grace <= 0 {
 		return usageError("--grace must be positive")
+	}
+	mcpPolicy, err := parsePolicy(*mcpApprove)
+	if err != nil {
+		return err
+	}
+	if *mcpWait < 0 {
+		return usageError("--mcp-wait must not be negative")
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return usageError("--tls-cert and --tls-key go together")
@@ -264,6 +274,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintln(errOut, "docket serve: warning: --notify calls are unsigned; set --notify-secret or $DOCKET_NOTIFY_SECRET so the receiver can verify them")
 	}
 	fmt.Fprintf(out, "  data directory: %s\n", *data)
+	if *mcpOn {
+		fmt.Fprintf(out, "  MCP (streamable HTTP): %s/mcp (a token with the submit scope)\n", base)
+	}
 	switch {
 	case world != nil && pcfg.Model == demomodel.Model:
 		fmt.Fprintln(out, "  no model endpoint configured (OPENAI_MODEL is not set): planning with docket's demo model")
@@ -301,8 +314,21 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
 	}
 
+	handler := srv.Handler()
+	if *mcpOn {
+		ms, err := newMCPServer(c.env, srv.Engine(), l, reg, mcpPolicy, *mcpWait, "", "on docket's review page at "+base+"/", log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+			defer cancel()
+			ms.Shutdown(shutdownCtx)
+		}()
+		handler = mountMCP(srv, ms)
+	}
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/mcpserve"
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/ui"
+)
+
+func init() {
+	register("mcp", "serve the tools file's tools to any MCP client, every call recorded, keyed and reviewable", func(env Env) command { return &mcpCmd{env: env} })
+}
+
+const mcpUsage = "mcp --tools FILE [--data DIR] [--approve safe|all|none] [--wait 60s] [--session ID] [--listen ADDR | --addr ADDR] [--token [NAME=]T]... [--tokens FILE]"
+
+// mcpCmd is `docket mcp`: docket as an MCP server (executor/mcpserve). Over
+// stdio by default (a desktop assistant starts it), with the review page and
+// the API on --listen so that a person can decide while a call waits (the
+// data directory is this process's alone); or over streamable HTTP at
+// ADDR/mcp with --addr, the page and the API on the same address.
+type mcpCmd struct{ env Env }
+
+func (c *mcpCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("mcp", mcpUsage, c.env.Stderr)
+	toolsPath := fs.String("tools", "", "tools file (required)")
+	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	approve := fs.String("approve", "safe", "approval policy stored with every call's run: safe (at_most_once calls and the tools file's rules wait for a person), all (only the tools file's rules), none (every call waits)")
+	wait := fs.Duration("wait", 60*time.Second, "how long a call that waits for a person stays open (with progress notifications) before its result says it waits; 0: answer at once")
+	session := fs.String("session", "", "session id of the stdio session (default: new for each process); give the same one across restarts so that a client's identical repeat is recognised")
+	listen := fs.String("listen", "", "with stdio: also serve the review page and the API on this address (e.g. 127.0.0.1:8089), so a person can approve while a call waits")
+	addr := fs.String("addr", "", "serve MCP over streamable HTTP at ADDR/mcp (instead of stdio), with the review page and the API at ADDR/")
+	var tokens stringList
+	fs.Var(&tokens, "token", "API token with every scope, optionally named (NAME=TOKEN); repeatable (default: $DOCKET_TOKEN, else one generated and kept in the data directory); /mcp needs a token with the submit scope")
+	tokensPath := fs.String("tokens", "", "tokens file, as for docket serve")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("mcp takes no positional arguments (got %q)", pos)
+	}
+	if *toolsPath == "" {
+		return usageError("--tools FILE is required")
+	}
+	pol, err := parsePolicy(*approve)
+	if err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return usageError("--wait must not be negative")
+	}
+	if *listen != "" && *addr != "" {
+		return usageError("--listen (stdio, plus the page) and --addr (MCP over HTTP, plus the page) exclude each other")
+	}
+	// In stdio mode stdout is the MCP channel: everything else goes to stderr.
+	out := c.env.Stdout
+	if *addr == "" {
+		out = c.env.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(c.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	reg, closeTools, err := loadTools(ctx, *toolsPath, c.env)
+	if err != nil {
+		return err
+	}
+	defer closeTools()
+	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+
+	where := *addr + *listen
+	var (
+		page *ui.Server
+		ln   net.Listener
+		eng  *executor.Engine
+		hint string
+	)
+	if where != "" {
+		ln, err = net.Listen("tcp", where)
+		if err != nil {
+			return withCode(exitBad, fmt.Errorf("listening on %s: %w", where, err))
+		}
+		defer ln.Close()
+		base, _, _ := serveURL(ln.Addr(), where, "http")
+		if page, err = c.page(l, reg, *data, *tokensPath, tokens, out, base); err != nil {
+			return err
+		}
+		eng = page.Engine()
+		hint = "on docket's review page at " + base + "/ (or docket approve/resolve --server " + base + ")"
+	} else {
+		if eng, err = newEngine(c.env, l, reg); err != nil {
+			return err
+		}
+		hint = "with docket approve / docket resolve once this docket mcp has stopped (it holds the data directory " + *data + "); start docket mcp with --listen ADDR to decide on the review page while calls wait"
+	}
+	srv, err := newMCPServer(c.env, eng, l, reg, pol, *wait, *session, hint, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Calls in flight finish and are recorded, within a bound.
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdownCtx)
+	}()
+
+	// Runs left running by a crash go on (a call repeated after a restart
+	// waits for the same drive).
+	if page != nil {
+		_, err = page.ResumeRunning(ctx)
+	} else {
+		_, err = srv.ResumeRunning(ctx)
+	}
+	if err != nil {
+		return err
+	}
+
+	var served chan error
+	if ln != nil {
+		h := http.Handler(page.Handler())
+		if *addr != "" {
+			h = mountMCP(page, srv)
+			fmt.Fprintf(out, "docket mcp: MCP (streamable HTTP) at http://%s/mcp, review page at http://%s/\n", ln.Addr(), ln.Addr())
+		} else {
+			fmt.Fprintf(out, "docket mcp: review page and API at http://%s/\n", ln.Addr())
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		served = make(chan error, 1)
+		go func() { served <- hs.Serve(ln) }()
+		defer func() {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := hs.Shutdown(shutdownCtx); err != nil {
+				hs.Close()
+			}
+			page.Shutdown(shutdownCtx)
+		}()
+	}
+	if *addr != "" {
+		select {
+		case err := <-served:
+			return fmt.Errorf("serving: %w", err)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	// stdio: until the client closes stdin (or a signal).
+	t := &mcp.IOTransport{Reader: io.NopCloser(c.env.Stdin), Writer: nopWriteCloser{c.env.Stdout}}
+	err = srv.MCP().Run(ctx, t)
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("serving MCP over stdio: %w", err)
+	}
+	return nil
+}
+
+// page builds the review page and API service for docket mcp.
+func (c *mcpCmd) page(l ledger.Store, reg *tools.Registry, data, tokensPath string, tokens []string, out io.Writer, base string) (*ui.Server, error) {
+	var scoped []ui.Token
+	if tokensPath != "" {
+		raw, err := os.ReadFile(tokensPath)
+		if err != nil {
+			return nil, usageError("reading the tokens file: %v", err)
+		}
+		if scoped, err = ui.ParseTokensFile(raw, c.env.Getenv); err != nil {
+			return nil, usageError("%s:%v", tokensPath, err)
+		}
+	}
+	var named map[string]string
+	if len(scoped) == 0 || len(tokens) > 0 {
+		var generated string
+		var err error
+		if named, generated, _, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), data); err != nil {
+			return nil, err
+		}
+		if generated != "" {
+			fmt.Fprintf(out, "docket mcp: token (generated, kept in %s/%s, shown this once): %s\n", data, tokenFile, generated)
+		}
+	}
+	ecfg := executor.Config{Hooks: c.env.Hooks}
+	if c.env.Tune != nil {
+		c.env.Tune(&ecfg)
+	}
+	page, err := ui.New(ui.Config{
+		Ledger: l, Tools: reg, Executor: ecfg, Tokens: named, ScopedTokens: scoped,
+		Logger: slog.New(slog.NewTextHandler(c.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return nil, withCode(exitBad, err)
+	}
+	return page, nil
+}
+
+// newMCPServer builds docket's MCP server on eng.
+func newMCPServer(env Env, eng *executor.Engine, l ledger.Store, reg *tools.Registry, pol executor.Policy, wait time.Duration, session, hint string, log *slog.Logger) (*mcpserve.Server, error) {
+	cfg := mcpserve.Config{Engine: eng, Ledger: l, Tools: reg, Policy: pol, Wait: wait, Session: session, ReviewHint: hint, Logger: log, Version: buildVersion().module}
+	if wait == 0 {
+		cfg.Wait = -1 // answer at once (mcpserve: a zero Wait is its default)
+	}
+	srv, err := mcpserve.New(cfg)
+	if err != nil {
+		return nil, withCode(exitBad, err)
+	}
+	return srv, nil
+}
+
+// mountMCP serves MCP at /mcp (a token with the submit scope: an agent's
+// token needs read and submit, never review) beside the page and the API.
+func mountMCP(page *ui.Server, srv *mcpserve.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", page.Protect(ui.ScopeSubmit, srv.Handler()))
+	mux.Handle("/", page.Handler())
+	return mux
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
