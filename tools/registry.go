@@ -454,12 +454,26 @@ type hashedTool struct {
 	Always        bool            `json:"approval_always"`
 	Above         []aboveLimit    `json:"approve_above,omitempty"`
 	Compensate    *hashedComp     `json:"compensate,omitempty"`
+	Policy        []hashedRule    `json:"policy,omitempty"`
 	Binding       json.RawMessage `json:"binding,omitempty"`
 }
 
 type aboveLimit struct {
 	Arg   string `json:"arg"`
 	Limit string `json:"limit"` // normalised decimal, so 100 and 1e2 hash alike
+}
+
+// hashedRule is a policy rule as the tools hash sees it (a built-in rule's
+// Func is described by the approval fields above).
+type hashedRule struct {
+	Name           string        `json:"name,omitempty"`
+	When           string        `json:"when"`
+	Outcome        string        `json:"outcome"`
+	Approvers      int           `json:"approvers,omitempty"`
+	ApproverNames  []string      `json:"approver_names,omitempty"`
+	ExcludeCreator bool          `json:"exclude_creator,omitempty"`
+	TTL            time.Duration `json:"ttl,omitempty"`
+	Message        string        `json:"message,omitempty"`
 }
 
 type hashedComp struct {
@@ -484,6 +498,10 @@ func (r *Registry) computeHash(withBinding bool) string {
 		sort.Slice(h.Above, func(i, j int) bool { return h.Above[i].Arg < h.Above[j].Arg })
 		if s.Compensate != nil {
 			h.Compensate = &hashedComp{Tool: s.Compensate.Tool, Args: canonical(s.Compensate.Args)}
+		}
+		for _, r := range s.Policy {
+			h.Policy = append(h.Policy, hashedRule{Name: r.Name, When: r.When, Outcome: string(r.Outcome), Approvers: r.Approvers,
+				ApproverNames: r.ApproverNames, ExcludeCreator: r.ExcludeCreator, TTL: r.TTL, Message: r.Message})
 		}
 		if withBinding {
 			h.Binding = canonical(s.Binding)

@@ -166,7 +166,8 @@ func Compile(rules []Rule) error {
 		if r.Outcome == Approve && r.Approvers == 0 {
 			r.Approvers = 1
 		}
-		if r.Outcome == Approve && len(r.ApproverNames) > 0 && len(r.ApproverNames) < r.Approvers {
+		if r.Outcome == Approve && len(r.ApproverNames) > 0 && len(r.ApproverNames) < r.Approvers &&
+			!slices.ContainsFunc(r.ApproverNames, func(n string) bool { return strings.HasSuffix(n, "*") }) {
 			add(r, "approver_names", "%d names cannot give %d distinct approvals", len(r.ApproverNames), r.Approvers)
 		}
 		if r.TTL < 0 {
