@@ -71,13 +71,15 @@ type RowRecord struct {
 	ApprovedArgs json.RawMessage `json:"approved_args,omitempty"`
 	Undo         bool            `json:"undo,omitempty"`
 	Ord          int             `json:"ord"`
+	Gate         *Gate           `json:"gate,omitempty"`
+	Approvals    []Approval      `json:"approvals,omitempty"`
 }
 
 // Action is the row as an Action of run runID (without output).
 func (r RowRecord) Action(runID string) Action {
 	return Action{RunID: runID, ID: r.ID, Tool: r.Tool, Class: r.Class, Key: r.Key, Status: r.Status,
 		Attempts: r.Attempts, Args: r.Args, DependsOn: r.DependsOn, Error: r.Error,
-		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo}
+		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo, Gate: r.Gate, Approvals: r.Approvals}
 }
 
 // The rules below predate RunRecord and RowRecord; these names keep them as
@@ -92,7 +94,7 @@ func (r RowRecord) action(runID string) Action { return r.Action(runID) }
 func rowFromAction(a Action, ord int) storedRow {
 	return storedRow{ID: a.ID, Tool: a.Tool, Class: a.Class, Key: a.Key, Status: a.Status,
 		Attempts: a.Attempts, Args: a.Args, DependsOn: a.DependsOn, Error: a.Error,
-		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord}
+		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord, Gate: a.Gate, Approvals: a.Approvals}
 }
 
 // batch is the rules' view of one backend transaction.

@@ -123,6 +123,10 @@ type Run struct {
 	// run is not paused by a person. Only an explicit resume clears it: a
 	// run paused by a person stays paused whoever drives it.
 	PausedBy string `json:"paused_by,omitempty"`
+	// CreatedBy is the identity that created the run ("token:NAME",
+	// "cli:USER"; "" when not known, as on runs recorded before it existed).
+	// A policy rule may exclude it from approving the run's actions.
+	CreatedBy string `json:"created_by,omitempty"`
 }
 
 // Action is one action of a run's current revision: the row of the Run JSON.
@@ -141,6 +145,11 @@ type Action struct {
 	Error        string          `json:"error"`
 	ApprovedArgs json.RawMessage `json:"-"` // the args the approval was given for (nil: not approved)
 	Undo         bool            `json:"-"` // a compensating action "<id>.undo"
+	// Gate is what the policy decided for the action (nil: recorded before
+	// gates existed, or no decision yet: one approval suffices).
+	Gate *Gate `json:"-"`
+	// Approvals are the people's approvals of the action in this revision.
+	Approvals []Approval `json:"-"`
 }
 
 // KeyRecord is the execution truth for one idempotency key.

@@ -78,6 +78,12 @@ func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool
 func cloneRow(r ledger.RowRecord) ledger.RowRecord {
 	r.Args, r.ApprovedArgs = bytes.Clone(r.Args), bytes.Clone(r.ApprovedArgs)
 	r.DependsOn = slices.Clone(r.DependsOn)
+	r.Approvals = slices.Clone(r.Approvals)
+	if r.Gate != nil {
+		g := *r.Gate
+		g.Names = slices.Clone(g.Names)
+		r.Gate = &g
+	}
 	return r
 }
 
