@@ -750,6 +750,16 @@ func (b *batch) review(o Op) (Result, error) {
 			if err != nil {
 				return Result{}, err
 			}
+			if same && row.Gate != nil {
+				// Approved, unless its approvals expired since.
+				cur := row.action(o.runID)
+				plain, err := b.blob(o.runID, args)
+				if err != nil {
+					return Result{}, err
+				}
+				cur.ApprovedArgs = plain
+				same = row.Gate.Need == 0 || len(cur.Approvers(plain, b.now())) >= row.Gate.Need
+			}
 			if same {
 				return done()
 			}
