@@ -25,13 +25,14 @@ const deniedPrefix = "denied by policy"
 
 // rules lists the rules that apply to spec's calls, in order.
 func (e *Engine) rules(spec tools.Spec) []policy.Rule {
-	rules := make([]policy.Rule, 0, len(spec.Policy)+1+len(e.cfg.Policy))
+	rules := make([]policy.Rule, 0, len(spec.Policy)+1+len(e.reg.Policy())+len(e.cfg.Policy))
 	rules = append(rules, spec.Policy...)
 	if spec.Approval.Always || len(spec.Approval.Above) > 0 {
 		rules = append(rules, policy.Rule{Name: "tools file approval", Where: fmt.Sprintf("tool %q approval", spec.Name),
 			Outcome: policy.Approve, Approvers: 1,
 			Func: func(args json.RawMessage) (bool, string) { return tools.NeedsApproval(spec, args) }})
 	}
+	rules = append(rules, e.reg.Policy()...)
 	return append(rules, e.cfg.Policy...)
 }
 

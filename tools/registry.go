@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 var _ plan.Validator = (*Registry)(nil)
@@ -27,7 +29,22 @@ type Registry struct {
 	names   []string
 	hash    string
 	legacy  string // Hash without bindings, as recorded by earlier versions
+	policy  []policy.Rule
 }
+
+// WithPolicy returns a registry with the same tools and the global policy
+// rules (compiled; evaluated after each tool's own rules). The rules are
+// part of its Hash: a run started under one policy does not resume under
+// another (or none) without accepting the change.
+func (r *Registry) WithPolicy(rules []policy.Rule) *Registry {
+	c := *r
+	c.policy = slices.Clone(rules)
+	c.hash = c.computeHash(true)
+	return &c
+}
+
+// Policy returns the global policy rules (WithPolicy).
+func (r *Registry) Policy() []policy.Rule { return r.policy }
 
 type entry struct {
 	tool   Tool
@@ -476,6 +493,15 @@ type hashedRule struct {
 	Message        string        `json:"message,omitempty"`
 }
 
+func hashRules(rules []policy.Rule) []hashedRule {
+	var out []hashedRule
+	for _, r := range rules {
+		out = append(out, hashedRule{Name: r.Name, When: r.When, Outcome: string(r.Outcome), Approvers: r.Approvers,
+			ApproverNames: r.ApproverNames, ExcludeCreator: r.ExcludeCreator, TTL: r.TTL, Message: r.Message})
+	}
+	return out
+}
+
 type hashedComp struct {
 	Tool string          `json:"tool"`
 	Args json.RawMessage `json:"args"`
@@ -499,16 +525,22 @@ func (r *Registry) computeHash(withBinding bool) string {
 		if s.Compensate != nil {
 			h.Compensate = &hashedComp{Tool: s.Compensate.Tool, Args: canonical(s.Compensate.Args)}
 		}
-		for _, r := range s.Policy {
-			h.Policy = append(h.Policy, hashedRule{Name: r.Name, When: r.When, Outcome: string(r.Outcome), Approvers: r.Approvers,
-				ApproverNames: r.ApproverNames, ExcludeCreator: r.ExcludeCreator, TTL: r.TTL, Message: r.Message})
-		}
+		h.Policy = hashRules(s.Policy)
 		if withBinding {
 			h.Binding = canonical(s.Binding)
 		}
 		defs = append(defs, h)
 	}
-	data, err := json.Marshal(defs)
+	var data []byte
+	var err error
+	if len(r.policy) == 0 {
+		data, err = json.Marshal(defs)
+	} else {
+		data, err = json.Marshal(struct {
+			Tools  []hashedTool `json:"tools"`
+			Policy []hashedRule `json:"policy"`
+		}{defs, hashRules(r.policy)})
+	}
 	if err != nil {
 		panic(fmt.Sprintf("tools: hashing definitions: %v", err)) // only JSON-safe fields
 	}

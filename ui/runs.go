@@ -46,7 +46,11 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "not_found", err.Error(), nil)
 	case errors.Is(err, executor.ErrBusy):
 		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
-	case errors.Is(err, executor.ErrNotReviewable), errors.Is(err, ledger.ErrConflict):
+	case errors.Is(err, ledger.ErrApproverRefused):
+		// The token is fine, but the action's policy does not let it
+		// approve (its run's creator, or not a named approver).
+		writeError(w, http.StatusForbidden, "approver_refused", err.Error(), nil)
+		case errors.Is(err, executor.ErrNotReviewable), errors.Is(err, ledger.ErrConflict):
 		writeError(w, http.StatusConflict, "not_reviewable", err.Error(), nil)
 	case errors.Is(err, executor.ErrPlanMismatch):
 		writeError(w, http.StatusUnprocessableEntity, "plan_mismatch", err.Error(), nil)
@@ -191,7 +195,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	opts := &executor.RunOptions{Policy: policy}
+	opts := &executor.RunOptions{Policy: policy, Creator: who(r)}
 	if p != nil {
 		p.RunID = runID
 		if err := ident.Stamp(p); err != nil {

@@ -23,6 +23,7 @@ func (c *replayCmd) Run(ctx context.Context, args []string) error {
 	f := addRunFlags(fs)
 	planPath := fs.String("plan", "", "the edited plan (JSON)")
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}
@@ -59,6 +60,7 @@ func (c *forkCmd) Run(ctx context.Context, args []string) error {
 	newID := fs.String("run-id", "", "id of the new run (default: a new random id, printed; pass it again to resume the fork)")
 	approve := fs.String("approve", "", "approval policy of the new run (default: the original run's)")
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}
