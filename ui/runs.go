@@ -50,7 +50,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		// The token is fine, but the action's policy does not let it
 		// approve (its run's creator, or not a named approver).
 		writeError(w, http.StatusForbidden, "approver_refused", err.Error(), nil)
-		case errors.Is(err, executor.ErrNotReviewable), errors.Is(err, ledger.ErrConflict):
+	case errors.Is(err, executor.ErrNotReviewable), errors.Is(err, ledger.ErrConflict):
 		writeError(w, http.StatusConflict, "not_reviewable", err.Error(), nil)
 	case errors.Is(err, executor.ErrPlanMismatch):
 		writeError(w, http.StatusUnprocessableEntity, "plan_mismatch", err.Error(), nil)
