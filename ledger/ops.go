@@ -1035,6 +1035,8 @@ func (b *batch) createRun(o Op) (Result, error) {
 		r.CreatedAt = now
 	}
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), now
+	_, r.Audit = b.tx.(HashedAppender) // its events are chained from the first
+	r.AuditHash, r.AuditSeq = "", 0
 	if err := b.putRun(r); err != nil {
 		return Result{}, err
 	}
@@ -1044,7 +1046,11 @@ func (b *batch) createRun(o Op) (Result, error) {
 	if err := b.tx.PutPlan(r.ID, 1, o.planJSON, o.planRefs); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(r.ID, EventRunCreated, "", obj("goal", r.Goal, "policy", r.Policy)); err != nil {
+	created := obj("goal", r.Goal, "policy", r.Policy)
+	if r.CreatedBy != "" {
+		created = obj("goal", r.Goal, "policy", r.Policy, "created_by", r.CreatedBy)
+	}
+	if err := b.event(r.ID, EventRunCreated, "", created); err != nil {
 		return Result{}, err
 	}
 	if err := b.event(r.ID, EventPlanRecorded, "", obj("revision", 1, "plan_hash", o.planHash, "actions", len(o.rows))); err != nil {

@@ -127,6 +127,9 @@ type Run struct {
 	// "cli:USER"; "" when not known, as on runs recorded before it existed).
 	// A policy rule may exclude it from approving the run's actions.
 	CreatedBy string `json:"created_by,omitempty"`
+	// AuditHash is the hash of the run's last event (the head of its audit
+	// chain, see VerifyChain); "" for a run whose events are not chained.
+	AuditHash string `json:"audit_hash,omitempty"`
 }
 
 // Action is one action of a run's current revision: the row of the Run JSON.
@@ -218,6 +221,9 @@ type Event struct {
 	ActionID string          `json:"action_id,omitempty"`
 	At       time.Time       `json:"at"`
 	Data     json.RawMessage `json:"data,omitempty"`
+	// Hash chains the run's events (ChainHash): "" on runs from before the
+	// audit chain, or recorded by a backend without it.
+	Hash string `json:"hash,omitempty"`
 }
 
 // RunDoc is the Run JSON of DESIGN.md's contracts.

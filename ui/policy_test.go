@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/chromedp"
 	"github.com/gorilla/websocket"
 
 	"github.com/docketrun/docket/evals/demoworld"
@@ -120,5 +121,52 @@ func TestFourEyesOverHTTPAndSocket(t *testing.T) {
 	b.waitStatus("fe", ledger.RunCompleted)
 	if n := payments(b.world); n != 1 {
 		t.Fatalf("%d invoices, want 1", n)
+	}
+}
+
+// TestBrowserFourEyes: the page shows, for a two-approver invoice, who
+// approved and who is still needed (never the run's creator); the creator's
+// click on Approve is refused; the run's audit downloads as a verified
+// hash chain.
+func TestBrowserFourEyes(t *testing.T) {
+	b := fourEyesSetup(t)
+	plan := json.RawMessage(`{"goal": "invoice ACME", "actions": [{"id": "pay", "tool": "payments_create_invoice",
+		"args": {"customer": "c_1", "amount": 1500, "currency": "EUR", "reference": "page"}}]}`)
+	if code := b.call("POST", "/v1/runs", map[string]any{"run_id": "fe-page", "plan": plan, "approve": "all"}, nil); code != http.StatusCreated {
+		t.Fatalf("create = %d", code)
+	}
+	b.waitStatus("fe-page", ledger.RunAwaitingApproval)
+	if code := b.callWith("POST", "/v1/runs/fe-page/actions/pay/approve", map[string]any{}, nil, bearerOf(bobToken)); code != http.StatusOK {
+		t.Fatalf("bob's approval = %d", code)
+	}
+	p := openBrowser(t, 1280, 900)
+	p.signIn(b.hs.URL) // as alice, who created the run
+	p.do("open the inbox", chromedp.Navigate(b.hs.URL+"/#inbox"))
+	note := `document.querySelector('#inbox-list [data-run="fe-page"] .approval-note')`
+	p.poll("the approval note", note+` !== null`)
+	text := p.eval(note + `.textContent`)
+	for _, want := range []string{"Rule four-eyes: 2 approvals needed", "approved by token:bob", "Still needed: 1 approval", "not token:alice (created the run)"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("approval note %q lacks %q", text, want)
+		}
+	}
+	p.do("alice approves", chromedp.Click(chromedp.CSS(`#inbox-list [data-run="fe-page"] button[data-op=approve]`)))
+	p.poll("the refusal", `[...document.querySelectorAll('[role=alert]')].some(e => e.textContent.includes("does not let the creator approve"))`)
+	if payments(b.world) != 0 {
+		t.Fatal("the invoice was sent")
+	}
+	p.do("open the run", chromedp.Navigate("about:blank"), chromedp.Navigate(b.hs.URL+"/#run=fe-page"))
+	p.poll("the run", `document.getElementById("run-title").textContent === "fe-page"`)
+	if href := p.eval(`document.getElementById("run-audit").getAttribute("href")`); href != "/v1/runs/fe-page/audit" {
+		t.Fatalf("audit link %q", href)
+	}
+	p.eval(`(() => { window.auditCheck = ""; fetch(document.getElementById("run-audit").href).then(async (r) => {
+		const lines = (await r.text()).trim().split("\n").map((l) => JSON.parse(l));
+		window.auditCheck = r.headers.get("Docket-Audit") + " " + lines.length + " " + lines.every((e) => e.hash && e.hash.startsWith("sha256:"));
+	}); return ""; })()`)
+	p.poll("the audit download", `window.auditCheck !== ""`)
+	got := p.eval(`window.auditCheck`)
+	if !strings.HasPrefix(got, "verified ") || !strings.HasSuffix(got, " true") {
+		t.Fatalf("audit download: %q", got)
 	}
 }

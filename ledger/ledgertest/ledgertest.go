@@ -79,6 +79,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"LargeArgs", func(t *testing.T, open Opener) { testLargeArgs(t, open, opts) }, false},
 		{"ApplyErrors", testApplyErrors, false},
 		{"Gates", func(t *testing.T, open Opener) { testGates(t, open, opts) }, false},
+		{"Audit", testAudit, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
