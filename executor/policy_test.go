@@ -225,3 +225,40 @@ func TestPromptInjectionChangesNothing(t *testing.T) {
 		t.Fatal("the payment ran")
 	}
 }
+
+// A replay revision needs new approvals: the approvals of revision 1 were
+// used by its claim, and the changed action of revision 2 is a new call.
+// Unchanged, the approved and succeeded action keeps its output and needs
+// none.
+func TestApprovalsDoNotCarryOverReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := paySetup(t, tools.Keyed)
+	args := `{"amount": 1200, "currency": "EUR"}`
+	wantStatus(t, b.runAs("r", mkPlan(t, pa("p1", "pay", args)), PolicyAll, "token:alice"), ledger.RunAwaitingApproval)
+	for _, by := range []string{"token:bob", "token:carol"} {
+		if err := b.eng.Approve(ctx, "r", []string{"p1"}, by); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantStatus(t, b.resume("r"), ledger.RunCompleted)
+
+	same, err := b.eng.Replay(ctx, "r", mkPlan(t, pa("p1", "pay", args), pa("n", "note", `{}`)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, same, ledger.RunCompleted) // p1 unchanged: its key's output, no approval asked
+
+	changed := `{"amount": 1300, "currency": "EUR"}`
+	doc, err := b.eng.Replay(ctx, "r", mkPlan(t, pa("p1", "pay", changed)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	if a := wantAction(t, doc, "p1", ledger.StatusPending); len(a.Approvals) != 0 {
+		t.Fatalf("approvals carried over: %+v", a.Approvals)
+	}
+	if b.world.Effects(keyOf(t, "r", "p1", "pay", changed)) != 0 {
+		t.Fatal("the changed payment ran on the old approvals")
+	}
+}
