@@ -329,7 +329,14 @@ func activation(in Input) (map[string]any, error) {
 	for tool, t := range in.Run.Totals {
 		sums := map[string]any{}
 		for name, s := range t.Sums {
-			sums[name] = numberValue(s)
+			// Always a decimal (never an int), so that a sum is on the left
+			// of any arithmetic: run.totals.pay.sum.amount + action.args.amount.
+			d, err := ParseDecimal(s)
+			if err != nil {
+				sums[name] = types.NewErr("policy: total %s: %v", name, err)
+				continue
+			}
+			sums[name] = d
 		}
 		totals[tool] = map[string]any{"count": int64(t.Count), "sum": sums}
 	}

@@ -192,3 +192,33 @@ func TestDecimalString(t *testing.T) {
 		}
 	}
 }
+
+// The README's example rules compile and decide as the README says.
+func TestReadmeExample(t *testing.T) {
+	t.Parallel()
+	rules := compiled(t,
+		Rule{Name: "no-crypto", When: "action.tool == 'pay' && action.args.currency in ['BTC', 'ETH']", Outcome: Deny},
+		Rule{Name: "office-hours", When: "action.class == 'at_most_once' && (now.getHours('Europe/Berlin') < 8 || now.getHours('Europe/Berlin') >= 18)", Outcome: Approve},
+		Rule{Name: "small", When: "action.args.amount <= 100", Outcome: Allow},
+		Rule{Name: "four-eyes", When: "action.args.amount > 1000 || (has(run.totals.pay) && run.totals.pay.sum.amount + action.args.amount > 5000)",
+			Outcome: Approve, Approvers: 2, ApproverNames: []string{"token:finance-*"}, ExcludeCreator: true})
+	for _, c := range []struct {
+		args   string
+		totals map[string]Total
+		want   string
+	}{
+		{`{"amount": 50, "currency": "EUR"}`, nil, "small"},
+		{`{"amount": 500, "currency": "EUR"}`, nil, ""},
+		{`{"amount": 1000.01, "currency": "EUR"}`, nil, "four-eyes"},
+		{`{"amount": 500, "currency": "EUR"}`, map[string]Total{"pay": {Count: 5, Sums: map[string]string{"amount": "4500"}}}, ""},
+		{`{"amount": 500.5, "currency": "EUR"}`, map[string]Total{"pay": {Count: 5, Sums: map[string]string{"amount": "4500"}}}, "four-eyes"},
+		{`{"amount": 50, "currency": "BTC"}`, nil, "no-crypto"},
+	} {
+		input := in(c.args)
+		input.Run.Totals = c.totals
+		d := Eval(rules, input)
+		if d.Err != "" || d.Rule != c.want {
+			t.Errorf("%s with totals %v: %+v, want rule %q", c.args, c.totals, d, c.want)
+		}
+	}
+}
