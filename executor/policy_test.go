@@ -262,3 +262,45 @@ func TestApprovalsDoNotCarryOverReplay(t *testing.T) {
 		t.Fatal("the changed payment ran on the old approvals")
 	}
 }
+
+// PreviewReplay says what a replay would do and records nothing.
+func TestPreviewReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := paySetup(t, tools.Keyed)
+	p := mkPlan(t, pa("p1", "pay", `{"amount": 50, "currency": "EUR"}`), pa("n", "note", `{"x": 1}`))
+	wantStatus(t, b.runAs("r", p, PolicyAll, "token:alice"), ledger.RunCompleted)
+	before := len(b.events("r"))
+
+	next := mkPlan(t,
+		pa("p1", "pay", `{"amount": 1500, "currency": "EUR"}`),
+		pa("n", "note", `{"x": 1}`),
+		pa("n2", "note", `{"paid": "${p1.output}"}`, "p1"),
+		pa("btc", "pay", `{"amount": 5, "currency": "BTC"}`))
+	steps, err := b.eng.PreviewReplay(ctx, "r", next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]PreviewStep{}
+	for _, s := range steps {
+		got[s.ActionID] = s
+	}
+	if s := got["p1"]; s.Outcome != PreviewRuns || s.Approval == nil || s.Approval.Need != 2 || s.Approval.Rule != "four-eyes" {
+		t.Fatalf("p1: %+v", s)
+	}
+	if s := got["n"]; s.Outcome != PreviewKeeps || s.Approval != nil {
+		t.Fatalf("n: %+v", s)
+	}
+	if s := got["n2"]; s.Outcome != PreviewFollows {
+		t.Fatalf("n2: %+v", s)
+	}
+	if s := got["btc"]; s.Outcome != PreviewDenied || !strings.Contains(s.Why, "no-crypto") {
+		t.Fatalf("btc: %+v", s)
+	}
+	if n := len(b.events("r")); n != before {
+		t.Fatalf("the preview recorded %d events", n-before)
+	}
+	if doc := b.doc("r"); doc.Run.Revision != 1 {
+		t.Fatalf("revision %d", doc.Run.Revision)
+	}
+}

@@ -516,12 +516,30 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	runID := r.PathValue("id")
 	var body struct {
 		Plan json.RawMessage `json:"plan"`
+		// DryRun previews the replay (executor.PreviewReplay): which
+		// actions keep their outputs, which would run and whom they would
+		// need; nothing is recorded.
+		DryRun bool `json:"dry_run,omitempty"`
 	}
 	if !s.decode(w, r, &body) {
 		return
 	}
 	if len(body.Plan) == 0 {
 		writeError(w, http.StatusBadRequest, "bad_request", "replay needs the edited plan", nil)
+		return
+	}
+	if body.DryRun {
+		p, err := plan.Decode(body.Plan)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		steps, err := s.eng.PreviewReplay(r.Context(), runID, p)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, replayPreview{RunID: runID, DryRun: true, Actions: steps})
 		return
 	}
 	p, err := plan.Decode(body.Plan)
@@ -630,4 +648,11 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	s.watch(newID, true)
 	writeJSON(w, http.StatusCreated, doc)
+}
+
+// replayPreview is the answer of POST /v1/runs/{id}/replay with dry_run.
+type replayPreview struct {
+	RunID   string                 `json:"run_id"`
+	DryRun  bool                   `json:"dry_run"`
+	Actions []executor.PreviewStep `json:"actions"`
 }

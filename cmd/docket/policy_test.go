@@ -138,3 +138,45 @@ func TestFourEyesStep(t *testing.T) {
 		t.Fatalf("%d invoices", n)
 	}
 }
+
+// TestReplayDryRun: docket replay --dry-run says which actions keep their
+// outputs and which would run (and need two people again), and records
+// nothing.
+func TestReplayDryRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fourEyesFile(t)
+	p := b.plan(t, "pay", `{"goal": "invoice", "actions": [
+		{"id": "pay", "tool": "payments_create_invoice", "args": {"customer": "c_1", "amount": 10, "currency": "EUR", "reference": "dry"}},
+		{"id": "price", "tool": "catalogue_price", "args": {"plan": "starter"}}]}`)
+	wantCode(t, inproc(t, b.runArgs(p, "--run-id", "dry", "--approve", "all")...), 0)
+	next := b.plan(t, "next", `{"goal": "invoice", "actions": [
+		{"id": "pay", "tool": "payments_create_invoice", "args": {"customer": "c_1", "amount": 2500, "currency": "EUR", "reference": "dry"}},
+		{"id": "price", "tool": "catalogue_price", "args": {"plan": "starter"}}]}`)
+	before := inproc(t, "audit", "--data", b.data, "dry").stdout
+	r := inproc(t, "replay", "--data", b.data, "--tools", b.tools, "--plan", next, "--dry-run", "dry")
+	wantCode(t, r, 0)
+	var out struct {
+		DryRun  bool `json:"dry_run"`
+		Actions []struct {
+			ActionID string `json:"action_id"`
+			Outcome  string `json:"outcome"`
+			Approval *struct {
+				Rule string `json:"rule"`
+				Need int    `json:"need"`
+			} `json:"approval"`
+		} `json:"actions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || !out.DryRun || len(out.Actions) != 2 {
+		t.Fatalf("%v\n%s", err, r)
+	}
+	if a := out.Actions[0]; a.Outcome != "runs" || a.Approval == nil || a.Approval.Rule != "four-eyes" || a.Approval.Need != 2 {
+		t.Fatalf("pay: %+v", a)
+	}
+	if a := out.Actions[1]; a.Outcome != "keeps" {
+		t.Fatalf("price: %+v", a)
+	}
+	if after := inproc(t, "audit", "--data", b.data, "dry").stdout; after != before {
+		t.Fatal("the dry run recorded something")
+	}
+}
