@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/ledger"
 )
 
@@ -108,5 +112,32 @@ func TestAuditCutOff(t *testing.T) {
 	wantCode(t, r, 1)
 	if !strings.Contains(r.stderr, "last hash") {
 		t.Fatalf("cut-off not detected:\n%s", r)
+	}
+}
+
+// TestAuditAndDryRunThroughServer: docket audit --server verifies the chain
+// itself (from the events the service serves and its head), and docket
+// replay --dry-run --server previews through POST /v1/runs/{id}/replay.
+func TestAuditAndDryRunThroughServer(t *testing.T) {
+	s := startServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"))
+	var doc struct {
+		Status string `json:"status"`
+	}
+	if code := s.post(t, "/v1/runs", map[string]any{"run_id": "srv-audit", "plan": json.RawMessage(demoworld.OnboardingPlan()), "approve": "all"}, &doc); code != http.StatusCreated {
+		t.Fatalf("POST /v1/runs = %d", code)
+	}
+	r := inproc(t, "audit", "--server", s.base, "--token", s.token, "--verify", "srv-audit")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, `"type":"run.created"`) || !strings.Contains(r.stderr, "hash chain verified") {
+		t.Fatalf("remote audit:\n%s", r)
+	}
+	planPath := filepath.Join(t.TempDir(), "plan.json")
+	if err := os.WriteFile(planPath, demoworld.OnboardingPlan(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = inproc(t, "replay", "--server", s.base, "--token", s.token, "--plan", planPath, "--dry-run", "srv-audit")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, `"dry_run": true`) || !strings.Contains(r.stdout, `"outcome"`) {
+		t.Fatalf("remote dry run:\n%s", r)
 	}
 }
