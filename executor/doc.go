@@ -75,5 +75,6 @@
 // state lives on the store handle (ledger.Store.Local); the package has no
 // mutable globals.
 //
-// Imports: the standard library, plan, tools and ledger.
+// Imports: the standard library, plan, tools (and tools/policy, the policy
+// rules it evaluates) and ledger.
 package executor

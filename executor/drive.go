@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 // maxMergedOutput is the largest output whose Succeed shares an Apply call with
@@ -41,6 +43,7 @@ type driver struct {
 	g     *gate
 	pol   Policy
 	inc   string
+	run   ledger.Run // as loaded: goal, creator, revision (policy input)
 
 	mu         sync.Mutex
 	nodes      map[string]*node
@@ -105,6 +108,7 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	if run.Status == ledger.RunCompleted {
 		return doc(nil)
 	}
+	d.run = run
 	d.pol = Policy(run.Policy)
 	if !d.pol.valid() {
 		d.pol = PolicySafe
@@ -179,7 +183,7 @@ func (d *driver) load(rows []ledger.Action) error {
 		case ledger.StatusFailed:
 			d.failLocked(fmt.Sprintf("action %s failed: %s", r.ID, r.Error), false)
 		case ledger.StatusRejected:
-			d.failLocked(fmt.Sprintf("action %s was rejected", r.ID), true)
+			d.failLocked(rejectedMsg(r), true)
 		}
 	}
 	d.order = topo(plain)
@@ -344,9 +348,11 @@ type act struct {
 type prepared struct {
 	n      *node
 	a      *act
-	claim  bool        // claim attempt 1 in the batch
-	ops    []ledger.Op // other ops for the batch (edit for review, fail of bad args)
-	failed string      // resolving or validating failed (ops hold Claim+Fail)
+	claim  bool         // claim attempt 1 in the batch
+	ops    []ledger.Op  // other ops for the batch (edit for review, fail of bad args)
+	failed string       // resolving or validating failed (ops hold Claim+Fail)
+	denied string       // the policy denied the call (ops hold Decide+Reject)
+	gate   *ledger.Gate // the gate decided now, when it is to be recorded (Decide in ops)
 	await  bool
 	shown  json.RawMessage // resolved args written for the reviewer (await with an Edit op)
 }
@@ -489,7 +495,23 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 	if row.Key == key && row.Attempts > 0 {
 		return p // attempted before under this key: decide from the record
 	}
-	if ok, why := d.approved(n, resolved); !ok {
+	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: d.policyRun(n.id)}, false)
+	var decideOp []ledger.Op
+	if (row.Gate != nil || g.Rule != "") && !gateEqual(row.Gate, g) {
+		decideOp = []ledger.Op{ledger.Decide(d.runID, n.id, g)}
+		p.gate = &g
+	}
+	if g.Outcome == string(policy.Deny) {
+		// Never runs: recorded as rejected by the policy, with the rule's
+		// message (the run fails; a new plan can do without it).
+		reason := deniedReason(g)
+		p.a = nil
+		p.denied = reason
+		p.ops = append(decideOp, ledger.Reject(d.runID, n.id, reason, "policy"))
+		d.e.log.Info("action denied by policy", "run_id", d.runID, "action_id", n.id, "rule", g.Rule)
+		return p
+	}
+	if ok, why := d.approved(n, resolved, g); !ok {
 		// Maybe the key already succeeded (replay of an unchanged action).
 		if rec, err := d.e.led.Key(ctx, key); err == nil {
 			p.a.rec = &rec
@@ -507,11 +529,19 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 			p.ops = append(p.ops, ledger.Edit(d.runID, n.id, resolved, resolvedBy))
 			p.shown = resolved
 		}
+		if decideOp == nil && row.Status == ledger.StatusApproved && row.Gate != nil {
+			// Approved once, but the approvals no longer count (expired):
+			// the row says it waits again.
+			decideOp = []ledger.Op{ledger.Decide(d.runID, n.id, g)}
+			p.gate = &g
+		}
+		p.ops = append(p.ops, decideOp...)
 		d.e.log.Debug("action waits for approval", "run_id", d.runID, "action_id", n.id, "reason", why)
 		return p
 	}
 	p.a.fresh = true
 	p.claim = true
+	p.ops = decideOp // written with the claim
 	return p
 }
 
@@ -534,22 +564,56 @@ func (d *driver) prepFail(n *node, msg string) *prepared {
 }
 
 // approved reports whether an action may be claimed with these resolved args
-// without asking a person.
-func (d *driver) approved(n *node, resolved json.RawMessage) (bool, string) {
-	need, why := needsPerson(d.pol, n.spec, resolved)
-	if !need {
+// under gate g without asking a person: g needs nobody, or enough distinct
+// people approved exactly these args (not expired, not used, allowed by g).
+// When only the run's policy asked for a person (no rule) and the tool is
+// not at-most-once, any approval of the action counts, as it always did.
+func (d *driver) approved(n *node, resolved json.RawMessage, g ledger.Gate) (bool, string) {
+	if g.Need == 0 {
 		return true, ""
 	}
-	if n.row.ApprovedArgs == nil {
+	why := cmp.Or(g.Why, g.Rule)
+	if g.Rule == "" && n.spec.Class != tools.AtMostOnce {
+		if n.row.ApprovedArgs != nil {
+			return true, ""
+		}
 		return false, why
 	}
-	if rule, _ := tools.NeedsApproval(n.spec, resolved); rule || n.spec.Class == tools.AtMostOnce {
-		// The approval binds the args the reviewer saw.
-		if !jsonEqual(n.row.ApprovedArgs, resolved) {
-			return false, "arguments changed since approval (references resolved): " + why
+	if n.row.ApprovedArgs == nil && len(n.row.Approvals) == 0 {
+		return false, why
+	}
+	have := 0
+	for _, by := range n.row.Approvers(resolved, d.e.clock.Now()) {
+		if by == "" {
+			// Approved before gates were recorded: one approval, for a row
+			// that has no gate of its own.
+			if n.row.Gate == nil && g.Need == 1 {
+				have++
+			}
+			continue
+		}
+		if ok, _ := g.MayApprove(by, d.run.CreatedBy); ok {
+			have++
 		}
 	}
-	return true, ""
+	if have >= g.Need {
+		return true, ""
+	}
+	if n.row.ApprovedArgs != nil && !jsonEqual(n.row.ApprovedArgs, resolved) {
+		return false, "arguments changed since approval (references resolved): " + why
+	}
+	return false, fmt.Sprintf("%s: %d of %d approvals", why, have, g.Need)
+}
+
+// policyRun is the run as the policy sees it for action skip.
+func (d *driver) policyRun(skip string) policy.Run {
+	d.mu.Lock()
+	rows := make([]ledger.Action, 0, len(d.nodes))
+	for _, n := range d.nodes {
+		rows = append(rows, n.row)
+	}
+	d.mu.Unlock()
+	return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision, Totals: totals(rows, skip)}
 }
 
 // commitStart writes lead with the prepared claims in one Apply.
@@ -586,6 +650,9 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 				ops = append(ops, p.ops...)
 			}
 			awaitBack = append(awaitBack, p.n)
+		case p.denied != "" && !halted:
+			slots = append(slots, slot{p: p, first: len(ops), count: len(p.ops)})
+			ops = append(ops, p.ops...)
 		case p.a == nil:
 			giveBack = append(giveBack, p.n)
 		case halted:
@@ -602,6 +669,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 			}
 			p.a.release = rel
 			if p.claim {
+				ops = append(ops, p.ops...) // the policy's decision, recorded with the claim
 				slots = append(slots, slot{p: p, first: len(ops), count: 1})
 				ops = append(ops, ledger.Claim(d.runID, p.n.id, p.n.row.Tool, p.a.key, p.a.args, 1))
 			} else {
@@ -671,12 +739,29 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 		p := s.p
 		switch {
 		case p.await:
-			if r := res[s.first]; r.Err == nil {
+			if r := res[s.first]; r.Err == nil && p.shown != nil {
 				d.updateRow(p.n, func(row *ledger.Action) {
 					row.Args = p.shown
 					row.ApprovedArgs = nil
+					row.Approvals = nil
 					row.Status = ledger.StatusPending
 				})
+			}
+			if r := res[s.first+s.count-1]; r.Err == nil && p.gate != nil {
+				d.updateRow(p.n, func(row *ledger.Action) { row.Gate, row.Status = p.gate, r.Action.Status })
+			}
+		case p.denied != "":
+			if r := res[s.first+s.count-1]; r.Err == nil {
+				d.updateRow(p.n, func(row *ledger.Action) {
+					row.Status, row.Error, row.ApprovedArgs = ledger.StatusRejected, p.denied, nil
+				})
+				d.mu.Lock()
+				d.failLocked(fmt.Sprintf("action %s was %s", p.n.id, p.denied), true)
+				d.doneLocked(p.n)
+				d.mu.Unlock()
+			} else {
+				d.done(p.n)
+				d.setFatal(&ActionError{RunID: d.runID, ActionID: p.n.id, Op: "deny", Err: r.Err})
 			}
 		case p.failed != "":
 			r0, r1 := res[s.first], res[s.first+1]

@@ -16,6 +16,7 @@ import (
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 // Errors callers test with errors.Is.
@@ -134,6 +135,10 @@ type Config struct {
 	// tool calls their attempt's context (executor/oteltrace). Default: none.
 	Tracer Tracer
 	Hooks  Hooks
+	// Policy holds the global policy rules (the tools file's top-level
+	// "policy", then a --policy file's), compiled with policy.Compile; each
+	// tool's own rules come first (tools.Spec.Policy). Default: none.
+	Policy []policy.Rule
 
 	// Sleep waits d or until ctx ends (returning ctx.Err()). Backoffs and
 	// lookup visibility waits go through it so tests can advance a fake clock.
@@ -245,6 +250,10 @@ func New(cfg Config) (*Engine, error) {
 type RunOptions struct {
 	Policy            Policy // stored with the run at creation; default safe
 	AcceptToolsChange bool   // resume even if the tools changed since the run started
+	// Creator is who creates the run ("token:NAME", "cli:USER"), stored with
+	// it at creation (ledger.Run.CreatedBy): policy rules see it as
+	// run.creator and may exclude it from approving. Default "".
+	Creator string
 }
 
 func (o *RunOptions) orDefault() RunOptions {
@@ -294,7 +303,7 @@ func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 	}
 	pc := *p
 	pc.RunID = runID
-	rows, err := e.initialRows(&pc, opts.Policy)
+	rows, err := e.initialRows(&pc, opts.Policy, opts.Creator, 1)
 	if err != nil {
 		return ledger.RunDoc{}, false, err
 	}
@@ -306,6 +315,7 @@ func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 		Goal:      pc.Goal,
 		Policy:    string(opts.Policy), // PlanHash: the ledger computes it
 		ToolsHash: e.reg.Hash(),
+		CreatedBy: opts.Creator,
 		CreatedAt: now,
 		UpdatedAt: now,
 	}, &pc, rows)
@@ -380,7 +390,7 @@ func (e *Engine) checkTools(ctx context.Context, run ledger.Run, opts RunOptions
 
 // initialRows builds the ledger rows of a plan: class from the registry, status
 // approved when the policy and the tools file let the planned args through.
-func (e *Engine) initialRows(p *plan.Plan, pol Policy) ([]ledger.Action, error) {
+func (e *Engine) initialRows(p *plan.Plan, pol Policy, creator string, rev int) ([]ledger.Action, error) {
 	rows := make([]ledger.Action, 0, len(p.Actions))
 	for _, a := range p.Actions {
 		t, ok := e.reg.Get(a.Tool)
@@ -397,34 +407,18 @@ func (e *Engine) initialRows(p *plan.Plan, pol Policy) ([]ledger.Action, error) 
 			Args:      a.Args,
 			DependsOn: a.DependsOn,
 		}
-		if need, _ := needsPerson(pol, spec, a.Args); !need {
+		g := e.gateFor(pol, spec, policy.Input{ActionID: a.ID, Args: a.Args,
+			Run: policy.Run{ID: p.RunID, Goal: p.Goal, Creator: creator, Revision: rev}}, true)
+		if g.Rule != "" {
+			row.Gate = &g // a rule decided: recorded (the run's policy is the default without one)
+		}
+		if g.Need == 0 && g.Outcome != string(policy.Deny) {
 			row.Status = ledger.StatusApproved
 			row.ApprovedArgs = a.Args
 		}
 		rows = append(rows, row)
 	}
 	return rows, nil
-}
-
-// needsPerson is the approval rule, for planned args (a run's first rows)
-// and resolved args (before a claim) alike: whether an action with these
-// args needs a person's approval under the policy (none: always; all: never;
-// safe, the default: at-most-once tools) and the tools file's rules
-// (approval "always", approve_above), and why.
-func needsPerson(pol Policy, spec tools.Spec, args json.RawMessage) (need bool, why string) {
-	if rule, why := tools.NeedsApproval(spec, args); rule {
-		return true, cmp.Or(why, fmt.Sprintf("policy %s", pol))
-	}
-	switch pol {
-	case PolicyNone:
-	case PolicyAll:
-		return false, ""
-	default:
-		if spec.Class != tools.AtMostOnce {
-			return false, ""
-		}
-	}
-	return true, fmt.Sprintf("policy %s", pol)
 }
 
 // Replay records p as a new revision of runID (replay with edits) and drives it:
@@ -477,7 +471,7 @@ func (e *Engine) recordReplay(ctx context.Context, runID string, p *plan.Plan, o
 	if err := e.refuseUndoneReplay(ctx, run, &pc); err != nil {
 		return 0, false, err
 	}
-	rows, err := e.initialRows(&pc, Policy(cmp.Or(run.Policy, string(PolicySafe))))
+	rows, err := e.initialRows(&pc, Policy(cmp.Or(run.Policy, string(PolicySafe))), run.CreatedBy, run.Revision+1)
 	if err != nil {
 		return 0, false, err
 	}

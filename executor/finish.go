@@ -11,6 +11,7 @@ import (
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 // finish runs once nothing more can start: skips what will never run,
@@ -214,7 +215,12 @@ func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) 
 		if un.row.Attempts == 0 {
 			// An undo is an action like any other: the tools file's approval
 			// rules and the run's policy apply to it.
-			if ok, why := d.approved(un, args); !ok {
+			g := d.e.gateFor(d.pol, spec, policy.Input{ActionID: undoID, Key: key, Args: args, Run: d.policyRun(undoID)}, false)
+			if g.Outcome == string(policy.Deny) {
+				// Undoing is not refused by a rule: a person decides.
+				g.Outcome, g.Need, g.Why = string(policy.Approve), 1, deniedReason(g)+"; a compensation waits for a person instead"
+			}
+			if ok, why := d.approved(un, args, g); !ok {
 				if !exists && !d.record(ctx, a, a.preOps...) {
 					return d.fatalErr()
 				}
@@ -273,7 +279,7 @@ func (d *driver) settle(ctx context.Context) error {
 		case ledger.StatusFailed, ledger.StatusRejected:
 			if !r.Undo && failMsg == "" {
 				if r.Status == ledger.StatusRejected {
-					failMsg = fmt.Sprintf("action %s was rejected", r.ID)
+					failMsg = rejectedMsg(r)
 				} else {
 					failMsg = fmt.Sprintf("action %s failed: %s", r.ID, r.Error)
 				}
@@ -493,4 +499,13 @@ func linkEarlier(ctx context.Context, led ledger.Store, runID string, rows []led
 		}
 	}
 	return links, nil
+}
+
+// rejectedMsg is the run's error for a rejected action: a person's
+// rejection, or the policy's denial with its rule and message.
+func rejectedMsg(r ledger.Action) string {
+	if strings.HasPrefix(r.Error, deniedPrefix) {
+		return fmt.Sprintf("action %s was %s", r.ID, r.Error)
+	}
+	return fmt.Sprintf("action %s was rejected", r.ID)
 }

@@ -134,7 +134,7 @@ func TestStalledDriveSaysSoLoudly(t *testing.T) {
 	b := setup(t, []tools.Tool{w.Tool(spec("op", tools.Keyed))})
 	p := graphShapes[0].plan("op") // a, b, c depends on a and b
 	p.RunID = "stall"
-	rows, err := b.eng.initialRows(p, PolicyAll)
+	rows, err := b.eng.initialRows(p, PolicyAll, "", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,4 +37,12 @@ const (
 	// lookup failed and is tried again; also "error"). Written by the
 	// executor through Note.
 	EventLookupWait EventType = "action.lookup_wait"
+	// EventActionPolicy: the policy decided for the action (Decide):
+	// {"rule","outcome","need","approvals", and "message","why","names",
+	// "exclude_creator","ttl" when set}.
+	EventActionPolicy EventType = "action.policy"
+	// EventActionApprovalAdded: a person approved an action that needs
+	// more approvals than it has: {"by","approvals","need"}. The approval
+	// that completes the count is action.approved.
+	EventActionApprovalAdded EventType = "action.approval_added"
 )

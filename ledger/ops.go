@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 )
 
 // eventInlineMax is the largest output (or args) inlined in an event.
@@ -33,11 +35,12 @@ const (
 	opMemo
 	opSetToolsHash
 	opSetPause
+	opDecide
 )
 
 var opNames = [...]string{"none", "claim", "succeed", "fail", "needs_review", "resolve", "approve",
 	"reject", "edit", "skip", "compensated", "add_undo", "set_run_status", "note", "create_run",
-	"add_revision", "memo", "set_tools_hash", "set_pause"}
+	"add_revision", "memo", "set_tools_hash", "set_pause", "decide"}
 
 // Op is one conditional change to the ledger; build it with the constructors
 // below. Apply commits ops atomically per call (all in one transaction, shared
@@ -61,6 +64,7 @@ type Op struct {
 	rows                 []Action
 	big                  *bigValue                  // args (or row.Args) when large, named by the caller (large.go)
 	blobs                map[string]json.RawMessage // a revision's large values by blob name
+	gate                 *Gate                      // Decide
 }
 
 // Result is the outcome of one Op: Err is nil, a *ConflictError, or another
@@ -327,6 +331,8 @@ func (b *batch) evalOpRefs(o Op) (Result, error) {
 		return b.setToolsHash(o)
 	case opSetPause:
 		return b.setPause(o)
+	case opDecide:
+		return b.decide(o)
 	}
 	return errResult(fmt.Errorf("%w: unknown op", ErrInvalid)), nil
 }
@@ -370,7 +376,7 @@ func isHard(err error) bool {
 }
 
 func isOpLevel(err error) bool {
-	for _, e := range []error{ErrNotFound, ErrInvalid, ErrTooLarge, ErrConflict, ErrPlanMismatch} {
+	for _, e := range []error{ErrNotFound, ErrInvalid, ErrTooLarge, ErrConflict, ErrPlanMismatch, ErrApproverRefused} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -462,10 +468,20 @@ func (b *batch) claim(o Op) (Result, error) {
 	if len(o.args) > 0 {
 		row.Args = args
 	}
+	claimData := obj("attempt", o.n, "key", o.key)
+	if used := useApprovals(&row, o.tool, o.key, o.args, now); len(used) > 0 || row.Gate != nil {
+		// Who approved, and under which rule: an approval is used by this
+		// claim only.
+		kv := []any{"attempt", o.n, "key", o.key, "approved_by", used}
+		if row.Gate != nil {
+			kv = append(kv, "rule", row.Gate.Rule, "outcome", row.Gate.Outcome)
+		}
+		claimData = obj(kv...)
+	}
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(o.runID, EventActionClaimed, o.actionID, obj("attempt", o.n, "key", o.key)); err != nil {
+	if err := b.event(o.runID, EventActionClaimed, o.actionID, claimData); err != nil {
 		return Result{}, err
 	}
 	return Result{Action: row.action(o.runID), Key: rec}, nil
@@ -734,6 +750,16 @@ func (b *batch) review(o Op) (Result, error) {
 			if err != nil {
 				return Result{}, err
 			}
+			if same && row.Gate != nil {
+				// Approved, unless its approvals expired since.
+				cur := row.action(o.runID)
+				plain, err := b.blob(o.runID, args)
+				if err != nil {
+					return Result{}, err
+				}
+				cur.ApprovedArgs = plain
+				same = row.Gate.Need == 0 || len(cur.Approvers(plain, b.now())) >= row.Gate.Need
+			}
 			if same {
 				return done()
 			}
@@ -741,11 +767,40 @@ func (b *batch) review(o Op) (Result, error) {
 		if !unclaimed {
 			return refuse()
 		}
+		if ok, why := row.Gate.MayApprove(o.by, run.CreatedBy); !ok {
+			return errResult(fmt.Errorf("%w: %s", ErrApproverRefused, why)), nil
+		}
+		plain, err := b.blob(o.runID, args)
+		if err != nil {
+			return Result{}, err
+		}
+		cur := row.action(o.runID)
+		if cur.ApprovedArgs, err = b.blob(o.runID, row.ApprovedArgs); err != nil {
+			return Result{}, err
+		}
+		now := b.now()
+		if slices.Contains(cur.Approvers(plain, now), o.by) && row.Gate != nil {
+			return done() // this person's approval of these args is recorded
+		}
+		ap := Approval{By: o.by, At: now, Args: ArgsHash(row.Tool, plain)}
+		if row.Gate != nil && row.Gate.TTL > 0 {
+			ap.Expires = now.Add(row.Gate.TTL)
+		}
+		cur.Approvals = append(slices.Clone(row.Approvals), ap)
+		row.Approvals = cur.Approvals
+		have, need := len(cur.Approvers(plain, now)), cur.Needed()
+		if have < need {
+			evType, data = EventActionApprovalAdded, obj("by", o.by, "approvals", have, "need", need)
+			break
+		}
 		if args, err = b.stash(o.runID, args, o.big); err != nil {
 			return Result{}, err
 		}
 		row.Status, row.ApprovedArgs = StatusApproved, args
 		evType, data = EventActionApproved, obj("by", o.by)
+		if row.Gate != nil {
+			data = obj("by", o.by, "approvals", have, "need", need)
+		}
 	case opReject:
 		if row.Status == StatusRejected {
 			return done()
@@ -772,7 +827,7 @@ func (b *batch) review(o Op) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		row.Status, row.Args, row.ApprovedArgs = StatusPending, args, nil
+		row.Status, row.Args, row.ApprovedArgs, row.Approvals = StatusPending, args, nil, nil
 		evType, data = EventActionEdited, argsData(o.args, "by", o.by)
 	case opSkip:
 		if row.Status == StatusSkipped {
@@ -980,6 +1035,8 @@ func (b *batch) createRun(o Op) (Result, error) {
 		r.CreatedAt = now
 	}
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), now
+	_, r.Audit = b.tx.(HashedAppender) // its events are chained from the first
+	r.AuditHash, r.AuditSeq = "", 0
 	if err := b.putRun(r); err != nil {
 		return Result{}, err
 	}
@@ -989,7 +1046,11 @@ func (b *batch) createRun(o Op) (Result, error) {
 	if err := b.tx.PutPlan(r.ID, 1, o.planJSON, o.planRefs); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(r.ID, EventRunCreated, "", obj("goal", r.Goal, "policy", r.Policy)); err != nil {
+	created := obj("goal", r.Goal, "policy", r.Policy)
+	if r.CreatedBy != "" {
+		created = obj("goal", r.Goal, "policy", r.Policy, "created_by", r.CreatedBy)
+	}
+	if err := b.event(r.ID, EventRunCreated, "", created); err != nil {
 		return Result{}, err
 	}
 	if err := b.event(r.ID, EventPlanRecorded, "", obj("revision", 1, "plan_hash", o.planHash, "actions", len(o.rows))); err != nil {
@@ -1063,4 +1124,25 @@ func opFailure(err error) (Result, error) {
 		return Result{}, err
 	}
 	return errResult(err), nil
+}
+
+// useApprovals marks the row's approvals that count for args (tool's, at
+// now) as used by the claim of key, and returns who gave them.
+func useApprovals(row *storedRow, tool, key string, args json.RawMessage, now time.Time) []string {
+	if len(row.Approvals) == 0 || len(args) == 0 {
+		return []string{}
+	}
+	h := ArgsHash(tool, args)
+	row.Approvals = slices.Clone(row.Approvals)
+	used := []string{}
+	for i, ap := range row.Approvals {
+		if ap.Args != h || ap.Used != "" || (!ap.Expires.IsZero() && !now.Before(ap.Expires)) {
+			continue
+		}
+		row.Approvals[i].Used = key
+		if !slices.Contains(used, ap.By) {
+			used = append(used, ap.By)
+		}
+	}
+	return used
 }

@@ -53,6 +53,10 @@ type RunRecord struct {
 	Run
 	Rows    int    `json:"rows"`               // rows of the current revision (next row order)
 	RevHash string `json:"rev_hash,omitempty"` // plan hash of the current revision
+	// Audit: the run's events are chained (see HashedAppender); AuditSeq
+	// is the seq of the last one (Run.AuditHash its hash).
+	Audit    bool   `json:"audit,omitempty"`
+	AuditSeq uint64 `json:"audit_seq,omitempty"`
 }
 
 // RowRecord is a row as backends store it. Output is not stored here: it
@@ -71,13 +75,15 @@ type RowRecord struct {
 	ApprovedArgs json.RawMessage `json:"approved_args,omitempty"`
 	Undo         bool            `json:"undo,omitempty"`
 	Ord          int             `json:"ord"`
+	Gate         *Gate           `json:"gate,omitempty"`
+	Approvals    []Approval      `json:"approvals,omitempty"`
 }
 
 // Action is the row as an Action of run runID (without output).
 func (r RowRecord) Action(runID string) Action {
 	return Action{RunID: runID, ID: r.ID, Tool: r.Tool, Class: r.Class, Key: r.Key, Status: r.Status,
 		Attempts: r.Attempts, Args: r.Args, DependsOn: r.DependsOn, Error: r.Error,
-		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo}
+		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo, Gate: r.Gate, Approvals: r.Approvals}
 }
 
 // The rules below predate RunRecord and RowRecord; these names keep them as
@@ -92,7 +98,7 @@ func (r RowRecord) action(runID string) Action { return r.Action(runID) }
 func rowFromAction(a Action, ord int) storedRow {
 	return storedRow{ID: a.ID, Tool: a.Tool, Class: a.Class, Key: a.Key, Status: a.Status,
 		Attempts: a.Attempts, Args: a.Args, DependsOn: a.DependsOn, Error: a.Error,
-		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord}
+		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord, Gate: a.Gate, Approvals: a.Approvals}
 }
 
 // batch is the rules' view of one backend transaction.
@@ -124,7 +130,16 @@ func (b *batch) now() time.Time { return b.tx.Now().UTC() }
 
 func (b *batch) run(runID string) (storedRun, bool, error) { return b.tx.Run(runID) }
 
-func (b *batch) putRun(r storedRun) error { return b.tx.PutRun(r) }
+// putRun writes a run header, keeping the audit chain's position when r is
+// a copy read before events were appended since.
+func (b *batch) putRun(r storedRun) error {
+	if cur, ok, err := b.tx.Run(r.ID); err != nil {
+		return err
+	} else if ok && cur.AuditSeq > r.AuditSeq {
+		r.Audit, r.AuditHash, r.AuditSeq = cur.Audit, cur.AuditHash, cur.AuditSeq
+	}
+	return b.tx.PutRun(r)
+}
 
 func (b *batch) row(runID string, rev int, actionID string) (storedRow, bool, error) {
 	return b.tx.Row(runID, rev, actionID)
@@ -138,6 +153,24 @@ func (b *batch) keyRec(runID, key string) (KeyRecord, bool, error) { return b.tx
 
 func (b *batch) putKeyRec(rec KeyRecord, isNew bool) error { return b.tx.PutKeyRec(rec, isNew) }
 
+// event appends an event; on a chained run (RunRecord.Audit) with its hash,
+// keeping the new last hash in the run record.
 func (b *batch) event(runID string, typ EventType, actionID string, data json.RawMessage) error {
-	return b.tx.AppendEvent(runID, typ, actionID, data)
+	ha, hashed := b.tx.(HashedAppender)
+	if !hashed {
+		return b.tx.AppendEvent(runID, typ, actionID, data)
+	}
+	run, ok, err := b.tx.Run(runID)
+	if err != nil {
+		return err
+	}
+	if !ok || !run.Audit {
+		return b.tx.AppendEvent(runID, typ, actionID, data)
+	}
+	ev, err := ha.AppendHashedEvent(runID, typ, actionID, data, func(ev Event) string { return ChainHash(run.AuditHash, ev) })
+	if err != nil {
+		return err
+	}
+	run.AuditHash, run.AuditSeq = ev.Hash, ev.Seq
+	return b.tx.PutRun(run)
 }

@@ -123,6 +123,13 @@ type Run struct {
 	// run is not paused by a person. Only an explicit resume clears it: a
 	// run paused by a person stays paused whoever drives it.
 	PausedBy string `json:"paused_by,omitempty"`
+	// CreatedBy is the identity that created the run ("token:NAME",
+	// "cli:USER"; "" when not known, as on runs recorded before it existed).
+	// A policy rule may exclude it from approving the run's actions.
+	CreatedBy string `json:"created_by,omitempty"`
+	// AuditHash is the hash of the run's last event (the head of its audit
+	// chain, see VerifyChain); "" for a run whose events are not chained.
+	AuditHash string `json:"audit_hash,omitempty"`
 }
 
 // Action is one action of a run's current revision: the row of the Run JSON.
@@ -141,6 +148,11 @@ type Action struct {
 	Error        string          `json:"error"`
 	ApprovedArgs json.RawMessage `json:"-"` // the args the approval was given for (nil: not approved)
 	Undo         bool            `json:"-"` // a compensating action "<id>.undo"
+	// Gate is what the policy decided for the action (nil: recorded before
+	// gates existed, or no decision yet: one approval suffices).
+	Gate *Gate `json:"-"`
+	// Approvals are the people's approvals of the action in this revision.
+	Approvals []Approval `json:"-"`
 }
 
 // KeyRecord is the execution truth for one idempotency key.
@@ -209,6 +221,9 @@ type Event struct {
 	ActionID string          `json:"action_id,omitempty"`
 	At       time.Time       `json:"at"`
 	Data     json.RawMessage `json:"data,omitempty"`
+	// Hash chains the run's events (ChainHash): "" on runs from before the
+	// audit chain, or recorded by a backend without it.
+	Hash string `json:"hash,omitempty"`
 }
 
 // RunDoc is the Run JSON of DESIGN.md's contracts.

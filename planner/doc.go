@@ -128,8 +128,9 @@
 //
 // Imports: the standard library, github.com/sashabaranov/go-openai (inside
 // the package only), the OpenTelemetry API (go.opentelemetry.io/otel: model
-// call spans, no SDK), and docket's plan, tools, ledger and executor
-// packages.
+// call spans, no SDK), and docket's plan, tools (with tools/policy, the rules
+// it tells the model about and answers denied calls with), ledger and
+// executor packages.
 // planner/demomodel, the demo's scripted model, imports only the standard
 // library and go-openai.
 package planner

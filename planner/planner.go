@@ -26,6 +26,7 @@ import (
 
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 // ErrBadRequest is wrapped by errors about the Request itself (nothing to
@@ -134,7 +135,7 @@ func New(cfg Config) (*Planner, error) {
 		p.shapes[n] = sh
 		p.fields[n] = outputFields(s.OutputSchema)
 		p.defs = append(p.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: p.names.toWire[n], Description: toolDescription(s), Strict: strict, Parameters: schema,
+			Name: p.names.toWire[n], Description: toolDescription(s, cfg.Tools.Policy()), Strict: strict, Parameters: schema,
 		}})
 		branches = append(branches, actionBranch(p.names.toWire[n], schema))
 	}
@@ -142,7 +143,7 @@ func New(cfg Config) (*Planner, error) {
 	case ModeTools:
 		p.system = orDefault(cfg.SystemPrompt, toolsPrompt(cfg.Order))
 	case ModeJSONSchema:
-		p.system = orDefault(cfg.SystemPrompt, jsonPrompt+jsonToolList(specs, p.names))
+		p.system = orDefault(cfg.SystemPrompt, jsonPrompt+jsonToolList(specs, p.names, cfg.Tools.Policy()))
 		p.format = planFormat(branches, strictAll)
 	}
 	req := p.request(nil)
@@ -539,6 +540,10 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 		deps, msgText := s.dependencies(refs, queuedBefore)
 		if msgText != "" {
 			reject(i, Problem{Field: "args", Msg: msgText})
+			continue
+		}
+		if msg := p.denied(spec, args, refs); msg != "" {
+			reject(i, Problem{Field: "policy", Msg: msg})
 			continue
 		}
 		if p.cfg.Order == OrderTurns {
@@ -961,4 +966,26 @@ func planProblems(err error) []Problem {
 		return out
 	}
 	return []Problem{{Msg: err.Error()}}
+}
+
+// denied answers a call the policy denies (tool rules, then global ones),
+// with the rule's message, so that the model can plan without it. Only a
+// call whose arguments are all known is judged here, and only a deny that
+// did not come from a rule failing: the executor decides again, on the
+// resolved arguments, before anything runs.
+func (p *Planner) denied(spec tools.Spec, args json.RawMessage, refs []plan.Ref) string {
+	global := p.cfg.Tools.Policy()
+	if len(refs) > 0 || (len(spec.Policy) == 0 && len(global) == 0) {
+		return ""
+	}
+	rules := append(append([]policy.Rule(nil), spec.Policy...), global...)
+	d := policy.Eval(rules, policy.Input{Tool: spec.Name, Class: string(spec.Class), Args: args, Now: p.cfg.Now()})
+	if !d.Matched || d.Outcome != policy.Deny || d.Err != "" {
+		return ""
+	}
+	msg := d.Message
+	if msg == "" {
+		msg = "the call is not allowed"
+	}
+	return fmt.Sprintf("denied by policy (rule %s): %s; nothing was queued: plan without this call or change it", d.Rule, msg)
 }

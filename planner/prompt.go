@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 const toolsPromptHead = `You are the planner of docket, which performs tool calls for the user exactly once, after a review.
@@ -48,8 +49,10 @@ Reply with one JSON object and nothing else: {"actions": [...]}. Each action is 
 Tools:
 `
 
-// toolDescription is what the model reads about a tool: its effect class first.
-func toolDescription(s tools.Spec) string {
+// toolDescription is what the model reads about a tool: its effect class
+// first, then its description, then what the policy says of its calls
+// (which need people, which are denied; global rules apply to every tool).
+func toolDescription(s tools.Spec, global []policy.Rule) string {
 	var tag string
 	if s.Class == tools.ReadOnly {
 		tag = "[read-only] Runs now; you see the result."
@@ -57,16 +60,54 @@ func toolDescription(s tools.Spec) string {
 		tag = fmt.Sprintf("[%s] Not run now: queued as a plan action, performed after review.", s.Class)
 	}
 	if d := strings.TrimSpace(s.Description); d != "" {
-		return tag + " " + d
+		tag += " " + d
 	}
-	return tag
+	if s.Class == tools.ReadOnly {
+		return tag
+	}
+	return tag + policyNote(s, global)
+}
+
+// policyNote tells the model which calls of s need people or are denied,
+// by the policy rules (the tools file's approval and approve_above are not
+// repeated here: descriptions of tools files without rules stay as they were).
+// The executor decides, whatever the model is told or tells.
+func policyNote(s tools.Spec, global []policy.Rule) string {
+	var parts []string
+	for _, r := range append(append([]policy.Rule(nil), s.Policy...), global...) {
+		if r.Func != nil {
+			continue
+		}
+		switch r.Outcome {
+		case policy.Deny:
+			p := fmt.Sprintf("a call where %s is denied", r.When)
+			if r.Message != "" {
+				p += " (" + r.Message + ")"
+			}
+			parts = append(parts, p)
+		case policy.Approve:
+			parts = append(parts, fmt.Sprintf("a call where %s waits for %d %s to approve it", r.When, r.Approvers, pluralWord(r.Approvers, "person", "people")))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	sort.Strings(parts)
+	return " Policy (checked before it runs, not by you): " + strings.Join(parts, "; ") + "."
+}
+
+func pluralWord(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // jsonToolList lists the tools for the structured-output prompt.
-func jsonToolList(specs []tools.Spec, names nameMap) string {
+func jsonToolList(specs []tools.Spec, names nameMap, global []policy.Rule) string {
 	var b strings.Builder
 	for _, s := range specs {
-		fmt.Fprintf(&b, "- %s: %s\n  input schema: %s\n", names.toWire[s.Name], toolDescription(s), compactJSON(s.InputSchema))
+		fmt.Fprintf(&b, "- %s: %s\n  input schema: %s\n", names.toWire[s.Name], toolDescription(s, global), compactJSON(s.InputSchema))
 	}
 	return b.String()
 }

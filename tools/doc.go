@@ -6,6 +6,7 @@
 //
 // Imports: the standard library, plan (for the Validator interface it
 // implements), invopop/jsonschema, santhosh-tekuri/jsonschema and gowebpki/jcs
-// (canonical schemas for Registry.Hash). Never ledger:
+// (canonical schemas for Registry.Hash), and tools/policy (a Spec carries its
+// compiled policy rules). Never ledger:
 // a tool never touches the ledger.
 package tools

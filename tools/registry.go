@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 var _ plan.Validator = (*Registry)(nil)
@@ -27,7 +29,22 @@ type Registry struct {
 	names   []string
 	hash    string
 	legacy  string // Hash without bindings, as recorded by earlier versions
+	policy  []policy.Rule
 }
+
+// WithPolicy returns a registry with the same tools and the global policy
+// rules (compiled; evaluated after each tool's own rules). The rules are
+// part of its Hash: a run started under one policy does not resume under
+// another (or none) without accepting the change.
+func (r *Registry) WithPolicy(rules []policy.Rule) *Registry {
+	c := *r
+	c.policy = slices.Clone(rules)
+	c.hash = c.computeHash(true)
+	return &c
+}
+
+// Policy returns the global policy rules (WithPolicy).
+func (r *Registry) Policy() []policy.Rule { return r.policy }
 
 type entry struct {
 	tool   Tool
@@ -454,12 +471,35 @@ type hashedTool struct {
 	Always        bool            `json:"approval_always"`
 	Above         []aboveLimit    `json:"approve_above,omitempty"`
 	Compensate    *hashedComp     `json:"compensate,omitempty"`
+	Policy        []hashedRule    `json:"policy,omitempty"`
 	Binding       json.RawMessage `json:"binding,omitempty"`
 }
 
 type aboveLimit struct {
 	Arg   string `json:"arg"`
 	Limit string `json:"limit"` // normalised decimal, so 100 and 1e2 hash alike
+}
+
+// hashedRule is a policy rule as the tools hash sees it (a built-in rule's
+// Func is described by the approval fields above).
+type hashedRule struct {
+	Name           string        `json:"name,omitempty"`
+	When           string        `json:"when"`
+	Outcome        string        `json:"outcome"`
+	Approvers      int           `json:"approvers,omitempty"`
+	ApproverNames  []string      `json:"approver_names,omitempty"`
+	ExcludeCreator bool          `json:"exclude_creator,omitempty"`
+	TTL            time.Duration `json:"ttl,omitempty"`
+	Message        string        `json:"message,omitempty"`
+}
+
+func hashRules(rules []policy.Rule) []hashedRule {
+	var out []hashedRule
+	for _, r := range rules {
+		out = append(out, hashedRule{Name: r.Name, When: r.When, Outcome: string(r.Outcome), Approvers: r.Approvers,
+			ApproverNames: r.ApproverNames, ExcludeCreator: r.ExcludeCreator, TTL: r.TTL, Message: r.Message})
+	}
+	return out
 }
 
 type hashedComp struct {
@@ -485,12 +525,22 @@ func (r *Registry) computeHash(withBinding bool) string {
 		if s.Compensate != nil {
 			h.Compensate = &hashedComp{Tool: s.Compensate.Tool, Args: canonical(s.Compensate.Args)}
 		}
+		h.Policy = hashRules(s.Policy)
 		if withBinding {
 			h.Binding = canonical(s.Binding)
 		}
 		defs = append(defs, h)
 	}
-	data, err := json.Marshal(defs)
+	var data []byte
+	var err error
+	if len(r.policy) == 0 {
+		data, err = json.Marshal(defs)
+	} else {
+		data, err = json.Marshal(struct {
+			Tools  []hashedTool `json:"tools"`
+			Policy []hashedRule `json:"policy"`
+		}{defs, hashRules(r.policy)})
+	}
 	if err != nil {
 		panic(fmt.Sprintf("tools: hashing definitions: %v", err)) // only JSON-safe fields
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/docketrun/docket/tools/policy"
 )
 
 // Class is a tool's effect class: how it stays safe when it may run again.
@@ -68,7 +70,10 @@ type Spec struct {
 	// VisibilityLag is how long a created object may stay invisible to the lookup.
 	VisibilityLag time.Duration
 	Approval      Approval
-	Compensate    *Compensation
+	// Policy is the tool's own policy rules, compiled (policy.Compile);
+	// the executor evaluates them with the global ones before each claim.
+	Policy     []policy.Rule
+	Compensate *Compensation
 	// Binding is, as JSON, whatever else decides what a call does or how it
 	// is protected: an HTTP tool's request, output pointer, key header and
 	// lookup templates (as the file writes them); an MCP tool's server (its

@@ -43,6 +43,45 @@ type inboxItem struct {
 	// Since is when the action started to wait: the time of its last event,
 	// or of the revision that planned it.
 	Since time.Time `json:"since"`
+	// Approval says, for an action a policy rule decided, who approved its
+	// arguments as shown and how many more people are needed.
+	Approval *approvalView `json:"approval,omitempty"`
+}
+
+// approvalView is an action's policy gate as the reviewer sees it.
+type approvalView struct {
+	Rule    string `json:"rule,omitempty"`
+	Outcome string `json:"outcome"`
+	Message string `json:"message,omitempty"`
+	Why     string `json:"why,omitempty"`
+	// Need approvals in all; ApprovedBy gave theirs (for these exact
+	// arguments, not expired); StillNeeded more are needed.
+	Need        int               `json:"need"`
+	ApprovedBy  []ledger.Approval `json:"approved_by"`
+	StillNeeded int               `json:"still_needed"`
+	// Names may approve (empty: anyone with the review scope);
+	// ExcludeCreator: not Creator, who created the run.
+	Names          []string `json:"names,omitempty"`
+	ExcludeCreator bool     `json:"exclude_creator,omitempty"`
+	Creator        string   `json:"creator,omitempty"`
+}
+
+// approvalOf is a's approval view for args at now (nil without a gate).
+func approvalOf(a ledger.Action, args json.RawMessage, creator string, now time.Time) *approvalView {
+	g := a.Gate
+	if g == nil {
+		return nil
+	}
+	v := &approvalView{Rule: g.Rule, Outcome: g.Outcome, Message: g.Message, Why: g.Why, Need: g.Need,
+		ApprovedBy: []ledger.Approval{}, Names: g.Names, ExcludeCreator: g.ExcludeCreator, Creator: creator}
+	counted := a.Approvers(args, now)
+	for _, ap := range a.Approvals {
+		if slices.Contains(counted, ap.By) && ap.Used == "" && !slices.ContainsFunc(v.ApprovedBy, func(x ledger.Approval) bool { return x.By == ap.By }) {
+			v.ApprovedBy = append(v.ApprovedBy, ap)
+		}
+	}
+	v.StillNeeded = max(0, g.Need-len(v.ApprovedBy))
+	return v
 }
 
 // inboxList is the answer of GET /v1/inbox.
@@ -155,6 +194,7 @@ func (s *Server) waitingIn(ctx context.Context, run ledger.Run) ([]inboxItem, er
 		if res, err := plan.Resolve(a.Args, outputs); err == nil {
 			it.Args, it.Resolved = res, true
 		}
+		it.Approval = approvalOf(a, a.Args, doc.Run.CreatedBy, time.Now())
 		items = append(items, it)
 	}
 	return items, nil

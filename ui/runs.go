@@ -46,6 +46,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "not_found", err.Error(), nil)
 	case errors.Is(err, executor.ErrBusy):
 		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
+	case errors.Is(err, ledger.ErrApproverRefused):
+		// The token is fine, but the action's policy does not let it
+		// approve (its run's creator, or not a named approver).
+		writeError(w, http.StatusForbidden, "approver_refused", err.Error(), nil)
 	case errors.Is(err, executor.ErrNotReviewable), errors.Is(err, ledger.ErrConflict):
 		writeError(w, http.StatusConflict, "not_reviewable", err.Error(), nil)
 	case errors.Is(err, executor.ErrPlanMismatch):
@@ -191,7 +195,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	opts := &executor.RunOptions{Policy: policy}
+	opts := &executor.RunOptions{Policy: policy, Creator: who(r)}
 	if p != nil {
 		p.RunID = runID
 		if err := ident.Stamp(p); err != nil {
@@ -512,12 +516,30 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	runID := r.PathValue("id")
 	var body struct {
 		Plan json.RawMessage `json:"plan"`
+		// DryRun previews the replay (executor.PreviewReplay): which
+		// actions keep their outputs, which would run and whom they would
+		// need; nothing is recorded.
+		DryRun bool `json:"dry_run,omitempty"`
 	}
 	if !s.decode(w, r, &body) {
 		return
 	}
 	if len(body.Plan) == 0 {
 		writeError(w, http.StatusBadRequest, "bad_request", "replay needs the edited plan", nil)
+		return
+	}
+	if body.DryRun {
+		p, err := plan.Decode(body.Plan)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		steps, err := s.eng.PreviewReplay(r.Context(), runID, p)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, replayPreview{RunID: runID, DryRun: true, Actions: steps})
 		return
 	}
 	p, err := plan.Decode(body.Plan)
@@ -626,4 +648,11 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	s.watch(newID, true)
 	writeJSON(w, http.StatusCreated, doc)
+}
+
+// replayPreview is the answer of POST /v1/runs/{id}/replay with dry_run.
+type replayPreview struct {
+	RunID   string                 `json:"run_id"`
+	DryRun  bool                   `json:"dry_run"`
+	Actions []executor.PreviewStep `json:"actions"`
 }

@@ -53,6 +53,7 @@ var routeScopes = map[string]Scope{
 	"GET /v1/runs/{id}":        ScopeRead,
 	"GET /v1/runs/{id}/plan":   ScopeRead,
 	"GET /v1/runs/{id}/events": ScopeRead,
+	"GET /v1/runs/{id}/audit":  ScopeRead,
 	"GET /v1/runs/{id}/ws":     ScopeRead,
 	"GET /v1/ws":               ScopeRead,
 	"GET /v1/inbox":            ScopeRead,

@@ -387,6 +387,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/runs/{id}", s.getRun, false},
 		{"GET", "/v1/runs/{id}/plan", s.getPlan, false},
 		{"GET", "/v1/runs/{id}/events", s.listEvents, false},
+		{"GET", "/v1/runs/{id}/audit", s.audit, false},
 		{"GET", "/v1/runs/{id}/ws", s.serveWS, false},
 		{"GET", "/v1/ws", s.serveAllWS, false},
 		{"POST", "/v1/runs/{id}/approve", s.approve, false},

@@ -296,6 +296,9 @@ func waitingMessageFlags(doc ledger.RunDoc, data string) string {
 // reviewer names the person acting through the CLI, for the ledger's "by"
 // fields (a user name, never a secret).
 func reviewer(env Env) string {
+	if env.As != "" {
+		return "cli:" + env.As
+	}
 	if u := env.Getenv("USER"); u != "" {
 		return "cli:" + u
 	}

@@ -32,6 +32,7 @@ func (c *pauseCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("pause", "pause [--data DIR] RUN [--server URL --token T]", c.env.Stderr)
 	f := addRunFlags(fs)
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}
@@ -80,6 +81,7 @@ func (c *resumeCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("resume", "resume [--data DIR] --tools FILE RUN [--accept-tools-change] [--server URL --token T]", c.env.Stderr)
 	f := addRunFlags(fs)
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}

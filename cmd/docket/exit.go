@@ -61,6 +61,7 @@ func packageErrorCode(err error) (int, bool) {
 		errors.Is(err, executor.ErrInvalidPlan),
 		errors.Is(err, executor.ErrToolsChanged),
 		errors.Is(err, executor.ErrNotReviewable),
+		errors.Is(err, ledger.ErrApproverRefused),
 		errors.Is(err, ledger.ErrNotFound),
 		errors.Is(err, ledger.ErrInvalid),
 		errors.Is(err, tools.ErrUnknownTool):

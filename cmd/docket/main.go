@@ -84,6 +84,12 @@ type Env struct {
 
 	// tracing is set while a command traces (startTracing).
 	tracing *oteltrace.Tracing
+	// PolicyFile is a policy file (--policy) whose rules join the tools
+	// file's global ones; "" : $DOCKET_POLICY, else none.
+	PolicyFile string
+	// As is who acts through the CLI (--as NAME: "cli:NAME"); "" : the OS
+	// user ($USER). It is recorded as a run's creator and as an approver.
+	As string
 }
 
 // command is one subcommand: a struct with its own flag.FlagSet.

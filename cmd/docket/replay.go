@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/url"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/plan"
 )
 
 func init() {
@@ -22,7 +24,9 @@ func (c *replayCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("replay", "replay [--data DIR] --tools FILE RUN --plan FILE", c.env.Stderr)
 	f := addRunFlags(fs)
 	planPath := fs.String("plan", "", "the edited plan (JSON)")
+	dryRun := fs.Bool("dry-run", false, "record nothing: print which actions would keep their outputs, which would run, and which would need approvals again")
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}
@@ -34,6 +38,9 @@ func (c *replayCmd) Run(ctx context.Context, args []string) error {
 	p, err := readPlan(*planPath)
 	if err != nil {
 		return err
+	}
+	if *dryRun {
+		return c.preview(ctx, f, runID, p, *planPath)
 	}
 	if f.srv.remote() {
 		return f.remote(ctx, c.env, runID, "/replay", map[string]any{"plan": p})
@@ -59,6 +66,7 @@ func (c *forkCmd) Run(ctx context.Context, args []string) error {
 	newID := fs.String("run-id", "", "id of the new run (default: a new random id, printed; pass it again to resume the fork)")
 	approve := fs.String("approve", "", "approval policy of the new run (default: the original run's)")
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}
@@ -129,4 +137,45 @@ func (c *forkCmd) remote(ctx context.Context, f runFlags, runID, newID string, p
 	}
 	doc, err := cl.settled(ctx, created.RunID)
 	return remoteFinish(c.env, doc, err, *f.srv.url)
+}
+
+// preview is `docket replay --dry-run`: the replay's preview as JSON
+// ({"run_id", "dry_run": true, "actions": [{"action_id", "tool", "outcome",
+// "key"?, "approval"?, "why"}]}), locally or through the service; nothing is
+// recorded.
+func (c *replayCmd) preview(ctx context.Context, f runFlags, runID string, p *plan.Plan, planPath string) error {
+	var out struct {
+		RunID   string                 `json:"run_id"`
+		DryRun  bool                   `json:"dry_run"`
+		Actions []executor.PreviewStep `json:"actions"`
+	}
+	if f.srv.remote() {
+		cl, err := f.srv.client(c.env)
+		if err != nil {
+			return err
+		}
+		if err := cl.do(ctx, "POST", "/v1/runs/"+url.PathEscape(runID)+"/replay", map[string]any{"plan": p, "dry_run": true}, nil, &out); err != nil {
+			return err
+		}
+	} else {
+		s, err := f.open(ctx, c.env)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		if err := checkPlan(p, planPath, s.tools); err != nil {
+			return err
+		}
+		steps, err := s.engine.PreviewReplay(ctx, runID, p)
+		if err != nil {
+			return notFound(err, runID)
+		}
+		out.RunID, out.DryRun, out.Actions = runID, true, steps
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = c.env.Stdout.Write(append(b, '\n'))
+	return err
 }

@@ -40,6 +40,8 @@ type runFlags struct {
 	data        *string
 	tools       *string
 	acceptTools *bool
+	policy      *string
+	as          *string // --as: who approves (default cli:$USER)
 	srv         *serverFlags
 }
 
@@ -48,6 +50,8 @@ func addRunFlags(fs *flag.FlagSet) runFlags {
 		data:        fs.String("data", defaultDataDir, "data directory (the ledger)"),
 		tools:       fs.String("tools", "", "tools file the run's actions are performed with (required: the run continues)"),
 		acceptTools: fs.Bool("accept-tools-change", false, "continue even though the tool definitions changed since the run started"),
+		policy:      policyFlag(fs),
+		as:          identityFlag(fs),
 		srv:         addServerFlags(fs),
 	}
 }
@@ -68,6 +72,7 @@ func (f runFlags) remote(ctx context.Context, env Env, runID, path string, body 
 
 // open loads the tools and opens the ledger and an engine.
 func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
+	env.PolicyFile = *f.policy
 	reg, closeTools, err := loadTools(ctx, *f.tools, env)
 	if err != nil {
 		return nil, err
@@ -122,6 +127,7 @@ func (c *approveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("approve", "approve [--data DIR] --tools FILE RUN [ACTION...]", c.env.Stderr)
 	f := addRunFlags(fs)
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}
@@ -173,6 +179,7 @@ func (c *rejectCmd) Run(ctx context.Context, args []string) error {
 	f := addRunFlags(fs)
 	reason := fs.String("reason", "", "why (recorded with the rejection)")
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}
@@ -205,6 +212,7 @@ func (c *resolveCmd) Run(ctx context.Context, args []string) error {
 	retry := fs.Bool("retry", false, "the action did not happen: try it once more (counts as approval of that attempt)")
 	skip := fs.Bool("skip", false, "leave the action out: dependents get no output")
 	pos, err := parseArgs(fs, args)
+	c.env.As = *f.as
 	if err != nil {
 		return err
 	}

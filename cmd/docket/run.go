@@ -35,6 +35,8 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
 	approve := fs.String("approve", "", "approval policy stored with a new run: all, safe or none (default safe; given, a rerun must name the policy the run was created with)")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
+	policyPath := policyFlag(fs)
+	as := identityFlag(fs)
 	mf := addModelFlags(fs)
 	sf := addServerFlags(fs)
 
@@ -42,6 +44,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	if err != nil && exitCode(err) == exitOK {
 		return nil // -h
 	}
+	c.env.PolicyFile, c.env.As = *policyPath, *as
 	policy := executor.Policy(*approve)
 	doc, err := func() (ledger.RunDoc, error) {
 		if err != nil {
@@ -175,7 +178,7 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	var doc ledger.RunDoc
 	if _, err = executor.SameRequest(ctx, l, *runID, ident); err == nil || errors.Is(err, ledger.ErrNotFound) {
 		if err = ident.Stamp(p); err == nil {
-			doc, err = eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+			doc, err = eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
 		}
 	}
 	if err != nil && doc.Run.ID == "" {
@@ -209,7 +212,7 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools})
+	doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
 	if err != nil && doc.Run.ID == "" {
 		doc, _ = storedDoc(ctx, l, *runID)
 	}

@@ -63,6 +63,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
 	toolsPath := fs.String("tools", "", "tools file (default: the built-in demo world, simulated in-process)")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	policyPath := policyFlag(fs)
 	var tokens, origins stringList
 	fs.Var(&tokens, "token", "API token with every scope (admin), optionally named (NAME=TOKEN); repeatable (default, without --tokens: $DOCKET_TOKEN, else one generated and kept in the data directory)")
 	tokensPath := fs.String("tokens", "", `tokens file: {"version": 1, "tokens": [{"name", "scopes": [...], "sha256" | "env"}]} (scopes: read, submit, review, control, admin)`)
@@ -80,6 +81,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
 	mf := addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
+	c.env.PolicyFile = *policyPath
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,10 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("step", stepUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
+	policyPath := policyFlag(fs)
+	as := identityFlag(fs)
 	pos, err := parseArgs(fs, args)
+	c.env.PolicyFile, c.env.As = *policyPath, *as
 	if err != nil && exitCode(err) == exitOK {
 		return nil // -h
 	}
@@ -170,7 +173,7 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	opts := &executor.RunOptions{Policy: executor.Policy(req.Approve)}
+	opts := &executor.RunOptions{Policy: executor.Policy(req.Approve), Creator: reviewer(c.env)}
 
 	// The request's identity, by the rule POST /v1/runs, docket run and
 	// planner.PlanRun share (executor.SameRequest).

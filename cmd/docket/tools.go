@@ -13,6 +13,7 @@ import (
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/tools/mcptool"
+	"github.com/docketrun/docket/tools/policy"
 	"github.com/docketrun/docket/tools/toolsfile"
 )
 
@@ -30,7 +31,9 @@ func (c *toolsCmd) Run(ctx context.Context, args []string) error {
 	file := fs.String("tools", "", "the tools file to check")
 	connect := fs.Bool("connect", false, "check: also start or reach the file's MCP servers, check that every tool the file names exists, and print the tools hash a run records")
 	asJSON := fs.Bool("json", false, "list: print JSON")
+	policyPath := policyFlag(fs)
 	pos, err := parseArgs(fs, args)
+	c.env.PolicyFile = *policyPath
 	if err != nil {
 		return err
 	}
@@ -158,6 +161,14 @@ func (c *toolsCmd) check(ctx context.Context, path string, connect bool) error {
 			}
 		}
 	}
+	rules, err := globalPolicy(f, c.env)
+	if err != nil {
+		return err
+	}
+	if len(rules) > 0 {
+		reg = reg.WithPolicy(rules)
+	}
+	printPolicy(out, f.Tools, rules)
 	if len(f.MCPServers) > 0 && !connect {
 		fmt.Fprintf(out, "\ntools hash %s (the HTTP tools only: a run adds the MCP servers' tools; check --connect prints the hash a run records)\n", reg.Hash())
 	} else {
@@ -318,4 +329,40 @@ func details(s tools.Spec, looks bool) string {
 		return "-"
 	}
 	return strings.Join(d, ", ")
+}
+
+// printPolicy lists the policy rules: each tool's, then the global ones.
+func printPolicy(out io.Writer, ts []tools.Tool, global []policy.Rule) {
+	var all []policy.Rule
+	for _, t := range ts {
+		all = append(all, t.Spec().Policy...)
+	}
+	all = append(all, global...)
+	if len(all) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\npolicy (%d %s; every rule that applies counts, the strictest wins: deny, approve with the most approvers, allow):\n",
+		len(all), plural(len(all), "rule", "rules"))
+	for _, r := range all {
+		fmt.Fprintf(out, "  %s: when %s -> %s", r.Label(), r.When, r.Outcome)
+		if r.Outcome == policy.Approve {
+			fmt.Fprintf(out, " by %d", r.Approvers)
+			if len(r.ApproverNames) > 0 {
+				fmt.Fprintf(out, " of %s", strings.Join(r.ApproverNames, ", "))
+			}
+			if r.ExcludeCreator {
+				fmt.Fprint(out, ", not the run's creator")
+			}
+			if r.TTL > 0 {
+				fmt.Fprintf(out, ", each approval valid %v", r.TTL)
+			}
+		}
+		if r.Message != "" {
+			fmt.Fprintf(out, " (%q)", r.Message)
+		}
+		if r.Name != "" {
+			fmt.Fprintf(out, "  [%s]", r.Where)
+		}
+		fmt.Fprintln(out)
+	}
 }

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/tools/mcptool"
+	"github.com/docketrun/docket/tools/policy"
 	"github.com/docketrun/docket/tools/toolsfile"
 )
 
@@ -55,7 +58,44 @@ func loadToolsFile(ctx context.Context, path string, env Env) (*httptool.File, *
 		closeSet()
 		return nil, nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
 	}
+	rules, err := globalPolicy(f, env)
+	if err != nil {
+		closeSet()
+		return nil, nil, nop, err
+	}
+	if len(rules) > 0 {
+		reg = reg.WithPolicy(rules)
+	}
 	return f, reg, closeSet, nil
+}
+
+// globalPolicy is the tools file's global policy rules, then those of the
+// policy file (--policy, else $DOCKET_POLICY). A policy file that cannot be
+// read or does not compile is exit 2, every problem listed.
+func globalPolicy(f *httptool.File, env Env) ([]policy.Rule, error) {
+	rules := append([]policy.Rule(nil), f.Policy...)
+	path := cmp.Or(env.PolicyFile, env.Getenv("DOCKET_POLICY"))
+	if path == "" {
+		return rules, nil
+	}
+	pf, err := toolsfile.LoadPolicy(path)
+	if err != nil {
+		return nil, withCode(exitBad, err)
+	}
+	return append(rules, pf.Rules...), nil
+}
+
+// identityFlag adds --as NAME: who acts (creator, approver) as "cli:NAME".
+// The CLI works on the ledger directly, so this is as trustworthy as the OS
+// account running it: for four eyes that must hold against a colleague, act
+// through docket serve with named tokens.
+func identityFlag(fs *flag.FlagSet) *string {
+	return fs.String("as", "", "who acts, recorded as cli:NAME (creator of a new run, approver); default the OS user ($USER)")
+}
+
+// policyFlag adds --policy FILE to a command that loads a tools file.
+func policyFlag(fs *flag.FlagSet) *string {
+	return fs.String("policy", "", `policy file {"version": 1, "policy": [RULE...]} whose rules join the tools file's (default $DOCKET_POLICY); give the same one to every command that continues the run`)
 }
 
 // parseToolsFile reads and checks a tools file with toolsfile, the format's

@@ -33,7 +33,10 @@ type entry struct {
 	size int64
 }
 
-var _ ledger.Tx = (*batch)(nil)
+var (
+	_ ledger.Tx             = (*batch)(nil)
+	_ ledger.HashedAppender = (*batch)(nil)
+)
 
 // overlay is a set of pending writes over the committed store.
 type overlay struct {
@@ -447,6 +450,25 @@ func (b *batch) AppendEvent(runID string, typ ledger.EventType, actionID string,
 	b.cur.seqs[runID] = ev.Seq
 	b.cur.events = append(b.cur.events, ev)
 	return nil
+}
+
+// AppendHashedEvent is AppendEvent with the event's audit hash
+// (ledger.HashedAppender).
+func (b *batch) AppendHashedEvent(runID string, typ ledger.EventType, actionID string, data json.RawMessage, hash func(ledger.Event) string) (ledger.Event, error) {
+	last, err := b.lastSeq(runID)
+	if err != nil {
+		return ledger.Event{}, err
+	}
+	ev := ledger.Event{Seq: last + 1, RunID: runID, Type: typ, ActionID: actionID, At: b.Now().UTC(), Data: data}
+	ev.Hash = hash(ev)
+	v, err := encodeEvent(ev)
+	if err != nil {
+		return ledger.Event{}, err
+	}
+	b.put(eventKey(runID, ev.Seq), ev, v)
+	b.cur.seqs[runID] = ev.Seq
+	b.cur.events = append(b.cur.events, ev)
+	return ev, nil
 }
 
 // accept moves the current request's writes into the batch.

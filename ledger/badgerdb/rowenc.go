@@ -18,11 +18,35 @@ import (
 // Fields, in order: id, tool, class, key, status (uvarint length + bytes),
 // attempts (uvarint), args (uvarint length+1, 0 = null), depends_on (uvarint
 // count, then strings), error (string), approved_args (like args), undo (one
-// byte), ord (uvarint).
+// byte), ord (uvarint); in the extended encodings (encRowX, encRowsX, used
+// only when a row has a policy gate or approvals) then a JSON object
+// {"gate","approvals"} (like args). Records written before the extension
+// decode as before.
 const (
-	encRow  = 2
-	encRows = 3
+	encRow   = 2
+	encRows  = 3
+	encRowX  = 4
+	encRowsX = 5
 )
+
+// rowExt holds the fields of the extended row encoding.
+type rowExt struct {
+	Gate      *ledger.Gate      `json:"gate,omitempty"`
+	Approvals []ledger.Approval `json:"approvals,omitempty"`
+}
+
+func extended(r ledger.RowRecord) bool { return r.Gate != nil || len(r.Approvals) > 0 }
+
+func appendExt(b []byte, r ledger.RowRecord) []byte {
+	if !extended(r) {
+		return appendRaw(b, nil)
+	}
+	ext, err := json.Marshal(rowExt{Gate: r.Gate, Approvals: r.Approvals})
+	if err != nil {
+		panic(fmt.Sprintf("badgerdb: encoding a row's gate: %v", err)) // plain data: cannot fail
+	}
+	return appendRaw(b, ext)
+}
 
 func appendStr(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
@@ -60,13 +84,26 @@ func appendRow(b []byte, r ledger.RowRecord) []byte {
 }
 
 func encodeRow(r ledger.RowRecord) []byte {
+	if extended(r) {
+		return appendExt(appendRow(append(make([]byte, 0, 128+len(r.Args)+len(r.ApprovedArgs)), encRowX), r), r)
+	}
 	return appendRow(append(make([]byte, 0, 64+len(r.Args)+len(r.ApprovedArgs)), encRow), r)
 }
 
 func encodeRows(rows []ledger.RowRecord) []byte {
-	b := binary.AppendUvarint([]byte{encRows}, uint64(len(rows)))
+	tag := byte(encRows)
+	for _, r := range rows {
+		if extended(r) {
+			tag = encRowsX
+			break
+		}
+	}
+	b := binary.AppendUvarint([]byte{tag}, uint64(len(rows)))
 	for _, r := range rows {
 		b = appendRow(b, r)
+		if tag == encRowsX {
+			b = appendExt(b, r)
+		}
 	}
 	return b
 }
@@ -142,19 +179,37 @@ func (d *rowReader) row() ledger.RowRecord {
 	return r
 }
 
+// ext decodes the extension of a row of the extended encodings.
+func (d *rowReader) ext(r *ledger.RowRecord) {
+	raw := d.raw()
+	if raw == nil || d.err != nil {
+		return
+	}
+	var e rowExt
+	if err := json.Unmarshal(raw, &e); err != nil {
+		d.err = fmt.Errorf("%w: row %s: gate: %v", ledger.ErrFormat, r.ID, err)
+		return
+	}
+	r.Gate, r.Approvals = e.Gate, e.Approvals
+}
+
 func decodeRow(b []byte) (ledger.RowRecord, error) {
-	if len(b) == 0 || b[0] != encRow {
+	if len(b) == 0 || (b[0] != encRow && b[0] != encRowX) {
 		return ledger.RowRecord{}, fmt.Errorf("%w: not a row record", ledger.ErrFormat)
 	}
 	d := rowReader{b: b[1:]}
 	r := d.row()
+	if b[0] == encRowX {
+		d.ext(&r)
+	}
 	return r, d.err
 }
 
 func decodeRows(b []byte) ([]ledger.RowRecord, error) {
-	if len(b) == 0 || b[0] != encRows {
+	if len(b) == 0 || (b[0] != encRows && b[0] != encRowsX) {
 		return nil, fmt.Errorf("%w: not a rows record", ledger.ErrFormat)
 	}
+	ext := b[0] == encRowsX
 	d := rowReader{b: b[1:]}
 	n := d.uvarint()
 	if n > uint64(len(b)) {
@@ -162,7 +217,11 @@ func decodeRows(b []byte) ([]ledger.RowRecord, error) {
 	}
 	rows := make([]ledger.RowRecord, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		rows = append(rows, d.row())
+		r := d.row()
+		if ext {
+			d.ext(&r)
+		}
+		rows = append(rows, r)
 	}
 	return rows, d.err
 }

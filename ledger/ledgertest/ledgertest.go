@@ -78,6 +78,8 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"ToolsHash", func(t *testing.T, open Opener) { testToolsHash(t, open, opts) }, false},
 		{"LargeArgs", func(t *testing.T, open Opener) { testLargeArgs(t, open, opts) }, false},
 		{"ApplyErrors", testApplyErrors, false},
+		{"Gates", func(t *testing.T, open Opener) { testGates(t, open, opts) }, false},
+		{"Audit", testAudit, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

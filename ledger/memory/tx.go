@@ -27,7 +27,10 @@ type tx struct {
 	events  []ledger.Event
 }
 
-var _ ledger.Tx = (*tx)(nil)
+var (
+	_ ledger.Tx             = (*tx)(nil)
+	_ ledger.HashedAppender = (*tx)(nil)
+)
 
 func newTx(s *Store) *tx {
 	return &tx{s: s,
@@ -78,6 +81,12 @@ func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool
 func cloneRow(r ledger.RowRecord) ledger.RowRecord {
 	r.Args, r.ApprovedArgs = bytes.Clone(r.Args), bytes.Clone(r.ApprovedArgs)
 	r.DependsOn = slices.Clone(r.DependsOn)
+	r.Approvals = slices.Clone(r.Approvals)
+	if r.Gate != nil {
+		g := *r.Gate
+		g.Names = slices.Clone(g.Names)
+		r.Gate = &g
+	}
 	return r
 }
 
@@ -138,6 +147,20 @@ func (t *tx) AppendEvent(runID string, typ ledger.EventType, actionID string, da
 	t.seqs[runID] = ev.Seq
 	t.events = append(t.events, ev)
 	return nil
+}
+
+// AppendHashedEvent is AppendEvent with the event's audit hash
+// (ledger.HashedAppender).
+func (t *tx) AppendHashedEvent(runID string, typ ledger.EventType, actionID string, data json.RawMessage, hash func(ledger.Event) string) (ledger.Event, error) {
+	last, ok := t.seqs[runID]
+	if !ok {
+		last = uint64(len(t.s.st.events[runID]))
+	}
+	ev := ledger.Event{Seq: last + 1, RunID: runID, Type: typ, ActionID: actionID, At: t.Now().UTC(), Data: bytes.Clone(data)}
+	ev.Hash = hash(ev)
+	t.seqs[runID] = ev.Seq
+	t.events = append(t.events, ev)
+	return ev, nil
 }
 
 func (t *tx) Blob(runID, hash string) (json.RawMessage, bool, error) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 	"github.com/docketrun/docket/tools/toolsfile"
 )
 
@@ -32,6 +33,8 @@ type File struct {
 	MCPServers []toolsfile.MCPServer
 	// Warnings are the file's warnings (toolsfile.File.Warnings).
 	Warnings []toolsfile.Problem
+	// Policy holds the file's global policy rules (toolsfile.File.Policy).
+	Policy []policy.Rule
 
 	client *http.Client
 }
@@ -116,7 +119,7 @@ func Build(f *toolsfile.File, opts Options) *File {
 }
 
 func build(f *toolsfile.File, opts Options) *File {
-	out := &File{Version: f.Version, MCPServers: f.MCPServers, Warnings: f.Warnings, client: opts.Client}
+	out := &File{Version: f.Version, MCPServers: f.MCPServers, Warnings: f.Warnings, Policy: f.Policy, client: opts.Client}
 	for _, def := range f.Tools {
 		out.Tools = append(out.Tools, newTool(def, opts))
 	}

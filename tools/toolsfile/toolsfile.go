@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 // DefaultTimeout is a tool's call timeout when the file sets none.
@@ -27,6 +28,9 @@ type File struct {
 	Tools []*Tool
 	// MCPServers are the file's mcp_servers entries, checked but not connected.
 	MCPServers []MCPServer
+	// Policy holds the file's global rules ("policy" at the top level),
+	// compiled; each tool's own rules are in its Spec.Policy.
+	Policy []policy.Rule
 	// Warnings are things that work but should change: a credential typed
 	// into the file (a header or variable named like one, with a literal
 	// value instead of {{env "NAME"}}). They never quote the value.
@@ -338,10 +342,10 @@ func (p *parser) strMap(m map[string]json.RawMessage, where, key string) map[str
 	return out
 }
 
-var fileFields = []string{"version", "tools", "mcp_servers", "$schema"}
+var fileFields = []string{"version", "tools", "mcp_servers", "policy", "$schema"}
 
 var toolFields = []string{"name", "description", "effect", "input_schema", "output_schema", "request", "output",
-	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate"}
+	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate", "policy"}
 
 func (p *parser) file(data []byte) *File {
 	top := p.object(data, "", fileFields, []string{"version", "tools"})
@@ -378,6 +382,10 @@ func (p *parser) file(data []byte) *File {
 			servers[s.Name] = true
 			f.MCPServers = append(f.MCPServers, s)
 		}
+	}
+	if raw, ok := top["policy"]; ok {
+		p.tool = ""
+		f.Policy = p.rules(raw, "policy", "")
 	}
 	var defs []*Tool
 	names := map[string]bool{}
@@ -540,6 +548,9 @@ func (p *parser) toolDef(i int, raw json.RawMessage) *Tool {
 	}
 	if raw, ok := m["compensate"]; ok {
 		s.Compensate = p.compensate(raw, "compensate", props)
+	}
+	if raw, ok := m["policy"]; ok {
+		s.Policy = p.rules(raw, "policy", fmt.Sprintf("tool %q ", s.Name))
 	}
 	return d
 }

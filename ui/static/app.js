@@ -486,6 +486,7 @@ function render(doc) {
   st.className = "badge status-" + r.status;
   st.dataset.status = r.status;
   $("run-rev").textContent = "revision " + r.revision + " · policy " + r.policy + (r.trace_id ? " · trace " + r.trace_id : "");
+  $("run-audit").href = runPath() + "/audit";
   $("run-goal").textContent = r.goal || "";
   $("run-error").textContent = r.error || "";
   const live = !["completed", "failed", "cancelled"].includes(r.status);

@@ -188,6 +188,7 @@ function renderInboxItem(it) {
         el("a", { href: "#run=" + enc(it.run_id), class: "run-link", text: it.run_id })),
       el("time", { class: "muted", datetime: it.since, title: since.toLocaleString(), text: "waiting " + ago(since) })),
     it.run_goal ? el("p", { class: "run-goal-line", text: it.run_goal }) : null,
+    it.approval ? renderApproval(it.approval) : null,
     review ? el("p", { class: "review-note", text: (it.error ? "After " + plural(it.attempts, "attempt") + ": " + it.error : "Outcome unknown after " + plural(it.attempts, "attempt")) + ". Check the external system, then say what happened." }) : null,
     el("details", { open: true }, el("summary", { text: it.resolved ? "arguments (resolved)" : "arguments (some references resolve later)" }),
       el("pre", { text: pretty(it.args) })),
@@ -210,6 +211,22 @@ function renderInboxItem(it) {
   if (inbox.open[k] === "reject") li.append(inlineForm(it, "reject"));
   if (inbox.open[k] === "done") li.append(inlineForm(it, "done"));
   return li;
+}
+
+// renderApproval says which policy rule asks for people, who approved these
+// exact arguments and how many more approvals are needed.
+function renderApproval(ap) {
+  const who = ap.approved_by.map((a) => a.by);
+  const parts = [];
+  parts.push((ap.rule ? "Rule " + ap.rule : "The run's policy") + ": " + plural(ap.need, "approval") + " needed");
+  parts.push(who.length ? "approved by " + who.join(", ") : "no approval yet");
+  const restrict = [];
+  if (ap.names && ap.names.length) restrict.push("only " + ap.names.join(", "));
+  if (ap.exclude_creator && ap.creator) restrict.push("not " + ap.creator + " (created the run)");
+  return el("p", { class: "approval-note", "data-still-needed": String(ap.still_needed) },
+    parts.join("; ") + ". ",
+    el("strong", { class: "still-needed", text: ap.still_needed > 0 ? "Still needed: " + plural(ap.still_needed, "approval") + (restrict.length ? " (" + restrict.join("; ") + ")" : "") + "." : "Approved." }),
+    ap.message ? el("span", { class: "muted", text: " " + ap.message }) : null);
 }
 
 function markSelected() {

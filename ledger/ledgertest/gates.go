@@ -1,0 +1,144 @@
+package ledgertest
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// testGates: a row's policy gate (Decide) and people's approvals (Approve):
+// distinct approvers counted up to the gate's need, the creator excluded
+// when the gate says so, only named approvers when it names them, approvals
+// bound to the exact args (an edit needs new ones), expiring after the
+// gate's TTL, used by one claim only; and rows from before gates (no Gate,
+// no Approvals) approved by one person as before. Every field survives a
+// reopen of a durable store.
+func testGates(t *testing.T, open Opener, opts Options) {
+	b := setup(t, open)
+	p := testPlan("pay", 3)
+	if _, _, err := b.l.CreateRun(b.ctx, ledger.Run{ID: "g", Policy: "safe", CreatedBy: "token:alice"}, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := b.l.GetRun(b.ctx, "g"); err != nil || run.CreatedBy != "token:alice" {
+		t.Fatalf("run creator: %+v %v", run, err)
+	}
+	gate := ledger.Gate{Rule: "four-eyes", Outcome: "approve", Need: 2, ExcludeCreator: true, Names: []string{"token:*"}, Message: "two people"}
+	r := b.mustOK(t, ledger.Decide("g", "a1", gate))
+	if r.Action.Status != ledger.StatusPending || r.Action.Gate == nil || r.Action.Gate.Need != 2 {
+		t.Fatalf("after Decide: %+v", r.Action)
+	}
+	b.mustOK(t, ledger.Decide("g", "a1", gate)) // identical: no new event
+
+	refused := b.apply(t, ledger.Approve("g", "a1", nil, "token:alice"))
+	if !errors.Is(refused.Err, ledger.ErrApproverRefused) {
+		t.Fatalf("the creator approved: %v", refused.Err)
+	}
+	if r := b.apply(t, ledger.Approve("g", "a1", nil, "cli:mallory")); !errors.Is(r.Err, ledger.ErrApproverRefused) {
+		t.Fatalf("an identity the gate does not name approved: %v", r.Err)
+	}
+	r = b.mustOK(t, ledger.Approve("g", "a1", nil, "token:bob"))
+	if r.Action.Status != ledger.StatusPending || len(r.Action.Approvals) != 1 {
+		t.Fatalf("one of two approvals: %+v", r.Action)
+	}
+	b.mustOK(t, ledger.Approve("g", "a1", nil, "token:bob")) // the same person again counts once
+	if got := b.row(t, "g", "a1"); got.Status != ledger.StatusPending || len(got.Approvals) != 1 {
+		t.Fatalf("bob twice: %+v", got)
+	}
+	r = b.mustOK(t, ledger.Approve("g", "a1", nil, "token:carol"))
+	if r.Action.Status != ledger.StatusApproved {
+		t.Fatalf("two approvals: %+v", r.Action)
+	}
+	args := json.RawMessage(`{"i":1}`)
+	if got := b.row(t, "g", "a1").Approvers(args, time.Now()); !slices.Equal(got, []string{"token:bob", "token:carol"}) {
+		t.Fatalf("approvers %v", got)
+	}
+	if got := b.row(t, "g", "a1").Approvers(json.RawMessage(`{"i":2}`), time.Now()); len(got) != 0 {
+		t.Fatalf("approvals count for other args: %v", got)
+	}
+
+	// A stricter gate (the resolved amount is larger) asks for more.
+	stricter := gate
+	stricter.Need = 3
+	if r := b.mustOK(t, ledger.Decide("g", "a1", stricter)); r.Action.Status != ledger.StatusPending {
+		t.Fatalf("need 3 with 2 approvals: %+v", r.Action)
+	}
+	b.mustOK(t, ledger.Decide("g", "a1", gate))
+
+	// The claim uses the approvals and says who gave them.
+	k1 := key(t, "g", "a1", `{"i":1}`)
+	b.mustOK(t, ledger.Claim("g", "a1", "t", k1, args, 1))
+	evs := b.events(t, "g")
+	var claim ledger.Event
+	for _, ev := range evs {
+		if ev.Type == ledger.EventActionClaimed {
+			claim = ev
+		}
+	}
+	var cd struct {
+		ApprovedBy []string `json:"approved_by"`
+		Rule       string   `json:"rule"`
+	}
+	if err := json.Unmarshal(claim.Data, &cd); err != nil || !slices.Equal(cd.ApprovedBy, []string{"token:bob", "token:carol"}) || cd.Rule != "four-eyes" {
+		t.Fatalf("claim event %s", claim.Data)
+	}
+	if got := b.row(t, "g", "a1"); len(got.Approvers(args, time.Now())) != 0 {
+		t.Fatalf("approvals still count after the claim: %+v", got.Approvals)
+	}
+	var a1 []ledger.Event
+	for _, ev := range evs {
+		if ev.ActionID == "a1" {
+			a1 = append(a1, ev)
+		}
+	}
+	wantTypes(t, a1, "action.policy:a1", "action.approval_added:a1", "action.approved:a1",
+		"action.policy:a1", "action.policy:a1", "action.claimed:a1")
+
+	// An edit (other args) drops the approvals.
+	b.mustOK(t, ledger.Decide("g", "a2", gate))
+	b.mustOK(t, ledger.Approve("g", "a2", nil, "token:bob"))
+	b.mustOK(t, ledger.Edit("g", "a2", json.RawMessage(`{"i":22}`), "token:bob"))
+	if got := b.row(t, "g", "a2"); len(got.Approvals) != 0 || got.Status != ledger.StatusPending {
+		t.Fatalf("after edit: %+v", got)
+	}
+
+	// An approval expires after the gate's TTL (the suite's clock moves 1ms
+	// per reading).
+	short := gate
+	short.Need, short.TTL = 1, time.Nanosecond
+	b.mustOK(t, ledger.Decide("g", "a3", short))
+	b.mustOK(t, ledger.Approve("g", "a3", nil, "token:bob"))
+	got := b.row(t, "g", "a3")
+	if len(got.Approvals) != 1 || got.Approvals[0].Expires.IsZero() {
+		t.Fatalf("approval without expiry: %+v", got.Approvals)
+	}
+	if n := len(got.Approvers(json.RawMessage(`{"i":3}`), got.Approvals[0].At.Add(time.Second))); n != 0 {
+		t.Fatalf("an expired approval counts (%d)", n)
+	}
+	if r := b.mustOK(t, ledger.Decide("g", "a3", short)); r.Action.Status != ledger.StatusPending {
+		t.Fatalf("expired approval still approves: %+v", r.Action)
+	}
+
+	// Rows from before gates: one approval, as always.
+	b.createRun(t, "old", 1)
+	if r := b.mustOK(t, ledger.Approve("old", "a1", nil, "cli:x")); r.Action.Status != ledger.StatusApproved {
+		t.Fatalf("legacy approve: %+v", r.Action)
+	}
+	if opts.Durable {
+		b.l.Close()
+		l := open(t, b.cfg)
+		rows, err := l.Actions(b.ctx, "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows[1].Gate == nil || rows[1].Gate.Rule != "four-eyes" || len(rows[0].Approvals) != 2 || rows[0].Approvals[0].Used != k1 {
+			t.Fatalf("after reopen: %+v", rows[:2])
+		}
+		if run, _ := l.GetRun(b.ctx, "g"); run.CreatedBy != "token:alice" {
+			t.Fatalf("creator after reopen: %+v", run)
+		}
+	}
+}
