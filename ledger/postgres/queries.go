@@ -19,9 +19,9 @@ type queries struct {
 	registerNode, renewNode, stopNode, leaseCheck, ownerGone, clock string
 
 	runForUpdate, insertRun, updateRun, setLastSeq          string
-	rowForUpdate, upsertRow, insertRow, insertPlan         string
-	keyForUpdate, insertKey, updateKey                     string
-	insertEvent, notify                                    string
+	rowForUpdate, upsertRow, insertRow, insertPlan          string
+	keyForUpdate, insertKey, updateKey                      string
+	insertEvent, notify                                     string
 	memoForUpdate, insertMemo, updateMemo, blob, insertBlob string
 
 	getRun, listRuns, listRunsStatus, plan, actions, key, events, blobRead, lastSeqs string
@@ -45,13 +45,13 @@ func makeQueries(schema string) queries {
 		clock:      `SELECT clock_timestamp()`,
 
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
-		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0)`),
+		insertRun:    t(`INSERT INTO {S}.runs (` + runCols + `, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0)`),
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13 WHERE run_id = $1`),
 		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2 WHERE run_id = $1`),
 
 		rowForUpdate: t(`SELECT ` + rowCols + ` FROM {S}.actions WHERE run_id = $1 AND revision = $2 AND action_id = $3 FOR UPDATE`),
-		insertRow: t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`),
+		insertRow:    t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`),
 		upsertRow: t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 			ON CONFLICT (run_id, revision, action_id) DO UPDATE SET ord = EXCLUDED.ord, tool = EXCLUDED.tool, class = EXCLUDED.class,
 			key = EXCLUDED.key, status = EXCLUDED.status, attempts = EXCLUDED.attempts, args = EXCLUDED.args, depends_on = EXCLUDED.depends_on,
