@@ -479,6 +479,16 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	r := res[len(ops)-1]
 	if r.Err != nil {
 		if cur := conflictRecord(r.Err); cur != nil {
+			if cur.State == ledger.StatusClaimed && cur.Attempt == n-1 && cur.Owner != d.inc {
+				// A shared ledger refused to take over another node's claim:
+				// that node is alive (its lease holds) and performs the
+				// attempt. Wait, then read its record again.
+				if !d.waitOtherNode(ctx) {
+					return false, endStopped
+				}
+				a.rec = nil
+				return false, endSucceeded
+			}
 			a.rec = cur
 			return false, endSucceeded
 		}
@@ -487,6 +497,22 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	}
 	d.claimed(a, n, r.Key)
 	return true, endSucceeded
+}
+
+// otherNodeWait is how long a drive waits before it looks again at a key
+// that another live node holds (shared ledger).
+const otherNodeWait = 250 * time.Millisecond
+
+// waitOtherNode waits otherNodeWait (false: ctx ended first).
+func (d *driver) waitOtherNode(ctx context.Context) bool {
+	t := time.NewTimer(otherNodeWait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // attemptCall performs the attempt we hold (lookup first when required). again:
