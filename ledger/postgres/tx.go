@@ -364,11 +364,9 @@ type notification struct {
 
 // flush sends the queued writes, the runs' new last_seq, the notifications
 // and the lease check in one round trip. A lapsed lease fails it with a
-// *LeaseError (the caller rolls back).
+// *LeaseError (the caller rolls back), also when the ops wrote nothing (a
+// conflict): a lapsed node learns it at its next Apply, whatever it was.
 func (t *tx) flush() error {
-	if t.batch.Len() == 0 {
-		return nil // nothing written: nothing to commit or to fence
-	}
 	for id, e := range t.runs {
 		if e.seqs {
 			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq))
