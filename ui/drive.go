@@ -155,6 +155,14 @@ func (s *Server) afterDrive(runID string) {
 	s.notify(runID, body) // notify.go: signed, retried
 }
 
+// Drive drives one run in the background and follows its events, as
+// ResumeRunning does for every running run: on a shared ledger, for a run
+// another node left behind (its lease expired).
+func (s *Server) Drive(runID string) {
+	s.watch(runID, false)
+	s.kick(runID)
+}
+
 // ResumeRunning drives every run that was running when the service stopped
 // (in the background) and returns how many it started.
 func (s *Server) ResumeRunning(ctx context.Context) (int, error) {

@@ -115,16 +115,7 @@ func openLedgerConfig(ctx context.Context, cfg badgerdb.Config) (ledger.Store, e
 		return nil, usageError("--data must not be empty")
 	}
 	if postgres.IsURL(dir) {
-		// Many processes share it: there is no "busy".
-		l, err := postgres.Open(ctx, postgres.Config{URL: dir, Logger: cfg.Logger, SubscriberBuffer: cfg.SubscriberBuffer})
-		if err != nil {
-			code := exitFailed
-			if errors.Is(err, ledger.ErrInvalid) {
-				code = exitBad
-			}
-			return nil, withCode(code, fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(dir), err))
-		}
-		return l, nil
+		return openSharedLedger(ctx, postgres.Config{URL: dir, Logger: cfg.Logger, SubscriberBuffer: cfg.SubscriberBuffer})
 	}
 	l, err := badgerdb.Open(ctx, cfg)
 	if errors.Is(err, ledger.ErrLocked) {
@@ -132,6 +123,20 @@ func openLedgerConfig(ctx context.Context, cfg badgerdb.Config) (ledger.Store, e
 	}
 	if err != nil {
 		return nil, noSpace(fmt.Errorf("opening data directory %s: %w", dir, err), dir)
+	}
+	return l, nil
+}
+
+// openSharedLedger opens the shared ledger on PostgreSQL. Many processes
+// share it: there is no "busy". Errors name the ledger without its password.
+func openSharedLedger(ctx context.Context, cfg postgres.Config) (*postgres.Store, error) {
+	l, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		code := exitFailed
+		if errors.Is(err, ledger.ErrInvalid) {
+			code = exitBad
+		}
+		return nil, withCode(code, fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(cfg.URL), err))
 	}
 	return l, nil
 }

@@ -81,6 +81,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (a token with the submit scope), on the same engine, page and tokens (see docket mcp)")
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
 	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
+	lease := fs.Duration("lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
 	mf := addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
 	c.env.PolicyFile = *policyPath
@@ -166,7 +167,17 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 
 	// A subscription (one per WebSocket client) queues at most this many
 	// live events in the ledger; the WebSocket adds its own bounded queue.
-	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+	var l ledger.Store
+	var pg *postgres.Store
+	if postgres.IsURL(*data) {
+		if *lease < time.Second {
+			return usageError("--lease must be at least 1s")
+		}
+		pg, err = openSharedLedger(ctx, postgres.Config{URL: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer, Lease: *lease})
+		l = pg
+	} else {
+		l, err = openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+	}
 	if err != nil {
 		return err
 	}
@@ -328,12 +339,21 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(errOut, "docket serve: note: %s hold every scope (admin): a program holding one can approve what it submits. Give agents a token with only read and submit in a --tokens file (README: Deploying safely).\n", plural(len(named), "the --token/$DOCKET_TOKEN/generated token", "the --token/$DOCKET_TOKEN/generated tokens"))
 	}
 
-	n, err := srv.ResumeRunning(ctx)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
+	if pg != nil {
+		// Other nodes drive their own runs: this one adopts the runs whose
+		// driver is gone (now, then every second).
+		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", *lease)
+		sweepCtx, stopSweep := context.WithCancel(ctx)
+		defer stopSweep()
+		go sweepOrphans(sweepCtx, pg, srv, log)
+	} else {
+		n, err := srv.ResumeRunning(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
+		}
 	}
 
 	handler := srv.Handler()
@@ -442,6 +462,32 @@ func serveTokens(flags []string, env, dataDir string) (named map[string]string, 
 	}
 	named["default"] = tok
 	return named, tok, "generated, kept in " + path, nil
+}
+
+// sweepEvery is how often a node of a shared ledger looks for runs whose
+// driver is gone.
+const sweepEvery = time.Second
+
+// sweepOrphans adopts and drives the runs whose driver's lease expired, at
+// once and then every sweepEvery, until ctx ends.
+func sweepOrphans(ctx context.Context, pg *postgres.Store, srv *ui.Server, log *slog.Logger) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		ids, err := pg.AdoptOrphans(ctx, 100)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("looking for runs whose node is gone failed; trying again", "err", err)
+		}
+		for _, id := range ids {
+			log.Info("adopting a run whose node is gone", "run_id", id)
+			srv.Drive(id)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // sharedTokenRun and sharedTokenMemo name the memo that keeps the token

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/docketrun/docket/ledger/postgres/pgtest"
 )
@@ -119,4 +123,162 @@ func (s *served) get(t *testing.T, path string, out any) int {
 		json.NewDecoder(resp.Body).Decode(out)
 	}
 	return resp.StatusCode
+}
+
+// wsEvent is one message of a run's WebSocket that carries an event.
+type wsEvent struct {
+	Event *struct {
+		Seq      uint64          `json:"seq"`
+		Type     string          `json:"type"`
+		ActionID string          `json:"action_id"`
+		Data     json.RawMessage `json:"data"`
+	} `json:"event"`
+}
+
+// streamRun dials a run's WebSocket and sends its events on the channel
+// (closed when the socket ends).
+func streamRun(t *testing.T, base, token, runID string) <-chan wsEvent {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/runs/" + runID + "/ws?after=0"
+	c, resp, err := websocket.DefaultDialer.Dial(u, http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil {
+		t.Fatalf("dial %s: %v (%v)", u, err, resp)
+	}
+	t.Cleanup(func() { c.Close() })
+	ch := make(chan wsEvent, 256)
+	go func() {
+		defer close(ch)
+		for {
+			var m wsEvent
+			if err := c.ReadJSON(&m); err != nil {
+				return
+			}
+			if m.Event != nil {
+				ch <- m
+			}
+		}
+	}()
+	return ch
+}
+
+// Three `docket serve` processes on one database: any node answers any
+// call (the identity rules of POST /v1/runs hold across them), a run driven
+// by node A streams on node B's WebSocket, gap-free; when A is SIGKILLed in
+// the middle of a call, another node adopts the run once A's lease expired
+// and finishes it, each charge once; an approval given on node C makes a
+// run submitted to node B go on.
+func TestSharedLedgerNodes(t *testing.T) {
+	t.Parallel()
+	url, pw := sharedLedger(t)
+	w := newChargeWorld(t)
+	tools := w.toolsFile(t, t.TempDir())
+	const token = "shared-nodes-test-token"
+	args := []string{"--ledger", url, "--tools", tools, "--token", token, "--lease", "2s"}
+	a := startServeChild(t, args...)
+	b := startServeChild(t, args...)
+	c := startServeChild(t, args...)
+
+	body := fmt.Sprintf(`{"run_id": "mid", "approve": "all", "plan": %s}`, diskPlan)
+	if status, _, code := a.call(t, "POST", "/v1/runs", token, body); status != http.StatusCreated {
+		t.Fatalf("POST /v1/runs on A: %d %s", status, code)
+	}
+	if status, _, code := b.call(t, "POST", "/v1/runs", token, body); status != http.StatusOK {
+		t.Fatalf("the same POST on B: %d %s, want 200", status, code)
+	}
+	other := fmt.Sprintf(`{"run_id": "mid", "approve": "none", "plan": %s}`, diskPlan)
+	if status, _, code := c.call(t, "POST", "/v1/runs", token, other); status != http.StatusUnprocessableEntity {
+		t.Fatalf("another body under the same id on C: %d %s, want 422", status, code)
+	}
+	events := streamRun(t, b.base, token, "mid")
+	waitClosed(t, w.arrived, "the gate charge at the provider")
+	killed := time.Now()
+	if err := a.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	close(w.open)
+
+	var next uint64 = 1
+	var takeover time.Duration
+	deadline := time.After(90 * time.Second)
+	for done := false; !done; {
+		select {
+		case m, ok := <-events:
+			if !ok {
+				t.Fatalf("B's socket closed before the run completed\nB:\n%s\nC:\n%s", b.output(), c.output())
+			}
+			ev := m.Event
+			if ev.Seq != next {
+				t.Fatalf("event seq %d on B's socket, want %d (gap or repeat)", ev.Seq, next)
+			}
+			next++
+			if ev.Type == "action.claimed" && ev.ActionID == "gate" && strings.Contains(string(ev.Data), `"attempt":2`) {
+				takeover = time.Since(killed)
+			}
+			switch ev.Type {
+			case "run.completed":
+				done = true
+			case "run.failed", "run.paused":
+				t.Fatalf("run mid ended %s", ev.Type)
+			}
+		case <-deadline:
+			t.Fatalf("run mid did not complete after A was killed\nB:\n%s\nC:\n%s", b.output(), c.output())
+		}
+	}
+	if takeover == 0 {
+		t.Fatal("the gate charge was never claimed again after A was killed")
+	}
+	t.Logf("takeover (SIGKILL to the gate claimed on another node): %v with --lease 2s", takeover.Round(time.Millisecond))
+	for ref, n := range w.effectsOf("first", "gate", "last") {
+		if n != 1 {
+			t.Errorf("%d charges for %s, want 1", n, ref)
+		}
+	}
+
+	// Submitted to B, approved on C, continued wherever it is driven.
+	wait := `{"run_id": "wait", "approve": "none", "plan": {"goal": "one charge", "actions": [
+		{"id": "w1", "tool": "charge", "args": {"reference": "w1", "amount": 7}}]}}`
+	if status, _, code := b.call(t, "POST", "/v1/runs", token, wait); status != http.StatusCreated {
+		t.Fatalf("POST on B: %d %s", status, code)
+	}
+	waitStatus(t, b, token, "wait", "awaiting_approval")
+	if status, _, code := c.call(t, "POST", "/v1/runs/wait/approve", token, `{"all": true}`); status != http.StatusOK && status != http.StatusAccepted {
+		t.Fatalf("approve on C: %d %s", status, code)
+	}
+	waitStatus(t, b, token, "wait", "completed")
+	if n := w.effectsOf("w1")["w1"]; n != 1 {
+		t.Fatalf("%d charges for w1", n)
+	}
+	for _, s := range []*servedChild{a, b, c} {
+		if strings.Contains(s.output(), pw) {
+			t.Fatalf("a node logged the password:\n%s", s.output())
+		}
+	}
+}
+
+// waitStatus polls a run on node s until it has status want.
+func waitStatus(t *testing.T, s *servedChild, token, runID, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", s.base+"/v1/runs/"+runID, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Status string `json:"status"`
+		}
+		json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if doc.Status == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %q, want %q\n%s", runID, doc.Status, want, s.output())
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

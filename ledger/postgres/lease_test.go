@@ -149,3 +149,40 @@ func TestLeaseFencingClaim(t *testing.T) {
 		t.Fatalf("the refused claim left a record: %v", err)
 	}
 }
+
+// Runs whose driver's lease expired are adopted by one node, once; runs of
+// live nodes and runs that are not running are never adopted.
+func TestAdoptOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	c := open(t, shortLease(schema))
+	onePlanRun(t, a, "r")
+	onePlanRun(t, a, "done")
+	if _, err := ledger.ApplyOne(ctx, a, ledger.SetRunStatus("done", ledger.RunCompleted, ledger.EventRunCompleted, "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("adopted %v (%v) while the driver is alive", ids, err)
+	}
+	a.PauseHeartbeat(true)
+	waitExpired(t, b, a.Incarnation())
+	ids, err := b.AdoptOrphans(ctx, 10)
+	if err != nil || len(ids) != 1 || ids[0] != "r" {
+		t.Fatalf("B adopted %v, %v; want [r]", ids, err)
+	}
+	if ids, err := c.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("C adopted %v (%v) after B did", ids, err)
+	}
+	// The driver is the node that last wrote to the run.
+	if _, err := ledger.ApplyOne(ctx, c, ledger.Note("r", "test.note", "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	b.PauseHeartbeat(true)
+	waitExpired(t, c, b.Incarnation())
+	if ids, err := c.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("C adopted %v (%v): it drives r itself", ids, err)
+	}
+}

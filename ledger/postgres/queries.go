@@ -18,11 +18,11 @@ type queries struct {
 
 	registerNode, renewNode, stopNode, leaseCheck, ownerGone, clock string
 
-	runForUpdate, insertRun, updateRun, setLastSeq          string
-	rowForUpdate, upsertRow, insertRow, insertPlan          string
-	keyForUpdate, insertKey, updateKey                      string
-	insertEvent, notify                                     string
-	memoForUpdate, insertMemo, updateMemo, blob, insertBlob string
+	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
+	rowForUpdate, upsertRow, insertRow, insertPlan               string
+	keyForUpdate, insertKey, updateKey                           string
+	insertEvent, notify                                          string
+	memoForUpdate, insertMemo, updateMemo, blob, insertBlob      string
 
 	getRun, listRuns, listRunsStatus, plan, actions, key, events, blobRead, lastSeqs string
 }
@@ -48,7 +48,13 @@ func makeQueries(schema string) queries {
 		insertRun:    t(`INSERT INTO {S}.runs (` + runCols + `, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0)`),
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13 WHERE run_id = $1`),
-		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2 WHERE run_id = $1`),
+		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
+		adoptOrphans: t(`UPDATE {S}.runs SET driver = $1 WHERE run_id IN (
+			SELECT r.run_id FROM {S}.runs r LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
+			WHERE r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())
+			ORDER BY r.updated_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED)
+			AND EXISTS (SELECT 1 FROM {S}.nodes WHERE incarnation = $1 AND lease_expires > clock_timestamp())
+			RETURNING run_id`),
 
 		rowForUpdate: t(`SELECT ` + rowCols + ` FROM {S}.actions WHERE run_id = $1 AND revision = $2 AND action_id = $3 FOR UPDATE`),
 		insertRow:    t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`),

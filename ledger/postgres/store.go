@@ -46,10 +46,12 @@ type Config struct {
 	SubscriberBuffer int
 	// Lease is how long this node's lease lasts without a heartbeat: after
 	// it, other nodes take over the node's claims and runs, and its own
-	// commits are refused. Default 15s: the longest pause (GC, a stalled VM,
-	// a network partition) a node survives without losing its work.
+	// commits are refused. Default 10s: the longest pause (GC, a stalled VM,
+	// a network partition) a node survives without losing its work, and
+	// about how long a dead node's runs wait before another node adopts
+	// them.
 	Lease time.Duration
-	// Heartbeat is how often the lease is renewed; default Lease/5 (3s).
+	// Heartbeat is how often the lease is renewed; default Lease/5 (2s).
 	// It must leave room for SkewMargin and a slow round trip: at most
 	// (Lease - SkewMargin)/2.
 	Heartbeat time.Duration
@@ -75,7 +77,7 @@ const (
 	DefaultSchema           = "docket"
 	DefaultMaxOutputBytes   = 17 << 20
 	DefaultSubscriberBuffer = 4096
-	DefaultLease            = 15 * time.Second
+	DefaultLease            = 10 * time.Second
 	DefaultSkewMargin       = time.Second
 	DefaultPoll             = time.Second
 	DefaultMaxConns         = 16
@@ -498,6 +500,33 @@ func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 		return nil, nil, err
 	}
 	return results, t.events, nil
+}
+
+// AdoptOrphans makes this node the driver of up to limit runs that are
+// running but whose driver is gone (its node lease expired, by the
+// database's clock) and returns their ids: the caller drives them. A run's
+// driver is the node that last appended to its log; two nodes adopting at
+// once never get the same run. A node whose own lease lapsed adopts
+// nothing. Errors: ErrClosed, database errors.
+func (s *Store) AdoptOrphans(ctx context.Context, limit int) ([]string, error) {
+	var ids []string
+	err := s.read(ctx, func(q querier) error {
+		ids = ids[:0]
+		rows, err := q.Query(ctx, s.q.adoptOrphans, s.Incarnation(), max(limit, 1))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	return ids, err
 }
 
 // CreateRun records a run with revision 1 of its plan (ledger.CreateRunWith).

@@ -369,7 +369,7 @@ type notification struct {
 func (t *tx) flush() error {
 	for id, e := range t.runs {
 		if e.seqs {
-			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq))
+			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq), t.inc)
 		}
 	}
 	for id, r := range t.ranges {
