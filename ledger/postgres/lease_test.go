@@ -186,3 +186,34 @@ func TestAdoptOrphans(t *testing.T) {
 		t.Fatalf("C adopted %v (%v): it drives r itself", ids, err)
 	}
 }
+
+// A reservation is held across nodes until it is released or its holder's
+// lease expires.
+func TestReserve(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	relA, ok, err := a.Reserve(ctx, "run:r")
+	if err != nil || !ok {
+		t.Fatalf("A reserving: %v %v", ok, err)
+	}
+	if _, ok, err := b.Reserve(ctx, "run:r"); err != nil || ok {
+		t.Fatalf("B reserved what A holds: %v %v", ok, err)
+	}
+	relA()
+	relB, ok, err := b.Reserve(ctx, "run:r")
+	if err != nil || !ok {
+		t.Fatalf("B reserving after A released: %v %v", ok, err)
+	}
+	_ = relB
+	if _, ok, _ := a.Reserve(ctx, "run:r"); ok {
+		t.Fatal("A reserved what B holds")
+	}
+	b.PauseHeartbeat(true)
+	waitExpired(t, a, b.Incarnation())
+	if _, ok, err := a.Reserve(ctx, "run:r"); err != nil || !ok {
+		t.Fatalf("A reserving after B's lease expired: %v %v", ok, err)
+	}
+}

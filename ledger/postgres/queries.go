@@ -25,6 +25,8 @@ type queries struct {
 	memoForUpdate, insertMemo, updateMemo, blob, insertBlob      string
 
 	getRun, listRuns, listRunsStatus, plan, actions, key, events, blobRead, lastSeqs string
+
+	reserve, unreserve string
 }
 
 func makeQueries(schema string) queries {
@@ -94,5 +96,12 @@ func makeQueries(schema string) queries {
 		events:   t(`SELECT seq, type, action_id, at, data FROM {S}.events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`),
 		blobRead: t(`SELECT value FROM {S}.blobs WHERE run_id = $1 AND hash = $2`),
 		lastSeqs: t(`SELECT run_id, last_seq FROM {S}.runs WHERE run_id = ANY($1)`),
+
+		reserve: t(`INSERT INTO {S}.reservations AS r (name, owner, at) VALUES ($1, $2, clock_timestamp())
+			ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, at = EXCLUDED.at
+			WHERE r.owner = EXCLUDED.owner OR NOT EXISTS (
+				SELECT 1 FROM {S}.nodes n WHERE n.incarnation = r.owner AND n.lease_expires > clock_timestamp())
+			RETURNING owner`),
+		unreserve: t(`DELETE FROM {S}.reservations WHERE name = $1 AND owner = $2`),
 	}
 }

@@ -109,6 +109,11 @@ CREATE TABLE {S}.memos (
 	value  bytea NOT NULL,
 	PRIMARY KEY (run_id, name)
 );
+CREATE TABLE {S}.reservations (
+	name  text PRIMARY KEY,
+	owner text NOT NULL,
+	at    timestamptz NOT NULL
+);
 CREATE TABLE {S}.blobs (
 	run_id text NOT NULL,
 	hash   text NOT NULL,

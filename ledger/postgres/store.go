@@ -529,6 +529,41 @@ func (s *Store) AdoptOrphans(ctx context.Context, limit int) ([]string, error) {
 	return ids, err
 }
 
+// Reserve holds name for this node across every node of the ledger until
+// release is called or this node's lease expires: ok is false while another
+// live node holds it. The service holds a run id this way while it accepts
+// (plans) the run, so a second request for it on any node answers 409.
+// Errors: ErrClosed, database errors.
+func (s *Store) Reserve(ctx context.Context, name string) (release func(), ok bool, err error) {
+	inc := s.Incarnation()
+	err = s.read(ctx, func(q querier) error {
+		var owner string
+		err := q.QueryRow(ctx, s.q.reserve, name, inc).Scan(&owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			ok = false
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if s.closed.Load() {
+				return // the lease ended with Close
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := s.pool.Exec(ctx, s.q.unreserve, name, inc); err != nil {
+				s.log.Warn("releasing a reservation failed; it ends with this node's lease", "name", name, "err", s.redact(err))
+			}
+		})
+	}, true, nil
+}
+
 // CreateRun records a run with revision 1 of its plan (ledger.CreateRunWith).
 func (s *Store) CreateRun(ctx context.Context, r ledger.Run, p *plan.Plan, rows []ledger.Action) (ledger.Run, bool, error) {
 	return ledger.CreateRunWith(ctx, s, r, p, rows)
