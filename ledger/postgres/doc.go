@@ -33,7 +33,7 @@
 // loser does. Deadlocks and serialization failures run again too. A run's
 // event seq comes from runs.last_seq, read under the run's row lock and
 // written in the same transaction: gap-free and never repeated. Writes are
-// sent in one batch with the lease check and the notification, then COMMIT:
+// sent in one batch with the lease check, then COMMIT:
 // with the server's defaults (fsync, synchronous_commit on) an acknowledged
 // Apply is on disk.
 //
@@ -60,10 +60,13 @@
 //
 // # Events on every node
 //
-// A commit that appends events sends NOTIFY on a channel of the schema; each
-// Store LISTENs on a dedicated connection and publishes other processes'
-// events to its subscribers (gap-free: a subscriber fills any gap from the
-// table). A fallback poll (Config.Poll) compares the runs' last_seq with what
+// After a commit that appended events, the Store sends NOTIFY on a channel
+// of the schema (batched, in a transaction of its own with
+// synchronous_commit off: NOTIFY holds a global lock through its
+// transaction's commit, which inside every Apply would serialize all
+// commits); each Store LISTENs on a dedicated connection and publishes
+// other processes' events to its subscribers (gap-free: a subscriber fills
+// any gap from the table). A fallback poll (Config.Poll) compares the runs' last_seq with what
 // was delivered, so a lost notification (the listening connection dropped)
 // delays events by at most one poll, never stalls them.
 //

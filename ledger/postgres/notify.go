@@ -27,6 +27,48 @@ func (s *Store) publish(events []ledger.Event) {
 	s.seenMu.Unlock()
 }
 
+// notifier sends the notifications of committed Applies, as many as are
+// waiting in one transaction with synchronous_commit off: NOTIFY holds a
+// global lock through its transaction's commit, so notifying inside every
+// Apply would serialize all commits behind one another's WAL flush. A
+// notification lost in a crash is covered by the subscribers' poll.
+func (s *Store) notifier() {
+	defer s.wg.Done()
+	ctx, cancel := s.stopCtx()
+	defer cancel()
+	for {
+		var batch []string
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-s.notes:
+			batch = append(batch, b...)
+		}
+	drain:
+		for len(batch) < 1000 {
+			select {
+			case b := <-s.notes:
+				batch = append(batch, b...)
+			default:
+				break drain
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, s.q.notify, s.q.channel, batch)
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			s.log.Debug("sending notifications failed; other nodes' subscribers get these events by polling", "err", s.redact(err))
+		}
+	}
+}
+
 // stopCtx is a context cancelled when the Store closes.
 func (s *Store) stopCtx() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())

@@ -72,7 +72,7 @@ func makeQueries(schema string) queries {
 			output = $10, error = $11, retryable = $12, updated_at = $13, first_claimed_at = $14, maybe_took_effect = $15, failure = $16 WHERE key = $1`),
 
 		insertEvent: t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data) VALUES ($1, $2, $3, $4, $5, $6)`),
-		notify:      `SELECT pg_notify($1, $2)`,
+		notify:      `SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p`,
 
 		memoForUpdate: t(`SELECT value FROM {S}.memos WHERE run_id = $1 AND name = $2 FOR UPDATE`),
 		insertMemo:    t(`INSERT INTO {S}.memos (run_id, name, value) VALUES ($1, $2, $3)`),

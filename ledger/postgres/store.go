@@ -163,6 +163,8 @@ type Store struct {
 	reregMu   sync.Mutex
 	heartbeat atomic.Bool // false: heartbeats paused (tests simulate a stalled node)
 
+	notes chan []string // NOTIFY payloads of committed Applies (notifier)
+
 	seenMu sync.Mutex
 	seen   map[string]uint64 // run -> highest seq published to the hub
 }
@@ -187,7 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: database URL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(cfg.URL)))
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "ledger/postgres"), secret: pc.ConnConfig.Password,
-		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema)}
+		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), notes: make(chan []string, 4096)}
 	s.heartbeat.Store(true)
 	pc.MaxConns = int32(cfg.MaxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
@@ -210,9 +212,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	s.id = hex.EncodeToString(b[:])
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.heartbeatLoop()
 	go s.listenLoop()
+	go s.notifier()
 	return s, nil
 }
 
@@ -498,6 +501,10 @@ func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 			return nil, nil, &commitUnknownError{err}
 		}
 		return nil, nil, err
+	}
+	select {
+	case s.notes <- t.notifications():
+	default: // the notifier is behind: the subscribers' poll delivers these
 	}
 	return results, t.events, nil
 }

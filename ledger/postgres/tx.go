@@ -353,6 +353,19 @@ func (t *tx) PutMemo(runID, name string, v json.RawMessage) error {
 	return nil
 }
 
+// notifications returns the payloads of this transaction's NOTIFY, one per
+// run it appended events to.
+func (t *tx) notifications() []string {
+	out := make([]string, 0, len(t.ranges))
+	for id, r := range t.ranges {
+		p, err := json.Marshal(notification{Sender: t.s.id, RunID: id, First: r[0], Last: r[1]})
+		if err == nil {
+			out = append(out, string(p))
+		}
+	}
+	return out
+}
+
 // notification is the payload of a commit's NOTIFY: who sent it, which
 // run, which seqs.
 type notification struct {
@@ -362,8 +375,8 @@ type notification struct {
 	Last   uint64 `json:"l"`
 }
 
-// flush sends the queued writes, the runs' new last_seq, the notifications
-// and the lease check in one round trip. A lapsed lease fails it with a
+// flush sends the queued writes, the runs' new last_seq and the lease check
+// in one round trip (the notifications go after the commit: notifier). A lapsed lease fails it with a
 // *LeaseError (the caller rolls back), also when the ops wrote nothing (a
 // conflict): a lapsed node learns it at its next Apply, whatever it was.
 func (t *tx) flush() error {
@@ -371,13 +384,6 @@ func (t *tx) flush() error {
 		if e.seqs {
 			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq), t.inc)
 		}
-	}
-	for id, r := range t.ranges {
-		p, err := json.Marshal(notification{Sender: t.s.id, RunID: id, First: r[0], Last: r[1]})
-		if err != nil {
-			return err
-		}
-		t.batch.Queue(t.s.q.notify, t.s.q.channel, string(p))
 	}
 	n := t.batch.Len()
 	t.batch.Queue(t.s.q.leaseCheck, t.inc)
