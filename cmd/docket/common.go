@@ -133,8 +133,11 @@ func openSharedLedger(ctx context.Context, cfg postgres.Config) (*postgres.Store
 	l, err := postgres.Open(ctx, cfg)
 	if err != nil {
 		code := exitFailed
-		if errors.Is(err, ledger.ErrInvalid) {
+		switch {
+		case errors.Is(err, ledger.ErrInvalid):
 			code = exitBad
+		case errors.Is(err, ledger.ErrUnavailable):
+			code = exitBusy // retry later
 		}
 		return nil, withCode(code, fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(cfg.URL), err))
 	}

@@ -102,6 +102,15 @@ func TestSharedLedgerCommands(t *testing.T) {
 	if !strings.Contains(r.stderr, "authentication failed") || strings.Contains(r.stderr, "wrong-password-123") {
 		t.Fatalf("wrong password:\n%s", r)
 	}
+	// Nothing listening: unavailable, exit 4 (retry later).
+	c := sharedPG.Get(t)
+	down := strings.Replace(url, fmt.Sprintf(":%d/", c.Port), ":1/", 1)
+	r = inproc(t, "runs", "list", "--ledger", down)
+	wantCode(t, r, exitBusy)
+	noPassword(r)
+	if !strings.Contains(r.stderr, "unreachable") {
+		t.Fatalf("database down:\n%s", r)
+	}
 	// --ledger takes a URL only.
 	r = inproc(t, "runs", "list", "--ledger", "/tmp/somewhere")
 	wantCode(t, r, exitBad)

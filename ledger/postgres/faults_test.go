@@ -66,7 +66,7 @@ func TestOpenFaults(t *testing.T) {
 		l.Close()
 		u := fmt.Sprintf("postgres://docket:sekret-pw-1@127.0.0.1:%d/x?sslmode=disable&connect_timeout=5", port)
 		err = openErr(postgres.Config{URL: u})
-		if !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), fmt.Sprint(port)) {
+		if !errors.Is(err, ledger.ErrUnavailable) || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), fmt.Sprint(port)) {
 			t.Fatalf("connection refused: %v", err)
 		}
 		if strings.Contains(err.Error(), "sekret-pw-1") {
@@ -241,7 +241,7 @@ func TestDatabaseRestart(t *testing.T) {
 					if len(acked) == 20 {
 						close(started)
 					}
-				case strings.Contains(err.Error(), "outcome is unknown"):
+				case strings.Contains(err.Error(), "outcome is unknown") && errors.Is(err, ledger.ErrUnavailable):
 					unknown++
 				default:
 					t.Errorf("memo %s: %v", name, err)

@@ -241,6 +241,9 @@ func (s *Store) explain(doing string, err error) error {
 			hint = ": the database is unreachable (is the server running and accepting TCP connections there?)"
 		}
 	}
+	if connLost(err) && !errors.Is(err, ledger.ErrUnavailable) {
+		return s.redact(fmt.Errorf("ledger: %s%s: %w (%w)", doing, hint, err, ledger.ErrUnavailable))
+	}
 	return s.redact(fmt.Errorf("ledger: %s%s: %w", doing, hint, err))
 }
 
@@ -412,7 +415,7 @@ type commitUnknownError struct{ err error }
 func (e *commitUnknownError) Error() string {
 	return "the connection broke during COMMIT: the commit's outcome is unknown (read the records to find out): " + e.err.Error()
 }
-func (e *commitUnknownError) Unwrap() error { return e.err }
+func (e *commitUnknownError) Unwrap() []error { return []error{e.err, ledger.ErrUnavailable} }
 
 // retry runs fn until it succeeds, fails for good, or the database has been
 // unreachable for Config.Outage.
@@ -450,7 +453,7 @@ func (s *Store) retry(ctx context.Context, fn func(ctx context.Context) error) e
 			s.log.Warn("the database is unreachable; waiting for it", "err", s.redact(err), "up_to", s.cfg.Outage)
 		}
 		if time.Since(start) >= s.cfg.Outage {
-			return fmt.Errorf("the database was unreachable for %v: %w", s.cfg.Outage, err)
+			return fmt.Errorf("%w: unreachable for %v: %w", ledger.ErrUnavailable, s.cfg.Outage, err)
 		}
 		wait := backoff + time.Duration(mrand.Int64N(int64(backoff)))
 		backoff = min(2*backoff, time.Second)
