@@ -175,7 +175,8 @@ func streamRun(t *testing.T, base, token, runID string) <-chan wsEvent {
 // by node A streams on node B's WebSocket, gap-free; when A is SIGKILLed in
 // the middle of a call, another node adopts the run once A's lease expired
 // and finishes it, each charge once; an approval given on node C makes a
-// run submitted to node B go on.
+// run submitted to node B go on; a session of the page made on one node is
+// valid on the others.
 func TestSharedLedgerNodes(t *testing.T) {
 	t.Parallel()
 	url, pw := sharedLedger(t)
@@ -256,6 +257,42 @@ func TestSharedLedgerNodes(t *testing.T) {
 	waitStatus(t, b, token, "wait", "completed")
 	if n := w.effectsOf("w1")["w1"]; n != 1 {
 		t.Fatalf("%d charges for w1", n)
+	}
+	// A session made on B is valid on C; signing out on C ends it on B.
+	req, _ := http.NewRequest("POST", b.base+"/v1/session", strings.NewReader(`{"token": "`+token+`"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "docket_session" {
+			cookie = ck
+		}
+	}
+	if resp.StatusCode != http.StatusOK || cookie == nil {
+		t.Fatalf("POST /v1/session on B: %d, cookie %v", resp.StatusCode, cookie)
+	}
+	withCookie := func(s *servedChild, method, path string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, s.base+path, nil)
+		req.AddCookie(cookie)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := withCookie(c, "GET", "/v1/runs/wait"); code != http.StatusOK {
+		t.Fatalf("B's session on C: %d", code)
+	}
+	if code := withCookie(c, "DELETE", "/v1/session"); code != http.StatusNoContent {
+		t.Fatalf("signing out on C: %d", code)
+	}
+	if code := withCookie(b, "GET", "/v1/runs/wait"); code != http.StatusUnauthorized {
+		t.Fatalf("the session on B after signing out on C: %d, want 401", code)
 	}
 	for _, s := range []*servedChild{a, b, c} {
 		if strings.Contains(s.output(), pw) {

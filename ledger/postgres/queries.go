@@ -26,7 +26,8 @@ type queries struct {
 
 	getRun, listRuns, listRunsStatus, plan, actions, key, events, blobRead, lastSeqs string
 
-	reserve, unreserve string
+	reserve, unreserve                    string
+	putSession, getSession, deleteSession string
 }
 
 func makeQueries(schema string) queries {
@@ -103,5 +104,11 @@ func makeQueries(schema string) queries {
 				SELECT 1 FROM {S}.nodes n WHERE n.incarnation = r.owner AND n.lease_expires > clock_timestamp())
 			RETURNING owner`),
 		unreserve: t(`DELETE FROM {S}.reservations WHERE name = $1 AND owner = $2`),
+
+		putSession: t(`WITH gone AS (DELETE FROM {S}.sessions WHERE expires < clock_timestamp() - interval '1 hour')
+			INSERT INTO {S}.sessions (hash, token_name, expires) VALUES ($1, $2, $3)
+			ON CONFLICT (hash) DO UPDATE SET token_name = EXCLUDED.token_name, expires = EXCLUDED.expires`),
+		getSession:    t(`SELECT token_name, expires FROM {S}.sessions WHERE hash = $1`),
+		deleteSession: t(`DELETE FROM {S}.sessions WHERE hash = $1`),
 	}
 }

@@ -114,6 +114,11 @@ CREATE TABLE {S}.reservations (
 	owner text NOT NULL,
 	at    timestamptz NOT NULL
 );
+CREATE TABLE {S}.sessions (
+	hash       text PRIMARY KEY,
+	token_name text NOT NULL,
+	expires    timestamptz NOT NULL
+);
 CREATE TABLE {S}.blobs (
 	run_id text NOT NULL,
 	hash   text NOT NULL,

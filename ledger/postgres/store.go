@@ -574,6 +574,41 @@ func (s *Store) Reserve(ctx context.Context, name string) (release func(), ok bo
 	}, true, nil
 }
 
+// PutSession records a sign-in session of the review page for every node:
+// hash is the SHA-256 (hex) of the session's cookie (the cookie itself is
+// never stored), tokenName the token it was made from. Errors: ErrClosed,
+// database errors.
+func (s *Store) PutSession(ctx context.Context, hash, tokenName string, expires time.Time) error {
+	return s.read(ctx, func(q querier) error {
+		_, err := q.Exec(ctx, s.q.putSession, hash, tokenName, expires.UTC())
+		return err
+	})
+}
+
+// Session returns a session recorded by PutSession on any node (ok false:
+// none, or it was deleted). Errors: ErrClosed, database errors.
+func (s *Store) Session(ctx context.Context, hash string) (tokenName string, expires time.Time, ok bool, err error) {
+	err = s.read(ctx, func(q querier) error {
+		err := q.QueryRow(ctx, s.q.getSession, hash).Scan(&tokenName, &expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			ok = false
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	return tokenName, expires.UTC(), ok, err
+}
+
+// DeleteSession ends a session on every node. Errors: ErrClosed, database
+// errors.
+func (s *Store) DeleteSession(ctx context.Context, hash string) error {
+	return s.read(ctx, func(q querier) error {
+		_, err := q.Exec(ctx, s.q.deleteSession, hash)
+		return err
+	})
+}
+
 // CreateRun records a run with revision 1 of its plan (ledger.CreateRunWith).
 func (s *Store) CreateRun(ctx context.Context, r ledger.Run, p *plan.Plan, rows []ledger.Action) (ledger.Run, bool, error) {
 	return ledger.CreateRunWith(ctx, s, r, p, rows)
