@@ -12,7 +12,10 @@
 // each revision), keys (one record per idempotency key: the execution
 // truth), events (each run's log, primary key (run_id, seq)), memos, blobs
 // (large values stored once per run), nodes (one row per process with its
-// lease) and meta (the schema version). JSON values are stored as bytea,
+// lease), reservations (run ids a node is accepting), sessions (the review
+// page's, by the cookie's SHA-256) and meta (the schema version). Each run
+// row names its driver: the node that last appended to its log. JSON
+// values are stored as bytea,
 // byte for byte as recorded (a value of 64 KiB or more is a reference
 // "\x00dkblob:<sha256>" to the blobs table); read one with
 // convert_from(output, 'UTF8')::jsonb. The schema is created and upgraded at
