@@ -499,6 +499,11 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	return true, endSucceeded
 }
 
+// leaseHolder is a shared ledger's store (ledger/postgres): LeaseValid is
+// false once this node's lease may have lapsed, by the local clock with a
+// margin for skew.
+type leaseHolder interface{ LeaseValid() bool }
+
 // otherNodeWait is how long a drive waits before it looks again at a key
 // that another live node holds (shared ledger).
 const otherNodeWait = 250 * time.Millisecond
@@ -522,6 +527,14 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: a.attempt, Args: a.args}
 	if ctx.Err() != nil {
 		d.abandon(ctx, a, "interrupted before the call")
+		return nil, endStopped, false
+	}
+	if lh, ok := d.e.led.(leaseHolder); ok && !lh.LeaseValid() {
+		// A shared ledger, and this node's lease may have lapsed (a pause
+		// longer than it): another node may have taken the claim over.
+		// The call is not made; the drive stops and starts again.
+		d.abandon(ctx, a, "this node's lease may have lapsed: not called")
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "call", Err: ledger.ErrLeaseExpired})
 		return nil, endStopped, false
 	}
 	d.e.obs.AttemptStarted(d.info(a))

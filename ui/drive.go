@@ -70,13 +70,13 @@ func (s *Server) loop(runID string, fn func(ctx context.Context) error) {
 		s.metrics.drives.Add(1)
 		if err := fn(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("drive stopped with an error", "run_id", runID, "err", err)
-			if errors.Is(err, ledger.ErrNoSpace) || errors.Is(err, ledger.ErrUnavailable) {
+			if errors.Is(err, ledger.ErrNoSpace) || errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, ledger.ErrLeaseExpired) {
 				// The disk filled mid-run: nothing was lost, and the run
 				// goes on by itself once space is back (no restart needed).
 				if errors.Is(err, ledger.ErrNoSpace) {
 					s.log.Warn("no space left: the run continues once space is freed", "run_id", runID, "retry_in", wait)
 				} else {
-					s.log.Warn("the ledger's database is unavailable: the run continues once it is back", "run_id", runID, "retry_in", wait)
+					s.log.Warn("the ledger's database is unavailable or this node's lease lapsed: the run continues once it is back", "run_id", runID, "retry_in", wait)
 				}
 				select {
 				case <-time.After(wait):

@@ -133,3 +133,63 @@ func TestTakeoverEffectsOnce(t *testing.T) {
 		t.Fatalf("charge output %s, provider's %s", doc.Actions[0].Output, out)
 	}
 }
+
+// A node that stalls between its claim and its call, longer than its
+// lease, does not make the call when it wakes up (its lease may have
+// lapsed: another node may hold the action now); the node that resumes the
+// run sends the at-most-once action to needs_review. No request at all
+// reached the provider.
+func TestLapsedNodeDoesNotCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	world := tooltest.NewWorld()
+	spec := tools.Spec{Name: "email", Class: tools.AtMostOnce, Timeout: time.Minute}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	regA, err := tools.NewRegistry(world.Tool(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	regB, err := tools.NewRegistry(world.Tool(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	engA, err := executor.New(executor.Config{Ledger: a, Tools: regA, Logger: quiet, Clock: a, Hooks: executor.Hooks{
+		AfterClaim: func(string) {
+			// The process stalls right after its claim, past its lease.
+			inc := a.Incarnation()
+			a.PauseHeartbeat(true)
+			waitExpired(t, b, inc)
+			if a.LeaseValid() {
+				t.Error("LeaseValid is still true after the lease expired by the database's clock")
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engB, err := executor.New(executor.Config{Ledger: b, Tools: regB, Logger: quiet, Clock: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Decode([]byte(`{"goal":"tell","actions":[{"id":"tell","tool":"email","args":{"to":"ann"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = engA.Run(ctx, "r", p, &executor.RunOptions{Policy: executor.PolicyAll})
+	if !errors.Is(err, ledger.ErrLeaseExpired) {
+		t.Fatalf("node A's run: %v, want ErrLeaseExpired", err)
+	}
+	a.PauseHeartbeat(false)
+	if keys := world.Keys(); len(keys) != 0 {
+		t.Fatalf("the lapsed node called the provider: %v", keys)
+	}
+	doc, err := engB.Resume(ctx, "r", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Actions[0].Status != ledger.StatusNeedsReview || len(world.Keys()) != 0 {
+		t.Fatalf("after node B resumed: %s, requests under %v", doc.Actions[0].Status, world.Keys())
+	}
+}
