@@ -6,6 +6,9 @@ import (
 	"os"
 	"testing"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/executor/temporalstep"
 	"github.com/docketrun/docket/ledger/postgres"
@@ -61,12 +64,24 @@ func TestSharedLedgerRetryOnAnotherWorker(t *testing.T) {
 	req := temporalstep.Request{RunID: "wf-1/activity-1", Approve: "all", Plan: json.RawMessage(`{"goal": "welcome ACME", "actions": [
   {"id": "invoice", "tool": "payments_create_invoice", "args": {"customer": "c_acme", "amount": 1200, "reference": "onboarding-acme"}},
   {"id": "welcome", "tool": "email_send", "depends_on": ["invoice"], "args": {"to": "billing@acme.example"}}]}`)}
-	if _, err := a1.RunPlan(ctx, req); err == nil {
+	// Each worker runs the activity in an activity context (RunPlan heartbeats).
+	runPlan := func(a *temporalstep.Activities, req temporalstep.Request) (temporalstep.Result, error) {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.RegisterActivityWithOptions(a.RunPlan, activity.RegisterOptions{Name: "RunPlan"})
+		v, err := env.ExecuteActivity("RunPlan", req)
+		var res temporalstep.Result
+		if err == nil {
+			err = v.Get(&res)
+		}
+		return res, err
+	}
+	if _, err := runPlan(a1, req); err == nil {
 		t.Fatal("the first worker's attempt succeeded although its process died")
 	}
 	// Temporal retries the activity on a worker of another machine.
 	a2, _ := worker(nil)
-	res, err := a2.RunPlan(ctx, req)
+	res, err := runPlan(a2, req)
 	if err != nil {
 		t.Fatalf("the retry on the second worker: %v", err)
 	}
