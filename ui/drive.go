@@ -167,6 +167,11 @@ func (s *Server) Drive(runID string) {
 	s.kick(runID)
 }
 
+// Follow streams a run's events, from its first, to the all-runs clients
+// (/v1/ws) without driving it: on a shared ledger, for a run another node
+// created.
+func (s *Server) Follow(runID string) { s.watch(runID, true) }
+
 // ResumeRunning drives every run that was running when the service stopped
 // (in the background) and returns how many it started.
 func (s *Server) ResumeRunning(ctx context.Context) (int, error) {

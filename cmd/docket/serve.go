@@ -469,10 +469,13 @@ func serveTokens(flags []string, env, dataDir string) (named map[string]string, 
 const sweepEvery = time.Second
 
 // sweepOrphans adopts and drives the runs whose driver's lease expired, at
-// once and then every sweepEvery, until ctx ends.
+// once and then every sweepEvery, until ctx ends. It also follows the runs
+// other nodes create from then on, so this node's all-runs stream (/v1/ws,
+// the page's live list) shows them too.
 func sweepOrphans(ctx context.Context, pg *postgres.Store, srv *ui.Server, log *slog.Logger) {
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
+	var known map[string]bool // the newest runs seen by the last sweep (nil: none yet)
 	for {
 		ids, err := pg.AdoptOrphans(ctx, 100)
 		if err != nil && ctx.Err() == nil {
@@ -481,6 +484,16 @@ func sweepOrphans(ctx context.Context, pg *postgres.Store, srv *ui.Server, log *
 		for _, id := range ids {
 			log.Info("adopting a run whose node is gone", "run_id", id)
 			srv.Drive(id)
+		}
+		if runs, _, err := pg.ListRuns(ctx, ledger.ListOptions{Limit: 100}); err == nil {
+			seen := make(map[string]bool, len(runs))
+			for _, r := range runs {
+				seen[r.ID] = true
+				if known != nil && !known[r.ID] {
+					srv.Follow(r.ID) // new since the last sweep (here or on another node)
+				}
+			}
+			known = seen
 		}
 		select {
 		case <-ctx.Done():

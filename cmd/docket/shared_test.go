@@ -137,6 +137,7 @@ func (s *served) get(t *testing.T, path string, out any) int {
 // wsEvent is one message of a run's WebSocket that carries an event.
 type wsEvent struct {
 	Event *struct {
+		RunID    string          `json:"run_id"`
 		Seq      uint64          `json:"seq"`
 		Type     string          `json:"type"`
 		ActionID string          `json:"action_id"`
@@ -148,7 +149,14 @@ type wsEvent struct {
 // (closed when the socket ends).
 func streamRun(t *testing.T, base, token, runID string) <-chan wsEvent {
 	t.Helper()
-	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/runs/" + runID + "/ws?after=0"
+	return stream(t, base, token, "/v1/runs/"+runID+"/ws?after=0")
+}
+
+// stream dials a WebSocket of the API at path and sends its events on the
+// channel (closed when the socket ends).
+func stream(t *testing.T, base, token, path string) <-chan wsEvent {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(base, "http") + path
 	c, resp, err := websocket.DefaultDialer.Dial(u, http.Header{"Authorization": {"Bearer " + token}})
 	if err != nil {
 		t.Fatalf("dial %s: %v (%v)", u, err, resp)
@@ -257,6 +265,25 @@ func TestSharedLedgerNodes(t *testing.T) {
 	waitStatus(t, b, token, "wait", "completed")
 	if n := w.effectsOf("w1")["w1"]; n != 1 {
 		t.Fatalf("%d charges for w1", n)
+	}
+	// C's all-runs stream (the page's live list) shows a run that B
+	// created and drove.
+	all := stream(t, c.base, token, "/v1/ws")
+	elsewhere := `{"run_id": "elsewhere", "approve": "all", "plan": {"goal": "one charge", "actions": [
+		{"id": "e1", "tool": "charge", "args": {"reference": "e1", "amount": 9}}]}}`
+	if status, _, code := b.call(t, "POST", "/v1/runs", token, elsewhere); status != http.StatusCreated {
+		t.Fatalf("POST on B: %d %s", status, code)
+	}
+	for seenOnC := false; !seenOnC; {
+		select {
+		case m, ok := <-all:
+			if !ok {
+				t.Fatal("C's all-runs socket closed")
+			}
+			seenOnC = m.Event.RunID == "elsewhere" && m.Event.Type == "run.completed"
+		case <-time.After(30 * time.Second):
+			t.Fatalf("C's all-runs stream never showed run elsewhere completing\nC:\n%s", c.output())
+		}
 	}
 	// A session made on B is valid on C; signing out on C ends it on B.
 	req, _ := http.NewRequest("POST", b.base+"/v1/session", strings.NewReader(`{"token": "`+token+`"}`))
