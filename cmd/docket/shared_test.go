@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/docketrun/docket/executor/mcpserve/mcpservetest"
 
 	"github.com/docketrun/docket/ledger/postgres/pgtest"
 )
@@ -352,6 +356,37 @@ func waitStatus(t *testing.T, s *servedChild, token, runID, want string) {
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Two `docket mcp` processes on one shared ledger at the same time (a data
+// directory would make the second one busy): the same call in the same
+// session through either is one charge.
+func TestMCPSharedLedger(t *testing.T) {
+	t.Parallel()
+	url, pw := sharedLedger(t)
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	toolsPath := filepath.Join(t.TempDir(), "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--tools", toolsPath, "--ledger", url, "--approve", "all", "--session", "desk-shared", "--wait", "500ms"}
+	a := startMCPChild(t, "", args...)
+	b := startMCPChild(t, "", args...)
+	charge := map[string]any{"customer": "acme", "amount": 1200}
+	ra := a.call(t, "charge", charge, nil)
+	rb := b.call(t, "charge", charge, nil)
+	if ra.IsError || rb.IsError || resultText(ra) != resultText(rb) {
+		t.Fatalf("the same call through two processes: %s / %s", resultText(ra), resultText(rb))
+	}
+	if e := w.Effects(); e.Charges != 1 {
+		t.Fatalf("effects %+v: want one charge", e)
+	}
+	for _, c := range []*mcpChild{a, b} {
+		if strings.Contains(c.stderr.String(), pw) {
+			t.Fatalf("docket mcp logged the password: %s", c.stderr)
 		}
 	}
 }
