@@ -46,7 +46,11 @@ CREATE TABLE {S}.runs (
 	rev_hash       text NOT NULL,
 	last_seq       bigint NOT NULL DEFAULT 0,
 	driver         text,
-	driver_expires timestamptz
+	driver_expires timestamptz,
+	created_by     text NOT NULL DEFAULT '',
+	audit          boolean NOT NULL DEFAULT false,
+	audit_hash     text NOT NULL DEFAULT '',
+	audit_seq      bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX runs_newest ON {S}.runs (created_at DESC, run_id);
 CREATE INDEX runs_status ON {S}.runs (status, created_at DESC, run_id);
@@ -72,6 +76,8 @@ CREATE TABLE {S}.actions (
 	error         text NOT NULL,
 	approved_args bytea,
 	undo          boolean NOT NULL,
+	gate          bytea,
+	approvals     bytea,
 	PRIMARY KEY (run_id, revision, action_id)
 );
 CREATE TABLE {S}.keys (

@@ -137,7 +137,7 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 		return err
 	}
 	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
-		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash}
+		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq)}
 	if e.inDB {
 		t.batch.Queue(t.s.q.updateRun, args...)
 	} else {
@@ -177,8 +177,15 @@ func rowArgs(runID string, rev int, r ledger.RowRecord) []any {
 	if len(r.DependsOn) > 0 {
 		deps = r.DependsOn
 	}
+	var gate, approvals []byte
+	if r.Gate != nil {
+		gate, _ = json.Marshal(r.Gate)
+	}
+	if len(r.Approvals) > 0 {
+		approvals, _ = json.Marshal(r.Approvals)
+	}
 	return []any{runID, rev, r.ID, r.Ord, r.Tool, r.Class, r.Key, string(r.Status), r.Attempts, nilIfEmpty(r.Args), deps,
-		r.Error, nilIfEmpty(r.ApprovedArgs), r.Undo}
+		r.Error, nilIfEmpty(r.ApprovedArgs), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals)}
 }
 
 func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
@@ -438,10 +445,12 @@ func utcOrZero(t *time.Time) time.Time {
 // time when extra is a **time.Time).
 func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 	var status string
+	var auditSeq int64
 	if err := row.Scan(&r.ID, &status, &r.Revision, &r.Goal, &r.Policy, &r.PlanHash, &r.ToolsHash, &r.CreatedAt, &r.UpdatedAt,
-		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, extra); err != nil {
+		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, extra); err != nil {
 		return err
 	}
+	r.AuditSeq = uint64(auditSeq)
 	r.Status = ledger.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	return nil
@@ -450,8 +459,8 @@ func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 // scanRow reads rowCols and, when output is not nil, one more column.
 func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 	var status string
-	var args, approved []byte
-	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo}
+	var args, approved, gate, approvals []byte
+	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo, &gate, &approvals}
 	if output != nil {
 		dest = append(dest, output)
 	}
@@ -459,6 +468,16 @@ func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 		return err
 	}
 	r.Status, r.Args, r.ApprovedArgs = ledger.Status(status), args, approved
+	if len(gate) > 0 {
+		if err := json.Unmarshal(gate, &r.Gate); err != nil {
+			return fmt.Errorf("%w: the gate of action %q: %v", ledger.ErrFormat, r.ID, err)
+		}
+	}
+	if len(approvals) > 0 {
+		if err := json.Unmarshal(approvals, &r.Approvals); err != nil {
+			return fmt.Errorf("%w: the approvals of action %q: %v", ledger.ErrFormat, r.ID, err)
+		}
+	}
 	if len(r.DependsOn) == 0 {
 		r.DependsOn = nil
 	}
