@@ -479,6 +479,16 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	r := res[len(ops)-1]
 	if r.Err != nil {
 		if cur := conflictRecord(r.Err); cur != nil {
+			if cur.State == ledger.StatusClaimed && cur.Attempt == n-1 && cur.Owner != d.inc {
+				// A shared ledger refused to take over another node's claim:
+				// that node is alive (its lease holds) and performs the
+				// attempt. Wait, then read its record again.
+				if !d.waitOtherNode(ctx) {
+					return false, endStopped
+				}
+				a.rec = nil
+				return false, endSucceeded
+			}
 			a.rec = cur
 			return false, endSucceeded
 		}
@@ -489,6 +499,27 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	return true, endSucceeded
 }
 
+// leaseHolder is a shared ledger's store (ledger/postgres): LeaseValid is
+// false once this node's lease may have lapsed, by the local clock with a
+// margin for skew.
+type leaseHolder interface{ LeaseValid() bool }
+
+// otherNodeWait is how long a drive waits before it looks again at a key
+// that another live node holds (shared ledger).
+const otherNodeWait = 250 * time.Millisecond
+
+// waitOtherNode waits otherNodeWait (false: ctx ended first).
+func (d *driver) waitOtherNode(ctx context.Context) bool {
+	t := time.NewTimer(otherNodeWait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // attemptCall performs the attempt we hold (lookup first when required). again:
 // a retry was claimed (or must be decided from a.rec: a.attempt is 0).
 func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, how end, again bool) {
@@ -496,6 +527,14 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: a.attempt, Args: a.args}
 	if ctx.Err() != nil {
 		d.abandon(ctx, a, "interrupted before the call")
+		return nil, endStopped, false
+	}
+	if lh, ok := d.e.led.(leaseHolder); ok && !lh.LeaseValid() {
+		// A shared ledger, and this node's lease may have lapsed (a pause
+		// longer than it): another node may have taken the claim over.
+		// The call is not made; the drive stops and starts again.
+		d.abandon(ctx, a, "this node's lease may have lapsed: not called")
+		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "call", Err: ledger.ErrLeaseExpired})
 		return nil, endStopped, false
 	}
 	d.e.obs.AttemptStarted(d.info(a))

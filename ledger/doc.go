@@ -10,7 +10,8 @@
 // what every backend shares: typed event names (EventType), the
 // subscription hub (Hub) and the errors callers test. Backends live in
 // subpackages named after what they wrap: ledger/badgerdb (embedded, the
-// default) and ledger/memory (in-memory, for tests and evals; not durable).
+// default), ledger/postgres (shared by many processes and machines) and
+// ledger/memory (in-memory, for tests and evals; not durable).
 // ledger/ledgertest is the conformance suite every backend passes.
 //
 // Imports: the standard library and docket's plan package (to hash and

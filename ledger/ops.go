@@ -433,6 +433,13 @@ func (b *batch) claim(o Op) (Result, error) {
 		switch {
 		case rec.State == StatusPending && rec.Attempt == o.n-1:
 		case rec.State == StatusClaimed && rec.Attempt == o.n-1 && rec.Owner != b.tx.Incarnation():
+			gone, err := b.ownerGone(rec.Owner)
+			if err != nil {
+				return Result{}, err
+			}
+			if !gone {
+				return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "claim in flight on another node (its lease is live)"), nil
+			}
 		case rec.State == StatusClaimed && rec.Owner == b.tx.Incarnation():
 			return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "claim in flight in this process"), nil
 		case rec.State == StatusPending || rec.State == StatusClaimed:

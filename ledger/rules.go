@@ -48,6 +48,15 @@ type Tx interface {
 	PutMemo(runID, name string, v json.RawMessage) error
 }
 
+// OwnerChecker is a Tx of a shared ledger, where several live processes
+// (nodes) write: a claim by another incarnation may be in flight on another
+// node. OwnerGone reports whether owner's claims may be taken over (its
+// node lease expired, judged by the database's clock, or it is unknown).
+// A Tx without it is a single process's: every other incarnation is gone.
+type OwnerChecker interface {
+	OwnerGone(owner string) (bool, error)
+}
+
 // RunRecord is a run header as backends store it.
 type RunRecord struct {
 	Run
@@ -150,6 +159,14 @@ func (b *batch) putRow(runID string, rev int, r storedRow) error { return b.tx.P
 func (b *batch) keyRun(key string) (string, bool, error) { return b.tx.KeyRun(key) }
 
 func (b *batch) keyRec(runID, key string) (KeyRecord, bool, error) { return b.tx.KeyRec(runID, key) }
+
+// ownerGone reports whether another incarnation's claim may be taken over.
+func (b *batch) ownerGone(owner string) (bool, error) {
+	if oc, ok := b.tx.(OwnerChecker); ok {
+		return oc.OwnerGone(owner)
+	}
+	return true, nil
+}
 
 func (b *batch) putKeyRec(rec KeyRecord, isNew bool) error { return b.tx.PutKeyRec(rec, isNew) }
 

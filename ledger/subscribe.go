@@ -67,6 +67,18 @@ func (h *Hub) Publish(events []Event) {
 	}
 }
 
+// Runs returns the ids of the runs that have live subscriptions (a shared
+// ledger fetches other processes' events for these only).
+func (h *Hub) Runs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := make([]string, 0, len(h.subs))
+	for id := range h.subs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // CloseAll ends every subscription with err and refuses new ones; it
 // returns once their goroutines are done.
 func (h *Hub) CloseAll(err error) {

@@ -27,6 +27,20 @@ var (
 // it opens it again).
 var ErrNoSpace = errors.New("ledger: no space left")
 
+// ErrLeaseExpired: the writer's node lease on a shared ledger lapsed (a
+// pause longer than the lease, a lost connection): the commit was refused
+// and nothing of it was written. Its claims may be taken over by other
+// nodes; the store re-registers with a new incarnation, so a caller drops
+// what it was driving and starts again (see ledger/postgres).
+var ErrLeaseExpired = errors.New("ledger: node lease expired")
+
+// ErrUnavailable: a shared ledger's database could not be reached (for
+// longer than the store waits), or the connection broke during a COMMIT
+// whose outcome is therefore unknown (read the records to find out: an
+// identical retry of an outcome is success). Nothing acknowledged is lost;
+// try again once the database is back.
+var ErrUnavailable = errors.New("ledger: database unavailable")
+
 // ErrLagged ends a subscription whose reader fell behind; resubscribe with the
 // last seq it saw.
 var ErrLagged = errors.New("ledger: subscriber fell behind")

@@ -70,10 +70,14 @@ func (s *Server) loop(runID string, fn func(ctx context.Context) error) {
 		s.metrics.drives.Add(1)
 		if err := fn(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("drive stopped with an error", "run_id", runID, "err", err)
-			if errors.Is(err, ledger.ErrNoSpace) {
+			if errors.Is(err, ledger.ErrNoSpace) || errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, ledger.ErrLeaseExpired) {
 				// The disk filled mid-run: nothing was lost, and the run
 				// goes on by itself once space is back (no restart needed).
-				s.log.Warn("no space left: the run continues once space is freed", "run_id", runID, "retry_in", wait)
+				if errors.Is(err, ledger.ErrNoSpace) {
+					s.log.Warn("no space left: the run continues once space is freed", "run_id", runID, "retry_in", wait)
+				} else {
+					s.log.Warn("the ledger's database is unavailable or this node's lease lapsed: the run continues once it is back", "run_id", runID, "retry_in", wait)
+				}
 				select {
 				case <-time.After(wait):
 					wait = min(2*wait, 30*time.Second)
@@ -154,6 +158,19 @@ func (s *Server) afterDrive(runID string) {
 	body, _ := json.Marshal(map[string]any{"run_id": runID, "status": doc.Run.Status, "waiting": waiting, "updated_at": doc.Run.UpdatedAt.UTC().Format(time.RFC3339)})
 	s.notify(runID, body) // notify.go: signed, retried
 }
+
+// Drive drives one run in the background and follows its events, as
+// ResumeRunning does for every running run: on a shared ledger, for a run
+// another node left behind (its lease expired).
+func (s *Server) Drive(runID string) {
+	s.watch(runID, false)
+	s.kick(runID)
+}
+
+// Follow streams a run's events, from its first, to the all-runs clients
+// (/v1/ws) without driving it: on a shared ledger, for a run another node
+// created.
+func (s *Server) Follow(runID string) { s.watch(runID, true) }
 
 // ResumeRunning drives every run that was running when the service stopped
 // (in the background) and returns how many it started.

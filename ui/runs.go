@@ -176,12 +176,30 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	s.accepting[runID] = true
 	s.mu.Unlock()
 	var releaseOnce sync.Once
+	unreserve := func() {}
 	release := func() {
 		releaseOnce.Do(func() {
+			unreserve()
 			s.mu.Lock()
 			delete(s.accepting, runID)
 			s.mu.Unlock()
 		})
+	}
+	// A shared ledger: another node may be accepting the same id.
+	if rs, ok := s.led.(reserver); ok {
+		rel, held, err := rs.Reserve(r.Context(), "run:"+runID)
+		if err != nil {
+			release()
+			s.fail(w, err)
+			return
+		}
+		if !held {
+			release()
+			w.Header().Set("Retry-After", strconv.Itoa(inProgressRetry))
+			writeError(w, http.StatusConflict, "in_progress", fmt.Sprintf("run %s is still being accepted by an earlier request (on another node): retry in %ds", runID, inProgressRetry), map[string]int{"retry_after": inProgressRetry})
+			return
+		}
+		unreserve = rel
 	}
 	handedOff := false // once planning started, it releases the identity when the run is recorded
 	defer func() {
@@ -271,6 +289,13 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 // earlier request records a given plan within milliseconds and a planned one
 // once the model has answered, so a second is a fair first wait either way.
 const inProgressRetry = 1
+
+// reserver is a ledger shared by several processes (ledger/postgres): it
+// holds a name for one of them at a time, until released or until that
+// process is gone.
+type reserver interface {
+	Reserve(ctx context.Context, name string) (release func(), ok bool, err error)
+}
 
 // answerExisting answers a create request for runID when the run exists: 200
 // with the run when ident is the request that created it, 422 when another

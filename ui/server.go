@@ -490,13 +490,11 @@ func (s *Server) auth(scope Scope, h http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 		} else if c, err := r.Cookie(sessionCookie); err == nil {
-			s.mu.Lock()
-			sess, ok := s.sessions[c.Value]
-			if ok && s.cfg.Now().After(sess.expires) {
-				delete(s.sessions, c.Value)
-				ok = false
+			sess, ok, err := s.lookupSession(r.Context(), c.Value)
+			if err != nil {
+				s.fail(w, fmt.Errorf("reading the session: %w", err))
+				return
 			}
-			s.mu.Unlock()
 			if !ok {
 				s.authFailed(w, r, "bad_session", "the session has expired: sign in with the token again")
 				return
@@ -581,6 +579,12 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	s.sessions[id] = session{who: p, expires: now.Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
+	if ss, ok := s.led.(sharedSessions); ok {
+		if err := ss.PutSession(r.Context(), sessionHash(id), p.name, now.Add(s.cfg.SessionTTL)); err != nil {
+			s.fail(w, fmt.Errorf("recording the session: %w", err))
+			return
+		}
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
 		Value:    id,
@@ -598,6 +602,12 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		delete(s.sessions, c.Value)
 		s.mu.Unlock()
+		if ss, ok := s.led.(sharedSessions); ok {
+			if err := ss.DeleteSession(r.Context(), sessionHash(c.Value)); err != nil {
+				s.fail(w, fmt.Errorf("ending the session: %w", err))
+				return
+			}
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: -1})
 	w.WriteHeader(http.StatusNoContent)

@@ -52,6 +52,7 @@ type options struct {
 	subBuffer int                             // ledger SubscriberBuffer (default: the ledger's)
 	env       map[string]string               // the tools file's environment
 	tls       bool                            // serve HTTPS with a certificate the test makes
+	wrap      func(ledger.Store) ledger.Store // the ledger the server sees (default: the Badger ledger itself)
 }
 
 // testTLSEnv, set to 1, serves every bundle over HTTPS (options.tls), so the
@@ -95,8 +96,12 @@ func setup(t testing.TB, o options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var seen ledger.Store = led
+	if o.wrap != nil {
+		seen = o.wrap(led)
+	}
 	cfg := ui.Config{
-		Ledger:    led,
+		Ledger:    seen,
 		Tools:     reg,
 		Planner:   pl,
 		Tokens:    map[string]string{"alice": testToken},

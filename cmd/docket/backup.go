@@ -10,6 +10,7 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/postgres"
 )
 
 func init() {
@@ -23,6 +24,7 @@ type backupCmd struct{ env Env }
 func (c *backupCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("backup", "backup [--data DIR] [--out FILE]", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger) to back up")
+	ledgerFlag(fs, data, c.env.Getenv)
 	out := fs.String("out", "", "write the backup to this file (written whole, then renamed into place; default: stdout)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -30,6 +32,9 @@ func (c *backupCmd) Run(ctx context.Context, args []string) error {
 	}
 	if len(pos) > 0 {
 		return usageError("backup takes no positional arguments (got %q)", pos)
+	}
+	if postgres.IsURL(*data) {
+		return usageError("the shared ledger lives in PostgreSQL: back it up with PostgreSQL's own tools, e.g. pg_dump --format=custom --schema=docket --file docket.dump 'postgres://…' (restore with pg_restore)")
 	}
 	// Opening a missing directory would create an empty ledger and back it up.
 	if st, err := os.Stat(*data); err != nil || !st.IsDir() {

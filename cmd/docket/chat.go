@@ -36,6 +36,7 @@ func (c *chatCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("chat", chatUsage, c.env.Stderr)
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	mf := addModelFlags(fs)
 	progress := fs.Bool("progress", false, "show each planning as it happens (default: when the output is a terminal)")
 	pos, err := parseArgs(fs, args)

@@ -15,6 +15,7 @@ import (
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 )
@@ -67,17 +68,54 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// openLedger opens the data directory. A directory held by another process
-// comes back as exit 4 with a message saying what to do.
+// ledgerEnv names the shared ledger when neither --ledger nor --data is given.
+const ledgerEnv = "DOCKET_LEDGER"
+
+// ledgerValue is the --ledger flag: a postgres:// URL that takes the place
+// of the --data directory (data holds either).
+type ledgerValue struct{ data *string }
+
+func (v ledgerValue) String() string {
+	if v.data != nil && postgres.IsURL(*v.data) {
+		return postgres.Redact(*v.data)
+	}
+	return ""
+}
+
+func (v ledgerValue) Set(s string) error {
+	if !postgres.IsURL(s) {
+		return errors.New("--ledger takes a postgres:// URL (for a data directory, use --data DIR)")
+	}
+	*v.data = s
+	return nil
+}
+
+// ledgerFlag adds --ledger URL next to a command's --data: the shared
+// ledger on PostgreSQL instead of the data directory. $DOCKET_LEDGER is the
+// default of both (an explicit --data or --ledger wins).
+func ledgerFlag(fs *flag.FlagSet, data *string, getenv func(string) string) {
+	if u := getenv(ledgerEnv); u != "" && postgres.IsURL(u) {
+		*data = u
+	}
+	fs.Var(ledgerValue{data}, "ledger", "the shared ledger: postgres://USER:PASSWORD@HOST:PORT/DB (instead of --data; default $"+ledgerEnv+")")
+}
+
+// openLedger opens the data directory, or the shared ledger when dir is a
+// postgres:// URL (--ledger). A directory held by another process comes back
+// as exit 4 with a message saying what to do.
 func openLedger(ctx context.Context, dir string, stderr io.Writer) (ledger.Store, error) {
 	return openLedgerConfig(ctx, badgerdb.Config{Dir: dir, Logger: cliLogger(stderr)})
 }
 
-// openLedgerConfig is openLedger with a whole configuration.
+// openLedgerConfig is openLedger with a whole configuration (for the
+// shared ledger: its Logger and SubscriberBuffer).
 func openLedgerConfig(ctx context.Context, cfg badgerdb.Config) (ledger.Store, error) {
 	dir := cfg.Dir
 	if dir == "" {
 		return nil, usageError("--data must not be empty")
+	}
+	if postgres.IsURL(dir) {
+		return openSharedLedger(ctx, postgres.Config{URL: dir, Logger: cfg.Logger, SubscriberBuffer: cfg.SubscriberBuffer})
 	}
 	l, err := badgerdb.Open(ctx, cfg)
 	if errors.Is(err, ledger.ErrLocked) {
@@ -85,6 +123,23 @@ func openLedgerConfig(ctx context.Context, cfg badgerdb.Config) (ledger.Store, e
 	}
 	if err != nil {
 		return nil, noSpace(fmt.Errorf("opening data directory %s: %w", dir, err), dir)
+	}
+	return l, nil
+}
+
+// openSharedLedger opens the shared ledger on PostgreSQL. Many processes
+// share it: there is no "busy". Errors name the ledger without its password.
+func openSharedLedger(ctx context.Context, cfg postgres.Config) (*postgres.Store, error) {
+	l, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		code := exitFailed
+		switch {
+		case errors.Is(err, ledger.ErrInvalid):
+			code = exitBad
+		case errors.Is(err, ledger.ErrUnavailable):
+			code = exitBusy // retry later
+		}
+		return nil, withCode(code, fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(cfg.URL), err))
 	}
 	return l, nil
 }
@@ -244,7 +299,10 @@ func waitingMessage(doc ledger.RunDoc, dataDir, toolsPath string) string {
 // localFlags are the flags that name a local run's data directory and tools.
 func localFlags(dataDir, toolsPath string) string {
 	data := ""
-	if dataDir != defaultDataDir {
+	switch {
+	case postgres.IsURL(dataDir):
+		data = " --ledger '" + postgres.Redact(dataDir) + "'"
+	case dataDir != defaultDataDir:
 		data = " --data " + dataDir
 	}
 	return data + " --tools " + cmp.Or(toolsPath, "FILE")

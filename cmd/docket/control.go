@@ -30,7 +30,7 @@ type pauseCmd struct{ env Env }
 
 func (c *pauseCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("pause", "pause [--data DIR] RUN [--server URL --token T]", c.env.Stderr)
-	f := addRunFlags(fs)
+	f := addRunFlags(fs, c.env.Getenv)
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
 	if err != nil {
@@ -79,7 +79,7 @@ type resumeCmd struct{ env Env }
 
 func (c *resumeCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("resume", "resume [--data DIR] --tools FILE RUN [--accept-tools-change] [--server URL --token T]", c.env.Stderr)
-	f := addRunFlags(fs)
+	f := addRunFlags(fs, c.env.Getenv)
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
 	if err != nil {

@@ -45,7 +45,8 @@ const exitNoSpace = 5
 var exitMappers = []func(error) (int, bool){packageErrorCode}
 
 // packageErrorCode maps the errors of the packages cmd wires together:
-// a data directory held by another process is "busy" (4), one whose file
+// a data directory held by another process, or a shared ledger whose
+// database cannot be reached, is "busy" (4), one whose file
 // system is full is "no space" (5); a plan that is
 // invalid, differs from the one recorded under the same run id, was made for
 // other tool definitions, names an unknown run, or asks for a transition the
@@ -53,7 +54,7 @@ var exitMappers = []func(error) (int, bool){packageErrorCode}
 // "bad input" (2).
 func packageErrorCode(err error) (int, bool) {
 	switch {
-	case errors.Is(err, ledger.ErrLocked):
+	case errors.Is(err, ledger.ErrLocked), errors.Is(err, ledger.ErrUnavailable):
 		return exitBusy, true
 	case errors.Is(err, ledger.ErrNoSpace):
 		return exitNoSpace, true

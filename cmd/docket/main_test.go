@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asDocketEnv) == "1" || os.Getenv(demoChildEnv) != "" {
 		os.Exit(childMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	sharedPG.Stop()
+	os.Exit(code)
 }
 
 func childMain() int {

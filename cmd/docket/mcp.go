@@ -17,6 +17,7 @@ import (
 	"github.com/docketrun/docket/executor/mcpserve"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/ui"
 )
@@ -38,6 +39,7 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("mcp", mcpUsage, c.env.Stderr)
 	toolsPath := fs.String("tools", "", "tools file (required)")
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	approve := fs.String("approve", "safe", "approval policy stored with every call's run: safe (at_most_once calls and the tools file's rules wait for a person), all (only the tools file's rules), none (every call waits)")
 	wait := fs.Duration("wait", 60*time.Second, "how long a call that waits for a person stays open (with progress notifications) before its result says it waits; 0: answer at once")
 	session := fs.String("session", "", "session id of the stdio session (default: new for each process); give the same one across restarts so that a client's identical repeat is recognised")
@@ -108,6 +110,10 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 			return err
 		}
 		hint = "with docket approve / docket resolve once this docket mcp has stopped (it holds the data directory " + *data + "); start docket mcp with --listen ADDR to decide on the review page while calls wait"
+		if postgres.IsURL(*data) {
+			// The shared ledger: nothing is held, and the URL's password stays out.
+			hint = "with docket approve / docket resolve --ledger '" + postgres.Redact(*data) + "' (or on the review page of a docket serve on the same ledger)"
+		}
 	}
 	srv, err := newMCPServer(c.env, eng, l, reg, pol, *wait, *session, hint, log)
 	if err != nil {
@@ -185,11 +191,18 @@ func (c *mcpCmd) page(l ledger.Store, reg *tools.Registry, data, tokensPath stri
 	if len(scoped) == 0 || len(tokens) > 0 {
 		var generated string
 		var err error
-		if named, generated, _, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), data); err != nil {
+		kept := data + "/" + tokenFile
+		if postgres.IsURL(data) && len(tokens) == 0 && c.env.Getenv("DOCKET_TOKEN") == "" {
+			named, generated, _, err = sharedServeToken(context.Background(), l)
+			kept = "the shared ledger"
+		} else {
+			named, generated, _, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), data)
+		}
+		if err != nil {
 			return nil, err
 		}
 		if generated != "" {
-			fmt.Fprintf(out, "docket mcp: token (generated, kept in %s/%s, shown this once): %s\n", data, tokenFile, generated)
+			fmt.Fprintf(out, "docket mcp: token (generated, kept in %s, shown this once): %s\n", kept, generated)
 		}
 	}
 	ecfg := executor.Config{Hooks: c.env.Hooks}

@@ -22,7 +22,7 @@ type replayCmd struct{ env Env }
 
 func (c *replayCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("replay", "replay [--data DIR] --tools FILE RUN --plan FILE", c.env.Stderr)
-	f := addRunFlags(fs)
+	f := addRunFlags(fs, c.env.Getenv)
 	planPath := fs.String("plan", "", "the edited plan (JSON)")
 	dryRun := fs.Bool("dry-run", false, "record nothing: print which actions would keep their outputs, which would run, and which would need approvals again")
 	pos, err := parseArgs(fs, args)
@@ -62,7 +62,7 @@ type forkCmd struct{ env Env }
 
 func (c *forkCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("fork", "fork [--data DIR] --tools FILE RUN [--run-id NEW] [--approve all|safe|none]", c.env.Stderr)
-	f := addRunFlags(fs)
+	f := addRunFlags(fs, c.env.Getenv)
 	newID := fs.String("run-id", "", "id of the new run (default: a new random id, printed; pass it again to resume the fork)")
 	approve := fs.String("approve", "", "approval policy of the new run (default: the original run's)")
 	pos, err := parseArgs(fs, args)

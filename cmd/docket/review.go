@@ -45,9 +45,11 @@ type runFlags struct {
 	srv         *serverFlags
 }
 
-func addRunFlags(fs *flag.FlagSet) runFlags {
+func addRunFlags(fs *flag.FlagSet, getenv func(string) string) runFlags {
+	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, getenv)
 	return runFlags{
-		data:        fs.String("data", defaultDataDir, "data directory (the ledger)"),
+		data:        data,
 		tools:       fs.String("tools", "", "tools file the run's actions are performed with (required: the run continues)"),
 		acceptTools: fs.Bool("accept-tools-change", false, "continue even though the tool definitions changed since the run started"),
 		policy:      policyFlag(fs),
@@ -125,7 +127,7 @@ type approveCmd struct{ env Env }
 
 func (c *approveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("approve", "approve [--data DIR] --tools FILE RUN [ACTION...]", c.env.Stderr)
-	f := addRunFlags(fs)
+	f := addRunFlags(fs, c.env.Getenv)
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
 	if err != nil {
@@ -176,7 +178,7 @@ type rejectCmd struct{ env Env }
 
 func (c *rejectCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("reject", "reject [--data DIR] --tools FILE RUN ACTION [--reason R]", c.env.Stderr)
-	f := addRunFlags(fs)
+	f := addRunFlags(fs, c.env.Getenv)
 	reason := fs.String("reason", "", "why (recorded with the rejection)")
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
@@ -207,7 +209,7 @@ type resolveCmd struct{ env Env }
 
 func (c *resolveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("resolve", "resolve [--data DIR] --tools FILE RUN ACTION (--done OUTPUT_JSON | --retry | --skip)", c.env.Stderr)
-	f := addRunFlags(fs)
+	f := addRunFlags(fs, c.env.Getenv)
 	done := fs.String("done", "", "the action did happen: record this JSON as its output")
 	retry := fs.Bool("retry", false, "the action did not happen: try it once more (counts as approval of that attempt)")
 	skip := fs.Bool("skip", false, "leave the action out: dependents get no output")

@@ -29,6 +29,7 @@ const runUsage = "run [--data DIR] --tools FILE (--plan FILE | --goal TEXT [--mo
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	planPath := fs.String("plan", "", "plan file (JSON) to record and perform")
 	goal := fs.String("goal", "", "goal to plan with the model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL); once the plan is recorded the model is never called again for this run")

@@ -53,6 +53,7 @@ type runList struct {
 func (c *runsCmd) list(ctx context.Context, args []string) error {
 	fs := newFlags("runs list", "runs list [--data DIR] [--json] [--status S] [--limit N]", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	asJSON := fs.Bool("json", false, "print JSON for programs instead of a table")
 	status := fs.String("status", "", "only runs with this status ("+joinStatuses()+")")
 	limit := fs.Int("limit", 50, "at most this many runs (1..1000)")
@@ -127,6 +128,7 @@ func writeRunTable(w io.Writer, runs []ledger.Run, next string) error {
 func (c *runsCmd) show(ctx context.Context, args []string) error {
 	fs := newFlags("runs show", "runs show [--data DIR] [--json] RUN", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	asJSON := fs.Bool("json", false, "print the Run JSON instead of a summary")
 	sf := addServerFlags(fs)
 	pos, err := parseArgs(fs, args)

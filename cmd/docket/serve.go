@@ -28,6 +28,7 @@ import (
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/planner/demomodel"
 	"github.com/docketrun/docket/tools"
@@ -61,6 +62,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("serve", serveUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	toolsPath := fs.String("tools", "", "tools file (default: the built-in demo world, simulated in-process)")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	policyPath := policyFlag(fs)
@@ -79,6 +81,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (a token with the submit scope), on the same engine, page and tokens (see docket mcp)")
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
 	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
+	lease := fs.Duration("lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
 	mf := addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
 	c.env.PolicyFile = *policyPath
@@ -164,7 +167,17 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 
 	// A subscription (one per WebSocket client) queues at most this many
 	// live events in the ledger; the WebSocket adds its own bounded queue.
-	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+	var l ledger.Store
+	var pg *postgres.Store
+	if postgres.IsURL(*data) {
+		if *lease < time.Second {
+			return usageError("--lease must be at least 1s")
+		}
+		pg, err = openSharedLedger(ctx, postgres.Config{URL: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer, Lease: *lease})
+		l = pg
+	} else {
+		l, err = openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+	}
 	if err != nil {
 		return err
 	}
@@ -183,8 +196,15 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		named             map[string]string
 		generated, source string
 	)
+	shared := postgres.IsURL(*data)
 	if len(scoped) == 0 || len(tokens) > 0 {
-		if named, generated, source, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data); err != nil {
+		if shared && len(tokens) == 0 && c.env.Getenv("DOCKET_TOKEN") == "" {
+			// Every node of a shared ledger signs in with the same token.
+			named, generated, source, err = sharedServeToken(ctx, l)
+		} else {
+			named, generated, source, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -236,6 +256,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		warnings = append(warnings, "--notify calls are unsigned: a receiver cannot tell docket's call from anyone's; set --notify-secret or $DOCKET_NOTIFY_SECRET")
 	}
 	ecfg := executor.Config{Logger: log}
+	if shared {
+		ecfg.Clock = l // lookup windows and key_ttl by the database's clock, as the claims
+	}
 	if c.env.Tune != nil {
 		c.env.Tune(&ecfg)
 	}
@@ -275,7 +298,11 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if *notify != "" && secret == "" {
 		fmt.Fprintln(errOut, "docket serve: warning: --notify calls are unsigned; set --notify-secret or $DOCKET_NOTIFY_SECRET so the receiver can verify them")
 	}
-	fmt.Fprintf(out, "  data directory: %s\n", *data)
+	if shared {
+		fmt.Fprintf(out, "  ledger: %s (shared: other nodes may serve it too)\n", postgres.Redact(*data))
+	} else {
+		fmt.Fprintf(out, "  data directory: %s\n", *data)
+	}
 	if *mcpOn {
 		fmt.Fprintf(out, "  MCP (streamable HTTP): %s/mcp (a token with the submit scope)\n", base)
 	}
@@ -295,7 +322,11 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "  tokens: %d from %s (%s)\n", len(scoped), *tokensPath, describeScoped(scoped))
 	}
 	if generated != "" {
-		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", filepath.Join(*data, tokenFile), generated)
+		kept := filepath.Join(*data, tokenFile)
+		if shared {
+			kept = "the shared ledger (memos, run_id " + sharedTokenRun + ")"
+		}
+		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", kept, generated)
 		fmt.Fprintf(out, "  open %s/ and sign in with this token\n", base)
 	} else {
 		if source != "" {
@@ -308,12 +339,21 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(errOut, "docket serve: note: %s hold every scope (admin): a program holding one can approve what it submits. Give agents a token with only read and submit in a --tokens file (README: Deploying safely).\n", plural(len(named), "the --token/$DOCKET_TOKEN/generated token", "the --token/$DOCKET_TOKEN/generated tokens"))
 	}
 
-	n, err := srv.ResumeRunning(ctx)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
+	if pg != nil {
+		// Other nodes drive their own runs: this one adopts the runs whose
+		// driver is gone (now, then every second).
+		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", *lease)
+		sweepCtx, stopSweep := context.WithCancel(ctx)
+		defer stopSweep()
+		go sweepOrphans(sweepCtx, pg, srv, log)
+	} else {
+		n, err := srv.ResumeRunning(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
+		}
 	}
 
 	handler := srv.Handler()
@@ -422,6 +462,76 @@ func serveTokens(flags []string, env, dataDir string) (named map[string]string, 
 	}
 	named["default"] = tok
 	return named, tok, "generated, kept in " + path, nil
+}
+
+// sweepEvery is how often a node of a shared ledger looks for runs whose
+// driver is gone.
+const sweepEvery = time.Second
+
+// sweepOrphans adopts and drives the runs whose driver's lease expired, at
+// once and then every sweepEvery, until ctx ends. It also follows the runs
+// other nodes create from then on, so this node's all-runs stream (/v1/ws,
+// the page's live list) shows them too.
+func sweepOrphans(ctx context.Context, pg *postgres.Store, srv *ui.Server, log *slog.Logger) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	var known map[string]bool // the newest runs seen by the last sweep (nil: none yet)
+	for {
+		ids, err := pg.AdoptOrphans(ctx, 100)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("looking for runs whose node is gone failed; trying again", "err", err)
+		}
+		for _, id := range ids {
+			log.Info("adopting a run whose node is gone", "run_id", id)
+			srv.Drive(id)
+		}
+		if runs, _, err := pg.ListRuns(ctx, ledger.ListOptions{Limit: 100}); err == nil {
+			seen := make(map[string]bool, len(runs))
+			for _, r := range runs {
+				seen[r.ID] = true
+				if known != nil && !known[r.ID] {
+					srv.Follow(r.ID) // new since the last sweep (here or on another node)
+				}
+			}
+			known = seen
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sharedTokenRun and sharedTokenMemo name the memo that keeps the token
+// generated for the nodes of a shared ledger.
+const (
+	sharedTokenRun  = "docket.serve"
+	sharedTokenMemo = "token"
+)
+
+// sharedServeToken is serveTokens for a shared ledger without --token or
+// $DOCKET_TOKEN: the first node to start generates the token and records it
+// in the ledger (a memo: the first value wins), every node uses it.
+func sharedServeToken(ctx context.Context, l ledger.Store) (named map[string]string, generated, source string, err error) {
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, "", "", fmt.Errorf("generating a token: %w", err)
+	}
+	tok := "dkt_" + hex.EncodeToString(raw[:])
+	v, err := l.Memo(ctx, sharedTokenRun, sharedTokenMemo, json.RawMessage(strconv.Quote(tok)))
+	if err != nil {
+		return nil, "", "", fmt.Errorf("storing the generated token: %w", err)
+	}
+	var stored string
+	if err := json.Unmarshal(v, &stored); err != nil || len(stored) < 16 {
+		return nil, "", "", fmt.Errorf("the token kept in the shared ledger is not a token (memo %s/%s)", sharedTokenRun, sharedTokenMemo)
+	}
+	named = map[string]string{"default": stored}
+	if stored == tok {
+		return named, tok, "generated, kept in the shared ledger", nil
+	}
+	return named, "", "generated by the first node and kept in the shared ledger (memos table, run_id " + sharedTokenRun + ")", nil
 }
 
 // serveURL is the URL to open for a listener started with --addr flagAddr.

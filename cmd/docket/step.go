@@ -58,6 +58,7 @@ type stepRequest struct {
 func (c *stepCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("step", stepUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	policyPath := policyFlag(fs)
 	as := identityFlag(fs)

@@ -1,0 +1,83 @@
+// Package postgres is the shared ledger: ledger.Store over PostgreSQL
+// (github.com/jackc/pgx/v5), for several processes and several machines
+// against one database — `docket serve` nodes behind a load balancer, CLIs
+// and `docket step` alongside them, workers of a workflow engine. It runs
+// the same rules as every backend (ledger.Eval over its Tx) and passes the
+// same conformance suite (ledger/ledgertest) against a real server.
+//
+// # Tables
+//
+// Everything lives in one schema (Config.Schema, default "docket"), in
+// tables a person can query: runs, revisions (plans), actions (the rows of
+// each revision), keys (one record per idempotency key: the execution
+// truth), events (each run's log, primary key (run_id, seq)), memos, blobs
+// (large values stored once per run), nodes (one row per process with its
+// lease), reservations (run ids a node is accepting), sessions (the review
+// page's, by the cookie's SHA-256) and meta (the schema version). Each run
+// row names its driver: the node that last appended to its log. JSON
+// values are stored as bytea,
+// byte for byte as recorded (a value of 64 KiB or more is a reference
+// "\x00dkblob:<sha256>" to the blobs table); read one with
+// convert_from(output, 'UTF8')::jsonb. The schema is created and upgraded at
+// Open under a transaction-level advisory lock, so nodes starting together
+// never race; a schema newer than this binary knows is refused
+// (ledger.ErrFormat), never altered.
+//
+// # Transactions
+//
+// Every Apply is one READ COMMITTED transaction in which every record the
+// rules read is locked (SELECT ... FOR UPDATE: the run, its rows, the key
+// record, the memo): a read-modify-write of a record is atomic without
+// SERIALIZABLE's predicate locks and the retries of its false positives.
+// Records that do not exist yet cannot be locked, so a first write is a
+// plain INSERT: two transactions racing to create the same key, run or memo
+// meet on the primary key, and the loser (unique_violation) runs again from
+// the start and sees the winner's record, exactly as a compare-and-swap
+// loser does. Deadlocks and serialization failures run again too. A run's
+// event seq comes from runs.last_seq, read under the run's row lock and
+// written in the same transaction: gap-free and never repeated. Writes are
+// sent in one batch with the lease check, then COMMIT:
+// with the server's defaults (fsync, synchronous_commit on) an acknowledged
+// Apply is on disk.
+//
+// # Nodes, leases and fencing
+//
+// Each Store registers a node row (its incarnation) with a lease of
+// Config.Lease, renewed every Config.Heartbeat. The last statement of every
+// Apply checks, by the database's clock, that the writer's lease is still
+// valid; if it lapsed (a pause, a partition longer than the lease) the
+// commit is refused with a *LeaseError (errors.Is ledger.ErrLeaseExpired),
+// and the Store re-registers with a new incarnation: a caller drops what it
+// was driving and starts again. A claim owned by another incarnation may
+// be taken over only once that incarnation's lease expired, by the
+// database's clock (ledger.OwnerChecker); Close ends the lease at once, so
+// a cleanly stopped node's claims are taken over without waiting.
+//
+// # Clock
+//
+// Without Config.Clock, times recorded in claims and events and Store.Now
+// come from the database's clock: inside an Apply, clock_timestamp() of the
+// transaction, read once; outside one, the local clock corrected by the
+// offset measured at each heartbeat. Times are kept to the microsecond
+// (PostgreSQL's precision).
+//
+// # Events on every node
+//
+// After a commit that appended events, the Store sends NOTIFY on a channel
+// of the schema (batched, in a transaction of its own with
+// synchronous_commit off: NOTIFY holds a global lock through its
+// transaction's commit, which inside every Apply would serialize all
+// commits); each Store LISTENs on a dedicated connection and publishes
+// other processes' events to its subscribers (gap-free: a subscriber fills
+// any gap from the table). A fallback poll (Config.Poll) compares the runs' last_seq with what
+// was delivered, so a lost notification (the listening connection dropped)
+// delays events by at most one poll, never stalls them.
+//
+// # Secrets
+//
+// The connection URL's password never appears in an error or a log line of
+// this package (errors are redacted before they leave it).
+//
+// Imports: the standard library, pgx, and docket's ledger (with its
+// internal blobref) and plan packages.
+package postgres

@@ -1,0 +1,219 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/postgres"
+	"github.com/docketrun/docket/plan"
+)
+
+// shortLease is a lease tests can outwait: 1.5s, renewed every 300ms.
+func shortLease(schema string) postgres.Config {
+	return postgres.Config{Schema: schema, Lease: 1500 * time.Millisecond, Heartbeat: 300 * time.Millisecond, SkewMargin: 200 * time.Millisecond}
+}
+
+// waitExpired waits until inc's lease expired by the database's clock.
+func waitExpired(t *testing.T, s *postgres.Store, inc string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		gone, err := s.LeaseExpired(context.Background(), inc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease of %s did not expire within 30s", inc)
+		}
+		<-tick.C
+	}
+}
+
+func onePlanRun(t *testing.T, s ledger.Store, runID string) (string, json.RawMessage) {
+	t.Helper()
+	args := json.RawMessage(`{"amount":5}`)
+	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a1", Tool: "pay", Args: args}}}
+	if _, _, err := s.CreateRun(context.Background(), ledger.Run{ID: runID, Policy: "all"}, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	k, err := plan.Key(runID, "a1", "pay", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, args
+}
+
+// A node whose lease lapsed (its heartbeat stopped, as in a long pause)
+// cannot commit a claim or an outcome; another node takes its claim over
+// only once the lease expired, and re-registration gives the lapsed node a
+// new incarnation.
+func TestLeaseFencing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	k, args := onePlanRun(t, a, "r")
+
+	if _, err := ledger.ApplyOne(ctx, a, ledger.Claim("r", "a1", "pay", k, args, 1)); err != nil {
+		t.Fatalf("claim on node A: %v", err)
+	}
+	// While A's lease holds, B may not take the claim over.
+	_, err := ledger.ApplyOne(ctx, b, ledger.Claim("r", "a1", "pay", k, args, 2))
+	var ce *ledger.ConflictError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "another node") || ce.Current.Owner != a.Incarnation() {
+		t.Fatalf("takeover of a live node's claim: %v, want a conflict naming another node", err)
+	}
+
+	// A stalls: no heartbeat. Its lease expires by the database's clock.
+	old := a.Incarnation()
+	a.PauseHeartbeat(true)
+	waitExpired(t, b, old)
+
+	// A wakes up and reports attempt 1's outcome: refused, typed, nothing written.
+	_, err = a.Apply(ctx, ledger.Succeed(k, 1, json.RawMessage(`{"id":"ch_1"}`)))
+	var le *postgres.LeaseError
+	if !errors.Is(err, ledger.ErrLeaseExpired) || !errors.As(err, &le) || le.Incarnation != old {
+		t.Fatalf("outcome from the lapsed node: %v, want a *LeaseError for %s", err, old)
+	}
+	if !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("lease error says: %v", err)
+	}
+	if rec, err := b.Key(ctx, k); err != nil || rec.State != ledger.StatusClaimed || rec.Owner != old {
+		t.Fatalf("the refused outcome wrote something: %+v, %v", rec, err)
+	}
+
+	// B takes over: attempt 2, flagged as maybe done before.
+	res, err := ledger.ApplyOne(ctx, b, ledger.Claim("r", "a1", "pay", k, args, 2))
+	if err != nil || res.Key.Owner != b.Incarnation() || res.Key.Attempt != 2 || !res.Key.MaybeTookEffect {
+		t.Fatalf("takeover after the lease expired: %+v, %v", res.Key, err)
+	}
+
+	// It re-registered: a new incarnation, with a live lease.
+	a.PauseHeartbeat(false)
+	if a.Incarnation() == old {
+		t.Fatal("the lapsed node kept its incarnation")
+	}
+	// Its late outcome for attempt 1 is now a plain conflict (B holds attempt 2).
+	if _, err := ledger.ApplyOne(ctx, a, ledger.Succeed(k, 1, json.RawMessage(`{"id":"ch_1"}`))); !errors.Is(err, ledger.ErrConflict) {
+		t.Fatalf("late outcome of attempt 1 after re-registering: %v, want a conflict", err)
+	}
+	if _, err := ledger.ApplyOne(ctx, b, ledger.Succeed(k, 2, json.RawMessage(`{"id":"ch_1"}`))); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := a.Key(ctx, k)
+	if err != nil || rec.State != ledger.StatusSucceeded || rec.Attempt != 2 || rec.Owner != b.Incarnation() {
+		t.Fatalf("key after takeover: %+v, %v", rec, err)
+	}
+	evs, err := b.Events(ctx, "r", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := 0
+	for _, ev := range evs {
+		if ev.Type == ledger.EventActionClaimed {
+			claims++
+		}
+	}
+	if claims != 2 {
+		t.Fatalf("%d claim events, want 2 (A's attempt 1, B's attempt 2)", claims)
+	}
+}
+
+// A lapsed node's claim is refused as well.
+func TestLeaseFencingClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	k, args := onePlanRun(t, a, "r")
+	old := a.Incarnation()
+	a.PauseHeartbeat(true)
+	waitExpired(t, b, old)
+	_, err := a.Apply(ctx, ledger.Claim("r", "a1", "pay", k, args, 1))
+	if !errors.Is(err, ledger.ErrLeaseExpired) {
+		t.Fatalf("claim from the lapsed node: %v, want ErrLeaseExpired", err)
+	}
+	if _, err := b.Key(ctx, k); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused claim left a record: %v", err)
+	}
+}
+
+// Runs whose driver's lease expired are adopted by one node, once; runs of
+// live nodes and runs that are not running are never adopted.
+func TestAdoptOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	c := open(t, shortLease(schema))
+	onePlanRun(t, a, "r")
+	onePlanRun(t, a, "done")
+	if _, err := ledger.ApplyOne(ctx, a, ledger.SetRunStatus("done", ledger.RunCompleted, ledger.EventRunCompleted, "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("adopted %v (%v) while the driver is alive", ids, err)
+	}
+	a.PauseHeartbeat(true)
+	waitExpired(t, b, a.Incarnation())
+	ids, err := b.AdoptOrphans(ctx, 10)
+	if err != nil || len(ids) != 1 || ids[0] != "r" {
+		t.Fatalf("B adopted %v, %v; want [r]", ids, err)
+	}
+	if ids, err := c.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("C adopted %v (%v) after B did", ids, err)
+	}
+	// The driver is the node that last wrote to the run.
+	if _, err := ledger.ApplyOne(ctx, c, ledger.Note("r", "test.note", "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	b.PauseHeartbeat(true)
+	waitExpired(t, c, b.Incarnation())
+	if ids, err := c.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("C adopted %v (%v): it drives r itself", ids, err)
+	}
+}
+
+// A reservation is held across nodes until it is released or its holder's
+// lease expires.
+func TestReserve(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	relA, ok, err := a.Reserve(ctx, "run:r")
+	if err != nil || !ok {
+		t.Fatalf("A reserving: %v %v", ok, err)
+	}
+	if _, ok, err := b.Reserve(ctx, "run:r"); err != nil || ok {
+		t.Fatalf("B reserved what A holds: %v %v", ok, err)
+	}
+	relA()
+	relB, ok, err := b.Reserve(ctx, "run:r")
+	if err != nil || !ok {
+		t.Fatalf("B reserving after A released: %v %v", ok, err)
+	}
+	_ = relB
+	if _, ok, _ := a.Reserve(ctx, "run:r"); ok {
+		t.Fatal("A reserved what B holds")
+	}
+	b.PauseHeartbeat(true)
+	waitExpired(t, a, b.Incarnation())
+	if _, ok, err := a.Reserve(ctx, "run:r"); err != nil || !ok {
+		t.Fatalf("A reserving after B's lease expired: %v %v", ok, err)
+	}
+}

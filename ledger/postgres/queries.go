@@ -1,0 +1,115 @@
+package postgres
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	runCols = `run_id, status, revision, goal, policy, plan_hash, tools_hash, created_at, updated_at, error, paused_by, rows, rev_hash, created_by, audit, audit_hash, audit_seq`
+	rowCols = `action_id, ord, tool, class, key, status, attempts, args, depends_on, error, approved_args, undo, gate, approvals`
+	keyCols = `key, run_id, action_id, tool, args, state, attempt, owner, claimed_at, output, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure`
+)
+
+// queries holds every statement with the schema filled in.
+type queries struct {
+	channel string // the NOTIFY channel of the schema
+
+	registerNode, renewNode, stopNode, leaseCheck, ownerGone, clock string
+
+	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
+	rowForUpdate, upsertRow, insertRow, insertPlan               string
+	keyForUpdate, insertKey, updateKey                           string
+	insertEvent, notify                                          string
+	memoForUpdate, insertMemo, updateMemo, blob, insertBlob      string
+
+	getRun, listRuns, listRunsStatus, plan, actions, key, events, blobRead, lastSeqs string
+
+	reserve, unreserve                    string
+	putSession, getSession, deleteSession string
+}
+
+func makeQueries(schema string) queries {
+	s := pgx.Identifier{schema}.Sanitize()
+	t := func(q string) string { return strings.ReplaceAll(q, "{S}", s) }
+	runRead := `SELECT ` + runCols + `, last_seq FROM {S}.runs`
+	return queries{
+		channel: "docket_events_" + schema,
+
+		registerNode: t(`INSERT INTO {S}.nodes (incarnation, host, pid, started_at, renewed_at, lease_expires)
+			VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $4::bigint / 1e6))
+			RETURNING clock_timestamp()`),
+		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
+			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp()`),
+		stopNode:   t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
+		leaseCheck: t(`SELECT (SELECT lease_expires FROM {S}.nodes WHERE incarnation = $1), clock_timestamp()`),
+		ownerGone:  t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
+		clock:      `SELECT clock_timestamp()`,
+
+		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
+		insertRun:    t(`INSERT INTO {S}.runs (` + runCols + `, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0)`),
+		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
+			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13,
+			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17 WHERE run_id = $1`),
+		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
+		adoptOrphans: t(`UPDATE {S}.runs SET driver = $1 WHERE run_id IN (
+			SELECT r.run_id FROM {S}.runs r LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
+			WHERE r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())
+			ORDER BY r.updated_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED)
+			AND EXISTS (SELECT 1 FROM {S}.nodes WHERE incarnation = $1 AND lease_expires > clock_timestamp())
+			RETURNING run_id`),
+
+		rowForUpdate: t(`SELECT ` + rowCols + ` FROM {S}.actions WHERE run_id = $1 AND revision = $2 AND action_id = $3 FOR UPDATE`),
+		insertRow:    t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`),
+		upsertRow: t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+			ON CONFLICT (run_id, revision, action_id) DO UPDATE SET ord = EXCLUDED.ord, tool = EXCLUDED.tool, class = EXCLUDED.class,
+			key = EXCLUDED.key, status = EXCLUDED.status, attempts = EXCLUDED.attempts, args = EXCLUDED.args, depends_on = EXCLUDED.depends_on,
+			error = EXCLUDED.error, approved_args = EXCLUDED.approved_args, undo = EXCLUDED.undo, gate = EXCLUDED.gate, approvals = EXCLUDED.approvals`),
+		insertPlan: t(`INSERT INTO {S}.revisions (run_id, revision, plan, arg_refs) VALUES ($1, $2, $3, $4)`),
+
+		keyForUpdate: t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = $1 FOR UPDATE`),
+		insertKey:    t(`INSERT INTO {S}.keys (` + keyCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`),
+		updateKey: t(`UPDATE {S}.keys SET run_id = $2, action_id = $3, tool = $4, args = $5, state = $6, attempt = $7, owner = $8, claimed_at = $9,
+			output = $10, error = $11, retryable = $12, updated_at = $13, first_claimed_at = $14, maybe_took_effect = $15, failure = $16 WHERE key = $1`),
+
+		insertEvent: t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data) VALUES ($1, $2, $3, $4, $5, $6)`),
+		notify:      `SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p`,
+
+		memoForUpdate: t(`SELECT value FROM {S}.memos WHERE run_id = $1 AND name = $2 FOR UPDATE`),
+		insertMemo:    t(`INSERT INTO {S}.memos (run_id, name, value) VALUES ($1, $2, $3)`),
+		updateMemo:    t(`UPDATE {S}.memos SET value = $3 WHERE run_id = $1 AND name = $2`),
+		blob:          t(`SELECT value FROM {S}.blobs WHERE run_id = $1 AND hash = $2`),
+		insertBlob:    t(`INSERT INTO {S}.blobs (run_id, hash, value) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`),
+
+		getRun: t(`SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq) FROM {S}.runs r WHERE run_id = $1`),
+		listRuns: t(`SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq) FROM {S}.runs r
+			WHERE ($1::timestamptz IS NULL OR created_at < $1 OR (created_at = $1 AND run_id > $2))
+			ORDER BY created_at DESC, run_id LIMIT $3`),
+		listRunsStatus: t(`SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq) FROM {S}.runs r
+			WHERE status = $4 AND ($1::timestamptz IS NULL OR created_at < $1 OR (created_at = $1 AND run_id > $2))
+			ORDER BY created_at DESC, run_id LIMIT $3`),
+		plan: t(`SELECT plan, arg_refs FROM {S}.revisions WHERE run_id = $1 AND revision = $2`),
+		actions: t(`SELECT a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals,
+			CASE WHEN a.status IN ('succeeded', 'compensated') THEN k.output END
+			FROM {S}.actions a LEFT JOIN {S}.keys k ON k.key = a.key AND a.key <> ''
+			WHERE a.run_id = $1 AND a.revision = $2 ORDER BY a.ord, a.action_id`),
+		key:      t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = $1`),
+		events:   t(`SELECT seq, type, action_id, at, data FROM {S}.events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`),
+		blobRead: t(`SELECT value FROM {S}.blobs WHERE run_id = $1 AND hash = $2`),
+		lastSeqs: t(`SELECT run_id, last_seq FROM {S}.runs WHERE run_id = ANY($1)`),
+
+		reserve: t(`INSERT INTO {S}.reservations AS r (name, owner, at) VALUES ($1, $2, clock_timestamp())
+			ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, at = EXCLUDED.at
+			WHERE r.owner = EXCLUDED.owner OR NOT EXISTS (
+				SELECT 1 FROM {S}.nodes n WHERE n.incarnation = r.owner AND n.lease_expires > clock_timestamp())
+			RETURNING owner`),
+		unreserve: t(`DELETE FROM {S}.reservations WHERE name = $1 AND owner = $2`),
+
+		putSession: t(`WITH gone AS (DELETE FROM {S}.sessions WHERE expires < clock_timestamp() - interval '1 hour')
+			INSERT INTO {S}.sessions (hash, token_name, expires) VALUES ($1, $2, $3)
+			ON CONFLICT (hash) DO UPDATE SET token_name = EXCLUDED.token_name, expires = EXCLUDED.expires`),
+		getSession:    t(`SELECT token_name, expires FROM {S}.sessions WHERE hash = $1`),
+		deleteSession: t(`DELETE FROM {S}.sessions WHERE hash = $1`),
+	}
+}

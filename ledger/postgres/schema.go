@@ -1,0 +1,244 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// SchemaVersion is the version of the tables this binary writes. A database
+// whose meta table says more is refused.
+const SchemaVersion = 1
+
+// migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
+var migrations = []string{
+	`
+CREATE TABLE {S}.nodes (
+	incarnation   text PRIMARY KEY,
+	host          text NOT NULL,
+	pid           integer NOT NULL,
+	started_at    timestamptz NOT NULL,
+	renewed_at    timestamptz NOT NULL,
+	lease_expires timestamptz NOT NULL,
+	stopped_at    timestamptz
+);
+CREATE TABLE {S}.runs (
+	run_id         text PRIMARY KEY,
+	status         text NOT NULL,
+	revision       integer NOT NULL,
+	goal           text NOT NULL,
+	policy         text NOT NULL,
+	plan_hash      text NOT NULL,
+	tools_hash     text NOT NULL,
+	created_at     timestamptz NOT NULL,
+	updated_at     timestamptz NOT NULL,
+	error          text NOT NULL,
+	paused_by      text NOT NULL,
+	rows           integer NOT NULL,
+	rev_hash       text NOT NULL,
+	last_seq       bigint NOT NULL DEFAULT 0,
+	driver         text,
+	driver_expires timestamptz,
+	created_by     text NOT NULL DEFAULT '',
+	audit          boolean NOT NULL DEFAULT false,
+	audit_hash     text NOT NULL DEFAULT '',
+	audit_seq      bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_newest ON {S}.runs (created_at DESC, run_id);
+CREATE INDEX runs_status ON {S}.runs (status, created_at DESC, run_id);
+CREATE TABLE {S}.revisions (
+	run_id   text NOT NULL,
+	revision integer NOT NULL,
+	plan     bytea NOT NULL,
+	arg_refs jsonb,
+	PRIMARY KEY (run_id, revision)
+);
+CREATE TABLE {S}.actions (
+	run_id        text NOT NULL,
+	revision      integer NOT NULL,
+	action_id     text NOT NULL,
+	ord           integer NOT NULL,
+	tool          text NOT NULL,
+	class         text NOT NULL,
+	key           text NOT NULL,
+	status        text NOT NULL,
+	attempts      integer NOT NULL,
+	args          bytea,
+	depends_on    text[],
+	error         text NOT NULL,
+	approved_args bytea,
+	undo          boolean NOT NULL,
+	gate          bytea,
+	approvals     bytea,
+	PRIMARY KEY (run_id, revision, action_id)
+);
+CREATE TABLE {S}.keys (
+	key               text PRIMARY KEY,
+	run_id            text NOT NULL,
+	action_id         text NOT NULL,
+	tool              text NOT NULL,
+	args              bytea,
+	state             text NOT NULL,
+	attempt           integer NOT NULL,
+	owner             text NOT NULL,
+	claimed_at        timestamptz,
+	output            bytea,
+	error             text NOT NULL,
+	retryable         boolean NOT NULL,
+	updated_at        timestamptz,
+	first_claimed_at  timestamptz,
+	maybe_took_effect boolean NOT NULL,
+	failure           text NOT NULL
+);
+CREATE INDEX keys_run ON {S}.keys (run_id);
+CREATE INDEX keys_claimed_owner ON {S}.keys (owner) WHERE state = 'claimed';
+CREATE TABLE {S}.events (
+	run_id    text NOT NULL,
+	seq       bigint NOT NULL,
+	type      text NOT NULL,
+	action_id text NOT NULL,
+	at        timestamptz NOT NULL,
+	data      bytea,
+	PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE {S}.memos (
+	run_id text NOT NULL,
+	name   text NOT NULL,
+	value  bytea NOT NULL,
+	PRIMARY KEY (run_id, name)
+);
+CREATE TABLE {S}.reservations (
+	name  text PRIMARY KEY,
+	owner text NOT NULL,
+	at    timestamptz NOT NULL
+);
+CREATE TABLE {S}.sessions (
+	hash       text PRIMARY KEY,
+	token_name text NOT NULL,
+	expires    timestamptz NOT NULL
+);
+CREATE TABLE {S}.blobs (
+	run_id text NOT NULL,
+	hash   text NOT NULL,
+	value  bytea NOT NULL,
+	PRIMARY KEY (run_id, hash)
+);
+`,
+}
+
+// migrate creates or upgrades the schema under a transaction-level
+// advisory lock (one per schema name), so processes opening together take
+// turns. Errors: ledger.ErrFormat (a newer schema), readOnly, others.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if len(migrations) != SchemaVersion {
+		panic("postgres: migrations and SchemaVersion disagree")
+	}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('docket.ledger.schema:' || $1, 0))`, schema); err != nil {
+		return fmt.Errorf("taking the schema lock: %w", err)
+	}
+	qs := pgx.Identifier{schema}.Sanitize()
+	var have int
+	var meta *string
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1)::text`, qs+".meta").Scan(&meta); err != nil {
+		return fmt.Errorf("looking for the schema: %w", err)
+	}
+	if meta != nil {
+		var v string
+		err := tx.QueryRow(ctx, `SELECT value FROM `+qs+`.meta WHERE name = 'schema_version'`).Scan(&v)
+		if err != nil {
+			return fmt.Errorf("reading the schema version: %w", err)
+		}
+		if have, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("%w: schema %s has version %q", ledger.ErrFormat, schema, v)
+		}
+	}
+	if have > SchemaVersion {
+		return fmt.Errorf("%w: schema %q has version %d, newer than this binary's %d: upgrade docket on this machine (it never alters a newer schema)",
+			ledger.ErrFormat, schema, have, SchemaVersion)
+	}
+	if have == SchemaVersion {
+		return tx.Commit(ctx)
+	}
+	if meta == nil {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+qs); err != nil {
+			return fmt.Errorf("creating schema %s: %w", schema, err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE `+qs+`.meta (name text PRIMARY KEY, value text NOT NULL)`); err != nil {
+			return fmt.Errorf("creating the meta table: %w", err)
+		}
+	}
+	for v := have; v < SchemaVersion; v++ {
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(migrations[v], "{S}", qs)); err != nil {
+			return fmt.Errorf("upgrading schema %s to version %d: %w", schema, v+1, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+qs+`.meta (name, value) VALUES ('schema_version', $1)
+		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`, strconv.Itoa(SchemaVersion)); err != nil {
+		return fmt.Errorf("recording the schema version: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// PostgreSQL error codes the store tells apart.
+const (
+	codeUniqueViolation     = "23505"
+	codeSerializationFail   = "40001"
+	codeDeadlock            = "40P01"
+	codeReadOnly            = "25006"
+	codeAdminShutdown       = "57P01"
+	codeCrashShutdown       = "57P02"
+	codeCannotConnectNow    = "57P03"
+	codeInvalidPassword     = "28P01"
+	codeInvalidAuthSpec     = "28000"
+	codeInsufficientPrivile = "42501"
+)
+
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// transient reports whether a failed transaction (one that did not reach
+// COMMIT) may run again: a lost race, or the server going away for a while.
+func transient(err error) bool {
+	switch pgCode(err) {
+	case codeUniqueViolation, codeSerializationFail, codeDeadlock, codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow:
+		return true
+	case "":
+		return connLost(err)
+	}
+	return false
+}
+
+// connLost reports a failure to reach the server or a connection that broke.
+func connLost(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if pgCode(err) != "" {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || strings.Contains(err.Error(), "conn closed") ||
+		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe") ||
+		strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "connection refused")
+}

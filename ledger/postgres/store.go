@@ -1,0 +1,685 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
+)
+
+// Config configures a Store. Zero values take the documented defaults.
+type Config struct {
+	// URL is the connection string, postgres://user:password@host:port/db?...
+	// (libpq's keyword/value form works too). Required. Its password never
+	// appears in errors or logs.
+	URL string
+	// Schema holds the ledger's tables; default "docket". Several ledgers
+	// may share a database under different schemas.
+	Schema string
+	// Clock, when set, gives the times recorded in claims and events and
+	// Store.Now (tests pin it). Default: the database's clock. Leases are
+	// always judged by the database's clock.
+	Clock  ledger.Clock
+	Logger *slog.Logger // default: discard
+	// MaxOutputBytes bounds one recorded output and a memo value; larger:
+	// ErrTooLarge. Default 17 MiB (as the Badger ledger's).
+	MaxOutputBytes int
+	// SubscriberBuffer is how many live events a subscription may have
+	// queued before it ends with ErrLagged; default 4096.
+	SubscriberBuffer int
+	// Lease is how long this node's lease lasts without a heartbeat: after
+	// it, other nodes take over the node's claims and runs, and its own
+	// commits are refused. Default 10s: the longest pause (GC, a stalled VM,
+	// a network partition) a node survives without losing its work, and
+	// about how long a dead node's runs wait before another node adopts
+	// them.
+	Lease time.Duration
+	// Heartbeat is how often the lease is renewed; default Lease/5 (2s).
+	// It must leave room for SkewMargin and a slow round trip: at most
+	// (Lease - SkewMargin)/2.
+	Heartbeat time.Duration
+	// SkewMargin is how much the local clock may be off from the
+	// database's, and how much earlier than the database this node counts
+	// its own lease as ended (LeaseValid); default 1s.
+	SkewMargin time.Duration
+	// Poll is the fallback poll of subscriptions: how long an event of
+	// another node can take to reach a subscriber when its notification was
+	// lost. Default 1s.
+	Poll time.Duration
+	// MaxConns is the connection pool's size; default 16.
+	MaxConns int
+	// Outage is how long an Apply or a read waits and tries again while the
+	// database is unreachable (restarting, failing over) before it returns
+	// the error; default 30s. A transaction whose COMMIT was sent is never
+	// run again: its outcome is returned as unknown.
+	Outage time.Duration
+}
+
+// Defaults.
+const (
+	DefaultSchema           = "docket"
+	DefaultMaxOutputBytes   = 17 << 20
+	DefaultSubscriberBuffer = 4096
+	DefaultLease            = 10 * time.Second
+	DefaultSkewMargin       = time.Second
+	DefaultPoll             = time.Second
+	DefaultMaxConns         = 16
+	DefaultOutage           = 30 * time.Second
+)
+
+// WithDefaults returns cfg with zero fields set to their defaults.
+func (cfg Config) WithDefaults() Config {
+	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.MaxOutputBytes = cmp.Or(cfg.MaxOutputBytes, DefaultMaxOutputBytes)
+	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, DefaultSubscriberBuffer)
+	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, cfg.Lease/5)
+	cfg.SkewMargin = cmp.Or(cfg.SkewMargin, min(DefaultSkewMargin, cfg.Lease/5))
+	cfg.Poll = cmp.Or(cfg.Poll, DefaultPoll)
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.Outage = cmp.Or(cfg.Outage, DefaultOutage)
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	switch {
+	case strings.TrimSpace(cfg.URL) == "":
+		return fmt.Errorf("%w: no database URL", ledger.ErrInvalid)
+	case cfg.Schema == "" || len(cfg.Schema) > 48 || strings.ContainsAny(cfg.Schema, "\x00\"."):
+		return fmt.Errorf("%w: schema name %q (1-48 characters, no quote, dot or NUL)", ledger.ErrInvalid, cfg.Schema)
+	case cfg.MaxOutputBytes < 0 || cfg.MaxOutputBytes > 1<<30:
+		return fmt.Errorf("%w: MaxOutputBytes %d out of range (0..1 GiB)", ledger.ErrInvalid, cfg.MaxOutputBytes)
+	case cfg.SubscriberBuffer < 1:
+		return fmt.Errorf("%w: SubscriberBuffer must be positive", ledger.ErrInvalid)
+	case cfg.Lease < 100*time.Millisecond:
+		return fmt.Errorf("%w: Lease %v is shorter than 100ms", ledger.ErrInvalid, cfg.Lease)
+	case cfg.SkewMargin < 0 || cfg.SkewMargin >= cfg.Lease/2:
+		return fmt.Errorf("%w: SkewMargin %v must be under half the lease (%v)", ledger.ErrInvalid, cfg.SkewMargin, cfg.Lease)
+	case cfg.Heartbeat <= 0 || cfg.Heartbeat > (cfg.Lease-cfg.SkewMargin)/2:
+		return fmt.Errorf("%w: Heartbeat %v must be positive and at most (Lease - SkewMargin)/2 = %v", ledger.ErrInvalid, cfg.Heartbeat, (cfg.Lease-cfg.SkewMargin)/2)
+	case cfg.Poll <= 0 || cfg.MaxConns < 2 || cfg.Outage < 0:
+		return fmt.Errorf("%w: Poll must be positive, MaxConns at least 2, Outage not negative", ledger.ErrInvalid)
+	}
+	return nil
+}
+
+// LeaseError is a commit refused because the writer's node lease lapsed
+// (errors.Is ledger.ErrLeaseExpired). Nothing of it was written.
+type LeaseError struct {
+	Incarnation string    // the lapsed node
+	Expired     time.Time // when its lease ended, by the database's clock (zero: its row is gone)
+	Now         time.Time // the database's clock at the refused commit
+}
+
+func (e *LeaseError) Error() string {
+	if e.Expired.IsZero() {
+		return fmt.Sprintf("ledger: commit refused: node %s has no lease (its node row is gone)", e.Incarnation)
+	}
+	return fmt.Sprintf("ledger: commit refused: the lease of node %s expired at %s (database clock %s, %v ago): another node may have taken over its work; this store re-registers with a new incarnation",
+		e.Incarnation, e.Expired.UTC().Format(time.RFC3339Nano), e.Now.UTC().Format(time.RFC3339Nano), e.Now.Sub(e.Expired).Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ledger.ErrLeaseExpired) true.
+func (e *LeaseError) Is(target error) bool { return target == ledger.ErrLeaseExpired }
+
+// Store is the shared ledger (see the package doc).
+type Store struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	secret string // the URL's password, redacted from every error
+	local  ledger.Local
+	hub    ledger.Hub
+	id     string // this handle's notification sender id (stable across incarnations)
+	q      queries
+
+	inc        atomic.Pointer[string] // current incarnation
+	validUntil atomic.Int64           // local unix nanos until which the lease counts as valid (LeaseValid)
+	offset     atomic.Int64           // database clock minus local clock, nanos
+
+	closed    atomic.Bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	reregMu   sync.Mutex
+	heartbeat atomic.Bool // false: heartbeats paused (tests simulate a stalled node)
+
+	notes chan []string // NOTIFY payloads of committed Applies (notifier)
+
+	seenMu sync.Mutex
+	seen   map[string]uint64 // run -> highest seq published to the hub
+}
+
+var (
+	_ ledger.Store        = (*Store)(nil)
+	_ ledger.OwnerChecker = (*tx)(nil)
+)
+
+// Open connects, creates or upgrades the schema, registers this process as
+// a node with a lease and starts its heartbeat and its listener. Errors:
+// ledger.ErrInvalid (a bad Config or URL), ledger.ErrFormat (a newer
+// schema), and connection or permission errors that say what failed
+// (never with the password).
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: database URL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(cfg.URL)))
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "ledger/postgres"), secret: pc.ConnConfig.Password,
+		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), notes: make(chan []string, 4096)}
+	s.heartbeat.Store(true)
+	pc.MaxConns = int32(cfg.MaxConns)
+	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
+	where := fmt.Sprintf("PostgreSQL at %s:%d, database %q as user %q", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User)
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, s.explain("connecting to "+where, err)
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		s.pool.Close()
+		return nil, s.explain("connecting to "+where, err)
+	}
+	if err := migrate(ctx, s.pool, cfg.Schema); err != nil {
+		s.pool.Close()
+		return nil, s.explain("preparing the ledger's tables in "+where, err)
+	}
+	if err := s.register(ctx); err != nil {
+		s.pool.Close()
+		return nil, s.explain("registering this node in "+where, err)
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	s.id = hex.EncodeToString(b[:])
+	s.wg.Add(3)
+	go s.heartbeatLoop()
+	go s.listenLoop()
+	go s.notifier()
+	return s, nil
+}
+
+// explain wraps err with what was being done, in words a person can act on
+// for the usual failures, without the password.
+func (s *Store) explain(doing string, err error) error {
+	hint := ""
+	switch pgCode(err) {
+	case codeInvalidPassword, codeInvalidAuthSpec:
+		hint = ": authentication failed (check the user and password of the ledger URL)"
+	case codeReadOnly:
+		hint = ": the database is read-only (a hot standby, or default_transaction_read_only): point the ledger at the primary"
+	case codeInsufficientPrivile:
+		hint = ": permission denied (the ledger's user must be able to create the schema and its tables, or they must exist)"
+	case "3D000":
+		hint = ": the database does not exist (create it first: createdb NAME)"
+	default:
+		var lease *LeaseError
+		if errors.As(err, &lease) || errors.Is(err, ledger.ErrFormat) {
+			break
+		}
+		if connLost(err) {
+			hint = ": the database is unreachable (is the server running and accepting TCP connections there?)"
+		}
+	}
+	if connLost(err) && !errors.Is(err, ledger.ErrUnavailable) {
+		return s.redact(fmt.Errorf("ledger: %s%s: %w (%w)", doing, hint, err, ledger.ErrUnavailable))
+	}
+	return s.redact(fmt.Errorf("ledger: %s%s: %w", doing, hint, err))
+}
+
+// register makes a new incarnation and its node row with a fresh lease.
+func (s *Store) register(ctx context.Context) error {
+	var b [8]byte
+	rand.Read(b[:])
+	inc := "inc_" + hex.EncodeToString(b[:])
+	host, _ := os.Hostname()
+	sent := time.Now()
+	var dbNow time.Time
+	err := s.pool.QueryRow(ctx, s.q.registerNode, inc, host, os.Getpid(), s.cfg.Lease.Microseconds()).Scan(&dbNow)
+	if err != nil {
+		return err
+	}
+	s.renewed(sent, dbNow)
+	s.inc.Store(&inc)
+	return nil
+}
+
+// renewed records a successful lease renewal sent at local time sent and
+// answered with the database's clock dbNow.
+func (s *Store) renewed(sent, dbNow time.Time) {
+	back := time.Now()
+	mid := sent.Add(back.Sub(sent) / 2)
+	s.offset.Store(int64(dbNow.Sub(mid)))
+	s.validUntil.Store(sent.Add(s.cfg.Lease - s.cfg.SkewMargin).UnixNano())
+}
+
+// heartbeatLoop renews the lease every Config.Heartbeat; a lease found
+// lapsed is replaced by a new incarnation.
+func (s *Store) heartbeatLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if !s.heartbeat.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
+		s.renew(ctx)
+		cancel()
+	}
+}
+
+// renew renews the lease once.
+func (s *Store) renew(ctx context.Context) {
+	inc := s.Incarnation()
+	sent := time.Now()
+	var dbNow time.Time
+	err := s.pool.QueryRow(ctx, s.q.renewNode, inc, s.cfg.Lease.Microseconds()).Scan(&dbNow)
+	switch {
+	case err == nil:
+		s.renewed(sent, dbNow)
+	case errors.Is(err, pgx.ErrNoRows):
+		s.lapsed(inc)
+	default:
+		s.log.Warn("renewing the node lease failed; retrying", "incarnation", inc, "err", s.redact(err))
+	}
+}
+
+// lapsed replaces incarnation inc, whose lease lapsed, by a new one (once,
+// however many callers notice).
+func (s *Store) lapsed(inc string) {
+	s.reregMu.Lock()
+	defer s.reregMu.Unlock()
+	if s.Incarnation() != inc || s.closed.Load() {
+		return
+	}
+	s.validUntil.Store(0)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease)
+	defer cancel()
+	if err := s.register(ctx); err != nil {
+		s.log.Error("the node lease lapsed and registering again failed; retrying at the next heartbeat", "incarnation", inc, "err", s.redact(err))
+		return
+	}
+	s.log.Warn("the node lease lapsed: its claims may be taken over by other nodes; registered again",
+		"old_incarnation", inc, "incarnation", s.Incarnation())
+}
+
+// LeaseValid reports whether this node may still act on its claims: its
+// lease, as last renewed, has more than Config.SkewMargin left by the local
+// clock. A caller about to perform an effect it cannot take back checks it.
+func (s *Store) LeaseValid() bool { return time.Now().UnixNano() < s.validUntil.Load() }
+
+// Incarnation identifies this node's current registration: claims carry it
+// as owner. It changes when the lease lapsed and the Store registered again.
+func (s *Store) Incarnation() string { return *s.inc.Load() }
+
+// Now is Config.Clock's time, else the database's clock (the local clock
+// corrected by the offset measured at the last heartbeat), in UTC, to the
+// microsecond.
+func (s *Store) Now() time.Time {
+	if s.cfg.Clock != nil {
+		return s.cfg.Clock.Now().UTC().Truncate(time.Microsecond)
+	}
+	return time.Now().Add(time.Duration(s.offset.Load())).UTC().Truncate(time.Microsecond)
+}
+
+// Local is the Store's process-local state.
+func (s *Store) Local() *ledger.Local { return &s.local }
+
+// Close stops the heartbeat and the listener, ends the lease at once (so
+// other nodes take over this node's claims without waiting), ends
+// subscriptions with ErrClosed and closes the pool. A second Close returns
+// ErrClosed.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return ledger.ErrClosed
+	}
+	close(s.stop)
+	s.wg.Wait()
+	s.hub.CloseAll(ledger.ErrClosed)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.pool.Exec(ctx, s.q.stopNode, s.Incarnation())
+	s.pool.Close()
+	if err != nil {
+		return s.explain("ending the node lease", err)
+	}
+	return nil
+}
+
+// Apply evaluates ops in order with the ledger's rules and commits those
+// that are valid, with their events, in one transaction (see the package
+// doc). Every Result carries its op's error; the returned error is for the
+// call as a whole, and then every Result carries it too and nothing was
+// applied: ErrClosed, a context error, ErrInvalid (an op not built with a
+// constructor), a *LeaseError (ledger.ErrLeaseExpired), a database error
+// (after waiting up to Config.Outage for an unreachable database), or an
+// error saying the commit's outcome is unknown (the connection broke
+// during COMMIT: read the records to find out).
+func (s *Store) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	if err := ledger.Check(ops); err != nil {
+		return ledger.FailedResults(len(ops), err), err
+	}
+	var results []ledger.Result
+	var events []ledger.Event
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		results, events, err = s.applyOnce(ctx, ops)
+		return err
+	})
+	if err != nil {
+		var lease *LeaseError
+		if errors.As(err, &lease) {
+			s.lapsed(lease.Incarnation)
+		}
+		if !errors.Is(err, ledger.ErrClosed) && ctx.Err() == nil && lease == nil {
+			err = s.explain("commit", err)
+		}
+		return ledger.FailedResults(len(ops), err), err
+	}
+	s.publish(events)
+	return results, nil
+}
+
+// errCommitUnknown marks a COMMIT whose outcome is unknown: never retried.
+type commitUnknownError struct{ err error }
+
+func (e *commitUnknownError) Error() string {
+	return "the connection broke during COMMIT: the commit's outcome is unknown (read the records to find out): " + e.err.Error()
+}
+func (e *commitUnknownError) Unwrap() []error { return []error{e.err, ledger.ErrUnavailable} }
+
+// retry runs fn until it succeeds, fails for good, or the database has been
+// unreachable for Config.Outage.
+func (s *Store) retry(ctx context.Context, fn func(ctx context.Context) error) error {
+	var start time.Time
+	backoff := 5 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		if s.closed.Load() {
+			return ledger.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		var cu *commitUnknownError
+		if errors.As(err, &cu) || !transient(err) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		code := pgCode(err)
+		if code == codeUniqueViolation || code == codeSerializationFail || code == codeDeadlock {
+			// A lost race: run again at once (bounded: a livelock is a bug).
+			if attempt < 100 {
+				continue
+			}
+			return err
+		}
+		if start.IsZero() {
+			start = time.Now()
+			s.log.Warn("the database is unreachable; waiting for it", "err", s.redact(err), "up_to", s.cfg.Outage)
+		}
+		if time.Since(start) >= s.cfg.Outage {
+			return fmt.Errorf("%w: unreachable for %v: %w", ledger.ErrUnavailable, s.cfg.Outage, err)
+		}
+		wait := backoff + time.Duration(mrand.Int64N(int64(backoff)))
+		backoff = min(2*backoff, time.Second)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.stop:
+			return ledger.ErrClosed
+		}
+	}
+}
+
+// applyOnce runs the ops in one transaction.
+func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result, []ledger.Event, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Release()
+	ptx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, nil, err
+	}
+	t := newTx(s, ctx, ptx)
+	done := false
+	defer func() {
+		if !done {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ptx.Rollback(rctx)
+			cancel()
+		}
+	}()
+	results := make([]ledger.Result, len(ops))
+	for i, o := range ops {
+		res, err := ledger.Eval(t, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		results[i] = res
+	}
+	if err := t.flush(); err != nil {
+		return nil, nil, err
+	}
+	done = true
+	if err := ptx.Commit(ctx); err != nil {
+		if connLost(err) || ctx.Err() != nil {
+			return nil, nil, &commitUnknownError{err}
+		}
+		return nil, nil, err
+	}
+	select {
+	case s.notes <- t.notifications():
+	default: // the notifier is behind: the subscribers' poll delivers these
+	}
+	return results, t.events, nil
+}
+
+// AdoptOrphans makes this node the driver of up to limit runs that are
+// running but whose driver is gone (its node lease expired, by the
+// database's clock) and returns their ids: the caller drives them. A run's
+// driver is the node that last appended to its log; two nodes adopting at
+// once never get the same run. A node whose own lease lapsed adopts
+// nothing. Errors: ErrClosed, database errors.
+func (s *Store) AdoptOrphans(ctx context.Context, limit int) ([]string, error) {
+	var ids []string
+	err := s.read(ctx, func(q querier) error {
+		ids = ids[:0]
+		rows, err := q.Query(ctx, s.q.adoptOrphans, s.Incarnation(), max(limit, 1))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	return ids, err
+}
+
+// Reserve holds name for this node across every node of the ledger until
+// release is called or this node's lease expires: ok is false while another
+// live node holds it. The service holds a run id this way while it accepts
+// (plans) the run, so a second request for it on any node answers 409.
+// Errors: ErrClosed, database errors.
+func (s *Store) Reserve(ctx context.Context, name string) (release func(), ok bool, err error) {
+	inc := s.Incarnation()
+	err = s.read(ctx, func(q querier) error {
+		var owner string
+		err := q.QueryRow(ctx, s.q.reserve, name, inc).Scan(&owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			ok = false
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if s.closed.Load() {
+				return // the lease ended with Close
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := s.pool.Exec(ctx, s.q.unreserve, name, inc); err != nil {
+				s.log.Warn("releasing a reservation failed; it ends with this node's lease", "name", name, "err", s.redact(err))
+			}
+		})
+	}, true, nil
+}
+
+// PutSession records a sign-in session of the review page for every node:
+// hash is the SHA-256 (hex) of the session's cookie (the cookie itself is
+// never stored), tokenName the token it was made from. Errors: ErrClosed,
+// database errors.
+func (s *Store) PutSession(ctx context.Context, hash, tokenName string, expires time.Time) error {
+	return s.read(ctx, func(q querier) error {
+		_, err := q.Exec(ctx, s.q.putSession, hash, tokenName, expires.UTC())
+		return err
+	})
+}
+
+// Session returns a session recorded by PutSession on any node (ok false:
+// none, or it was deleted). Errors: ErrClosed, database errors.
+func (s *Store) Session(ctx context.Context, hash string) (tokenName string, expires time.Time, ok bool, err error) {
+	err = s.read(ctx, func(q querier) error {
+		err := q.QueryRow(ctx, s.q.getSession, hash).Scan(&tokenName, &expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			ok = false
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	return tokenName, expires.UTC(), ok, err
+}
+
+// DeleteSession ends a session on every node. Errors: ErrClosed, database
+// errors.
+func (s *Store) DeleteSession(ctx context.Context, hash string) error {
+	return s.read(ctx, func(q querier) error {
+		_, err := q.Exec(ctx, s.q.deleteSession, hash)
+		return err
+	})
+}
+
+// CreateRun records a run with revision 1 of its plan (ledger.CreateRunWith).
+func (s *Store) CreateRun(ctx context.Context, r ledger.Run, p *plan.Plan, rows []ledger.Action) (ledger.Run, bool, error) {
+	return ledger.CreateRunWith(ctx, s, r, p, rows)
+}
+
+// AddRevision records revision n+1 of a run's plan (ledger.AddRevisionWith).
+func (s *Store) AddRevision(ctx context.Context, runID string, p *plan.Plan, rows []ledger.Action) (int, error) {
+	return ledger.AddRevisionWith(ctx, s, runID, p, rows)
+}
+
+// Memo records value under (runID, name) once (ledger.MemoWith).
+func (s *Store) Memo(ctx context.Context, runID, name string, value json.RawMessage) (json.RawMessage, error) {
+	return ledger.MemoWith(ctx, s, s.cfg.MaxOutputBytes, runID, name, value)
+}
+
+// redact returns err with the URL's password replaced, keeping the chain
+// (errors.Is and errors.As still see through it).
+func (s *Store) redact(err error) error {
+	if err == nil || s.secret == "" || !strings.Contains(err.Error(), s.secret) {
+		return err
+	}
+	return &redacted{err: err, secret: s.secret}
+}
+
+type redacted struct {
+	err    error
+	secret string
+}
+
+func (r *redacted) Error() string { return redactString(r.err.Error(), r.secret) }
+func (r *redacted) Unwrap() error { return r.err }
+
+func redactString(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	s = strings.ReplaceAll(s, secret, "xxxxx")
+	return strings.ReplaceAll(s, url.QueryEscape(secret), "xxxxx")
+}
+
+// passwordOf digs the password out of a URL that pgx could not parse.
+func passwordOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		p, _ := u.User.Password()
+		return p
+	}
+	for _, f := range strings.Fields(raw) {
+		if v, ok := strings.CutPrefix(f, "password="); ok {
+			return strings.Trim(v, "'")
+		}
+	}
+	return ""
+}
+
+// Redact removes the password from a ledger URL, for messages and logs:
+// postgres://user:xxxxx@host/db.
+func Redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		return u.String()
+	}
+	if p := passwordOf(raw); p != "" {
+		return strings.ReplaceAll(raw, p, "xxxxx")
+	}
+	return raw
+}
+
+// IsURL reports whether s names a PostgreSQL ledger (postgres:// or
+// postgresql://).
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}

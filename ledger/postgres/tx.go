@@ -1,0 +1,498 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// tx is one Apply's transaction. It implements ledger.Tx: every record it
+// reads is locked (FOR UPDATE) and cached; writes go to the cache and are
+// queued, then sent in one batch with the events, the notification and the
+// lease check (flush), so a reader of the same transaction sees the cache.
+type tx struct {
+	s   *Store
+	ctx context.Context
+	ptx pgx.Tx
+	inc string
+	now time.Time // the database's clock, read once (zero: not yet)
+
+	runs  map[string]*runEntry
+	rows  map[rowKey]*rowEntry
+	keys  map[string]*keyEntry
+	memos map[pair]*valEntry
+	blobs map[pair]*valEntry
+
+	batch  pgx.Batch
+	events []ledger.Event
+	ranges map[string][2]uint64 // run -> first, last seq appended
+}
+
+type runEntry struct {
+	rec     ledger.RunRecord
+	found   bool // the run exists (in the database or written here)
+	inDB    bool // a row exists in the database (UPDATE, not INSERT)
+	lastSeq uint64
+	seqs    bool // events were appended: last_seq is written at flush
+}
+
+type rowKey struct {
+	run string
+	rev int
+	id  string
+}
+
+type rowEntry struct {
+	rec   ledger.RowRecord
+	found bool
+}
+
+type keyEntry struct {
+	rec   ledger.KeyRecord
+	found bool
+}
+
+type pair struct{ a, b string }
+
+type valEntry struct {
+	v     json.RawMessage
+	found bool
+}
+
+var _ ledger.Tx = (*tx)(nil)
+
+func newTx(s *Store, ctx context.Context, ptx pgx.Tx) *tx {
+	return &tx{s: s, ctx: ctx, ptx: ptx, inc: s.Incarnation(),
+		runs: map[string]*runEntry{}, rows: map[rowKey]*rowEntry{}, keys: map[string]*keyEntry{},
+		memos: map[pair]*valEntry{}, blobs: map[pair]*valEntry{}, ranges: map[string][2]uint64{}}
+}
+
+// Now is Config.Clock's time, else the transaction's reading of the
+// database's clock.
+func (t *tx) Now() time.Time {
+	if t.s.cfg.Clock != nil {
+		return t.s.cfg.Clock.Now().UTC().Truncate(time.Microsecond)
+	}
+	if t.now.IsZero() {
+		if err := t.ptx.QueryRow(t.ctx, t.s.q.clock).Scan(&t.now); err != nil {
+			// The next statement fails the same way and fails the Apply.
+			return t.s.Now()
+		}
+		t.now = t.now.UTC()
+	}
+	return t.now
+}
+
+func (t *tx) Incarnation() string { return t.inc }
+func (t *tx) MaxOutputBytes() int { return t.s.cfg.MaxOutputBytes }
+
+// OwnerGone: owner's node lease expired by the database's clock, or owner
+// has no node row.
+func (t *tx) OwnerGone(owner string) (bool, error) {
+	if owner == "" {
+		return true, nil
+	}
+	var gone bool
+	err := t.ptx.QueryRow(t.ctx, t.s.q.ownerGone, owner).Scan(&gone)
+	return gone, err
+}
+
+func (t *tx) run(runID string) (*runEntry, error) {
+	if e, ok := t.runs[runID]; ok {
+		return e, nil
+	}
+	e := &runEntry{}
+	var lastSeq int64
+	err := scanRun(t.ptx.QueryRow(t.ctx, t.s.q.runForUpdate, runID), &e.rec, &lastSeq)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, err
+	default:
+		e.found, e.inDB, e.lastSeq = true, true, uint64(lastSeq)
+	}
+	t.runs[runID] = e
+	return e, nil
+}
+
+func (t *tx) Run(runID string) (ledger.RunRecord, bool, error) {
+	e, err := t.run(runID)
+	if err != nil {
+		return ledger.RunRecord{}, false, err
+	}
+	return e.rec, e.found, nil
+}
+
+func (t *tx) PutRun(r ledger.RunRecord) error {
+	e, err := t.run(r.ID)
+	if err != nil {
+		return err
+	}
+	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
+		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq)}
+	if e.inDB {
+		t.batch.Queue(t.s.q.updateRun, args...)
+	} else {
+		t.batch.Queue(t.s.q.insertRun, args...)
+		e.inDB = true
+	}
+	e.rec, e.found = r, true
+	return nil
+}
+
+func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool, error) {
+	k := rowKey{runID, rev, actionID}
+	if e, ok := t.rows[k]; ok {
+		return e.rec, e.found, nil
+	}
+	e := &rowEntry{}
+	err := scanRow(t.ptx.QueryRow(t.ctx, t.s.q.rowForUpdate, runID, rev, actionID), &e.rec, nil)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return ledger.RowRecord{}, false, err
+	default:
+		e.found = true
+	}
+	t.rows[k] = e
+	return e.rec, e.found, nil
+}
+
+func cloneRow(r ledger.RowRecord) ledger.RowRecord {
+	r.Args, r.ApprovedArgs = bytes.Clone(r.Args), bytes.Clone(r.ApprovedArgs)
+	r.DependsOn = slices.Clone(r.DependsOn)
+	return r
+}
+
+func rowArgs(runID string, rev int, r ledger.RowRecord) []any {
+	var deps []string
+	if len(r.DependsOn) > 0 {
+		deps = r.DependsOn
+	}
+	var gate, approvals []byte
+	if r.Gate != nil {
+		gate, _ = json.Marshal(r.Gate)
+	}
+	if len(r.Approvals) > 0 {
+		approvals, _ = json.Marshal(r.Approvals)
+	}
+	return []any{runID, rev, r.ID, r.Ord, r.Tool, r.Class, r.Key, string(r.Status), r.Attempts, nilIfEmpty(r.Args), deps,
+		r.Error, nilIfEmpty(r.ApprovedArgs), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals)}
+}
+
+func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
+	r = cloneRow(r)
+	t.batch.Queue(t.s.q.upsertRow, rowArgs(runID, rev, r)...)
+	t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
+	return nil
+}
+
+func (t *tx) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
+	for _, r := range rows {
+		r = cloneRow(r)
+		t.batch.Queue(t.s.q.insertRow, rowArgs(runID, rev, r)...)
+		t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
+	}
+	return nil
+}
+
+func (t *tx) PutPlan(runID string, rev int, planJSON []byte, argRefs map[string]string) error {
+	var refs any
+	if len(argRefs) > 0 {
+		b, err := json.Marshal(argRefs)
+		if err != nil {
+			return err
+		}
+		refs = string(b)
+	}
+	t.batch.Queue(t.s.q.insertPlan, runID, rev, bytes.Clone(planJSON), refs)
+	return nil
+}
+
+func (t *tx) key(key string) (*keyEntry, error) {
+	if e, ok := t.keys[key]; ok {
+		return e, nil
+	}
+	e := &keyEntry{}
+	err := scanKey(t.ptx.QueryRow(t.ctx, t.s.q.keyForUpdate, key), &e.rec)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, err
+	default:
+		e.found = true
+	}
+	t.keys[key] = e
+	return e, nil
+}
+
+func (t *tx) KeyRun(key string) (string, bool, error) {
+	e, err := t.key(key)
+	if err != nil || !e.found {
+		return "", false, err
+	}
+	return e.rec.RunID, true, nil
+}
+
+func (t *tx) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
+	e, err := t.key(key)
+	if err != nil || !e.found || e.rec.RunID != runID {
+		return ledger.KeyRecord{}, false, err
+	}
+	return e.rec, true, nil
+}
+
+func (t *tx) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
+	e, err := t.key(rec.Key)
+	if err != nil {
+		return err
+	}
+	rec.Args, rec.Output = bytes.Clone(rec.Args), bytes.Clone(rec.Output)
+	args := []any{rec.Key, rec.RunID, rec.ActionID, rec.Tool, nilIfEmpty(rec.Args), string(rec.State), rec.Attempt, rec.Owner,
+		timeOrNil(rec.ClaimedAt), nilIfEmpty(rec.Output), rec.Error, rec.Retryable, timeOrNil(rec.UpdatedAt),
+		timeOrNil(rec.FirstClaimedAt), rec.MaybeTookEffect, string(rec.Failure)}
+	if e.found {
+		t.batch.Queue(t.s.q.updateKey, args...)
+	} else {
+		// A plain INSERT: a concurrent first claim of the same key meets
+		// this one on the primary key, and the loser runs again.
+		t.batch.Queue(t.s.q.insertKey, args...)
+	}
+	e.rec, e.found = rec, true
+	return nil
+}
+
+func (t *tx) AppendEvent(runID string, typ ledger.EventType, actionID string, data json.RawMessage) error {
+	e, err := t.run(runID)
+	if err != nil {
+		return err
+	}
+	if !e.found {
+		return fmt.Errorf("%w: run %q", ledger.ErrNotFound, runID)
+	}
+	e.lastSeq++
+	e.seqs = true
+	ev := ledger.Event{Seq: e.lastSeq, RunID: runID, Type: typ, ActionID: actionID, At: t.Now(), Data: bytes.Clone(data)}
+	t.batch.Queue(t.s.q.insertEvent, runID, int64(ev.Seq), string(typ), actionID, ev.At, nilIfEmpty(ev.Data))
+	t.events = append(t.events, ev)
+	r, ok := t.ranges[runID]
+	if !ok {
+		r[0] = ev.Seq
+	}
+	r[1] = ev.Seq
+	t.ranges[runID] = r
+	return nil
+}
+
+func (t *tx) Blob(runID, hash string) (json.RawMessage, bool, error) {
+	k := pair{runID, hash}
+	if e, ok := t.blobs[k]; ok {
+		return e.v, e.found, nil
+	}
+	e := &valEntry{}
+	err := t.ptx.QueryRow(t.ctx, t.s.q.blob, runID, hash).Scan(&e.v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, false, err
+	default:
+		e.found = true
+	}
+	t.blobs[k] = e
+	return e.v, e.found, nil
+}
+
+func (t *tx) PutBlob(runID, hash string, v json.RawMessage) error {
+	k := pair{runID, hash}
+	if e, ok := t.blobs[k]; ok && e.found {
+		return nil
+	}
+	t.batch.Queue(t.s.q.insertBlob, runID, hash, bytes.Clone(v))
+	t.blobs[k] = &valEntry{v: bytes.Clone(v), found: true}
+	return nil
+}
+
+func (t *tx) memo(runID, name string) (*valEntry, error) {
+	k := pair{runID, name}
+	if e, ok := t.memos[k]; ok {
+		return e, nil
+	}
+	e := &valEntry{}
+	err := t.ptx.QueryRow(t.ctx, t.s.q.memoForUpdate, runID, name).Scan(&e.v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, err
+	default:
+		e.found = true
+	}
+	t.memos[k] = e
+	return e, nil
+}
+
+func (t *tx) Memo(runID, name string) (json.RawMessage, bool, error) {
+	e, err := t.memo(runID, name)
+	if err != nil {
+		return nil, false, err
+	}
+	return e.v, e.found, nil
+}
+
+func (t *tx) PutMemo(runID, name string, v json.RawMessage) error {
+	e, err := t.memo(runID, name)
+	if err != nil {
+		return err
+	}
+	if e.found {
+		t.batch.Queue(t.s.q.updateMemo, runID, name, bytes.Clone(v))
+	} else {
+		t.batch.Queue(t.s.q.insertMemo, runID, name, bytes.Clone(v))
+	}
+	e.v, e.found = bytes.Clone(v), true
+	return nil
+}
+
+// notifications returns the payloads of this transaction's NOTIFY, one per
+// run it appended events to.
+func (t *tx) notifications() []string {
+	out := make([]string, 0, len(t.ranges))
+	for id, r := range t.ranges {
+		p, err := json.Marshal(notification{Sender: t.s.id, RunID: id, First: r[0], Last: r[1]})
+		if err == nil {
+			out = append(out, string(p))
+		}
+	}
+	return out
+}
+
+// notification is the payload of a commit's NOTIFY: who sent it, which
+// run, which seqs.
+type notification struct {
+	Sender string `json:"s"`
+	RunID  string `json:"r"`
+	First  uint64 `json:"f"`
+	Last   uint64 `json:"l"`
+}
+
+// flush sends the queued writes, the runs' new last_seq and the lease check
+// in one round trip (the notifications go after the commit: notifier). A lapsed lease fails it with a
+// *LeaseError (the caller rolls back), also when the ops wrote nothing (a
+// conflict): a lapsed node learns it at its next Apply, whatever it was.
+func (t *tx) flush() error {
+	for id, e := range t.runs {
+		if e.seqs {
+			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq), t.inc)
+		}
+	}
+	n := t.batch.Len()
+	t.batch.Queue(t.s.q.leaseCheck, t.inc)
+	br := t.ptx.SendBatch(t.ctx, &t.batch)
+	for i := 0; i < n; i++ {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	var expires *time.Time
+	var now time.Time
+	if err := br.QueryRow().Scan(&expires, &now); err != nil {
+		br.Close()
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if expires == nil || !expires.After(now) {
+		le := &LeaseError{Incarnation: t.inc, Now: now}
+		if expires != nil {
+			le.Expired = *expires
+		}
+		return le
+	}
+	return nil
+}
+
+func nilIfEmpty(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}
+
+func timeOrNil(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC()
+}
+
+func utcOrZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// scanRun reads runCols and one more column (last_seq, or the last event's
+// time when extra is a **time.Time).
+func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
+	var status string
+	var auditSeq int64
+	if err := row.Scan(&r.ID, &status, &r.Revision, &r.Goal, &r.Policy, &r.PlanHash, &r.ToolsHash, &r.CreatedAt, &r.UpdatedAt,
+		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, extra); err != nil {
+		return err
+	}
+	r.AuditSeq = uint64(auditSeq)
+	r.Status = ledger.RunStatus(status)
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return nil
+}
+
+// scanRow reads rowCols and, when output is not nil, one more column.
+func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
+	var status string
+	var args, approved, gate, approvals []byte
+	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo, &gate, &approvals}
+	if output != nil {
+		dest = append(dest, output)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	r.Status, r.Args, r.ApprovedArgs = ledger.Status(status), args, approved
+	if len(gate) > 0 {
+		if err := json.Unmarshal(gate, &r.Gate); err != nil {
+			return fmt.Errorf("%w: the gate of action %q: %v", ledger.ErrFormat, r.ID, err)
+		}
+	}
+	if len(approvals) > 0 {
+		if err := json.Unmarshal(approvals, &r.Approvals); err != nil {
+			return fmt.Errorf("%w: the approvals of action %q: %v", ledger.ErrFormat, r.ID, err)
+		}
+	}
+	if len(r.DependsOn) == 0 {
+		r.DependsOn = nil
+	}
+	return nil
+}
+
+func scanKey(row pgx.Row, k *ledger.KeyRecord) error {
+	var state, failure string
+	var args, output []byte
+	var claimed, updated, first *time.Time
+	if err := row.Scan(&k.Key, &k.RunID, &k.ActionID, &k.Tool, &args, &state, &k.Attempt, &k.Owner, &claimed, &output,
+		&k.Error, &k.Retryable, &updated, &first, &k.MaybeTookEffect, &failure); err != nil {
+		return err
+	}
+	k.Args, k.Output, k.State, k.Failure = args, output, ledger.Status(state), ledger.Failure(failure)
+	k.ClaimedAt, k.UpdatedAt, k.FirstClaimedAt = utcOrZero(claimed), utcOrZero(updated), utcOrZero(first)
+	return nil
+}
