@@ -73,7 +73,7 @@ func makeQueries(schema string) queries {
 		updateKey: t(`UPDATE {S}.keys SET run_id = $2, action_id = $3, tool = $4, args = $5, state = $6, attempt = $7, owner = $8, claimed_at = $9,
 			output = $10, error = $11, retryable = $12, updated_at = $13, first_claimed_at = $14, maybe_took_effect = $15, failure = $16 WHERE key = $1`),
 
-		insertEvent: t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data) VALUES ($1, $2, $3, $4, $5, $6)`),
+		insertEvent: t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
 		notify:      `SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p`,
 
 		memoForUpdate: t(`SELECT value FROM {S}.memos WHERE run_id = $1 AND name = $2 FOR UPDATE`),
@@ -95,7 +95,7 @@ func makeQueries(schema string) queries {
 			FROM {S}.actions a LEFT JOIN {S}.keys k ON k.key = a.key AND a.key <> ''
 			WHERE a.run_id = $1 AND a.revision = $2 ORDER BY a.ord, a.action_id`),
 		key:      t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = $1`),
-		events:   t(`SELECT seq, type, action_id, at, data FROM {S}.events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`),
+		events:   t(`SELECT seq, type, action_id, at, data, COALESCE(hash, '') FROM {S}.events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`),
 		blobRead: t(`SELECT value FROM {S}.blobs WHERE run_id = $1 AND hash = $2`),
 		lastSeqs: t(`SELECT run_id, last_seq FROM {S}.runs WHERE run_id = ANY($1)`),
 

@@ -290,7 +290,7 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 			var seq int64
 			var typ string
 			var data []byte
-			if err := rows.Scan(&seq, &typ, &ev.ActionID, &ev.At, &data); err != nil {
+			if err := rows.Scan(&seq, &typ, &ev.ActionID, &ev.At, &data, &ev.Hash); err != nil {
 				return err
 			}
 			ev.Seq, ev.Type, ev.At = uint64(seq), ledger.EventType(typ), ev.At.UTC()

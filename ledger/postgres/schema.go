@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -131,6 +131,11 @@ CREATE TABLE {S}.blobs (
 	value  bytea NOT NULL,
 	PRIMARY KEY (run_id, hash)
 );
+`,
+	// 2: the audit chain (ledger.HashedAppender): each event of a chained
+	// run carries its hash; events recorded before have none.
+	`
+ALTER TABLE {S}.events ADD COLUMN hash text;
 `,
 }
 

@@ -67,7 +67,10 @@ type valEntry struct {
 	found bool
 }
 
-var _ ledger.Tx = (*tx)(nil)
+var (
+	_ ledger.Tx             = (*tx)(nil)
+	_ ledger.HashedAppender = (*tx)(nil)
+)
 
 func newTx(s *Store, ctx context.Context, ptx pgx.Tx) *tx {
 	return &tx{s: s, ctx: ctx, ptx: ptx, inc: s.Incarnation(),
@@ -271,17 +274,30 @@ func (t *tx) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
 }
 
 func (t *tx) AppendEvent(runID string, typ ledger.EventType, actionID string, data json.RawMessage) error {
+	_, err := t.AppendHashedEvent(runID, typ, actionID, data, nil)
+	return err
+}
+
+// AppendHashedEvent is AppendEvent with the event's audit hash
+// (ledger.HashedAppender); hash nil: none. The time hashed is the time
+// stored (the database keeps microseconds, and so does Now).
+func (t *tx) AppendHashedEvent(runID string, typ ledger.EventType, actionID string, data json.RawMessage, hash func(ledger.Event) string) (ledger.Event, error) {
 	e, err := t.run(runID)
 	if err != nil {
-		return err
+		return ledger.Event{}, err
 	}
 	if !e.found {
-		return fmt.Errorf("%w: run %q", ledger.ErrNotFound, runID)
+		return ledger.Event{}, fmt.Errorf("%w: run %q", ledger.ErrNotFound, runID)
 	}
 	e.lastSeq++
 	e.seqs = true
-	ev := ledger.Event{Seq: e.lastSeq, RunID: runID, Type: typ, ActionID: actionID, At: t.Now(), Data: bytes.Clone(data)}
-	t.batch.Queue(t.s.q.insertEvent, runID, int64(ev.Seq), string(typ), actionID, ev.At, nilIfEmpty(ev.Data))
+	ev := ledger.Event{Seq: e.lastSeq, RunID: runID, Type: typ, ActionID: actionID, At: t.Now().UTC().Truncate(time.Microsecond), Data: bytes.Clone(data)}
+	var h any // NULL: not chained
+	if hash != nil {
+		ev.Hash = hash(ev)
+		h = ev.Hash
+	}
+	t.batch.Queue(t.s.q.insertEvent, runID, int64(ev.Seq), string(typ), actionID, ev.At, nilIfEmpty(ev.Data), h)
 	t.events = append(t.events, ev)
 	r, ok := t.ranges[runID]
 	if !ok {
@@ -289,7 +305,7 @@ func (t *tx) AppendEvent(runID string, typ ledger.EventType, actionID string, da
 	}
 	r[1] = ev.Seq
 	t.ranges[runID] = r
-	return nil
+	return ev, nil
 }
 
 func (t *tx) Blob(runID, hash string) (json.RawMessage, bool, error) {
