@@ -2,8 +2,6 @@ package planner
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -12,45 +10,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
 )
 
-// maxWireName is the longest function name the chat-completions API accepts.
-const maxWireName = 64
-
-// nameMap maps registry names to the names the model sees and back.
+// nameMap maps registry names to the names the model sees and back
+// (tools.WireNames: the rule docket mcp uses for MCP clients too).
 type nameMap struct {
 	toWire   map[string]string
 	fromWire map[string]string
 }
 
-// mapNames gives every registry name a wire name in [a-zA-Z0-9_-]{1,64}.
-// A valid name is kept as is; others have every other character replaced by
-// '_'; a name that then collides, or had to be cut, gets "_" and 8 hex digits
-// of its sha256. The result depends only on the set of names.
 func mapNames(names []string) nameMap {
-	names = slices.Clone(names)
-	sort.Strings(names)
-	m := nameMap{toWire: make(map[string]string, len(names)), fromWire: make(map[string]string, len(names))}
-	var changed []string
-	for _, n := range names {
-		if validWireName(n) {
-			m.toWire[n], m.fromWire[n] = n, n
-		} else {
-			changed = append(changed, n)
-		}
-	}
-	for _, n := range changed {
-		w := sanitizeName(n)
-		if len(w) > maxWireName || m.fromWire[w] != "" || w == "" {
-			sum := sha256.Sum256([]byte(n))
-			suffix := "_" + hex.EncodeToString(sum[:4])
-			w = w[:min(len(w), maxWireName-len(suffix))] + suffix
-			for i := 4; m.fromWire[w] != ""; i++ { // a collision of hash prefixes: lengthen
-				suffix = "_" + hex.EncodeToString(sum[:i+1])
-				w = w[:min(len(w), maxWireName-len(suffix))] + suffix
-			}
-		}
-		m.toWire[n], m.fromWire[w] = w, n
+	m := nameMap{toWire: tools.WireNames(names), fromWire: make(map[string]string, len(names))}
+	for n, w := range m.toWire {
+		m.fromWire[w] = n
 	}
 	return m
 }
@@ -65,37 +38,6 @@ func (m nameMap) registryName(wire string) (string, bool) {
 		return wire, true
 	}
 	return "", false
-}
-
-func validWireName(s string) bool {
-	if s == "" || len(s) > maxWireName {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !wireByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func wireByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
-
-func sanitizeName(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		if wireByte(s[i]) {
-			b.WriteByte(s[i])
-			i++
-			continue
-		}
-		_, size := utf8.DecodeRuneInString(s[i:])
-		b.WriteByte('_')
-		i += size
-	}
-	return b.String()
 }
 
 // shape records, for one schema node, which object properties were optional

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/docketrun/docket/tools"
 )
 
 func TestMapNames(t *testing.T) {
@@ -15,7 +17,7 @@ func TestMapNames(t *testing.T) {
 	seen := map[string]string{}
 	for _, n := range names {
 		w := m.toWire[n]
-		if !validWireName(w) {
+		if !tools.ValidWireName(w) {
 			t.Errorf("%q → %q: not in [a-zA-Z0-9_-]{1,64}", n, w)
 		}
 		if other, dup := seen[w]; dup {

@@ -106,7 +106,7 @@ func (cfg Config) validate() error {
 		errs = append(errs, fmt.Errorf("Session %q: want 1-128 letters, digits or _.:-", cfg.Session))
 	}
 	if cfg.Tools != nil {
-		for n, w := range wireNames(cfg.Tools.Names()) {
+		for n, w := range tools.WireNames(cfg.Tools.Names()) {
 			if strings.HasPrefix(w, ownPrefix) {
 				errs = append(errs, fmt.Errorf("tool %q: clients would see it as %q, but the prefix %q is docket's own (rename the tool or the MCP server)", n, w, ownPrefix))
 			}
@@ -161,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "docket", Title: "docket: reviewable, exactly-once tool calls", Version: cfg.Version},
 		&mcp.ServerOptions{Logger: slog.New(warnOnly{s.log.Handler()}), Instructions: instructions})
 	s.fromWire = map[string]string{}
-	for name, wire := range wireNames(s.reg.Names()) {
+	for name, wire := range tools.WireNames(s.reg.Names()) {
 		s.fromWire[wire] = name
 		spec, _ := s.reg.Spec(name)
 		s.mcp.AddTool(toolFor(spec, wire), s.callTool(spec))
