@@ -77,11 +77,11 @@ func TestServeTokensFileAgentCannotApprove(t *testing.T) {
 			break
 		}
 		if last.code != exitPaused {
-			t.Fatalf("the person's approve: %s", last)
+			t.Fatalf("the person's approve: %s\nthe service's log:\n%s", last, s.stderr)
 		}
 	}
 	if last.code != exitOK || !strings.Contains(last.stdout, `"status": "completed"`) {
-		t.Fatalf("the person's approve: %s", last)
+		t.Fatalf("the person's approve: %s\nthe service's log:\n%s", last, s.stderr)
 	}
 }
 
