@@ -183,3 +183,53 @@ func TestReportJSON(t *testing.T) {
 		t.Errorf("round trip lost data: %s", b)
 	}
 }
+
+// TestSummarizePostgresSide checks the second table: docket-pg against DBOS,
+// with PostgreSQL's memory counted on both sides, and no docket-pg rows
+// without that side.
+func TestSummarizePostgresSide(t *testing.T) {
+	res := func(round int, side string, gap float64, peak, pg int64, cpu, pgCPU float64) Result {
+		return Result{Round: round, Side: side, Workload: "noop", GapP50US: gap,
+			ChildPeakKiB: peak, PostgresPeakKiB: pg, ChildCPUMS: cpu, PostgresCPUMS: pgCPU, StepsTotal: 1000}
+	}
+	rep := &Report{Config: Config{Rounds: 2, Workloads: []string{"noop"}, Sides: allSides}, Results: []Result{
+		res(1, "docket", 100, 4096, 0, 100, 0), res(1, "docket-pg", 300, 1024, 2048, 200, 400), res(1, "dbos", 200, 1024, 1024, 100, 300),
+		res(2, "dbos", 200, 1024, 1024, 100, 300), res(2, "docket-pg", 100, 1024, 1024, 100, 100), res(2, "docket", 100, 4096, 0, 100, 0),
+	}}
+	rep.summarize()
+	if len(rep.Rows) != len(metrics(rep.Config)) || len(rep.PGRows) != len(metrics(rep.Config)) {
+		t.Fatalf("%d rows and %d docket-pg rows, want %d each", len(rep.Rows), len(rep.PGRows), len(metrics(rep.Config)))
+	}
+	row := func(prefix string) Row {
+		for _, r := range rep.PGRows {
+			if strings.HasPrefix(r.Metric, prefix) {
+				return r
+			}
+		}
+		t.Fatalf("no docket-pg row %q", prefix)
+		return Row{}
+	}
+	gap := row("added latency per step, median")
+	if gap.RatioMin != 0.5 || gap.RatioMax != 1.5 || gap.AheadIn != 1 || gap.RoundsCmp != 2 || gap.Docket != 200 {
+		t.Errorf("gap row %+v: want docket-pg's figures (median 200) against DBOS's, ratios 0.5–1.5, ahead in 1 of 2", gap)
+	}
+	peak := row("peak RSS (process + PostgreSQL, both sides)")
+	if peak.RatioMin != 1 || peak.RatioMax != 1.5 || peak.AheadIn != 0 {
+		t.Errorf("peak row %+v: docket-pg's peak must include PostgreSQL's (3 and 2 MiB against 2)", peak)
+	}
+	cpu := row("CPU per step (+ PostgreSQL, both sides)")
+	if cpu.RatioMin != 0.5 || cpu.RatioMax != 1.5 {
+		t.Errorf("CPU row %+v: want 200/400 and 600/400 µs per step", cpu)
+	}
+	var out bytes.Buffer
+	rep.Markdown(&out)
+	if !strings.Contains(out.String(), "| workload | figure | docket-pg | DBOS | docket-pg ÷ DBOS") {
+		t.Errorf("no docket-pg table:\n%s", out.String())
+	}
+
+	rep.Config.Sides = []string{"docket", "dbos"}
+	rep.summarize()
+	if len(rep.PGRows) != 0 {
+		t.Errorf("%d docket-pg rows without the docket-pg side", len(rep.PGRows))
+	}
+}
