@@ -19,7 +19,7 @@ import (
 
 // childSpec is what a child process runs (passed as JSON in childEnv).
 type childSpec struct {
-	Side        string `json:"side"`     // "docket" or "dbos"
+	Side        string `json:"side"`     // "docket", "docket-pg" or "dbos"
 	Workload    string `json:"workload"` // "noop" or "http"
 	Steps       int    `json:"steps"`
 	SeqRuns     int    `json:"seq_runs"`
@@ -28,13 +28,14 @@ type childSpec struct {
 	Warmup      int    `json:"warmup"`
 	HTTPURL     string `json:"http_url"`
 	Dir         string `json:"dir,omitempty"` // docket: the ledger directory
-	DSN         string `json:"dsn,omitempty"` // dbos: the system database
+	DSN         string `json:"dsn,omitempty"` // dbos: the system database; docket-pg: the ledger's database
 	// Profiles of the measured window, when set: CPU and heap (pprof).
 	CPUProfile string `json:"cpu_profile,omitempty"`
 	MemProfile string `json:"mem_profile,omitempty"`
 }
 
-// Result is one child's figures (plus, for DBOS, PostgreSQL's, added by the parent).
+// Result is one child's figures (plus, for the sides on PostgreSQL, DBOS and
+// docket-pg, PostgreSQL's, added by the parent).
 type Result struct {
 	Round    int    `json:"round"`
 	Side     string `json:"side"`
@@ -48,12 +49,13 @@ type Result struct {
 	RunOverheadP50US float64 `json:"run_overhead_p50_us"`
 	SeqStepsPerSec   float64 `json:"seq_steps_per_s"`
 	ConcStepsPerSec  float64 `json:"conc_steps_per_s"`
-	// Memory: the child's peak RSS (VmHWM); for DBOS also PostgreSQL's peak
+	// Memory: the child's peak RSS (VmHWM); for DBOS and docket-pg also PostgreSQL's peak
 	// proportional set size (postmaster and all its children, sampled).
 	ChildPeakKiB    int64 `json:"child_peak_kib"`
 	PostgresPeakKiB int64 `json:"postgres_peak_kib,omitempty"`
 	// CPU in the measured window (sequential phase, concurrent warm-up and
-	// phase): the child's user+sys time, plus for DBOS PostgreSQL's meanwhile.
+	// phase): the child's user+sys time, plus for DBOS and docket-pg
+	// PostgreSQL's meanwhile.
 	ChildCPUMS    float64 `json:"child_cpu_ms"`
 	PostgresCPUMS float64 `json:"postgres_cpu_ms,omitempty"`
 	StepsTotal    int     `json:"steps_total"`
@@ -72,6 +74,10 @@ func (r Result) CPUPerStepUS() float64 {
 	}
 	return (r.ChildCPUMS + r.PostgresCPUMS) * 1000 / float64(r.StepsTotal)
 }
+
+// onPostgres says whether a side keeps its state in the throwaway cluster
+// (its CPU and memory count as the side's).
+func onPostgres(side string) bool { return side == "dbos" || side == "docket-pg" }
 
 // engine is one side as the child drives it.
 type engine interface {
@@ -172,7 +178,7 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 		err error
 	)
 	switch spec.Side {
-	case "docket":
+	case "docket", "docket-pg":
 		eng, err = openDocket(ctx, spec, rec)
 	case "dbos":
 		eng, err = openDBOS(ctx, spec, rec)
@@ -342,8 +348,8 @@ func statusKiB(path, field string) int64 {
 	return 0
 }
 
-// runChild runs one side in a child process. While a DBOS child runs, the
-// parent samples PostgreSQL's memory and CPU.
+// runChild runs one side in a child process. While a child on PostgreSQL
+// (DBOS, docket-pg) runs, the parent samples PostgreSQL's memory and CPU.
 func runChild(ctx context.Context, exe string, spec childSpec, pg *postgres, log io.Writer) (Result, error) {
 	b, _ := json.Marshal(spec)
 	cmd := exec.CommandContext(ctx, exe)
@@ -358,7 +364,7 @@ func runChild(ctx context.Context, exe string, spec childSpec, pg *postgres, log
 		return Result{}, err
 	}
 	var mon *pgMonitor
-	if spec.Side == "dbos" {
+	if onPostgres(spec.Side) {
 		mon = pg.monitor()
 	}
 	if err := cmd.Start(); err != nil {

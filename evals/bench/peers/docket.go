@@ -10,13 +10,16 @@ import (
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	pgledger "github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 )
 
-// docketSide is docket's executor over a ledger in its own directory, as an
-// application embedding it would run it.
+// docketSide is docket's executor as an application embedding it would run
+// it: over a Badger ledger in its own directory (side "docket"), or over the
+// shared ledger on PostgreSQL (side "docket-pg": ledger/postgres with its
+// defaults, as `docket serve --ledger postgres://…` opens it).
 type docketSide struct {
 	led  ledger.Store
 	eng  *executor.Engine
@@ -79,7 +82,15 @@ func openDocket(ctx context.Context, spec childSpec, rec *recorder) (engine, err
 	if err != nil {
 		return nil, err
 	}
-	if d.led, err = badgerdb.Open(ctx, badgerdb.Config{Dir: spec.Dir, Logger: quiet}); err != nil {
+	switch spec.Side {
+	case "docket":
+		d.led, err = badgerdb.Open(ctx, badgerdb.Config{Dir: spec.Dir, Logger: quiet})
+	case "docket-pg":
+		d.led, err = pgledger.Open(ctx, pgledger.Config{URL: spec.DSN, Logger: quiet})
+	default:
+		err = fmt.Errorf("unknown docket side %q", spec.Side)
+	}
+	if err != nil {
 		return nil, err
 	}
 	// Parallelism is per run; each run here is a chain, so 1 would do as well.

@@ -1,11 +1,14 @@
 // Command peers measures docket's executor side by side with DBOS Transact
 // (Go, on PostgreSQL) on the same machine, in one run, so that the machine's
-// noise falls on both sides alike.
+// noise falls on every side alike. docket runs twice: on its Badger ledger
+// (side "docket") and on the shared ledger in the same PostgreSQL cluster as
+// DBOS (side "docket-pg", ledger/postgres).
 //
 // It starts a throwaway PostgreSQL cluster (initdb into a temporary directory,
 // pg_ctl start on a free loopback port, durability settings left at their
 // defaults), a loopback HTTP endpoint, and then, round after round, alternates
-// a docket child process and a DBOS child process over the same workloads:
+// a docket child process, a docket-pg child process and a DBOS child process
+// (the order rotating round by round) over the same workloads:
 //
 //   - noop: each durable step calls an in-process function that returns at once
 //     (docket: a keyed tool; DBOS: a step);
@@ -16,9 +19,10 @@
 // Every child runs a sequential phase (one run at a time, each a chain of
 // -steps steps) and a concurrent phase (-concurrency runs in flight), and
 // reports the added latency per durable step, the step rates and its peak
-// RSS. The DBOS side's memory is its process plus PostgreSQL's (proportional
-// set size of the postmaster and its children). The report gives ratios
-// docket ÷ DBOS per round, as min–median–max.
+// RSS. The memory and CPU of the sides on PostgreSQL (DBOS, docket-pg) are
+// their process's plus PostgreSQL's (proportional set size of the postmaster
+// and its children; their CPU over the same window). The report gives ratios
+// docket ÷ DBOS and docket-pg ÷ DBOS per round, as min–median–max.
 //
 //	cd evals/bench/peers && go run . -rounds 5
 //
@@ -53,7 +57,7 @@ type Config struct {
 	ConcRuns    int       // runs per concurrent worker
 	Warmup      int       // unmeasured runs before each phase
 	Workloads   []string  // "noop", "http"
-	Sides       []string  // "docket", "dbos" (both by default; one alone gives no ratios)
+	Sides       []string  // "docket", "docket-pg", "dbos" (all by default; without dbos there are no ratios)
 	DBOSPool    int       // DBOS's pgx pool size (pool_max_conns); 0 leaves DBOS's default (20)
 	PGBin       string    // directory of initdb/pg_ctl; "" finds them
 	Dir         string    // work directory; "" makes a temporary one
@@ -64,10 +68,13 @@ type Config struct {
 	Log         io.Writer `json:"-"`
 }
 
+// allSides are the sides, in the order of the first round.
+var allSides = []string{"docket", "docket-pg", "dbos"}
+
 func defaultConfig() Config {
 	return Config{
 		Rounds: 5, Steps: 10, SeqRuns: 200, Concurrency: 64, ConcRuns: 30, Warmup: 5,
-		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "dbos"}, Log: os.Stderr,
+		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "docket-pg", "dbos"}, Log: os.Stderr,
 	}
 }
 
@@ -82,14 +89,14 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "A/B rounds (docket and DBOS alternate which goes first)")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds (the sides rotate which goes first)")
 	fs.IntVar(&cfg.Steps, "steps", cfg.Steps, "durable steps per run (each depends on the previous one)")
 	fs.IntVar(&cfg.SeqRuns, "seq-runs", cfg.SeqRuns, "runs in the sequential phase")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "runs in flight in the concurrent phase")
 	fs.IntVar(&cfg.ConcRuns, "conc-runs", cfg.ConcRuns, "runs per worker in the concurrent phase")
 	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured runs before each phase")
 	workloads := fs.String("workloads", strings.Join(cfg.Workloads, ","), "comma-separated: noop, http")
-	sides := fs.String("sides", strings.Join(cfg.Sides, ","), "comma-separated: docket, dbos (one side alone is for profiling it: no ratios)")
+	sides := fs.String("sides", strings.Join(cfg.Sides, ","), "comma-separated: docket (Badger ledger), docket-pg (ledger on PostgreSQL), dbos (one side alone is for profiling it: no ratios)")
 	fs.IntVar(&cfg.DBOSPool, "dbos-pool", cfg.DBOSPool, "DBOS's connection pool size (0: DBOS's default, 20 connections, which served it better than 64 here)")
 	fs.StringVar(&cfg.PGBin, "pg-bin", "", "directory holding initdb and pg_ctl (default: PATH, then /usr/lib/postgresql/*/bin)")
 	fs.StringVar(&cfg.Dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
@@ -142,8 +149,8 @@ func (cfg Config) validate() error {
 		errs = append(errs, fmt.Errorf("-warmup %d: must not be negative", cfg.Warmup))
 	}
 	for _, s := range cfg.Sides {
-		if s != "docket" && s != "dbos" {
-			errs = append(errs, fmt.Errorf("-sides: unknown side %q (want docket or dbos)", s))
+		if !slices.Contains(allSides, s) {
+			errs = append(errs, fmt.Errorf("-sides: unknown side %q (want docket, docket-pg or dbos)", s))
 		}
 	}
 	if len(cfg.Sides) == 0 {
@@ -236,14 +243,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	for r := range cfg.Rounds {
 		for wi, w := range cfg.Workloads {
-			order := []string{"docket", "dbos"}
-			if (r+wi)%2 == 1 {
-				order = []string{"dbos", "docket"}
-			}
-			for _, side := range order {
-				if !slices.Contains(cfg.Sides, side) {
-					continue
+			// The sides take turns going first (with two, they alternate).
+			var order []string
+			for _, s := range allSides {
+				if slices.Contains(cfg.Sides, s) {
+					order = append(order, s)
 				}
+			}
+			k := (r + wi) % len(order)
+			order = append(order[k:], order[:k]...)
+			for _, side := range order {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
@@ -261,6 +270,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					spec.Dir = filepath.Join(dir, fmt.Sprintf("ledger-r%d-%s", r, w))
 				case "dbos":
 					spec.DSN = pg.DSN(fmt.Sprintf("dbos_r%d_%s", r, w), cfg.DBOSPool)
+				case "docket-pg":
+					// A fresh database, as DBOS gets; the ledger's pool keeps
+					// its default size (16 connections, ledger/postgres.DefaultMaxConns).
+					db := fmt.Sprintf("docket_r%d_%s", r, w)
+					if err := pg.CreateDB(ctx, db); err != nil {
+						return nil, err
+					}
+					spec.DSN = pg.DSN(db, 0)
 				}
 				posts0, keys0 := srv.posts.Load(), srv.keys.Load()
 				res, err := runChild(ctx, cfg.Exe, spec, pg, cfg.Log)
@@ -277,7 +294,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				}
 				res.Round = r + 1
 				rep.Results = append(rep.Results, res)
-				logf("round %d %-4s %-6s gap p50 %6.0f µs p99 %6.0f µs, seq %6.0f steps/s, %d in flight %6.0f steps/s, peak %5.1f MiB, cpu %5.0f µs/step",
+				logf("round %d %-4s %-9s gap p50 %6.0f µs p99 %6.0f µs, seq %6.0f steps/s, %d in flight %6.0f steps/s, peak %5.1f MiB, cpu %5.0f µs/step",
 					r+1, w, side, res.GapP50US, res.GapP99US, res.SeqStepsPerSec, cfg.Concurrency, res.ConcStepsPerSec,
 					res.PeakMiB(), res.CPUPerStepUS())
 				if side == "docket" {

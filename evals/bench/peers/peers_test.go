@@ -22,8 +22,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestSmoke runs the whole benchmark small: one round of each workload on a
-// real throwaway cluster, so that the program cannot rot. Without PostgreSQL's
+// TestSmoke runs the whole benchmark small: one round of each workload, all
+// three sides (docket on Badger, docket on PostgreSQL, DBOS), on a real
+// throwaway cluster, so that the program cannot rot. Without PostgreSQL's
 // server binaries it skips, or fails where extras are required (CI=true,
 // DOCKET_REQUIRE_EXTRAS=1).
 func TestSmoke(t *testing.T) {
@@ -33,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	}
 	var log bytes.Buffer
 	cfg := Config{Rounds: 1, Steps: 3, SeqRuns: 4, Concurrency: 4, ConcRuns: 2, Warmup: 1,
-		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "dbos"}, Log: &log}
+		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "docket-pg", "dbos"}, Log: &log}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
@@ -46,8 +47,8 @@ func TestSmoke(t *testing.T) {
 	if rep.DBOSVersion == "" {
 		t.Error("the report does not name the DBOS version")
 	}
-	if len(rep.Results) != 4 {
-		t.Fatalf("got %d results, want 4 (2 workloads × 2 sides)", len(rep.Results))
+	if len(rep.Results) != 6 {
+		t.Fatalf("got %d results, want 6 (2 workloads × 3 sides)", len(rep.Results))
 	}
 	// Measured steps: the sequential runs, the concurrent warm-up (one run
 	// per worker) and the concurrent runs.
@@ -72,7 +73,7 @@ func TestSmoke(t *testing.T) {
 		if r.StepsRun != wantSteps+cfg.Warmup*cfg.Steps {
 			t.Errorf("%s: %d steps run, want %d", where, r.StepsRun, wantSteps+cfg.Warmup*cfg.Steps)
 		}
-		if r.Side == "dbos" && (r.PostgresPeakKiB <= 0 || r.PostgresCPUMS <= 0) {
+		if (r.Side == "dbos" || r.Side == "docket-pg") && (r.PostgresPeakKiB <= 0 || r.PostgresCPUMS <= 0) {
 			t.Errorf("%s: PostgreSQL's memory %d KiB, CPU %v ms: the cluster was not measured", where, r.PostgresPeakKiB, r.PostgresCPUMS)
 		}
 		if r.Side == "docket" && (r.PostgresPeakKiB != 0 || r.PostgresCPUMS != 0) {
@@ -82,10 +83,19 @@ func TestSmoke(t *testing.T) {
 	if len(rep.Rows) != 2*len(metrics(cfg)) {
 		t.Fatalf("got %d rows, want %d", len(rep.Rows), 2*len(metrics(cfg)))
 	}
+	if len(rep.PGRows) != 2*len(metrics(cfg)) {
+		t.Fatalf("got %d docket-pg rows, want %d", len(rep.PGRows), 2*len(metrics(cfg)))
+	}
+	for _, r := range rep.PGRows {
+		if !(r.Docket > 0) || !(r.DBOS > 0) || r.RoundsCmp != 1 {
+			t.Errorf("docket-pg row %+v: want both medians and one round compared", r)
+		}
+	}
 	var out bytes.Buffer
 	rep.Markdown(&out)
 	for _, want := range []string{"| workload | figure | docket | DBOS |", "| noop | added latency per step, median |",
-		"| http | steps/s, 4 runs in flight |", "fsync=on, synchronous_commit=on"} {
+		"| http | steps/s, 4 runs in flight |", "fsync=on, synchronous_commit=on",
+		"| workload | figure | docket-pg | DBOS |", "| noop | CPU per step (+ PostgreSQL, both sides) |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
@@ -171,5 +181,55 @@ func TestReportJSON(t *testing.T) {
 	}
 	if len(back.Results) != 2 || len(back.Rows) != len(metrics(rep.Config)) || back.Rows[0].RatioMed != 0.5 {
 		t.Errorf("round trip lost data: %s", b)
+	}
+}
+
+// TestSummarizePostgresSide checks the second table: docket-pg against DBOS,
+// with PostgreSQL's memory counted on both sides, and no docket-pg rows
+// without that side.
+func TestSummarizePostgresSide(t *testing.T) {
+	res := func(round int, side string, gap float64, peak, pg int64, cpu, pgCPU float64) Result {
+		return Result{Round: round, Side: side, Workload: "noop", GapP50US: gap,
+			ChildPeakKiB: peak, PostgresPeakKiB: pg, ChildCPUMS: cpu, PostgresCPUMS: pgCPU, StepsTotal: 1000}
+	}
+	rep := &Report{Config: Config{Rounds: 2, Workloads: []string{"noop"}, Sides: allSides}, Results: []Result{
+		res(1, "docket", 100, 4096, 0, 100, 0), res(1, "docket-pg", 300, 1024, 2048, 200, 400), res(1, "dbos", 200, 1024, 1024, 100, 300),
+		res(2, "dbos", 200, 1024, 1024, 100, 300), res(2, "docket-pg", 100, 1024, 1024, 100, 100), res(2, "docket", 100, 4096, 0, 100, 0),
+	}}
+	rep.summarize()
+	if len(rep.Rows) != len(metrics(rep.Config)) || len(rep.PGRows) != len(metrics(rep.Config)) {
+		t.Fatalf("%d rows and %d docket-pg rows, want %d each", len(rep.Rows), len(rep.PGRows), len(metrics(rep.Config)))
+	}
+	row := func(prefix string) Row {
+		for _, r := range rep.PGRows {
+			if strings.HasPrefix(r.Metric, prefix) {
+				return r
+			}
+		}
+		t.Fatalf("no docket-pg row %q", prefix)
+		return Row{}
+	}
+	gap := row("added latency per step, median")
+	if gap.RatioMin != 0.5 || gap.RatioMax != 1.5 || gap.AheadIn != 1 || gap.RoundsCmp != 2 || gap.Docket != 200 {
+		t.Errorf("gap row %+v: want docket-pg's figures (median 200) against DBOS's, ratios 0.5–1.5, ahead in 1 of 2", gap)
+	}
+	peak := row("peak RSS (process + PostgreSQL, both sides)")
+	if peak.RatioMin != 1 || peak.RatioMax != 1.5 || peak.AheadIn != 0 {
+		t.Errorf("peak row %+v: docket-pg's peak must include PostgreSQL's (3 and 2 MiB against 2)", peak)
+	}
+	cpu := row("CPU per step (+ PostgreSQL, both sides)")
+	if cpu.RatioMin != 0.5 || cpu.RatioMax != 1.5 {
+		t.Errorf("CPU row %+v: want 200/400 and 600/400 µs per step", cpu)
+	}
+	var out bytes.Buffer
+	rep.Markdown(&out)
+	if !strings.Contains(out.String(), "| workload | figure | docket-pg | DBOS | docket-pg ÷ DBOS") {
+		t.Errorf("no docket-pg table:\n%s", out.String())
+	}
+
+	rep.Config.Sides = []string{"docket", "dbos"}
+	rep.summarize()
+	if len(rep.PGRows) != 0 {
+		t.Errorf("%d docket-pg rows without the docket-pg side", len(rep.PGRows))
 	}
 }

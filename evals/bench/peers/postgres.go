@@ -193,6 +193,19 @@ func (pg *postgres) DSN(db string, pool int) string {
 	return u
 }
 
+// CreateDB creates database db (a plain identifier) on the cluster.
+func (pg *postgres) CreateDB(ctx context.Context, db string) error {
+	conn, err := pgx.Connect(ctx, pg.DSN("postgres", 0))
+	if err != nil {
+		return fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
+		return fmt.Errorf("CREATE DATABASE %s: %w", db, err)
+	}
+	return nil
+}
+
 // Settings asks the server for its durability settings.
 func (pg *postgres) Settings(ctx context.Context) (PGSettings, error) {
 	conn, err := pgx.Connect(ctx, pg.DSN("postgres", 0))
@@ -226,7 +239,7 @@ func (pg *postgres) Stop() {
 	}
 }
 
-// pgMonitor samples the cluster's memory while a DBOS child runs, and
+// pgMonitor samples the cluster's memory while a child on it runs, and
 // measures its CPU between the child's "start" and "end" marks.
 type pgMonitor struct {
 	pg         *postgres

@@ -16,7 +16,10 @@ type Report struct {
 	DBOSVersion string     `json:"dbos_version"`
 	Config      Config     `json:"config"`
 	Results     []Result   `json:"results"` // one per child, in the order they ran
-	Rows        []Row      `json:"rows"`
+	Rows        []Row      `json:"rows"`    // docket (Badger) against DBOS
+	// PGRows compare docket on PostgreSQL against DBOS (their Docket
+	// fields are docket-pg's); empty without the docket-pg side.
+	PGRows []Row `json:"pg_rows,omitempty"`
 }
 
 // Row compares one figure across rounds.
@@ -38,19 +41,24 @@ type metric struct {
 	name, unit string
 	lower      bool
 	get        func(Result) float64
+	// pgName names the figure when both sides are on PostgreSQL; "" is name.
+	pgName string
 }
 
 // metrics are the compared figures; cfg names the concurrency in its row.
 func metrics(cfg Config) []metric {
 	return []metric{
-		{"added latency per step, median", "µs", true, func(r Result) float64 { return r.GapP50US }},
-		{"added latency per step, p99", "µs", true, func(r Result) float64 { return r.GapP99US }},
-		{"sequential steps/s (one run at a time)", "steps/s", false, func(r Result) float64 { return r.SeqStepsPerSec }},
-		{fmt.Sprintf("steps/s, %d runs in flight", cfg.Concurrency), "steps/s", false, func(r Result) float64 { return r.ConcStepsPerSec }},
-		{"peak RSS (DBOS: its process + PostgreSQL)", "MiB", true, func(r Result) float64 { return r.PeakMiB() }},
-		{"peak RSS of the process alone (DBOS: without PostgreSQL)", "MiB", true, func(r Result) float64 { return float64(r.ChildPeakKiB) / 1024 }},
-		{"start + finish of a run (once per run)", "µs", true, func(r Result) float64 { return r.RunOverheadP50US }},
-		{"CPU per step (DBOS: + PostgreSQL)", "µs", true, func(r Result) float64 { return r.CPUPerStepUS() }},
+		{"added latency per step, median", "µs", true, func(r Result) float64 { return r.GapP50US }, ""},
+		{"added latency per step, p99", "µs", true, func(r Result) float64 { return r.GapP99US }, ""},
+		{"sequential steps/s (one run at a time)", "steps/s", false, func(r Result) float64 { return r.SeqStepsPerSec }, ""},
+		{fmt.Sprintf("steps/s, %d runs in flight", cfg.Concurrency), "steps/s", false, func(r Result) float64 { return r.ConcStepsPerSec }, ""},
+		{"peak RSS (DBOS: its process + PostgreSQL)", "MiB", true, func(r Result) float64 { return r.PeakMiB() },
+			"peak RSS (process + PostgreSQL, both sides)"},
+		{"peak RSS of the process alone (DBOS: without PostgreSQL)", "MiB", true, func(r Result) float64 { return float64(r.ChildPeakKiB) / 1024 },
+			"peak RSS of the process alone (without PostgreSQL)"},
+		{"start + finish of a run (once per run)", "µs", true, func(r Result) float64 { return r.RunOverheadP50US }, ""},
+		{"CPU per step (DBOS: + PostgreSQL)", "µs", true, func(r Result) float64 { return r.CPUPerStepUS() },
+			"CPU per step (+ PostgreSQL, both sides)"},
 	}
 }
 
@@ -62,13 +70,26 @@ func (rep *Report) summarize() {
 			}
 		}
 	}
-	rep.Rows = nil
+	rep.Rows = rep.compare("docket", false)
+	rep.PGRows = nil
+	if slices.Contains(rep.Config.Sides, "docket-pg") {
+		rep.PGRows = rep.compare("docket-pg", true)
+	}
+}
+
+// compare makes the rows of side against DBOS, round by round.
+func (rep *Report) compare(side string, onPG bool) []Row {
+	var rows []Row
 	for _, w := range rep.Config.Workloads {
 		for _, m := range metrics(rep.Config) {
-			row := Row{Workload: w, Metric: m.name, Unit: m.unit, Lower: m.lower}
+			name := m.name
+			if onPG && m.pgName != "" {
+				name = m.pgName
+			}
+			row := Row{Workload: w, Metric: name, Unit: m.unit, Lower: m.lower}
 			var dk, db, ratios []float64
 			for round := 1; round <= rep.Config.Rounds; round++ {
-				a, okA := rep.find(round, w, "docket")
+				a, okA := rep.find(round, w, side)
 				b, okB := rep.find(round, w, "dbos")
 				if okA {
 					dk = append(dk, m.get(a))
@@ -92,9 +113,10 @@ func (rep *Report) summarize() {
 			if len(ratios) > 0 {
 				row.RatioMin, row.RatioMed, row.RatioMax = slices.Min(ratios), median(ratios), slices.Max(ratios)
 			}
-			rep.Rows = append(rep.Rows, row)
+			rows = append(rows, row)
 		}
 	}
+	return rows
 }
 
 func (rep *Report) find(round int, workload, side string) (Result, bool) {
@@ -130,11 +152,20 @@ func (rep *Report) Markdown(w io.Writer) {
 		rep.DBOSVersion, rep.Date, m.CPUs, m.CPUModel, m.MemGiB, m.Disk, m.Kernel, m.Go, m.Load1)
 	fmt.Fprintf(w, "raw 4 KiB append + fdatasync: p50 %.0f µs, p99 %.0f µs. PostgreSQL %s: fsync=%s, synchronous_commit=%s, wal_sync_method=%s, full_page_writes=%s, shared_buffers=%s; DBOS pool: %s\n",
 		m.FsyncUS, m.FsyncP99US, pg.Version, pg.Fsync, pg.SynchronousCommit, pg.WalSyncMethod, pg.FullPageWrites, pg.SharedBuffers, poolDesc(c.DBOSPool))
-	fmt.Fprintf(w, "%d rounds (A/B alternating), runs of %d chained steps: %d runs one at a time, then %d runs in flight × %d each\n\n",
+	fmt.Fprintf(w, "%d rounds (the sides rotating which goes first), runs of %d chained steps: %d runs one at a time, then %d runs in flight × %d each\n\n",
 		c.Rounds, c.Steps, c.SeqRuns, c.Concurrency, c.ConcRuns)
-	fmt.Fprintln(w, "| workload | figure | docket | DBOS | docket ÷ DBOS (min–median–max) | better | docket ahead |")
+	table(w, "docket", rep.Rows)
+	if len(rep.PGRows) > 0 {
+		fmt.Fprintf(w, "\ndocket on PostgreSQL (ledger/postgres, its default pool of 16 connections) vs DBOS, on the same cluster; memory and CPU include PostgreSQL's on both sides\n\n")
+		table(w, "docket-pg", rep.PGRows)
+	}
+}
+
+// table writes rows of side against DBOS.
+func table(w io.Writer, side string, rows []Row) {
+	fmt.Fprintf(w, "| workload | figure | %s | DBOS | %s ÷ DBOS (min–median–max) | better | %s ahead |\n", side, side, side)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-	for _, r := range rep.Rows {
+	for _, r := range rows {
 		better := "higher"
 		if r.Lower {
 			better = "lower"
