@@ -23,7 +23,7 @@ func init() {
 // docket command line with a crash point armed.
 type chaosCmd struct{ env Env }
 
-const chaosUsage = "chaos [--seed N] [--actions N] [--json] [--runs-dir DIR [--resume]] [--workers N] [--timeout D] [--lag D] [--lag-declared D] [--protected-only]"
+const chaosUsage = "chaos [--seed N] [--actions N] [--json] [--runs-dir DIR [--resume]] [--workers N] [--timeout D] [--lag D] [--lag-declared D] [--protected-only] [--min-kills N]"
 
 func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	if spec := c.env.Getenv(chaos.WorldEnv); spec != "" {
@@ -48,6 +48,7 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	lag := fs.Duration("lag", time.Second, "the leads service's real visibility lag bound")
 	lagDeclared := fs.Duration("lag-declared", -1, "the visibility_lag the tools file declares for leads (default: --lag)")
 	protectedOnly := fs.Bool("protected-only", false, "skip the workload with protections switched off")
+	minKills := fs.Int("min-kills", 0, "run the seed's next plans past --actions until each workload saw this many SIGKILLs (at most twice the runs)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -60,6 +61,9 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	}
 	if *actions < 1 || *workers < 1 || *timeout <= 0 || *lag <= 0 {
 		return usageError("--actions, --workers, --timeout and --lag must be positive")
+	}
+	if *minKills < 0 {
+		return usageError("--min-kills must not be negative")
 	}
 	seedSet := false
 	fs.Visit(func(f *flag.Flag) { seedSet = seedSet || f.Name == "seed" })
@@ -84,6 +88,7 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 		Timeout:       *timeout,
 		Lag:           *lag,
 		ProtectedOnly: *protectedOnly,
+		MinKills:      *minKills,
 		Progress:      c.env.Stderr,
 	}
 	if *lagDeclared >= 0 {

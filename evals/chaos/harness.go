@@ -45,6 +45,13 @@ type Config struct {
 	LagDeclared *time.Duration
 	// ProtectedOnly skips the unprotected workload.
 	ProtectedOnly bool
+	// MinKills, when positive, keeps the experiment going past Actions with
+	// further plans (the seed's next ones) until every workload has seen at
+	// least that many SIGKILLs, up to twice the runs Actions asked for. How
+	// many kills land depends on timing (a timed kill misses a command that
+	// ended first), so a slow machine needs a few more runs for the same
+	// number of kills.
+	MinKills int
 	// NoControl runs every plan through `docket run`, with no person
 	// pausing, cancelling, editing or replaying it in flight: for
 	// experiments that isolate one race (TestChaosVisibilityLag).
@@ -76,6 +83,7 @@ type state struct {
 	Lag           time.Duration `json:"lag"`
 	LagDeclared   time.Duration `json:"lag_declared"`
 	ProtectedOnly bool          `json:"protected_only"`
+	MinKills      int           `json:"min_kills,omitempty"`
 	Faults        Faults        `json:"faults"`
 	Only          []int         `json:"only,omitempty"`
 	Epoch         int           `json:"epoch"`          // sessions started (run ids of an interrupted session are not reused)
@@ -170,13 +178,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}(i)
 	}
-feed:
-	for _, j := range todo {
+	send := func(j job) bool {
 		select {
 		case ch <- j:
+			return true
 		case <-ctx.Done():
-			break feed
+			return false
 		}
+	}
+	ok := true
+	for _, j := range todo {
+		if ok = send(j); !ok {
+			break
+		}
+	}
+	if ok {
+		h.feedForKills(send)
 	}
 	close(ch)
 	wg.Wait()
@@ -230,7 +247,7 @@ func (h *harness) open() error {
 			lag = *c.LagDeclared
 		}
 		h.st = state{Seed: c.Seed, Actions: c.Actions, Timeout: c.Timeout, Lag: c.Lag, LagDeclared: lag,
-			ProtectedOnly: c.ProtectedOnly, Faults: c.Faults, Only: c.Only}
+			ProtectedOnly: c.ProtectedOnly, MinKills: c.MinKills, Faults: c.Faults, Only: c.Only}
 	}
 	if err := h.saveState(); err != nil {
 		return err
@@ -310,6 +327,56 @@ func (h *harness) pending() []job {
 		add(n)
 	}
 	return todo
+}
+
+// feedForKills sends the seed's next plans, one run per workload each, while
+// a workload has fewer than MinKills kills among the results recorded so far
+// (the runs in flight may bring the rest: a few more than needed can run),
+// up to as many extra runs as the plain workload has.
+func (h *harness) feedForKills(send func(job) bool) {
+	if h.st.MinKills <= 0 || len(h.st.Only) > 0 {
+		return
+	}
+	modes := []string{Protected, Unprotected}
+	if h.st.ProtectedOnly {
+		modes = modes[:1]
+	}
+	next, total := 0, 0
+	for ; total < h.st.Actions; next++ {
+		_, size := GeneratePlan(h.st.Seed, next)
+		total += size
+	}
+	done := map[job]bool{}
+	h.mu.Lock()
+	for _, r := range h.results {
+		done[job{r.Mode, r.N}] = true
+	}
+	h.mu.Unlock()
+	for extra := 0; extra < next; extra++ {
+		h.mu.Lock()
+		short := false
+		for _, m := range modes {
+			kills := 0
+			for _, r := range h.results {
+				if r.Mode == m {
+					kills += r.Kills
+				}
+			}
+			short = short || kills < h.st.MinKills
+		}
+		if short {
+			h.jobs += len(modes)
+		}
+		h.mu.Unlock()
+		if !short {
+			return
+		}
+		for _, m := range modes {
+			if j := (job{m, next + extra}); !done[j] && !send(j) {
+				return
+			}
+		}
+	}
 }
 
 // record keeps a run's result, durably.
