@@ -10,13 +10,13 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/docketrun/docket/ledger/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -39,25 +39,10 @@ func findPostgres(dir string) (string, error) {
 		}
 		return dir, nil
 	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if real, err := filepath.EvalSymlinks(p); err == nil && has(filepath.Dir(real)) {
-			return filepath.Dir(real), nil
-		}
-		if has(filepath.Dir(p)) {
-			return filepath.Dir(p), nil
-		}
-	}
-	// Debian installs the server outside PATH, one directory per major version.
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	slices.SortFunc(matches, func(a, b string) int {
-		va, _ := strconv.Atoi(filepath.Base(filepath.Dir(a)))
-		vb, _ := strconv.Atoi(filepath.Base(filepath.Dir(b)))
-		return vb - va
-	})
-	for _, m := range matches {
-		if has(m) {
-			return m, nil
-		}
+	// The same search as the tests' throwaway clusters: PATH, then Debian's
+	// one directory per major version outside PATH, newest first.
+	if d, err := pgtest.Bins(); err == nil {
+		return d, nil
 	}
 	return "", ErrNoPostgres
 }
