@@ -33,6 +33,7 @@ import (
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/httptool"
 	"github.com/docketrun/docket/ui"
+	"github.com/docketrun/docket/ui/testdata/clientgen/report"
 )
 
 const token = "clientgen-token-0123456789"
@@ -116,33 +117,13 @@ func TestGeneratedClientDrivesARun(t *testing.T) {
 
 	// The driver, built on the generated client, drives a run.
 	out := goCmd(t, ctx, "run", "-tags", "clientgen_driver", "./driver", "-url", hs.URL, "-token", token, "-run", "clientgen-1")
-	var rep struct {
-		RunID       string   `json:"run_id"`
-		Created     int      `json:"created"`
-		Again       int      `json:"again"`
-		Waiting     string   `json:"waiting"`
-		Inbox       int      `json:"inbox"`
-		Status      string   `json:"status"`
-		Settled     string   `json:"settled"`
-		Actions     []string `json:"actions"`
-		PlanActions int      `json:"plan_actions"`
-		Events      int      `json:"events"`
-		LastType    string   `json:"last_type"`
-		PastEnd     string   `json:"past_end"`
-		Listed      bool     `json:"listed"`
-		Tools       int      `json:"tools"`
-		Health      string   `json:"health"`
-		UnknownRun  string   `json:"unknown_run"`
-		UnknownCode int      `json:"unknown_code"`
-		SessionWho  string   `json:"session_who"`
-		Schema      string   `json:"server_schema"`
-	}
+	var rep report.Report
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("the driver's report: %v\n%s", err, out)
 	}
 	t.Logf("driver: %s", bytes.TrimSpace(out))
 	switch {
-	case rep.Health != "ok", rep.SessionWho != "token:client", rep.Tools == 0, rep.Schema != "3.1.0":
+	case rep.Health != "ok", rep.SessionWho != "token:client", rep.Tools == 0, rep.ServerSchema != "3.1.0":
 		t.Errorf("service reads: %+v", rep)
 	case rep.Created != 201 || rep.Again != 200:
 		t.Errorf("create = %d, again = %d; want 201, 200", rep.Created, rep.Again)

@@ -24,29 +24,8 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ui/testdata/clientgen/docketclient"
+	"github.com/docketrun/docket/ui/testdata/clientgen/report"
 )
-
-type report struct {
-	RunID        string   `json:"run_id"`
-	Created      int      `json:"created"`
-	Again        int      `json:"again"`
-	Waiting      string   `json:"waiting"`
-	Inbox        int      `json:"inbox"`
-	Status       string   `json:"status"`
-	Settled      string   `json:"settled"`
-	Actions      []string `json:"actions"`
-	PlanActions  int      `json:"plan_actions"`
-	Events       int      `json:"events"`
-	LastType     string   `json:"last_type"`
-	PastEnd      string   `json:"past_end"`
-	Listed       bool     `json:"listed"`
-	Tools        int      `json:"tools"`
-	Health       string   `json:"health"`
-	UnknownRun   string   `json:"unknown_run"`
-	UnknownCode  int      `json:"unknown_code"`
-	SessionWho   string   `json:"session_who"`
-	ServerSchema string   `json:"server_schema"`
-}
 
 func main() {
 	url := flag.String("url", "", "the docket service's base URL")
@@ -70,7 +49,7 @@ func drive(url, token, runID string) error {
 	if err != nil {
 		return err
 	}
-	var rep report
+	var rep report.Report
 	rep.RunID = runID
 
 	h, err := c.GetHealthWithResponse(ctx)
