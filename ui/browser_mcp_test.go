@@ -13,6 +13,7 @@ import (
 
 	"github.com/docketrun/docket/evals/testextra"
 	"github.com/docketrun/docket/executor/mcpserve"
+	"github.com/docketrun/docket/tools/mcptool/mcptest"
 )
 
 // TestBrowserApprovesMCPCall: an MCP client's email call waits for a person
@@ -36,15 +37,7 @@ func TestBrowserApprovesMCPCall(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	progress := make(chan string, 16)
-	client := mcp.NewClient(&mcp.Implementation{Name: "assistant", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progress <- r.Params.Message:
-			default:
-			}
-		},
-	})
+	client := mcptest.NewProgressClient("assistant")
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: mh.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -52,21 +45,7 @@ func TestBrowserApprovesMCPCall(t *testing.T) {
 	defer cs.Close()
 	p := &mcp.CallToolParams{Name: "email_send", Arguments: map[string]any{"to": "ada@acme.example", "template": "welcome-pack"},
 		Meta: mcp.Meta{mcpserve.MetaRunID: "desk"}}
-	p.SetProgressToken("p")
-	res := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		r, err := cs.CallTool(ctx, p)
-		if err != nil {
-			t.Error(err)
-		}
-		res <- r
-	}()
-	var msg string
-	select {
-	case msg = <-progress:
-	case <-ctx.Done():
-		t.Fatal("no progress while the call waits")
-	}
+	msg, res := client.CallWaiting(t, ctx, cs, p)
 	_, runID, _ := strings.Cut(msg, "(run ")
 	runID, _, _ = strings.Cut(runID, ",")
 	if !strings.HasPrefix(runID, "desk.c_") {

@@ -250,15 +250,7 @@ func TestServeMCPApprovalWhileCallWaits(t *testing.T) {
 		t.Errorf("/mcp without a token: %d, want 401", resp.StatusCode)
 	}
 
-	progress := make(chan string, 16)
-	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progress <- r.Params.Message:
-			default:
-			}
-		},
-	})
+	client := mcptest.NewProgressClient("agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{s.token}}}, nil)
@@ -268,21 +260,7 @@ func TestServeMCPApprovalWhileCallWaits(t *testing.T) {
 	defer cs.Close()
 	email := map[string]any{"to": "grace@example.com", "subject": "hello"}
 	p := &mcp.CallToolParams{Name: "send_email", Arguments: email, Meta: mcp.Meta{mcpserve.MetaRunID: "desk"}}
-	p.SetProgressToken("p1")
-	res := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		r, err := cs.CallTool(ctx, p)
-		if err != nil {
-			t.Error(err)
-		}
-		res <- r
-	}()
-	var msg string
-	select {
-	case msg = <-progress:
-	case <-ctx.Done():
-		t.Fatal("no progress notification while the call waits")
-	}
+	msg, res := client.CallWaiting(t, ctx, cs, p)
 	if !strings.Contains(msg, "approval") || !strings.Contains(msg, s.base) {
 		t.Errorf("progress %q: want approval and the page's address", msg)
 	}
@@ -440,15 +418,7 @@ func TestMCPStdioListenApproveThroughAPI(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("docket mcp never said where its page is\n%s", stderr)
 	}
-	progress := make(chan string, 16)
-	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progress <- r.Params.Message:
-			default:
-			}
-		},
-	})
+	client := mcptest.NewProgressClient("desk")
 	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer ccancel()
 	cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
@@ -457,21 +427,7 @@ func TestMCPStdioListenApproveThroughAPI(t *testing.T) {
 	}
 	email := map[string]any{"to": "linus@example.com", "subject": "hello"}
 	p := &mcp.CallToolParams{Name: "send_email", Arguments: email}
-	p.SetProgressToken("p")
-	res := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		r, err := cs.CallTool(cctx, p)
-		if err != nil {
-			t.Error(err)
-		}
-		res <- r
-	}()
-	var msg string
-	select {
-	case msg = <-progress:
-	case <-cctx.Done():
-		t.Fatal("no progress while the call waits")
-	}
+	msg, res := client.CallWaiting(t, cctx, cs, p)
 	if !strings.Contains(msg, base) {
 		t.Errorf("progress %q does not name the page %s", msg, base)
 	}

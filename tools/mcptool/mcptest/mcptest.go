@@ -11,7 +11,7 @@
 // skips the test with one line saying what to do, or fails it where extras are
 // required (CI=true or DOCKET_REQUIRE_EXTRAS=1: see evals/testextra).
 //
-// Imports: the standard library and evals/testextra.
+// Imports: the standard library, the MCP go-sdk and evals/testextra.
 package mcptest
 
 import (
