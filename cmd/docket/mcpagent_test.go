@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	openai "github.com/sashabaranov/go-openai"
-
-	"github.com/docketrun/docket/executor/mcpserve/mcpservetest"
 )
 
 // scriptedModel is an OpenAI-compatible chat-completions endpoint with a
@@ -84,14 +80,7 @@ func scriptedModel(t *testing.T) *httptest.Server {
 // service's API while the agent's call stays open. The model's final answer
 // carries the email's real output; one email was sent.
 func TestAgentLoopThroughDocketMCP(t *testing.T) {
-	w := mcpservetest.Start()
-	t.Cleanup(w.Close)
-	dir := t.TempDir()
-	toolsPath := filepath.Join(dir, "tools.json")
-	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServe(t, nil, "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--mcp")
+	w, s := serveMCP(t)
 	model := scriptedModel(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

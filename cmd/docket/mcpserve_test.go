@@ -115,6 +115,19 @@ func (c *mcpChild) call(t *testing.T, tool string, args any, meta mcp.Meta) *mcp
 	return r
 }
 
+// serveMCP starts the MCP test world and `docket serve --mcp` with its tools.
+func serveMCP(t *testing.T) (*mcpservetest.World, *served) {
+	t.Helper()
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return w, startServe(t, nil, "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--mcp")
+}
+
 func resultText(r *mcp.CallToolResult) string {
 	var b strings.Builder
 	for _, c := range r.Content {
@@ -227,14 +240,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // (with progress) while a person approves it through the API of the same
 // service; the open call returns the output. /mcp needs a token.
 func TestServeMCPApprovalWhileCallWaits(t *testing.T) {
-	w := mcpservetest.Start()
-	t.Cleanup(w.Close)
-	dir := t.TempDir()
-	toolsPath := filepath.Join(dir, "tools.json")
-	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServe(t, nil, "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--mcp")
+	w, s := serveMCP(t)
 	if s.token == "" {
 		t.Fatalf("no token printed: %q", s.lines)
 	}
