@@ -91,7 +91,10 @@ func TestPaymentsKeys(t *testing.T) {
 // audit's quiet wait sees the late commit.
 func TestLateCommitAndInFlightKey(t *testing.T) {
 	t.Parallel()
-	w, srv := setup(t, WorldConfig{Timeout: 200 * time.Millisecond, LateMax: time.Millisecond, Faults: Faults{Late: 1}})
+	// The late commit lands after Timeout: 3s leaves the second request
+	// (sent right after the first gave up at 50ms) time to meet the key in
+	// flight on a loaded machine (200ms did not, once).
+	w, srv := setup(t, WorldConfig{Timeout: 3 * time.Second, LateMax: time.Millisecond, Faults: Faults{Late: 1}})
 	url := srv.URL + "/ns/payments/charges"
 	body := `{"customer": "ct_1", "amount": 100, "currency": "EUR", "reference": "r1"}`
 	client := &http.Client{Timeout: 50 * time.Millisecond}
