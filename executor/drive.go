@@ -495,7 +495,7 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 	if row.Key == key && row.Attempts > 0 {
 		return p // attempted before under this key: decide from the record
 	}
-	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: d.policyRun(n.id)}, false)
+	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: d.policyRun(n.id, n.spec)}, false)
 	var decideOp []ledger.Op
 	if (row.Gate != nil || g.Rule != "") && !gateEqual(row.Gate, g) {
 		decideOp = []ledger.Op{ledger.Decide(d.runID, n.id, g)}
@@ -605,8 +605,13 @@ func (d *driver) approved(n *node, resolved json.RawMessage, g ledger.Gate) (boo
 	return false, fmt.Sprintf("%s: %d of %d approvals", why, have, g.Need)
 }
 
-// policyRun is the run as the policy sees it for action skip.
-func (d *driver) policyRun(skip string) policy.Run {
+// policyRun is the run as the policy sees it for action skip of tool spec.
+// The totals cost a pass over every row (O(actions) per call), so they are
+// summed only when one of the rules that apply to spec can read the run.
+func (d *driver) policyRun(skip string, spec tools.Spec) policy.Run {
+	if !readsRun(d.e.rules(spec)) {
+		return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision}
+	}
 	d.mu.Lock()
 	rows := make([]ledger.Action, 0, len(d.nodes))
 	for _, n := range d.nodes {
