@@ -33,6 +33,11 @@ type node struct {
 	started  bool            // taken by this drive
 	done     bool            // this drive is finished with it (any outcome)
 	awaiting bool            // waits for a person's approval
+	// deps are the nodes of row.DependsOn (nil: not in this run); blocker
+	// is the dep that kept it from starting at the last look, so that a
+	// node still waiting for it is passed over in O(1).
+	deps    []*node
+	blocker *node
 }
 
 // driver drives one run once: from a load of its rows until nothing more can
@@ -48,6 +53,10 @@ type driver struct {
 	mu         sync.Mutex
 	nodes      map[string]*node
 	order      []string // topological, ties in plan order (no undo rows)
+	seq        []*node  // the nodes of order
+	// orderDone: seq[:orderDone] are all done (done is never undone), so
+	// start looks only at the rest.
+	orderDone int
 	undo       map[string]ledger.Action
 	inflight   int    // actions taken by this drive whose outcome is not yet in their rows
 	settledGen uint64 // bumped whenever an action leaves inflight (its row holds its outcome)
@@ -187,6 +196,15 @@ func (d *driver) load(rows []ledger.Action) error {
 		}
 	}
 	d.order = topo(plain)
+	d.seq = make([]*node, len(d.order))
+	for i, id := range d.order {
+		n := d.nodes[id]
+		d.seq[i] = n
+		n.deps = make([]*node, len(n.row.DependsOn))
+		for j, dep := range n.row.DependsOn {
+			n.deps[j] = d.nodes[dep]
+		}
+	}
 	return nil
 }
 
@@ -370,11 +388,17 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 	var picks []*node
 	canStart := d.fatal == nil && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
 	if canStart {
-		for _, id := range d.order {
+		for d.orderDone < len(d.seq) && d.seq[d.orderDone].done {
+			d.orderDone++
+		}
+		fin := (*node)(nil)
+		if finishing != nil {
+			fin = finishing.n
+		}
+		for _, n := range d.seq[d.orderDone:] {
 			if len(picks) >= slots {
 				break
 			}
-			n := d.nodes[id]
 			if n.started || n.done || n.awaiting {
 				continue
 			}
@@ -387,14 +411,19 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 			if d.failErr != "" || (n.row.Status != ledger.StatusPending && n.row.Status != ledger.StatusApproved) {
 				continue
 			}
+			if b := n.blocker; b != nil && b != fin && b.row.Status != ledger.StatusSucceeded {
+				continue // still waits for the same dependency
+			}
 			ready := true
-			for _, dep := range n.row.DependsOn {
-				dn := d.nodes[dep]
-				if dep == finishingID(finishing) {
+			for j, dn := range n.deps {
+				if dn != nil && dn == fin {
 					continue
 				}
 				if dn == nil || dn.row.Status != ledger.StatusSucceeded {
-					ready = false
+					if n.row.DependsOn[j] == finishingID(finishing) {
+						continue
+					}
+					ready, n.blocker = false, dn
 					break
 				}
 			}
