@@ -53,10 +53,6 @@ type driver struct {
 	mu         sync.Mutex
 	nodes      map[string]*node
 	order      []string // topological, ties in plan order (no undo rows)
-	seq        []*node  // the nodes of order
-	// orderDone: seq[:orderDone] are all done (done is never undone), so
-	// start looks only at the rest.
-	orderDone int
 	undo       map[string]ledger.Action
 	inflight   int    // actions taken by this drive whose outcome is not yet in their rows
 	settledGen uint64 // bumped whenever an action leaves inflight (its row holds its outcome)
@@ -67,6 +63,11 @@ type driver struct {
 	settled    bool // the run's final status was written with the last outcome
 	// undoAwaiting lists compensating actions waiting for a person's approval.
 	undoAwaiting []string
+
+	// seq holds the nodes of order; seq[:orderDone] are all done (done is
+	// never undone), so start looks only at the rest.
+	seq       []*node
+	orderDone int
 
 	// tmpl holds, for rows whose args were written back resolved (shown
 	// to a reviewer), the args with references to resolve them from.
