@@ -157,19 +157,33 @@ func BenchmarkRunParallel200(b *testing.B) {
 			b.Fatalf("the run did not complete:\n%s", out.String())
 		}
 	}
-	var chainTime, indepTime time.Duration
+	var chainTime, indepTime, chainCPU, indepCPU time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		start := time.Now()
+		start, cpu := time.Now(), processCPU(b)
 		run(indepPath, filepath.Join(dir, fmt.Sprintf("indep-%d", i)))
 		indepTime += time.Since(start)
+		indepCPU += processCPU(b) - cpu
 		b.StopTimer()
-		start = time.Now()
+		start, cpu = time.Now(), processCPU(b)
 		run(chainPath, filepath.Join(dir, fmt.Sprintf("chain-%d", i)))
 		chainTime += time.Since(start)
+		chainCPU += processCPU(b) - cpu
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(indepTime.Nanoseconds())/float64(b.N*n), "ns/action")
 	b.ReportMetric(float64(chainTime.Nanoseconds())/float64(b.N*n), "ns/chained_action")
 	b.ReportMetric(float64(chainTime)/float64(indepTime), "x_chain")
+	// CPU (user+system) of the whole process, the loopback API included.
+	b.ReportMetric(float64(indepCPU.Nanoseconds())/float64(b.N*n), "cpu_ns/action")
+	b.ReportMetric(float64(chainCPU.Nanoseconds())/float64(b.N*n), "cpu_ns/chained_action")
+}
+
+// processCPU is the user+system CPU time this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
