@@ -155,21 +155,3 @@ func decodeKeyRec(b []byte) (ledger.KeyRecord, error) {
 	}
 	return k, nil
 }
-
-func encodeEvent(e ledger.Event) ([]byte, error) {
-	data := e.Data
-	e.Data = nil
-	return encode(e, data)
-}
-
-func decodeEvent(b []byte) (ledger.Event, error) {
-	var e ledger.Event
-	blob, err := decode(b, &e)
-	if err != nil {
-		return e, err
-	}
-	if len(blob) > 0 {
-		e.Data = json.RawMessage(blob)
-	}
-	return e, nil
-}

@@ -1,0 +1,52 @@
+package badgerdb
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// Events round-trip through the binary encoding, and records of the JSON
+// encoding it replaced still decode to the same event.
+func TestEventEncoding(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 2, 1, 2, 3, 456789012, time.UTC)
+	evs := []ledger.Event{
+		{Seq: 1, RunID: "r", Type: ledger.EventType("run.created"), At: at, Data: json.RawMessage(`{"goal":"g"}`),
+			Hash: "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+		{Seq: 1 << 40, RunID: "run with spaces", Type: ledger.EventType("action.claimed"), ActionID: "a1", At: at.Add(time.Hour)},
+		{Seq: 7, RunID: "r", Type: ledger.EventType("x"), At: time.Unix(0, 0).UTC(), Hash: "sha256:SHOUTING"},
+		{Seq: 8, RunID: "r", Type: ledger.EventType("x"), At: at, Hash: "md5:abc", Data: json.RawMessage(`[1,2]`)},
+	}
+	for _, ev := range evs {
+		v, err := encodeEvent(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v[0] != encEvent {
+			t.Fatalf("event %d encoded with tag %d", ev.Seq, v[0])
+		}
+		got, err := decodeEvent(v)
+		if err != nil || !reflect.DeepEqual(got, ev) {
+			t.Fatalf("round trip of %+v: %+v, %v", ev, got, err)
+		}
+		data := ev.Data
+		ev.Data = nil
+		old, err := encode(ev, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Data = data
+		if got, err := decodeEvent(old); err != nil || !reflect.DeepEqual(got, ev) {
+			t.Fatalf("JSON record of %+v: %+v, %v", ev, got, err)
+		}
+		for n := 1; n < len(v)-len(ev.Data); n++ {
+			if _, err := decodeEvent(v[:n]); err == nil {
+				t.Fatalf("event %d cut to %d bytes decoded without an error", ev.Seq, n)
+			}
+		}
+	}
+}
