@@ -50,3 +50,52 @@ func TestEventEncoding(t *testing.T) {
 		}
 	}
 }
+
+// Key records round-trip through the binary encoding (outputs readable
+// without decoding the rest), and records of the JSON encoding it replaced
+// still decode to the same record.
+func TestKeyRecordEncoding(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 2, 1, 2, 3, 456789012, time.UTC)
+	recs := []ledger.KeyRecord{
+		{Key: "dk1_abc", RunID: "r", ActionID: "a1", Tool: "pay", Args: json.RawMessage(`{"amount":"12.50"}`), State: ledger.StatusSucceeded,
+			Attempt: 2, Owner: "inc-1", ClaimedAt: at, UpdatedAt: at.Add(time.Second), FirstClaimedAt: at.Add(-time.Minute),
+			Output: json.RawMessage(`{"id":"ch_1"}`), MaybeTookEffect: true},
+		{Key: "dk1_def", RunID: "r", ActionID: "a2", Tool: "t", Args: json.RawMessage(`{}`), State: ledger.StatusFailed, Attempt: 1,
+			ClaimedAt: at, UpdatedAt: at, Error: "boom", Retryable: true, Failure: ledger.FailureNotSent},
+		{Key: "dk1_ghi", RunID: "r", ActionID: "a3", Tool: "t", Args: json.RawMessage(`{"x":[1,2]}`), State: ledger.StatusPending},
+	}
+	for _, k := range recs {
+		v, err := encodeKeyRec(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v[0] != encKeyRec {
+			t.Fatalf("key record %s encoded with tag %d", k.Key, v[0])
+		}
+		got, err := decodeKeyRec(v)
+		if err != nil || !reflect.DeepEqual(got, k) {
+			t.Fatalf("round trip of %+v:\n%+v, %v", k, got, err)
+		}
+		if out, err := keyRecOutput(v); err != nil || string(out) != string(k.Output) {
+			t.Fatalf("output of %s: %s, %v", k.Key, out, err)
+		}
+		s := storedKeyRec{KeyRecord: k, Args: k.Args}
+		s.KeyRecord.Output, s.KeyRecord.Args = nil, nil
+		old, err := encode(s, k.Output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := decodeKeyRec(old); err != nil || !reflect.DeepEqual(got, k) {
+			t.Fatalf("JSON record of %+v:\n%+v, %v", k, got, err)
+		}
+		if out, err := keyRecOutput(old); err != nil || string(out) != string(k.Output) {
+			t.Fatalf("output of the JSON record of %s: %s, %v", k.Key, out, err)
+		}
+		for n := 1; n < len(v)-len(k.Output); n++ {
+			if _, err := decodeKeyRec(v[:n]); err == nil {
+				t.Fatalf("key record %s cut to %d bytes decoded without an error", k.Key, n)
+			}
+		}
+	}
+}

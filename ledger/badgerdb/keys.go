@@ -126,17 +126,15 @@ type storedKeyRec struct {
 }
 
 func encodeKeyRec(k ledger.KeyRecord) ([]byte, error) {
-	s := storedKeyRec{KeyRecord: k, Args: k.Args}
-	s.KeyRecord.Output, s.KeyRecord.Args = nil, nil
-	if h, ok := refHash(k.Args); ok {
-		s.Args, s.ArgsRef = nil, h
-	}
-	return encode(s, k.Output)
+	return encodeKeyRecBinary(k), nil
 }
 
 // decodeKeyRec decodes a key record; args held in a blob come back as a
 // reference (large.go), which the readers resolve.
 func decodeKeyRec(b []byte) (ledger.KeyRecord, error) {
+	if len(b) > 0 && b[0] == encKeyRec {
+		return decodeKeyRecBinary(b)
+	}
 	var s storedKeyRec
 	blob, err := decode(b, &s)
 	k := s.KeyRecord
