@@ -33,6 +33,11 @@ type node struct {
 	started  bool            // taken by this drive
 	done     bool            // this drive is finished with it (any outcome)
 	awaiting bool            // waits for a person's approval
+	// deps are the nodes of row.DependsOn (nil: not in this run); blocker
+	// is the dep that kept it from starting at the last look, so that a
+	// node still waiting for it is passed over in O(1).
+	deps    []*node
+	blocker *node
 }
 
 // driver drives one run once: from a load of its rows until nothing more can
@@ -58,6 +63,11 @@ type driver struct {
 	settled    bool // the run's final status was written with the last outcome
 	// undoAwaiting lists compensating actions waiting for a person's approval.
 	undoAwaiting []string
+
+	// seq holds the nodes of order; seq[:orderDone] are all done (done is
+	// never undone), so start looks only at the rest.
+	seq       []*node
+	orderDone int
 
 	// tmpl holds, for rows whose args were written back resolved (shown
 	// to a reviewer), the args with references to resolve them from.
@@ -187,6 +197,15 @@ func (d *driver) load(rows []ledger.Action) error {
 		}
 	}
 	d.order = topo(plain)
+	d.seq = make([]*node, len(d.order))
+	for i, id := range d.order {
+		n := d.nodes[id]
+		d.seq[i] = n
+		n.deps = make([]*node, len(n.row.DependsOn))
+		for j, dep := range n.row.DependsOn {
+			n.deps[j] = d.nodes[dep]
+		}
+	}
 	return nil
 }
 
@@ -370,11 +389,17 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 	var picks []*node
 	canStart := d.fatal == nil && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
 	if canStart {
-		for _, id := range d.order {
+		for d.orderDone < len(d.seq) && d.seq[d.orderDone].done {
+			d.orderDone++
+		}
+		fin := (*node)(nil)
+		if finishing != nil {
+			fin = finishing.n
+		}
+		for _, n := range d.seq[d.orderDone:] {
 			if len(picks) >= slots {
 				break
 			}
-			n := d.nodes[id]
 			if n.started || n.done || n.awaiting {
 				continue
 			}
@@ -387,14 +412,19 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 			if d.failErr != "" || (n.row.Status != ledger.StatusPending && n.row.Status != ledger.StatusApproved) {
 				continue
 			}
+			if b := n.blocker; b != nil && b != fin && b.row.Status != ledger.StatusSucceeded {
+				continue // still waits for the same dependency
+			}
 			ready := true
-			for _, dep := range n.row.DependsOn {
-				dn := d.nodes[dep]
-				if dep == finishingID(finishing) {
+			for j, dn := range n.deps {
+				if dn != nil && dn == fin {
 					continue
 				}
 				if dn == nil || dn.row.Status != ledger.StatusSucceeded {
-					ready = false
+					if n.row.DependsOn[j] == finishingID(finishing) {
+						continue
+					}
+					ready, n.blocker = false, dn
 					break
 				}
 			}
@@ -495,7 +525,7 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 	if row.Key == key && row.Attempts > 0 {
 		return p // attempted before under this key: decide from the record
 	}
-	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: d.policyRun(n.id)}, false)
+	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: d.policyRun(n.id, n.spec)}, false)
 	var decideOp []ledger.Op
 	if (row.Gate != nil || g.Rule != "") && !gateEqual(row.Gate, g) {
 		decideOp = []ledger.Op{ledger.Decide(d.runID, n.id, g)}
@@ -605,8 +635,13 @@ func (d *driver) approved(n *node, resolved json.RawMessage, g ledger.Gate) (boo
 	return false, fmt.Sprintf("%s: %d of %d approvals", why, have, g.Need)
 }
 
-// policyRun is the run as the policy sees it for action skip.
-func (d *driver) policyRun(skip string) policy.Run {
+// policyRun is the run as the policy sees it for action skip of tool spec.
+// The totals cost a pass over every row (O(actions) per call), so they are
+// summed only when one of the rules that apply to spec can read the run.
+func (d *driver) policyRun(skip string, spec tools.Spec) policy.Run {
+	if !readsRun(d.e.rules(spec)) {
+		return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision}
+	}
 	d.mu.Lock()
 	rows := make([]ledger.Action, 0, len(d.nodes))
 	for _, n := range d.nodes {

@@ -100,6 +100,18 @@ func gateEqual(a *ledger.Gate, b ledger.Gate) bool {
 		x.ExcludeCreator == y.ExcludeCreator && x.TTL == y.TTL && x.Message == y.Message && x.Why == y.Why
 }
 
+// readsRun reports whether any of rules may read the run's variables: a CEL
+// condition can only reach them by naming run, so a condition without that
+// word never sees run.totals (built-in rules see only the arguments).
+func readsRun(rules []policy.Rule) bool {
+	for _, r := range rules {
+		if strings.Contains(r.When, "run") {
+			return true
+		}
+	}
+	return false
+}
+
 // totals sums, per tool, the actions of rows that were claimed in this
 // revision (count, and the numeric top-level arguments), except skip.
 func totals(rows []ledger.Action, skip string) map[string]policy.Total {

@@ -304,3 +304,24 @@ func TestPreviewReplay(t *testing.T) {
 		t.Fatalf("revision %d", doc.Run.Revision)
 	}
 }
+
+// TestPolicyRunTotals: a rule that reads the run's totals sees the actions
+// claimed before (the executor sums them only for rules that name run):
+// three payments of 40 in a chain under a budget of 100, the third is
+// denied; a rule on another tool does not change that.
+func TestPolicyRunTotals(t *testing.T) {
+	t.Parallel()
+	global := []policy.Rule{{Name: "budget", Where: "policy[0]", When: `has(run.totals.pay) && run.totals.pay.sum.amount + action.args.amount > 100`, Outcome: policy.Deny, Message: "over budget"}}
+	if err := policy.Compile(global); err != nil {
+		t.Fatal(err)
+	}
+	b := paySetup(t, tools.Keyed, global...)
+	args := `{"amount": 40, "currency": "EUR"}`
+	doc := b.runAs("r", mkPlan(t, pa("p1", "pay", args), pa("p2", "pay", args, "p1"), pa("p3", "pay", args, "p2")), PolicyAll, "token:alice")
+	wantStatus(t, doc, ledger.RunFailed)
+	wantAction(t, doc, "p1", ledger.StatusSucceeded)
+	wantAction(t, doc, "p2", ledger.StatusSucceeded)
+	if a := wantAction(t, doc, "p3", ledger.StatusRejected); a.Gate == nil || a.Gate.Rule != "budget" {
+		t.Fatalf("p3 gate %+v, want rule budget", a.Gate)
+	}
+}

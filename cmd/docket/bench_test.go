@@ -30,46 +30,10 @@ import (
 //	go test -run '^$' -bench RunChain200 -benchtime 5x ./cmd/docket
 func BenchmarkRunChain200(b *testing.B) {
 	const n = 200
-	var mu sync.Mutex
-	seen := map[string][]byte{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
-		var in struct{ N int }
-		if key == "" || json.NewDecoder(r.Body).Decode(&in) != nil {
-			http.Error(w, `{"error":"bad request"}`, http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		out, ok := seen[key]
-		if !ok {
-			out = fmt.Appendf(nil, `{"n":%d}`, in.N+1)
-			seen[key] = out
-		}
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(out)
-	}))
-	defer srv.Close()
-
 	dir := b.TempDir()
-	toolsPath := filepath.Join(dir, "tools.json")
-	tf := `{"version": 1, "tools": [{"name": "step", "description": "count one up", "effect": "keyed",
-  "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": false},
-  "request": {"method": "POST", "url": "` + srv.URL + `/step"}, "key_header": "Idempotency-Key", "timeout": "5s"}]}`
-	if err := os.WriteFile(toolsPath, []byte(tf), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	var p strings.Builder
-	p.WriteString(`{"goal": "count to 200", "actions": [{"id": "a0", "tool": "step", "args": {"n": 0}}`)
-	for i := 1; i < n; i++ {
-		fmt.Fprintf(&p, `,
-  {"id": "a%d", "tool": "step", "args": {"n": "${a%d.output.n}"}, "depends_on": ["a%d"]}`, i, i-1, i-1)
-	}
-	p.WriteString("]}")
+	toolsPath := benchStepTools(b, dir)
 	planPath := filepath.Join(dir, "plan.json")
-	if err := os.WriteFile(planPath, []byte(p.String()), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	benchPlan(b, planPath, n, true)
 	data := filepath.Join(dir, "data")
 	block := bytes.Repeat([]byte("x"), 4096)
 
@@ -109,4 +73,117 @@ func BenchmarkRunChain200(b *testing.B) {
 	b.ReportMetric(float64(docketTime.Nanoseconds())/float64(b.N*n), "ns/action")
 	b.ReportMetric(float64(rawTime.Nanoseconds())/float64(b.N*n), "ns/fsync")
 	b.ReportMetric(float64(rawTime)/float64(docketTime), "x_fsync_loop")
+}
+
+// benchStepTools starts a loopback API with one keyed endpoint that answers
+// {"n": n+1} at once (the same answer for the same Idempotency-Key) and
+// writes a tools file for it in dir; it returns the tools file's path.
+func benchStepTools(b *testing.B, dir string) string {
+	b.Helper()
+	var mu sync.Mutex
+	seen := map[string][]byte{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		var in struct{ N int }
+		if key == "" || json.NewDecoder(r.Body).Decode(&in) != nil {
+			http.Error(w, `{"error":"bad request"}`, http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		out, ok := seen[key]
+		if !ok {
+			out = fmt.Appendf(nil, `{"n":%d}`, in.N+1)
+			seen[key] = out
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+	}))
+	b.Cleanup(srv.Close)
+	toolsPath := filepath.Join(dir, "tools.json")
+	tf := `{"version": 1, "tools": [{"name": "step", "description": "count one up", "effect": "keyed",
+  "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": false},
+  "request": {"method": "POST", "url": "` + srv.URL + `/step"}, "key_header": "Idempotency-Key", "timeout": "5s"}]}`
+	if err := os.WriteFile(toolsPath, []byte(tf), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return toolsPath
+}
+
+// benchPlan writes a plan of n step actions to path: a chain (each takes
+// the previous one's output) or n independent ones.
+func benchPlan(b *testing.B, path string, n int, chain bool) {
+	b.Helper()
+	var p strings.Builder
+	fmt.Fprintf(&p, `{"goal": "%d steps", "actions": [{"id": "a0", "tool": "step", "args": {"n": 0}}`, n)
+	for i := 1; i < n; i++ {
+		if chain {
+			fmt.Fprintf(&p, `,
+  {"id": "a%d", "tool": "step", "args": {"n": "${a%d.output.n}"}, "depends_on": ["a%d"]}`, i, i-1, i-1)
+		} else {
+			fmt.Fprintf(&p, `,
+  {"id": "a%d", "tool": "step", "args": {"n": %d}}`, i, i)
+		}
+	}
+	p.WriteString("]}")
+	if err := os.WriteFile(path, []byte(p.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRunParallel200 measures `docket run` (in process: tools file,
+// ledger open, plan recorded, every action claimed, called and recorded
+// durably, ledger closed) on 200 independent keyed actions and on a chain of
+// 200, in turn, each run on a fresh data directory, against a loopback API
+// that answers at once. x_chain = (time of the chain) / (time of the
+// independent ones); the target is >= 4.
+//
+//	go test -run '^$' -bench RunParallel200 -benchtime 5x ./cmd/docket
+func BenchmarkRunParallel200(b *testing.B) {
+	const n = 200
+	dir := b.TempDir()
+	toolsPath := benchStepTools(b, dir)
+	chainPath, indepPath := filepath.Join(dir, "chain.json"), filepath.Join(dir, "independent.json")
+	benchPlan(b, chainPath, n, true)
+	benchPlan(b, indepPath, n, false)
+	run := func(planPath, data string) {
+		var out, errb bytes.Buffer
+		err := runEnv(context.Background(), []string{"run", "--data", data, "--tools", toolsPath, "--plan", planPath,
+			"--run-id", "bench", "--approve", "all"}, testEnv(&out, &errb))
+		if err != nil {
+			b.Fatalf("docket run: %v\n%s", err, errb.String())
+		}
+		if !strings.Contains(out.String(), `"status": "completed"`) {
+			b.Fatalf("the run did not complete:\n%s", out.String())
+		}
+	}
+	var chainTime, indepTime, chainCPU, indepCPU time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start, cpu := time.Now(), processCPU(b)
+		run(indepPath, filepath.Join(dir, fmt.Sprintf("indep-%d", i)))
+		indepTime += time.Since(start)
+		indepCPU += processCPU(b) - cpu
+		b.StopTimer()
+		start, cpu = time.Now(), processCPU(b)
+		run(chainPath, filepath.Join(dir, fmt.Sprintf("chain-%d", i)))
+		chainTime += time.Since(start)
+		chainCPU += processCPU(b) - cpu
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(indepTime.Nanoseconds())/float64(b.N*n), "ns/action")
+	b.ReportMetric(float64(chainTime.Nanoseconds())/float64(b.N*n), "ns/chained_action")
+	b.ReportMetric(float64(chainTime)/float64(indepTime), "x_chain")
+	// CPU (user+system) of the whole process, the loopback API included.
+	b.ReportMetric(float64(indepCPU.Nanoseconds())/float64(b.N*n), "cpu_ns/action")
+	b.ReportMetric(float64(chainCPU.Nanoseconds())/float64(b.N*n), "cpu_ns/chained_action")
+}
+
+// processCPU is the user+system CPU time this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

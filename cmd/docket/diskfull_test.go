@@ -280,8 +280,14 @@ func (s *servedChild) output() string { return s.stderr.String() }
 
 func startServeChild(t *testing.T, args ...string) *servedChild {
 	t.Helper()
+	return startServeChildEnv(t, os.Environ(), args...)
+}
+
+// startServeChildEnv is startServeChild with the child's environment env.
+func startServeChildEnv(t *testing.T, env []string, args ...string) *servedChild {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), asDocketEnv+"=1")
+	cmd.Env = append(env, asDocketEnv+"=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

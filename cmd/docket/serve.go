@@ -48,7 +48,7 @@ const tokenFile = "serve-token"
 // ledger (the default, 4096, costs ~0.4 MiB per client).
 const serveSubscriberBuffer = 256
 
-const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 30s] [--model NAME] [--base-url URL]"
+const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 30s] [--memory-limit 128MiB] [--model NAME] [--base-url URL]"
 
 // serveCmd is `docket serve`.
 type serveCmd struct{ env Env }
@@ -82,6 +82,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
 	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
 	lease := fs.Duration("lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
+	memLimit := fs.String("memory-limit", "", "soft memory limit of the process (256MiB, 1GiB, off) (default $GOMEMLIMIT, else 128MiB)")
 	mf := addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
 	c.env.PolicyFile = *policyPath
@@ -114,8 +115,14 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if secret != "" && len(secret) < 16 {
 		return usageError("the webhook secret must be at least 16 characters")
 	}
+	limit, limitFrom, err := memoryLimit(*memLimit, c.env.Getenv)
+	if err != nil {
+		return err
+	}
 	out, errOut := c.env.Stdout, c.env.Stderr
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	defer setMemoryLimit(limit)()
+	log.Info("memory limit", "soft_limit", sizeLabel(limit), "from", limitFrom)
 
 	// Tools: the given file, or the demo world.
 	var (

@@ -31,6 +31,9 @@ type entry struct {
 	val  []byte
 	obj  any
 	size int64
+	// stale: obj (a RunRecord) changed since val was encoded; evalRequest
+	// encodes it once, however often the request rewrote the header.
+	stale bool
 }
 
 var (
@@ -195,11 +198,18 @@ func (b *batch) PutRun(r ledger.RunRecord) error {
 	if err != nil {
 		return err
 	}
-	v, err := encode(r, nil)
-	if err != nil {
-		return err
+	k := runKey(r.ID)
+	if e, ok := b.cur.m[string(k)]; ok && e.obj != nil {
+		// Written earlier in this request (each event of a chained run
+		// moves the header): encoded once, at accept.
+		e.obj, e.stale = r, true
+	} else {
+		v, err := encode(r, nil)
+		if err != nil {
+			return err
+		}
+		b.put(k, r, v)
 	}
-	b.put(runKey(r.ID), r, v)
 	// The list index carries the status so that a filtered listing reads no
 	// headers; it is rewritten only when the status changes.
 	if !existed || prev.Status != r.Status {
@@ -751,6 +761,16 @@ func (b *batch) evalRequest(r *request) ([]ledger.Result, error) {
 			return nil, err
 		}
 		results[i] = res
+	}
+	for _, k := range b.cur.order {
+		if e := b.cur.m[k]; e.stale {
+			v, err := encode(e.obj, nil)
+			if err != nil {
+				return nil, err
+			}
+			b.cur.size += estimate(e.key, v) - e.size
+			e.val, e.size, e.stale = v, estimate(e.key, v), false
+		}
 	}
 	return results, nil
 }

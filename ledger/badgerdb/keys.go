@@ -126,17 +126,15 @@ type storedKeyRec struct {
 }
 
 func encodeKeyRec(k ledger.KeyRecord) ([]byte, error) {
-	s := storedKeyRec{KeyRecord: k, Args: k.Args}
-	s.KeyRecord.Output, s.KeyRecord.Args = nil, nil
-	if h, ok := refHash(k.Args); ok {
-		s.Args, s.ArgsRef = nil, h
-	}
-	return encode(s, k.Output)
+	return encodeKeyRecBinary(k), nil
 }
 
 // decodeKeyRec decodes a key record; args held in a blob come back as a
 // reference (large.go), which the readers resolve.
 func decodeKeyRec(b []byte) (ledger.KeyRecord, error) {
+	if len(b) > 0 && b[0] == encKeyRec {
+		return decodeKeyRecBinary(b)
+	}
 	var s storedKeyRec
 	blob, err := decode(b, &s)
 	k := s.KeyRecord
@@ -154,22 +152,4 @@ func decodeKeyRec(b []byte) (ledger.KeyRecord, error) {
 		k.Output = json.RawMessage(blob)
 	}
 	return k, nil
-}
-
-func encodeEvent(e ledger.Event) ([]byte, error) {
-	data := e.Data
-	e.Data = nil
-	return encode(e, data)
-}
-
-func decodeEvent(b []byte) (ledger.Event, error) {
-	var e ledger.Event
-	blob, err := decode(b, &e)
-	if err != nil {
-		return e, err
-	}
-	if len(blob) > 0 {
-		e.Data = json.RawMessage(blob)
-	}
-	return e, nil
 }

@@ -80,7 +80,7 @@ func readRun(txn *badger.Txn, runID string) (ledger.RunRecord, error) {
 	it.Seek(append(bytes.Clone(prefix), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
 	if it.ValidForPrefix(prefix) {
 		var ev ledger.Event
-		err := it.Item().Value(func(v []byte) error { _, err := decode(v, &ev); return err })
+		err := it.Item().Value(func(v []byte) (err error) { ev, err = decodeEvent(v); return err })
 		if err != nil {
 			return r, fmt.Errorf("ledger: reading events of run %q: %w", runID, err)
 		}
