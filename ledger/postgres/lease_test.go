@@ -217,3 +217,70 @@ func TestReserve(t *testing.T) {
 		t.Fatalf("A reserving after B's lease expired: %v %v", ok, err)
 	}
 }
+
+// A cancelled run with a claim left in flight is adopted once the claim's
+// owner is gone: by any node when its driver is gone too, by its driver
+// (here the node that cancelled it) otherwise; a cancelled run with nothing
+// in flight never is. While the owner lives, no other node may declare its
+// claim's outcome unknown (needs_review).
+func TestAdoptCancelledInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	c := open(t, shortLease(schema))
+	cancel := func(s *postgres.Store, runID string) {
+		t.Helper()
+		if _, err := ledger.ApplyOne(ctx, s, ledger.SetRunStatus(runID, ledger.RunCancelled, ledger.EventRunCancelled, "", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(s *postgres.Store, runID string) string {
+		t.Helper()
+		k, args := onePlanRun(t, s, runID)
+		if _, err := ledger.ApplyOne(ctx, s, ledger.Claim(runID, "a1", "pay", k, args, 1)); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	kb := claim(a, "by-b") // A calls the tool; B cancels the run (B drives it now, by the log)
+	cancel(b, "by-b")
+	ka := claim(a, "by-a") // A calls the tool and cancels the run itself
+	cancel(a, "by-a")
+	onePlanRun(t, a, "idle") // nothing in flight
+	cancel(a, "idle")
+
+	const why = "outcome unknown"
+	_, err := ledger.ApplyOne(ctx, b, ledger.NeedsReview(kb, 1, why))
+	var ce *ledger.ConflictError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "another node") {
+		t.Fatalf("needs_review of a live node's claim: %v, want a conflict naming another node", err)
+	}
+	for _, s := range []*postgres.Store{b, c} {
+		if ids, err := s.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+			t.Fatalf("adopted %v (%v) while the claims' owner is alive", ids, err)
+		}
+	}
+
+	a.PauseHeartbeat(true)
+	waitExpired(t, c, a.Incarnation())
+	ids, err := c.AdoptOrphans(ctx, 10)
+	if err != nil || len(ids) != 1 || ids[0] != "by-a" {
+		t.Fatalf("C adopted %v, %v; want [by-a] (by-b's driver B is alive)", ids, err)
+	}
+	ids, err = b.AdoptOrphans(ctx, 10)
+	if err != nil || len(ids) != 1 || ids[0] != "by-b" {
+		t.Fatalf("B adopted %v, %v; want [by-b], the run it cancelled", ids, err)
+	}
+	for _, k := range []string{kb, ka} {
+		if _, err := ledger.ApplyOne(ctx, b, ledger.NeedsReview(k, 1, why)); err != nil {
+			t.Fatalf("needs_review once the owner is gone: %v", err)
+		}
+	}
+	for _, s := range []*postgres.Store{b, c} {
+		if ids, err := s.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+			t.Fatalf("adopted %v (%v) once nothing is in flight", ids, err)
+		}
+	}
+}
