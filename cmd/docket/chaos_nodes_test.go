@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/evals/chaos"
+	"github.com/docketrun/docket/ledger/postgres/pgtest"
+)
+
+// runChaosNodes runs the nodes experiment on a throwaway cluster of its own
+// (restarted in the middle, so not the package's shared one) and checks
+// that the promise held.
+func runChaosNodes(t *testing.T, actions, minKills int) *chaos.NodesReport {
+	t.Helper()
+	var own pgtest.Shared
+	c := own.Get(t)
+	t.Cleanup(own.Stop)
+	ctx := context.Background()
+	url, err := c.CreateDatabase(ctx, "chaos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := chaosSeed(t)
+	start := time.Now()
+	rep, err := chaos.RunNodes(ctx, chaos.NodesConfig{
+		Seed: seed, Actions: actions, Docket: testDocket(), Ledger: url, Nodes: 3,
+		Lease: 2 * time.Second, KillEvery: time.Second, MinKills: minKills,
+		RestartDB: func(ctx context.Context) error { return c.Restart(ctx, "immediate") },
+	})
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	var b strings.Builder
+	rep.WriteTable(&b)
+	t.Logf("seed %d, %s:\n%s", seed, time.Since(start).Round(time.Second), b.String())
+	if strings.Contains(b.String(), c.Password) {
+		t.Fatal("the report shows the database password")
+	}
+	for _, e := range rep.Errors {
+		t.Errorf("seed %d: %s", seed, e)
+	}
+	for _, f := range rep.Findings {
+		t.Errorf("seed %d: %s", seed, f)
+	}
+	if !rep.OK() || rep.Actions < actions || rep.NodeKills < minKills || rep.DBRestarts != 1 {
+		t.Errorf("seed %d: %d actions, %d node kills, %d database restarts, OK %v: want at least %d actions and %d kills, one restart, OK",
+			seed, rep.Actions, rep.NodeKills, rep.DBRestarts, rep.OK(), actions, minKills)
+	}
+	return rep
+}
+
+// Three `docket serve` nodes on one database, runs submitted to random
+// nodes, a node SIGKILLed about every second (and started again), the
+// database restarted (immediate) when half of the runs ended: every run
+// ends as planned, 0 duplicates, 0 lost, 0 automatic at-most-once
+// re-executions; what waits for a person is resolved as a person would.
+func TestChaosNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a PostgreSQL cluster and three services")
+	}
+	t.Parallel()
+	runChaosNodes(t, 80, 4)
+}
+
+// The soak run's nodes experiment (DOCKET_SOAK=1, make soak).
+func TestChaosNodesSoak(t *testing.T) {
+	soak(t)
+	runChaosNodes(t, 1000, 60)
+}
+
+// docket chaos --nodes takes a shared ledger, and refuses --resume.
+func TestChaosNodesFlags(t *testing.T) {
+	t.Parallel()
+	r := inproc(t, "chaos", "--nodes", "3")
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "--ledger postgres://") {
+		t.Fatalf("--nodes without --ledger:\n%s", r)
+	}
+	r = inproc(t, "chaos", "--ledger", "/tmp/dir", "--nodes", "3")
+	wantCode(t, r, exitBad)
+	r = inproc(t, "chaos", "--ledger", "postgres://u:secret-pw@127.0.0.1:1/db", "--runs-dir", t.TempDir(), "--resume")
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "--resume") || strings.Contains(r.stdout+r.stderr, "secret-pw") {
+		t.Fatalf("--resume with --ledger:\n%s", r)
+	}
+}
