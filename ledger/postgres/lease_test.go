@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -282,5 +283,53 @@ func TestAdoptCancelledInFlight(t *testing.T) {
 		if ids, err := s.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
 			t.Fatalf("adopted %v (%v) once nothing is in flight", ids, err)
 		}
+	}
+}
+
+// A run paused by the executor or awaiting approval whose driver died is
+// adopted once nothing is left for a person to resolve (the node recorded a
+// resolution or an approval, then died before driving the run on); one
+// with an action in needs_review, or paused by a person, waits for the
+// person and is never adopted.
+func TestAdoptWaitingRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	apply := func(ops ...ledger.Op) {
+		t.Helper()
+		res, err := a.Apply(ctx, ops...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	onePlanRun(t, a, "resolved")
+	apply(ledger.SetRunStatus("resolved", ledger.RunPaused, ledger.EventRunPaused, "", nil))
+	onePlanRun(t, a, "approved")
+	apply(ledger.SetRunStatus("approved", ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", nil))
+	k, args := onePlanRun(t, a, "review")
+	apply(ledger.Claim("review", "a1", "pay", k, args, 1), ledger.NeedsReview(k, 1, "unknown"),
+		ledger.SetRunStatus("review", ledger.RunPaused, ledger.EventRunPaused, "", nil))
+	onePlanRun(t, a, "person")
+	apply(ledger.SetPause("person", "alice", ledger.RunPaused, nil))
+
+	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("adopted %v (%v) while the driver is alive", ids, err)
+	}
+	a.PauseHeartbeat(true)
+	waitExpired(t, b, a.Incarnation())
+	ids, err := b.AdoptOrphans(ctx, 10)
+	slices.Sort(ids)
+	if err != nil || !slices.Equal(ids, []string{"approved", "resolved"}) {
+		t.Fatalf("adopted %v, %v; want [approved resolved]", ids, err)
+	}
+	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("adopted %v (%v) again", ids, err)
 	}
 }
