@@ -29,6 +29,7 @@ func runChaosNodes(t *testing.T, actions, minKills int) *chaos.NodesReport {
 		Seed: seed, Actions: actions, Docket: testDocket(), Ledger: url, Nodes: 3,
 		Lease: 2 * time.Second, KillEvery: time.Second, MinKills: minKills,
 		RestartDB: func(ctx context.Context) error { return c.Restart(ctx, "immediate") },
+		Progress:  testLogWriter{t},
 	})
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
@@ -68,7 +69,7 @@ func TestChaosNodes(t *testing.T) {
 // The soak run's nodes experiment (DOCKET_SOAK=1, make soak).
 func TestChaosNodesSoak(t *testing.T) {
 	soak(t)
-	runChaosNodes(t, 1000, 60)
+	runChaosNodes(t, 600, 40)
 }
 
 // docket chaos --nodes takes a shared ledger, and refuses --resume.
@@ -86,4 +87,12 @@ func TestChaosNodesFlags(t *testing.T) {
 	if !strings.Contains(r.stderr, "--resume") || strings.Contains(r.stdout+r.stderr, "secret-pw") {
 		t.Fatalf("--resume with --ledger:\n%s", r)
 	}
+}
+
+// testLogWriter sends each line written to it to the test's log.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }

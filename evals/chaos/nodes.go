@@ -72,7 +72,8 @@ type NodesReport struct {
 	Lease          string `json:"lease"`
 	Runs           int    `json:"runs"`
 	Completed      int    `json:"completed"`
-	Failed         int    `json:"failed"` // a declined charge, as planned
+	Failed         int    `json:"failed"`    // a declined charge, as planned
+	Cancelled      int    `json:"cancelled"` // a person cancelled it in flight (the cancel was acknowledged)
 	Unplanned      int    `json:"unplanned_endings"`
 	Actions        int    `json:"actions"`
 	NodeKills      int    `json:"node_kills"`
@@ -112,7 +113,7 @@ func (r *NodesReport) WriteTable(w io.Writer) error {
 	row("nodes (docket serve, one database)", r.Nodes)
 	row("runs in flight at once", r.Workers)
 	row("lease", r.Lease)
-	row("runs (completed / failed as planned)", fmt.Sprintf("%d (%d / %d)", r.Runs, r.Completed, r.Failed))
+	row("runs (completed / failed as planned / cancelled in flight)", fmt.Sprintf("%d (%d / %d / %d)", r.Runs, r.Completed, r.Failed, r.Cancelled))
 	row("runs that ended otherwise than planned", r.Unplanned)
 	row("actions", r.Actions)
 	row("nodes SIGKILLed (started again)", fmt.Sprintf("%d (%d)", r.NodeKills, r.NodeRestarts))
@@ -563,11 +564,37 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 	}
 	runPath := "/v1/runs/" + url.PathEscape(runID)
 	deadline := time.Now().Add(10 * time.Minute)
+	// About one run in twelve is cancelled by a person in flight, on a
+	// random node (its own random stream: plans and kills stay the seed's).
+	crng := newRand(x.cfg.Seed, "nodes-cancel", n)
+	cancelAt := time.Time{}
+	if crng.Float64() < 0.08 {
+		cancelAt = time.Now().Add(20*time.Millisecond + time.Duration(crng.Int64N(int64(900*time.Millisecond))))
+	}
+	cancelled := false // acknowledged (or sent again after no answer: either way is as planned)
+	cancelSent := false
 	var final runDoc
 	for {
 		if time.Now().After(deadline) {
 			fail(errors.New("did not end within 10 minutes"))
 			return
+		}
+		if !cancelAt.IsZero() && !cancelSent && time.Now().After(cancelAt) {
+			cancelSent = true
+			code, b, resent, err := x.call(ctx, token, "POST", runPath+"/cancel", map[string]any{})
+			if err != nil {
+				fail(err)
+				return
+			}
+			switch {
+			case code == http.StatusOK || code == http.StatusAccepted:
+				cancelled = true
+			case code == http.StatusConflict:
+				cancelled = resent // refused: the run had ended (or an earlier copy took)
+			default:
+				fail(fmt.Errorf("cancel answered %d: %s", code, bytes.TrimSpace(b)))
+				return
+			}
 		}
 		code, b, _, err := x.call(ctx, token, "GET", runPath, nil)
 		if err != nil {
@@ -586,14 +613,18 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 				break
 			}
 		}
-		if review != nil && (d.Status == "paused" || d.Status == "failed") {
+		if review != nil && (d.Status == "paused" || d.Status == "failed" || d.Status == "cancelled") {
 			decision, err := x.person(ctx, &d, review)
 			if err != nil {
 				fail(err)
 				return
 			}
 			rb := map[string]any{"done": decision}
-			if decision == nil {
+			switch {
+			case decision != nil:
+			case d.Status == "cancelled":
+				rb = map[string]any{"skip": true} // nothing happened, and the run will not try again
+			default:
 				rb = map[string]any{"retry": true}
 			}
 			code, b, resent, err := x.call(ctx, token, "POST", runPath+"/actions/"+url.PathEscape(review.ID)+"/resolve", rb)
@@ -606,7 +637,7 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 				return
 			}
 			x.mu.Lock()
-			if decision == nil {
+			if decision == nil && d.Status != "cancelled" {
 				x.retries[runID+"/"+review.ID]++
 			}
 			x.rep.PersonResolved++
@@ -614,7 +645,7 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 			x.mu.Unlock()
 			continue
 		}
-		if d.Status == "completed" || d.Status == "failed" {
+		if d.Status == "completed" || d.Status == "failed" || (d.Status == "cancelled" && settled(&d)) {
 			final = d
 			break
 		}
@@ -624,12 +655,20 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 	x.mu.Lock()
 	x.rep.Runs++
 	x.rep.Actions += size
-	if final.Status == "completed" {
+	switch final.Status {
+	case "completed":
 		x.rep.Completed++
-	} else {
+	case "failed":
 		x.rep.Failed++
+	case "cancelled":
+		x.rep.Cancelled++
 	}
-	if declined != (final.Status == "failed") {
+	switch {
+	case final.Status == "cancelled" && !cancelled:
+		x.rep.Unplanned++
+		x.rep.Findings = append(x.rep.Findings, fmt.Sprintf("%s ended cancelled, but no cancel was acknowledged", runID))
+	case final.Status == "cancelled":
+	case declined != (final.Status == "failed"):
 		x.rep.Unplanned++
 		x.rep.Findings = append(x.rep.Findings, fmt.Sprintf("%s ended %s (a declined charge planned: %v): %s", runID, final.Status, declined, final.Error))
 	}
@@ -637,6 +676,22 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 	x.seconds = append(x.seconds, time.Since(start).Seconds())
 	x.mu.Unlock()
 	x.ended1()
+}
+
+// settled reports whether a cancelled run has nothing left in flight: no
+// claim (a node still calling, or one that died and whose claim another
+// node must conclude), nothing for a person, no keyed action waiting for an
+// attempt it will never get.
+func settled(d *runDoc) bool {
+	for _, a := range d.Actions {
+		switch {
+		case a.Status == "claimed", a.Status == "needs_review":
+			return false
+		case (a.Status == "pending" || a.Status == "approved") && a.Attempts > 0:
+			return false
+		}
+	}
+	return true
 }
 
 // ended1 counts a run that ended (or failed to) and says so now and then.
