@@ -69,7 +69,7 @@ func TestChaosNodes(t *testing.T) {
 // The soak run's nodes experiment (DOCKET_SOAK=1, make soak).
 func TestChaosNodesSoak(t *testing.T) {
 	soak(t)
-	runChaosNodes(t, 600, 40)
+	runChaosNodes(t, 1000, 60)
 }
 
 // docket chaos --nodes takes a shared ledger, and refuses --resume.

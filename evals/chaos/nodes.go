@@ -164,17 +164,19 @@ type nodesExp struct {
 	http  *http.Client
 	tag   string // run ids of this experiment: n<N>-<tag>
 
-	mu       sync.Mutex
-	nodes    []*serveProc // by slot; nil or dead while a node is down
-	killed   []bool       // the slot's current process was killed by us
-	rep      NodesReport
-	finals   []runDoc
-	retries  map[string]int // person --retry decisions, by run/action
-	seconds  []float64
-	ended    int
-	half     chan struct{} // closed when half of the planned runs ended
-	halfOnce sync.Once
-	planned  int
+	mu         sync.Mutex
+	nodes      []*serveProc // by slot; nil or dead while a node is down
+	killed     []bool       // the slot's current process was killed by us
+	down       []bool       // the slot's node was killed and is not up again yet
+	restarting sync.WaitGroup
+	rep        NodesReport
+	finals     []runDoc
+	retries    map[string]int // person --retry decisions, by run/action
+	seconds    []float64
+	ended      int
+	half       chan struct{} // closed when half of the planned runs ended
+	halfOnce   sync.Once
+	planned    int
 }
 
 // RunNodes runs the shared-ledger experiment and returns its report. A
@@ -217,6 +219,7 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 		half:    make(chan struct{}),
 		nodes:   make([]*serveProc, cfg.Nodes),
 		killed:  make([]bool, cfg.Nodes),
+		down:    make([]bool, cfg.Nodes),
 	}
 	x.dk = cfg.Docket
 	x.dk.Env = append(append([]string{}, cfg.Docket.Env...), "DOCKET_LEDGER="+cfg.Ledger)
@@ -311,6 +314,7 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	wg.Wait()
 	close(stopKills)
 	bg.Wait()
+	x.restarting.Wait()
 
 	// Every run ended: audit the world against all of them at once.
 	all := runDoc{RunID: "all runs", Status: "completed"}
@@ -403,12 +407,15 @@ func (x *nodesExp) start(ctx context.Context, i int) error {
 	}
 }
 
-// killLoop SIGKILLs a random node now and then and starts it again, until
-// stop is closed. It also notices nodes that exited by themselves.
+// killLoop SIGKILLs a random node now and then (never the last one up) and
+// starts it again after a while, until stop is closed. It also notices
+// nodes that exited by themselves (and starts them again).
 func (x *nodesExp) killLoop(ctx context.Context, stop chan struct{}) {
 	rng := newRand(x.cfg.Seed, "nodes-kill")
 	for {
 		wait := x.cfg.KillEvery/2 + time.Duration(rng.Int64N(int64(x.cfg.KillEvery)))
+		back := 200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond)))
+		i := rng.IntN(x.cfg.Nodes)
 		select {
 		case <-stop:
 			return
@@ -416,10 +423,21 @@ func (x *nodesExp) killLoop(ctx context.Context, stop chan struct{}) {
 			return
 		case <-time.After(wait):
 		}
-		i := rng.IntN(x.cfg.Nodes)
 		x.mu.Lock()
-		p := x.nodes[i]
+		up := 0
+		for k := range x.nodes {
+			if !x.down[k] {
+				up++
+			}
+		}
+		p, skip := x.nodes[i], x.down[i] || up <= 1
+		if !skip {
+			x.down[i] = true
+		}
 		x.mu.Unlock()
+		if skip {
+			continue
+		}
 		if p.dead() {
 			x.mu.Lock()
 			x.rep.NodeSelfExits++
@@ -434,17 +452,22 @@ func (x *nodesExp) killLoop(ctx context.Context, stop chan struct{}) {
 			x.rep.NodeKills++
 			x.mu.Unlock()
 		}
-		select {
-		case <-stop:
-		case <-time.After(200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond)))):
-		}
-		if err := x.start(ctx, i); err != nil {
-			x.addError(err.Error())
-			return
-		}
-		x.mu.Lock()
-		x.rep.NodeRestarts++
-		x.mu.Unlock()
+		x.restarting.Add(1)
+		go func() {
+			defer x.restarting.Done()
+			select {
+			case <-stop:
+			case <-time.After(back):
+			}
+			if err := x.start(ctx, i); err != nil {
+				x.addError(err.Error())
+				return
+			}
+			x.mu.Lock()
+			x.down[i] = false
+			x.rep.NodeRestarts++
+			x.mu.Unlock()
+		}()
 	}
 }
 
