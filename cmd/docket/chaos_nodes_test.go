@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -95,4 +96,27 @@ type testLogWriter struct{ t *testing.T }
 func (w testLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// docket chaos --ledger URL --nodes 3 end to end (a small experiment, no
+// database restart: the package's cluster is shared): exit 0, the JSON
+// report, the password never printed.
+func TestChaosNodesCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts three services")
+	}
+	t.Parallel()
+	url, pw := sharedLedger(t)
+	r := inproc(t, "chaos", "--ledger", url, "--nodes", "3", "--actions", "30", "--workers", "3", "--min-kills", "1", "--kill-every", "1s", "--json")
+	wantCode(t, r, exitOK)
+	if strings.Contains(r.stdout+r.stderr, pw) {
+		t.Fatalf("the password was printed:\n%s", r)
+	}
+	var rep chaos.NodesReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("the report: %v\n%s", err, r)
+	}
+	if rep.Nodes != 3 || rep.Workers != 3 || rep.Actions < 30 || rep.NodeKills < 1 || !rep.OK() {
+		t.Fatalf("report %+v", rep)
+	}
 }
