@@ -286,11 +286,11 @@ func TestAdoptCancelledInFlight(t *testing.T) {
 	}
 }
 
-// A run paused by the executor or awaiting approval whose driver died is
-// adopted once nothing is left for a person to resolve (the node recorded a
-// resolution or an approval, then died before driving the run on); one
-// with an action in needs_review, or paused by a person, waits for the
-// person and is never adopted.
+// A run paused by the executor with nothing left in needs_review, or
+// awaiting approval with an action approved, whose driver died is adopted
+// (the node recorded a resolution or an approval, then died before driving
+// the run on); one with an action in needs_review, nothing approved, or
+// paused by a person waits for the person and is never adopted.
 func TestAdoptWaitingRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -312,7 +312,10 @@ func TestAdoptWaitingRuns(t *testing.T) {
 	onePlanRun(t, a, "resolved")
 	apply(ledger.SetRunStatus("resolved", ledger.RunPaused, ledger.EventRunPaused, "", nil))
 	onePlanRun(t, a, "approved")
-	apply(ledger.SetRunStatus("approved", ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", nil))
+	apply(ledger.SetRunStatus("approved", ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", nil),
+		ledger.Approve("approved", "a1", nil, "alice"))
+	onePlanRun(t, a, "waiting") // nothing approved yet: the person has not acted
+	apply(ledger.SetRunStatus("waiting", ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", nil))
 	k, args := onePlanRun(t, a, "review")
 	apply(ledger.Claim("review", "a1", "pay", k, args, 1), ledger.NeedsReview(k, 1, "unknown"),
 		ledger.SetRunStatus("review", ledger.RunPaused, ledger.EventRunPaused, "", nil))

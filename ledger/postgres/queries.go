@@ -54,10 +54,10 @@ func makeQueries(schema string) queries {
 			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17 WHERE run_id = $1`),
 		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
 		// Orphans: running runs whose driver is gone; runs paused by the
-		// executor or awaiting approval whose driver is gone and where
-		// nothing is left for a person to resolve (the node that recorded a
-		// resolution or an approval died before its drive went on: the
-		// drive goes on, or finds nothing approved and waits again); and
+		// executor with nothing left in needs_review, or awaiting approval
+		// with an action approved, whose driver is gone (the node that
+		// recorded a resolution or an approval died before its drive went
+		// on); and
 		// cancelled runs with
 		// an action left in flight (as ui.Server.ResumeRunning on one
 		// process): a claim whose owner is gone when the driver is gone too
@@ -70,7 +70,8 @@ func makeQueries(schema string) queries {
 			WHERE (r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp()))
 			OR (r.status IN ('paused', 'awaiting_approval') AND r.paused_by = ''
 				AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())
-				AND NOT EXISTS (SELECT 1 FROM {S}.actions a WHERE a.run_id = r.run_id AND a.revision = r.revision AND a.status = 'needs_review'))
+				AND NOT EXISTS (SELECT 1 FROM {S}.actions a WHERE a.run_id = r.run_id AND a.revision = r.revision AND a.status = 'needs_review')
+				AND (r.status = 'paused' OR EXISTS (SELECT 1 FROM {S}.actions a WHERE a.run_id = r.run_id AND a.revision = r.revision AND a.status = 'approved')))
 			OR (r.status = 'cancelled' AND EXISTS (
 				SELECT 1 FROM {S}.actions a JOIN {S}.keys k ON k.key = a.key LEFT JOIN {S}.nodes kn ON kn.incarnation = k.owner
 				WHERE a.run_id = r.run_id AND a.revision = r.revision AND a.key <> '' AND (
