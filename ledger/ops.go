@@ -586,6 +586,18 @@ func (b *batch) outcome(o Op) (Result, error) {
 	if rec.State != StatusClaimed || rec.Attempt != o.n {
 		return b.conflict(o, runID, rec.ActionID, o.key, rec, rowp, "attempt %d is not claimed", o.n), nil
 	}
+	if o.kind == opNeedsReview && rec.Owner != b.tx.Incarnation() {
+		// "Outcome unknown" is only true of a claim whose process is gone:
+		// on a shared ledger another live node may still be calling the tool
+		// (and will record what it did).
+		gone, err := b.ownerGone(rec.Owner)
+		if err != nil {
+			return Result{}, err
+		}
+		if !gone {
+			return b.conflict(o, runID, rec.ActionID, o.key, rec, rowp, "claim in flight on another node (its lease is live)"), nil
+		}
+	}
 	rec.State, rec.UpdatedAt = want, b.now()
 	rec.Output, rec.Error, rec.Retryable, rec.Failure = nil, "", false, ""
 	var evType EventType

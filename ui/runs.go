@@ -67,6 +67,12 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusServiceUnavailable, "no_space", err.Error(), nil)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusServiceUnavailable, "cancelled", err.Error(), nil)
+	case errors.Is(err, ledger.ErrUnavailable), errors.Is(err, ledger.ErrLeaseExpired):
+		// A shared ledger's database is unreachable, or cut a commit so
+		// that its outcome is unknown, or this node's lease lapsed: the same
+		// request again (on this node or another) finds out and answers.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
 	default:
 		s.log.Error("request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "internal", err.Error(), nil)

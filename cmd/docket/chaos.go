@@ -23,7 +23,7 @@ func init() {
 // docket command line with a crash point armed.
 type chaosCmd struct{ env Env }
 
-const chaosUsage = "chaos [--seed N] [--actions N] [--json] [--runs-dir DIR [--resume]] [--workers N] [--timeout D] [--lag D] [--lag-declared D] [--protected-only] [--min-kills N]"
+const chaosUsage = "chaos [--seed N] [--actions N] [--json] [--runs-dir DIR [--resume]] [--workers N] [--timeout D] [--lag D] [--lag-declared D] [--protected-only] [--min-kills N] [--ledger postgres://… --nodes N [--lease D] [--kill-every D] [--restart-db CMD]]"
 
 func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	if spec := c.env.Getenv(chaos.WorldEnv); spec != "" {
@@ -49,6 +49,7 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	lagDeclared := fs.Duration("lag-declared", -1, "the visibility_lag the tools file declares for leads (default: --lag)")
 	protectedOnly := fs.Bool("protected-only", false, "skip the workload with protections switched off")
 	minKills := fs.Int("min-kills", 0, "run the seed's next plans past --actions until each workload saw this many SIGKILLs (at most twice the runs)")
+	nf := addChaosNodesFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -77,6 +78,9 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	docket, err := chaosDocket()
 	if err != nil {
 		return err
+	}
+	if nf.on() {
+		return c.runNodes(ctx, nf, docket, *seed, fs, *minKills, *asJSON)
 	}
 	cfg := chaos.Config{
 		Seed:          *seed,

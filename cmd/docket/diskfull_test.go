@@ -284,7 +284,7 @@ func startServeChild(t *testing.T, args ...string) *servedChild {
 }
 
 // startServeChildEnv is startServeChild with the child's environment env.
-func startServeChildEnv(t *testing.T, env []string, args ...string) *servedChild {
+func startServeChildEnv(t testing.TB, env []string, args ...string) *servedChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(env, asDocketEnv+"=1")

@@ -16,7 +16,7 @@ const soakEnv = "DOCKET_SOAK"
 
 // soakRun is the -run pattern of the soak tests; the Makefile's soak target
 // reads it from this line, so keep it on one line.
-const soakRun = `^(TestChaos|TestChaosVisibilityLag)$`
+const soakRun = `^(TestChaos|TestChaosVisibilityLag|TestChaosNodesSoak)$`
 
 // soak skips the calling test unless DOCKET_SOAK is set; a test that calls it
 // must be listed in soakRun, or make soak would never run it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,123 @@ func TestReserve(t *testing.T) {
 	waitExpired(t, a, b.Incarnation())
 	if _, ok, err := a.Reserve(ctx, "run:r"); err != nil || !ok {
 		t.Fatalf("A reserving after B's lease expired: %v %v", ok, err)
+	}
+}
+
+// A cancelled run with a claim left in flight is adopted once the claim's
+// owner is gone: by any node when its driver is gone too, by its driver
+// (here the node that cancelled it) otherwise; a cancelled run with nothing
+// in flight never is. While the owner lives, no other node may declare its
+// claim's outcome unknown (needs_review).
+func TestAdoptCancelledInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	c := open(t, shortLease(schema))
+	cancel := func(s *postgres.Store, runID string) {
+		t.Helper()
+		if _, err := ledger.ApplyOne(ctx, s, ledger.SetRunStatus(runID, ledger.RunCancelled, ledger.EventRunCancelled, "", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(s *postgres.Store, runID string) string {
+		t.Helper()
+		k, args := onePlanRun(t, s, runID)
+		if _, err := ledger.ApplyOne(ctx, s, ledger.Claim(runID, "a1", "pay", k, args, 1)); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	kb := claim(a, "by-b") // A calls the tool; B cancels the run (B drives it now, by the log)
+	cancel(b, "by-b")
+	ka := claim(a, "by-a") // A calls the tool and cancels the run itself
+	cancel(a, "by-a")
+	onePlanRun(t, a, "idle") // nothing in flight
+	cancel(a, "idle")
+
+	const why = "outcome unknown"
+	_, err := ledger.ApplyOne(ctx, b, ledger.NeedsReview(kb, 1, why))
+	var ce *ledger.ConflictError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "another node") {
+		t.Fatalf("needs_review of a live node's claim: %v, want a conflict naming another node", err)
+	}
+	for _, s := range []*postgres.Store{b, c} {
+		if ids, err := s.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+			t.Fatalf("adopted %v (%v) while the claims' owner is alive", ids, err)
+		}
+	}
+
+	a.PauseHeartbeat(true)
+	waitExpired(t, c, a.Incarnation())
+	ids, err := c.AdoptOrphans(ctx, 10)
+	if err != nil || len(ids) != 1 || ids[0] != "by-a" {
+		t.Fatalf("C adopted %v, %v; want [by-a] (by-b's driver B is alive)", ids, err)
+	}
+	ids, err = b.AdoptOrphans(ctx, 10)
+	if err != nil || len(ids) != 1 || ids[0] != "by-b" {
+		t.Fatalf("B adopted %v, %v; want [by-b], the run it cancelled", ids, err)
+	}
+	for _, k := range []string{kb, ka} {
+		if _, err := ledger.ApplyOne(ctx, b, ledger.NeedsReview(k, 1, why)); err != nil {
+			t.Fatalf("needs_review once the owner is gone: %v", err)
+		}
+	}
+	for _, s := range []*postgres.Store{b, c} {
+		if ids, err := s.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+			t.Fatalf("adopted %v (%v) once nothing is in flight", ids, err)
+		}
+	}
+}
+
+// A run paused by the executor with nothing left in needs_review, or
+// awaiting approval with an action approved, whose driver died is adopted
+// (the node recorded a resolution or an approval, then died before driving
+// the run on); one with an action in needs_review, nothing approved, or
+// paused by a person waits for the person and is never adopted.
+func TestAdoptWaitingRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	apply := func(ops ...ledger.Op) {
+		t.Helper()
+		res, err := a.Apply(ctx, ops...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	onePlanRun(t, a, "resolved")
+	apply(ledger.SetRunStatus("resolved", ledger.RunPaused, ledger.EventRunPaused, "", nil))
+	onePlanRun(t, a, "approved")
+	apply(ledger.SetRunStatus("approved", ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", nil),
+		ledger.Approve("approved", "a1", nil, "alice"))
+	onePlanRun(t, a, "waiting") // nothing approved yet: the person has not acted
+	apply(ledger.SetRunStatus("waiting", ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", nil))
+	k, args := onePlanRun(t, a, "review")
+	apply(ledger.Claim("review", "a1", "pay", k, args, 1), ledger.NeedsReview(k, 1, "unknown"),
+		ledger.SetRunStatus("review", ledger.RunPaused, ledger.EventRunPaused, "", nil))
+	onePlanRun(t, a, "person")
+	apply(ledger.SetPause("person", "alice", ledger.RunPaused, nil))
+
+	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("adopted %v (%v) while the driver is alive", ids, err)
+	}
+	a.PauseHeartbeat(true)
+	waitExpired(t, b, a.Incarnation())
+	ids, err := b.AdoptOrphans(ctx, 10)
+	slices.Sort(ids)
+	if err != nil || !slices.Equal(ids, []string{"approved", "resolved"}) {
+		t.Fatalf("adopted %v, %v; want [approved resolved]", ids, err)
+	}
+	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
+		t.Fatalf("adopted %v (%v) again", ids, err)
 	}
 }

@@ -53,9 +53,32 @@ func makeQueries(schema string) queries {
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13,
 			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17 WHERE run_id = $1`),
 		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
+		// Orphans: running runs whose driver is gone; runs paused by the
+		// executor with nothing left in needs_review, or awaiting approval
+		// with an action approved, whose driver is gone (the node that
+		// recorded a resolution or an approval died before its drive went
+		// on); and
+		// cancelled runs with
+		// an action left in flight (as ui.Server.ResumeRunning on one
+		// process): a claim whose owner is gone when the driver is gone too
+		// or is this node (the run was cancelled here, or adopted by this
+		// node and not concluded yet), or a keyed action between attempts
+		// when the driver is gone. A drive of a cancelled run concludes them
+		// and starts nothing.
 		adoptOrphans: t(`UPDATE {S}.runs SET driver = $1 WHERE run_id IN (
 			SELECT r.run_id FROM {S}.runs r LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
-			WHERE r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())
+			WHERE (r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp()))
+			OR (r.status IN ('paused', 'awaiting_approval') AND r.paused_by = ''
+				AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())
+				AND NOT EXISTS (SELECT 1 FROM {S}.actions a WHERE a.run_id = r.run_id AND a.revision = r.revision AND a.status = 'needs_review')
+				AND (r.status = 'paused' OR EXISTS (SELECT 1 FROM {S}.actions a WHERE a.run_id = r.run_id AND a.revision = r.revision AND a.status = 'approved')))
+			OR (r.status = 'cancelled' AND EXISTS (
+				SELECT 1 FROM {S}.actions a JOIN {S}.keys k ON k.key = a.key LEFT JOIN {S}.nodes kn ON kn.incarnation = k.owner
+				WHERE a.run_id = r.run_id AND a.revision = r.revision AND a.key <> '' AND (
+					(a.status = 'claimed' AND k.state = 'claimed' AND (kn.incarnation IS NULL OR kn.lease_expires <= clock_timestamp())
+						AND (r.driver = $1 OR n.incarnation IS NULL OR n.lease_expires <= clock_timestamp()))
+					OR (a.status IN ('pending', 'approved') AND a.attempts > 0 AND NOT a.undo
+						AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())))))
 			ORDER BY r.updated_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED)
 			AND EXISTS (SELECT 1 FROM {S}.nodes WHERE incarnation = $1 AND lease_expires > clock_timestamp())
 			RETURNING run_id`),

@@ -514,7 +514,12 @@ func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 
 // AdoptOrphans makes this node the driver of up to limit runs that are
 // running but whose driver is gone (its node lease expired, by the
-// database's clock) and returns their ids: the caller drives them. A run's
+// database's clock), paused by the executor with nothing left in
+// needs_review or awaiting approval with an action approved, and a driver
+// that is gone (the node that recorded a resolution or an approval died
+// before driving the run on), or cancelled with an action left in flight by a node that is gone,
+// and returns their ids: the caller drives them (a drive of
+// a cancelled run concludes what was in flight and starts nothing). A run's
 // driver is the node that last appended to its log; two nodes adopting at
 // once never get the same run. A node whose own lease lapsed adopts
 // nothing. Errors: ErrClosed, database errors.
