@@ -431,6 +431,52 @@ func TestResumeRunningOnStart(t *testing.T) {
 	}
 }
 
+// A person's approval recorded by a process that stopped before driving the
+// run on (the run still says awaiting_approval): the next start drives it to
+// the end. A run a person paused stays paused.
+func TestResumeApprovedOnStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := setup(t, options{dir: dir})
+	var p map[string]any
+	json.Unmarshal(onboardingPlan(t), &p)
+	p["actions"] = p["actions"].([]any)[:4]
+	var doc runDoc
+	for _, id := range []string{"r-approved", "r-held"} {
+		b.call("POST", "/v1/runs", map[string]any{"run_id": id, "plan": p, "approve": "none"}, &doc)
+		b.waitStatus(id, ledger.RunAwaitingApproval)
+	}
+	eng, err := executor.New(executor.Config{Ledger: b.led, Tools: b.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r-approved", "r-held"} {
+		if err := eng.ApproveAll(context.Background(), id, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Pause(context.Background(), "r-held", "rita"); err != nil {
+		t.Fatal(err)
+	}
+	world := b.world
+	b.stop()
+
+	b2 := setup(t, options{dir: dir, toolsFile: func(*demoworld.World) []byte { return b.toolsFile }})
+	n, err := b2.srv.ResumeRunning(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("ResumeRunning = %d, %v; want 1 (the approved run, not the one a person paused)", n, err)
+	}
+	b2.waitStatus("r-approved", ledger.RunCompleted)
+	for _, e := range demoworld.OnboardingEffects[:3] {
+		if got := world.Effect(e); got != 1 {
+			t.Fatalf("effect %s = %d, want 1 (%s)", e, got, world.Describe())
+		}
+	}
+	if r, err := b2.led.GetRun(context.Background(), "r-held"); err != nil || r.Status != ledger.RunPaused || r.PausedBy == "" {
+		t.Fatalf("the run a person paused: %+v, %v", r, err)
+	}
+}
+
 func TestListEventsReplayForkMetrics(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})

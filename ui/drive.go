@@ -173,7 +173,9 @@ func (s *Server) Drive(runID string) {
 func (s *Server) Follow(runID string) { s.watch(runID, true) }
 
 // ResumeRunning drives every run that was running when the service stopped
-// (in the background) and returns how many it started.
+// (in the background), every run a person's approval or resolution left to
+// go on (recorded just before the service stopped, not driven yet) and every
+// cancelled run with actions in flight, and returns how many it started.
 func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 	n := 0
 	after := ""
@@ -191,6 +193,38 @@ func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 			break
 		}
 		after = next
+	}
+	// A person's approval or resolution recorded by a process that stopped
+	// before its drive went on: a run awaiting approval with an action
+	// approved, or paused by the executor (not by a person) with nothing left
+	// in needs_review. A drive takes it on from there (the shared ledger
+	// adopts the same runs of a dead node).
+	for _, st := range []ledger.RunStatus{ledger.RunAwaitingApproval, ledger.RunPaused} {
+		after = ""
+		for {
+			runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: st, After: after, Limit: 1000})
+			if err != nil {
+				return n, fmt.Errorf("ui: listing %s runs: %w", st, err)
+			}
+			for _, r := range runs {
+				if r.PausedBy != "" {
+					continue // a person's pause: only a person's resume lifts it
+				}
+				rows, err := s.led.Actions(ctx, r.ID)
+				if err != nil {
+					return n, fmt.Errorf("ui: reading run %s: %w", r.ID, err)
+				}
+				if stranded(st, rows) {
+					s.watch(r.ID, false)
+					s.kick(r.ID)
+					n++
+				}
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
 	}
 	// A run cancelled while actions were in flight, by a process that then
 	// stopped, has actions whose outcome is unknown: a drive concludes them
@@ -218,6 +252,18 @@ func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 		}
 		after = next
 	}
+}
+
+// stranded reports whether a run waiting with status st has nothing left for
+// a person: no action in needs_review, and when it awaits approval, an
+// action approved and never claimed.
+func stranded(st ledger.RunStatus, rows []ledger.Action) bool {
+	if slices.ContainsFunc(rows, func(a ledger.Action) bool { return a.Status == ledger.StatusNeedsReview }) {
+		return false
+	}
+	return st == ledger.RunPaused || slices.ContainsFunc(rows, func(a ledger.Action) bool {
+		return a.Status == ledger.StatusApproved && a.Attempts == 0
+	})
 }
 
 // Shutdown stops the server's work: no new drive starts, WebSockets are
