@@ -31,6 +31,8 @@ type File struct {
 	// Policy holds the file's global rules ("policy" at the top level),
 	// compiled; each tool's own rules are in its Spec.Policy.
 	Policy []policy.Rule
+	// Budgets are the file's budgets ("budgets" at the top level), checked.
+	Budgets []policy.Budget
 	// Warnings are things that work but should change: a credential typed
 	// into the file (a header or variable named like one, with a literal
 	// value instead of {{env "NAME"}}). They never quote the value.
@@ -342,7 +344,7 @@ func (p *parser) strMap(m map[string]json.RawMessage, where, key string) map[str
 	return out
 }
 
-var fileFields = []string{"version", "tools", "mcp_servers", "policy", "$schema"}
+var fileFields = []string{"version", "tools", "mcp_servers", "policy", "budgets", "$schema"}
 
 var toolFields = []string{"name", "description", "effect", "input_schema", "output_schema", "request", "output",
 	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate", "policy"}
@@ -422,6 +424,10 @@ func (p *parser) file(data []byte) *File {
 				p.add(fmt.Sprintf("mcp_servers.%s.tools.%s.compensate.tool", s.Name, name), "unknown tool %q", c.Tool)
 			}
 		}
+	}
+	if raw, ok := top["budgets"]; ok {
+		p.tool = ""
+		f.Budgets = p.budgets(raw, "", known)
 	}
 	for _, d := range defs {
 		f.Tools = append(f.Tools, d)
