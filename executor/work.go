@@ -453,7 +453,7 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			return false, endStopped
 		}
 	}
-	ops := append(a.preOps, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
+	ops := append(a.preOps, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...))
 	d.g.claimMu.RLock()
 	if d.g.halted() {
 		cancelled := d.g.status == ledger.RunCancelled
@@ -491,6 +491,12 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			}
 			a.rec = cur
 			return false, endSucceeded
+		}
+		if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
+			// Another claim took the budget's room since it was read: this
+			// drive leaves the action; the next one decides it again.
+			d.e.log.Info("claim refused by a budget", "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
+			return false, endStopped
 		}
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
 		return false, endStopped
@@ -767,7 +773,7 @@ func (d *driver) cancelled() bool {
 // claimAlways claims attempt n of a.key whatever the run's status (to park
 // it: never to call). how is endSucceeded when we hold the claim.
 func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
-	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
+	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...))
 	if err != nil {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
 		return false, endStopped

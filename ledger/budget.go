@@ -137,10 +137,12 @@ type BudgetTx interface {
 	PutHold(h Hold) error
 }
 
-// BudgetReader is a Store that keeps budgets: every bucket, and a key's
-// hold (ErrNotFound when the key reserved nothing).
+// BudgetReader is a Store that keeps budgets: every bucket, one bucket by
+// id (ErrNotFound when nothing was reserved from it), and a key's hold
+// (ErrNotFound when the key reserved nothing).
 type BudgetReader interface {
 	Budgets(ctx context.Context) ([]BudgetRecord, error)
+	Budget(ctx context.Context, id string) (BudgetRecord, error)
 	Hold(ctx context.Context, key string) (Hold, error)
 }
 

@@ -109,3 +109,20 @@ func (l *Ledger) Hold(ctx context.Context, key string) (ledger.Hold, error) {
 	})
 	return h, err
 }
+
+// Budget returns one budget bucket. Errors: ErrNotFound (nothing was
+// reserved from it), ErrClosed, a read error.
+func (l *Ledger) Budget(ctx context.Context, id string) (ledger.BudgetRecord, error) {
+	var r ledger.BudgetRecord
+	err := l.view(ctx, func(txn *badger.Txn) error {
+		ok, err := getDecoded(txn, budgetKey(id), func(v []byte) error { return json.Unmarshal(v, &r) })
+		if err != nil {
+			return fmt.Errorf("ledger: reading budget bucket %s: %w", id, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: budget bucket %s", ledger.ErrNotFound, id)
+		}
+		return nil
+	})
+	return r, err
+}

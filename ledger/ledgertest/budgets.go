@@ -53,6 +53,12 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 		if r := bucket(c.Bucket()); r.Used != used || r.Count != n {
 			t.Fatalf("bucket %s: used %q count %d, want %q %d", c.Bucket(), r.Used, r.Count, used, n)
 		}
+		if r, err := br.Budget(b.ctx, c.Bucket()); err != nil || r.Used != used {
+			t.Fatalf("Budget(%s): %+v %v", c.Bucket(), r, err)
+		}
+	}
+	if _, err := br.Budget(b.ctx, count.Bucket()); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("Budget of an unused bucket: %v", err)
 	}
 
 	r := b.mustOK(t, claim("a1", 1, spend("60.05"), count))

@@ -499,3 +499,18 @@ func (s *Store) Hold(ctx context.Context, key string) (ledger.Hold, error) {
 	})
 	return h, err
 }
+
+// Budget returns one budget bucket; ErrNotFound when nothing was reserved
+// from it.
+func (s *Store) Budget(ctx context.Context, id string) (ledger.BudgetRecord, error) {
+	var r ledger.BudgetRecord
+	err := s.read(ctx, func(st *state) error {
+		b, ok := st.budgets[id]
+		if !ok {
+			return fmt.Errorf("%w: budget bucket %s", ledger.ErrNotFound, id)
+		}
+		r = b
+		return nil
+	})
+	return r, err
+}

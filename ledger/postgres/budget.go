@@ -192,3 +192,17 @@ func (s *Store) Hold(ctx context.Context, key string) (ledger.Hold, error) {
 	})
 	return h, err
 }
+
+// Budget returns one budget bucket. Errors: ErrNotFound (nothing was
+// reserved from it), ErrClosed, database errors.
+func (s *Store) Budget(ctx context.Context, id string) (ledger.BudgetRecord, error) {
+	var r ledger.BudgetRecord
+	err := s.read(ctx, func(q querier) error {
+		err := scanBudget(q.QueryRow(ctx, s.bq(`SELECT `+budgetCols+` FROM {S}.budgets WHERE id = $1`), id), &r)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: budget bucket %s", ledger.ErrNotFound, id)
+		}
+		return err
+	})
+	return r, err
+}

@@ -3,6 +3,7 @@ package toolsfile
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/docketrun/docket/tools/policy"
 )
@@ -74,7 +75,11 @@ func (p *parser) budgets(raw json.RawMessage, label string, known func(string) b
 	if err := policy.CheckBudgets(out, known); err != nil {
 		if pe, ok := err.(*policy.Error); ok {
 			for _, pr := range pe.Problems {
-				p.add(pr.Where[len(label):], "%s", pr.Msg)
+				field := pr.Where[len(label):]
+				if slices.ContainsFunc(p.problems, func(q Problem) bool { return q.Tool == "" && q.Field == field }) {
+					continue // said already (a required field that is missing)
+				}
+				p.add(field, "%s", pr.Msg)
 			}
 		} else {
 			p.add("budgets", "%v", err)
