@@ -105,7 +105,7 @@ func identityFlag(fs *flag.FlagSet) *string {
 
 // policyFlag adds --policy FILE to a command that loads a tools file.
 func policyFlag(fs *flag.FlagSet) *string {
-	return fs.String("policy", "", `policy file {"version": 1, "policy": [RULE...]} whose rules join the tools file's (default $DOCKET_POLICY); give the same one to every command that continues the run`)
+	return fs.String("policy", "", `policy file {"version": 1, "policy": [RULE...], "budgets": [BUDGET...]} whose rules and budgets join the tools file's (default $DOCKET_POLICY); give the same one to every command that continues the run`)
 }
 
 // parseToolsFile reads and checks a tools file with toolsfile, the format's
