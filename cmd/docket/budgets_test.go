@@ -15,13 +15,19 @@ import (
 // create the run approves).
 func (b *bundle) budgetFile(t *testing.T) {
 	t.Helper()
+	b.withBudgets(t, map[string]any{"name": "daily-invoices", "tools": []any{"payments_create_invoice"}, "per": "tenant",
+		"window": "24h", "sum": "amount", "group_by": "currency", "limit": "1000.00", "outcome": "approve", "exclude_creator": true,
+		"message": "over the daily invoice budget"})
+}
+
+// withBudgets writes the demo world's tools file with these budgets.
+func (b *bundle) withBudgets(t *testing.T, budgets ...any) {
+	t.Helper()
 	var f map[string]any
 	if err := json.Unmarshal(b.world.ToolsFile(demoworld.ToolsOptions{Timeout: "1s"}), &f); err != nil {
 		t.Fatal(err)
 	}
-	f["budgets"] = []any{map[string]any{"name": "daily-invoices", "tools": []any{"payments_create_invoice"}, "per": "tenant",
-		"window": "24h", "sum": "amount", "group_by": "currency", "limit": "1000.00", "outcome": "approve", "exclude_creator": true,
-		"message": "over the daily invoice budget"}}
+	f["budgets"] = budgets
 	raw, _ := json.Marshal(f)
 	if err := os.WriteFile(b.tools, raw, 0o600); err != nil {
 		t.Fatal(err)
