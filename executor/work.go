@@ -584,7 +584,9 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		d.park(ctx, a, dec.reason)
 		return nil, endRecorded, false
 	case doFail:
-		if d.record(ctx, a, ledger.FailWith(a.key, a.attempt, dec.reason, false, failureOf(outcome), nil)) {
+		// decide fails an action only when no attempt may have taken effect
+		// (else a person reviews it): its budgets get the amount back.
+		if d.record(ctx, a, ledger.FailWith(a.key, a.attempt, dec.reason, false, failureOf(outcome), nil).NoEffect()) {
 			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, dec.reason })
 			d.e.log.Warn("action failed", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt,
 				"outcome", outcome.String(), "error", dec.reason)
@@ -795,7 +797,7 @@ func (d *driver) concludeOnCancel(ctx context.Context, a *act, n int) end {
 			ops = append(ops, ledger.FailWith(a.key, rec.Attempt, "no effect: a lookup after the trust window found none", true,
 				ledger.FailureNotSent, nil))
 		}
-		ops = append(ops, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled"))
+		ops = append(ops, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled").NoEffect())
 		if d.record(ctx, a, ops...) {
 			d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
 		}

@@ -24,8 +24,9 @@ import (
 // re-claim after a crash, a retry or a person's retry never reserves again.
 // A hold is released (its amounts given back) when the key ends failed, or
 // skipped while waiting for a retry, and no attempt may have taken effect
-// (KeyRecord.MaybeTookEffect); it is kept on success, needs_review, an
-// unknown outcome and everything a person resolves.
+// (KeyRecord.MaybeTookEffect false, or the caller knows better: Op.NoEffect);
+// it is kept on success, needs_review, an unknown outcome and everything a
+// person resolves.
 //
 // Amounts are exact decimals (big.Rat), written as decimal strings.
 
@@ -151,6 +152,16 @@ type BudgetReader interface {
 // ErrInvalid.
 func (o Op) WithCharges(charges ...Charge) Op {
 	o.charges = slices.Clone(charges)
+	return o
+}
+
+// NoEffect returns a Fail or Skip op whose caller knows that no attempt of
+// the key took effect although the key record may say one might have
+// (KeyRecord.MaybeTookEffect: a keyed call answered definitely under the
+// same key after a crash, a lookup that found nothing): the key's budget
+// hold is released. On other ops it is ErrInvalid.
+func (o Op) NoEffect() Op {
+	o.noEffect = true
 	return o
 }
 

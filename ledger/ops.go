@@ -66,6 +66,7 @@ type Op struct {
 	blobs                map[string]json.RawMessage // a revision's large values by blob name
 	gate                 *Gate                      // Decide
 	charges              []Charge                   // Claim: budgets (budget.go)
+	noEffect             bool                       // Fail, Skip: no attempt took effect (budget.go)
 }
 
 // Result is the outcome of one Op: Err is nil, a *ConflictError, or another
@@ -313,6 +314,9 @@ func (b *batch) evalOp(o Op) (Result, error) {
 func (b *batch) evalOpRefs(o Op) (Result, error) {
 	if o.charges != nil && o.kind != opClaim {
 		return errResult(fmt.Errorf("%w: only a claim carries budget charges", ErrInvalid)), nil
+	}
+	if o.noEffect && o.kind != opFail && o.kind != opSkip {
+		return errResult(fmt.Errorf("%w: only a failure or a skip says no attempt took effect", ErrInvalid)), nil
 	}
 	switch o.kind {
 	case opClaim:
@@ -654,7 +658,7 @@ func (b *batch) outcome(o Op) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if want == StatusFailed && !rec.MaybeTookEffect && o.failure != FailureUnknown && o.failure != FailureKeyInFlight {
+	if want == StatusFailed && (!rec.MaybeTookEffect || o.noEffect) && o.failure != FailureUnknown && o.failure != FailureKeyInFlight {
 		// A definite failure: nothing happened, the budgets get it back.
 		released, err := b.release(o.key)
 		if err != nil {
@@ -908,7 +912,7 @@ func (b *batch) review(o Op) (Result, error) {
 		evType, data = EventActionSkipped, obj("reason", o.msg)
 		if retryPending {
 			rec.State, rec.UpdatedAt, recChanged = StatusSkipped, b.now(), true
-			if !rec.MaybeTookEffect {
+			if !rec.MaybeTookEffect || o.noEffect {
 				// No attempt took effect: the budgets get it back.
 				released, err := b.release(rec.Key)
 				if err != nil {

@@ -24,7 +24,7 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 	if !ok {
 		t.Fatal("the store does not read budgets (ledger.BudgetReader)")
 	}
-	b.createRun(t, "r", 6)
+	b.createRun(t, "r", 7)
 	window := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
 	spend := func(amount string) ledger.Charge {
 		return ledger.Charge{Budget: "spend", Scope: "tenant:token:alice", Window: window, Every: 24 * time.Hour,
@@ -130,10 +130,22 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 	b.mustOK(t, ledger.FailWith(k2, 2, "400", false, ledger.FailureDefinite, nil))
 	want(spend(""), "40.05", 1)
 
+	// ... unless the caller knows no attempt took effect (a keyed call
+	// answered definitely under the same key).
+	r3 := b.mustOK(t, claim("a3", 1, spend("1")))
+	want(spend(""), "41.05", 2)
+	b.mustOK(t, ledger.FailWith(r3.Key.Key, 1, "timeout", true, ledger.FailureUnknown, nil))
+	b.mustOK(t, claim("a3", 2, spend("1")))
+	b.mustOK(t, ledger.FailWith(r3.Key.Key, 2, "402 declined", false, ledger.FailureDefinite, nil).NoEffect())
+	want(spend(""), "40.05", 1)
+	if r := b.apply(t, ledger.Succeed(r3.Key.Key, 2, json.RawMessage(`{}`)).NoEffect()); !errors.Is(r.Err, ledger.ErrInvalid) {
+		t.Fatalf("NoEffect on a success: %v", r.Err)
+	}
+
 	// Approved over the limit: reserved all the same.
 	over := spend("1000")
 	over.Over = true
-	b.mustOK(t, claim("a3", 1, over))
+	b.mustOK(t, claim("a6", 1, over))
 	want(spend(""), "1040.05", 2)
 
 	// A retry-pending key that is skipped gives it back.
@@ -150,13 +162,13 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 
 	// Bad charges and charges on other ops are refused.
 	neg := spend("-5")
-	if r := b.apply(t, claim("a6", 1, neg)); !errors.Is(r.Err, ledger.ErrInvalid) {
+	if r := b.apply(t, claim("a7", 1, neg)); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("negative amount: %v", r.Err)
 	}
-	if r := b.apply(t, claim("a6", 1, spend("1e3"))); !errors.Is(r.Err, ledger.ErrInvalid) {
+	if r := b.apply(t, claim("a7", 1, spend("1e3"))); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("amount with an exponent: %v", r.Err)
 	}
-	if r := b.apply(t, ledger.Skip("r", "a6", "x").WithCharges(count)); !errors.Is(r.Err, ledger.ErrInvalid) {
+	if r := b.apply(t, ledger.Skip("r", "a7", "x").WithCharges(count)); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("charges on a skip: %v", r.Err)
 	}
 
@@ -172,7 +184,7 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 			t.Fatalf("hold after reopen: %+v %v", h, err)
 		}
 		// The reopened store goes on from the recorded usage.
-		res, err := l.Apply(b.ctx, ledger.Claim("r", "a6", "t", key(t, "r", "a6", `{"i":6}`), json.RawMessage(`{"i":6}`), 1).WithCharges(spend("0.01")))
+		res, err := l.Apply(b.ctx, ledger.Claim("r", "a7", "t", key(t, "r", "a7", `{"i":7}`), json.RawMessage(`{"i":7}`), 1).WithCharges(spend("0.01")))
 		if err != nil || !errors.Is(res[0].Err, ledger.ErrBudgetExceeded) {
 			t.Fatalf("claim past the recorded usage after reopen: %v %v", err, res)
 		}
