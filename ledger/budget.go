@@ -21,12 +21,15 @@ import (
 //
 // Exactly once per key: only the first claim of a key (no key record yet)
 // reserves; its reservations are kept on a Hold record under the key, so a
-// re-claim after a crash, a retry or a person's retry never reserves again.
-// A hold is released (its amounts given back) when the key ends failed, or
-// skipped while waiting for a retry, and no attempt may have taken effect
-// (KeyRecord.MaybeTookEffect false, or the caller knows better: Op.NoEffect);
-// it is kept on success, needs_review, an unknown outcome and everything a
-// person resolves.
+// re-claim after a crash or a person's retry never reserves again. A hold
+// is released (its amounts given back) by a failure that says nothing
+// happened (the key ends failed, or waits for a retry after a failure of
+// class not_sent, not_processed, definite or invalid_arguments), or a skip
+// while waiting for a retry, when no attempt may have taken effect
+// (KeyRecord.MaybeTookEffect false, or the caller knows better:
+// Op.NoEffect); the next claim of the key takes the same amounts again
+// (the action was admitted: no limit check). It is kept on success,
+// needs_review, an unknown outcome and everything a person resolves.
 //
 // Amounts are exact decimals (big.Rat), written as decimal strings.
 
@@ -316,6 +319,46 @@ func (b *batch) reserve(o Op) (reserved []any, refused error, err error) {
 		return nil, nil, err
 	}
 	return reserved, nil, nil
+}
+
+// rereserve takes again the released hold of key (a retry after a failure
+// that gave it back): the reservations for the claim's event, nil when the
+// key holds nothing released.
+func (b *batch) rereserve(key string) ([]any, error) {
+	bt, ok := b.tx.(BudgetTx)
+	if !ok {
+		return nil, nil
+	}
+	h, held, err := bt.Hold(key)
+	if err != nil || !held || !h.Released {
+		return nil, err
+	}
+	now := b.now()
+	var out []any
+	for _, c := range h.Charges {
+		rec, ok, err := bt.Budget(c.Bucket)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("ledger: key %s holds budget bucket %s, which does not exist", key, c.Bucket)
+		}
+		used, err := ParseAmount(cmpOr(rec.Used, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
+		}
+		amount, err := ParseAmount(c.Amount)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: hold of key %s: %w", key, err)
+		}
+		rec.Used, rec.Count, rec.UpdatedAt = FormatAmount(used.Add(used, amount)), rec.Count+1, now
+		if err := bt.PutBudget(rec); err != nil {
+			return nil, err
+		}
+		out = append(out, obj("budget", c.Budget, "amount", c.Amount, "used", rec.Used, "again", true))
+	}
+	h.Released, h.ReleasedAt = false, time.Time{}
+	return out, bt.PutHold(h)
 }
 
 // release gives back key's hold (a definite failure): the names of the

@@ -485,6 +485,10 @@ func (b *batch) claim(o Op) (Result, error) {
 			res.Action = b.rowAction(o.runID, row, KeyRecord{})
 			return res, nil
 		}
+	} else if reserved, err = b.rereserve(o.key); err != nil {
+		// A retry of a key whose hold an attempt that did not happen gave
+		// back takes it again.
+		return Result{}, err
 	}
 	now := b.now()
 	args, err := b.stash(o.runID, o.args, o.big) // one blob for the key record and the row
@@ -658,8 +662,10 @@ func (b *batch) outcome(o Op) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if want == StatusFailed && (!rec.MaybeTookEffect || o.noEffect) && o.failure != FailureUnknown && o.failure != FailureKeyInFlight {
-		// A definite failure: nothing happened, the budgets get it back.
+	definite := o.failure != FailureUnknown && o.failure != FailureKeyInFlight && (want == StatusFailed || !o.failure.mayHaveTakenEffect())
+	if (want == StatusFailed || want == StatusPending) && definite && (!rec.MaybeTookEffect || o.noEffect) {
+		// A definite failure: nothing happened, the budgets get it back
+		// (a retry takes it again with its claim).
 		released, err := b.release(o.key)
 		if err != nil {
 			return Result{}, err

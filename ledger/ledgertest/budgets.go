@@ -14,10 +14,11 @@ import (
 // per key (a re-claim of the key never reserves again), exactly (decimal
 // sums, no float); a claim that would pass a limit is refused with a
 // *BudgetError and writes nothing (not the claim, not another bucket it
-// charges) unless the charge is approved over the limit; a definite failure
-// gives the reservation back, a failure that may have taken effect keeps
-// it; a retry-pending key skipped gives it back. The claim's and the
-// failure's events name the budgets. Everything survives a reopen.
+// charges) unless the charge is approved over the limit; a failure that
+// says nothing happened gives the reservation back (a retry's claim takes
+// it again), one that may have taken effect keeps it (unless the caller
+// knows better: NoEffect). The claim's and the failure's events name the
+// budgets. Everything survives a reopen.
 func testBudgets(t *testing.T, open Opener, opts Options) {
 	b := setup(t, open)
 	br, ok := b.l.(ledger.BudgetReader)
@@ -100,15 +101,22 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 	r2 := b.mustOK(t, claim("a2", 1, count, spend("40.05")))
 	want(spend(""), "100.1", 2)
 
-	// A retryable failure keeps the reservation; the re-claim of the same
-	// key reserves nothing more.
+	// A retryable failure that says nothing happened gives it back until
+	// the next attempt's claim takes the same amounts again (whatever that
+	// claim carries: reserved once per key).
 	b.mustOK(t, ledger.FailWith(k1, 1, "connection refused", true, ledger.FailureNotSent, nil))
-	want(spend(""), "100.1", 2)
-	b.mustOK(t, claim("a1", 2, spend("60.05"), count))
+	want(spend(""), "40.05", 1)
+	want(count, "1", 1)
+	b.mustOK(t, claim("a1", 2, spend("99"), count))
 	want(spend(""), "100.1", 2)
 	want(count, "2", 2)
+	// A retryable failure whose outcome is unknown keeps it.
+	b.mustOK(t, ledger.FailWith(k1, 2, "reset", true, ledger.FailureUnknown, nil))
+	want(spend(""), "100.1", 2)
+	b.mustOK(t, claim("a1", 3))
+	want(spend(""), "100.1", 2)
 	// A definite failure gives it back, and the event says so.
-	b.mustOK(t, ledger.FailWith(k1, 2, "400 bad request", false, ledger.FailureDefinite, nil))
+	b.mustOK(t, ledger.FailWith(k1, 3, "400 bad request", false, ledger.FailureDefinite, nil).NoEffect())
 	want(spend(""), "40.05", 1)
 	want(count, "1", 1)
 	evs = b.events(t, "r")
@@ -120,7 +128,7 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 		t.Fatalf("hold after release: %+v %v", h, err)
 	}
 	// Released once: an identical repeat of the outcome gives nothing back again.
-	b.mustOK(t, ledger.FailWith(k1, 2, "400 bad request", false, ledger.FailureDefinite, nil))
+	b.mustOK(t, ledger.FailWith(k1, 3, "400 bad request", false, ledger.FailureDefinite, nil).NoEffect())
 	want(spend(""), "40.05", 1)
 
 	// An unknown outcome keeps it, even when a later attempt fails definitely.
@@ -148,17 +156,18 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 	b.mustOK(t, claim("a6", 1, over))
 	want(spend(""), "1040.05", 2)
 
-	// A retry-pending key that is skipped gives it back.
+	// A retry-pending key that may have taken effect keeps it when it is
+	// skipped, unless the caller knows better.
 	r4 := b.mustOK(t, claim("a4", 1, count))
 	want(count, "2", 2)
-	b.mustOK(t, ledger.FailWith(r4.Key.Key, 1, "503", true, ledger.FailureNotProcessed, nil))
+	b.mustOK(t, ledger.FailWith(r4.Key.Key, 1, "reset", true, ledger.FailureUnknown, nil))
 	b.mustOK(t, ledger.Skip("r", "a4", "run failed"))
-	want(count, "1", 1)
+	want(count, "2", 2)
 
 	// Success keeps it.
 	r5 := b.mustOK(t, claim("a5", 1, count))
 	b.mustOK(t, ledger.Succeed(r5.Key.Key, 1, json.RawMessage(`{"ok":true}`)))
-	want(count, "2", 2)
+	want(count, "3", 3)
 
 	// Bad charges and charges on other ops are refused.
 	neg := spend("-5")
