@@ -89,3 +89,24 @@ func TestPolicyFileBudgets(t *testing.T) {
 		t.Fatalf("%+v %v", pf, err)
 	}
 }
+
+// An MCP tool may have its own policy rules; a wrong one is a problem with
+// its place.
+func TestMCPToolPolicyParsed(t *testing.T) {
+	t.Parallel()
+	src := `{"version": 1, "tools": [], "mcp_servers": [{"name": "mail", "command": "mail-mcp", "tools": {
+  "send": {"effect": "at_most_once", "policy": [{"name": "internal", "when": "!action.args.to.endsWith('@example.com')", "outcome": "approve"}]},
+  "purge": {"effect": "at_most_once", "policy": [{"when": "action.args.x >", "outcome": "deny"}]}}}]}`
+	_, err := Parse([]byte(src), testEnv(nil))
+	if err == nil || !strings.Contains(err.Error(), "mcp_servers[0].tools.purge.policy[0].when: ERROR") {
+		t.Fatalf("a rule that does not compile: %v", err)
+	}
+	f, err := Parse([]byte(strings.Replace(src, "action.args.x >", "true", 1)), testEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := f.MCPServers[0].Tools["send"].Policy
+	if len(rules) != 1 || rules[0].Outcome != policy.Approve || rules[0].Approvers != 1 || rules[0].Where != "mcp_servers[0].tools.send.policy[0]" {
+		t.Fatalf("rules %+v", rules)
+	}
+}

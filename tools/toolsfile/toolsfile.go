@@ -128,6 +128,10 @@ type MCPTool struct {
 	// Lookup declares another tool of the same server that finds the effect
 	// of a call (effect "lookup", or "keyed" past key_ttl).
 	Lookup *MCPLookup
+	// Policy is the tool's own policy rules, compiled, as an HTTP tool's
+	// (tools.Spec.Policy); their places read
+	// mcp_servers[0].tools.NAME.policy[0].
+	Policy []policy.Rule `json:"-"`
 }
 
 // MCPLookup is an MCP tool's lookup: call Tool (a tool of the same server)
@@ -883,7 +887,7 @@ func (p *parser) compensate(raw json.RawMessage, where string, props schemaProps
 }
 
 var serverFields = []string{"name", "command", "args", "env", "url", "headers", "trust_annotations", "tools"}
-var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup"}
+var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup", "policy"}
 var mcpLookupFields = []string{"tool", "args", "found", "output"}
 
 // mcpLookup parses an MCP tool's lookup block.
@@ -1003,6 +1007,9 @@ func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
 				}
 			} else if t.Effect == tools.Lookup {
 				p.add(join(tw, "lookup"), "missing (effect %q needs a lookup)", tools.Lookup)
+			}
+			if raw, ok := tm["policy"]; ok {
+				t.Policy = p.rules(raw, join(tw, "policy"), "")
 			}
 			s.Tools[name] = t
 		}
