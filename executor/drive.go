@@ -351,6 +351,8 @@ type act struct {
 	tries   int
 	began   time.Time
 	adopted bool // output taken from an existing succeeded key
+	// charges are the budgets the key's first claim reserves (checkBudgets).
+	charges []ledger.Charge
 	// maybeDone: an earlier attempt's outcome is unknown (or the provider
 	// said a request with the key was in flight) and nothing has shown since
 	// that it did not take effect. Retries that then run out on calls that
@@ -526,6 +528,10 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		return p // attempted before under this key: decide from the record
 	}
 	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: d.policyRun(n.id, n.spec)}, false)
+	bc := d.checkBudgets(ctx, row.Tool, resolved)
+	if bc.gate != nil && stricter(*bc.gate, g) {
+		g = *bc.gate // a budget would be exceeded: its outcome decides
+	}
 	var decideOp []ledger.Op
 	if (row.Gate != nil || g.Rule != "") && !gateEqual(row.Gate, g) {
 		decideOp = []ledger.Op{ledger.Decide(d.runID, n.id, g)}
@@ -570,6 +576,10 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		return p
 	}
 	p.a.fresh = true
+	p.a.charges = bc.charges
+	if g.Need > 0 {
+		p.a.charges = bc.withOver() // approved: past the exceeded budgets too
+	}
 	p.claim = true
 	p.ops = decideOp // written with the claim
 	return p
@@ -617,7 +627,9 @@ func (d *driver) approved(n *node, resolved json.RawMessage, g ledger.Gate) (boo
 		if by == "" {
 			// Approved before gates were recorded: one approval, for a row
 			// that has no gate of its own.
-			if n.row.Gate == nil && g.Need == 1 {
+			// Never for a budget's gate: a budget is exceeded only now, so
+			// an approval from before it cannot have been for going past it.
+			if n.row.Gate == nil && g.Need == 1 && g.Budget == "" {
 				have++
 			}
 			continue
@@ -706,7 +718,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 			if p.claim {
 				ops = append(ops, p.ops...) // the policy's decision, recorded with the claim
 				slots = append(slots, slot{p: p, first: len(ops), count: 1})
-				ops = append(ops, ledger.Claim(d.runID, p.n.id, p.n.row.Tool, p.a.key, p.a.args, 1))
+				ops = append(ops, ledger.Claim(d.runID, p.n.id, p.n.row.Tool, p.a.key, p.a.args, 1).WithCharges(p.a.charges...))
 			} else {
 				slots = append(slots, slot{p: p, first: len(ops), count: len(p.ops)})
 				ops = append(ops, p.ops...)
@@ -835,6 +847,16 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 			if cur := conflictRecord(r.Err); cur != nil {
 				p.a.rec = cur
 				acts = append(acts, p.a)
+				continue
+			}
+			if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
+				// Another claim took the room since we read the usage:
+				// prepare it again, decided on the new usage.
+				d.e.log.Info("claim refused by a budget; deciding again", "run_id", d.runID, "action_id", p.n.id, "error", r.Err)
+				d.mu.Lock()
+				d.unpickLocked(p.n, false)
+				d.settledGen++
+				d.mu.Unlock()
 				continue
 			}
 			d.done(p.n)

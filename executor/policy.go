@@ -97,7 +97,7 @@ func gateEqual(a *ledger.Gate, b ledger.Gate) bool {
 	}
 	x, y := *a, b
 	return x.Rule == y.Rule && x.Outcome == y.Outcome && x.Need == y.Need && strings.Join(x.Names, "\x00") == strings.Join(y.Names, "\x00") &&
-		x.ExcludeCreator == y.ExcludeCreator && x.TTL == y.TTL && x.Message == y.Message && x.Why == y.Why
+		x.ExcludeCreator == y.ExcludeCreator && x.TTL == y.TTL && x.Message == y.Message && x.Why == y.Why && x.Budget == y.Budget
 }
 
 // readsRun reports whether any of rules may read the run's variables: a CEL

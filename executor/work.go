@@ -453,7 +453,7 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			return false, endStopped
 		}
 	}
-	ops := append(a.preOps, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
+	ops := append(a.preOps, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...))
 	d.g.claimMu.RLock()
 	if d.g.halted() {
 		cancelled := d.g.status == ledger.RunCancelled
@@ -491,6 +491,12 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			}
 			a.rec = cur
 			return false, endSucceeded
+		}
+		if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
+			// Another claim took the budget's room since it was read: this
+			// drive leaves the action; the next one decides it again.
+			d.e.log.Info("claim refused by a budget", "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
+			return false, endStopped
 		}
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
 		return false, endStopped
@@ -578,7 +584,9 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		d.park(ctx, a, dec.reason)
 		return nil, endRecorded, false
 	case doFail:
-		if d.record(ctx, a, ledger.FailWith(a.key, a.attempt, dec.reason, false, failureOf(outcome), nil)) {
+		// decide fails an action only when no attempt may have taken effect
+		// (else a person reviews it): its budgets get the amount back.
+		if d.record(ctx, a, ledger.FailWith(a.key, a.attempt, dec.reason, false, failureOf(outcome), nil).NoEffect()) {
 			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, dec.reason })
 			d.e.log.Warn("action failed", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt,
 				"outcome", outcome.String(), "error", dec.reason)
@@ -767,7 +775,7 @@ func (d *driver) cancelled() bool {
 // claimAlways claims attempt n of a.key whatever the run's status (to park
 // it: never to call). how is endSucceeded when we hold the claim.
 func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
-	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n))
+	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...))
 	if err != nil {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
 		return false, endStopped
@@ -789,7 +797,7 @@ func (d *driver) concludeOnCancel(ctx context.Context, a *act, n int) end {
 			ops = append(ops, ledger.FailWith(a.key, rec.Attempt, "no effect: a lookup after the trust window found none", true,
 				ledger.FailureNotSent, nil))
 		}
-		ops = append(ops, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled"))
+		ops = append(ops, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled").NoEffect())
 		if d.record(ctx, a, ops...) {
 			d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
 		}

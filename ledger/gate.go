@@ -37,6 +37,11 @@ type Gate struct {
 	// Message is the rule's message; Why why it applied.
 	Message string `json:"message,omitempty"`
 	Why     string `json:"why,omitempty"`
+	// Budget names the budget whose limit the action would pass (the gate
+	// is that budget's outcome). Then only people's approvals count: the
+	// approval a run's policy gave the row when it was recorded was not
+	// given for going past a budget.
+	Budget string `json:"budget,omitempty"`
 }
 
 // Approval is one person's approval of an action's exact arguments.
@@ -144,7 +149,7 @@ func gateEqual(a, b *Gate) bool {
 		return a == b
 	}
 	return a.Rule == b.Rule && a.Outcome == b.Outcome && a.Need == b.Need && slices.Equal(a.Names, b.Names) &&
-		a.ExcludeCreator == b.ExcludeCreator && a.TTL == b.TTL && a.Message == b.Message && a.Why == b.Why
+		a.ExcludeCreator == b.ExcludeCreator && a.TTL == b.TTL && a.Message == b.Message && a.Why == b.Why && a.Budget == b.Budget
 }
 
 func (b *batch) decide(o Op) (Result, error) {
@@ -165,7 +170,11 @@ func (b *batch) decide(o Op) (Result, error) {
 	if a.ApprovedArgs, err = b.blob(o.runID, row.ApprovedArgs); err != nil {
 		return Result{}, err
 	}
-	have := len(a.Approvers(args, b.now()))
+	approvers := a.Approvers(args, b.now())
+	if o.gate.Budget != "" {
+		approvers = slices.DeleteFunc(approvers, func(by string) bool { return by == "" })
+	}
+	have := len(approvers)
 	switch {
 	case o.gate.Need == 0:
 		status = StatusApproved
@@ -212,6 +221,9 @@ func gateData(g *Gate, have int) json.RawMessage {
 	}
 	if g.TTL > 0 {
 		kv = append(kv, "ttl", g.TTL.String())
+	}
+	if g.Budget != "" {
+		kv = append(kv, "budget", g.Budget)
 	}
 	return obj(kv...)
 }

@@ -65,6 +65,8 @@ type Op struct {
 	big                  *bigValue                  // args (or row.Args) when large, named by the caller (large.go)
 	blobs                map[string]json.RawMessage // a revision's large values by blob name
 	gate                 *Gate                      // Decide
+	charges              []Charge                   // Claim: budgets (budget.go)
+	noEffect             bool                       // Fail, Skip: no attempt took effect (budget.go)
 }
 
 // Result is the outcome of one Op: Err is nil, a *ConflictError, or another
@@ -310,6 +312,12 @@ func (b *batch) evalOp(o Op) (Result, error) {
 }
 
 func (b *batch) evalOpRefs(o Op) (Result, error) {
+	if o.charges != nil && o.kind != opClaim {
+		return errResult(fmt.Errorf("%w: only a claim carries budget charges", ErrInvalid)), nil
+	}
+	if o.noEffect && o.kind != opFail && o.kind != opSkip {
+		return errResult(fmt.Errorf("%w: only a failure or a skip says no attempt took effect", ErrInvalid)), nil
+	}
 	switch o.kind {
 	case opClaim:
 		return b.claim(o)
@@ -378,7 +386,7 @@ func isHard(err error) bool {
 }
 
 func isOpLevel(err error) bool {
-	for _, e := range []error{ErrNotFound, ErrInvalid, ErrTooLarge, ErrConflict, ErrPlanMismatch, ErrApproverRefused} {
+	for _, e := range []error{ErrNotFound, ErrInvalid, ErrTooLarge, ErrConflict, ErrPlanMismatch, ErrApproverRefused, ErrBudgetExceeded} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -394,6 +402,9 @@ func (b *batch) claim(o Op) (Result, error) {
 		return errResult(fmt.Errorf("%w: claim attempt %d (attempts start at 1)", ErrInvalid, o.n)), nil
 	}
 	if err := validJSON("args", o.args, false); err != nil {
+		return errResult(err), nil
+	}
+	if err := checkCharges(o.charges); err != nil {
 		return errResult(err), nil
 	}
 	run, row, err := b.runRow(o)
@@ -463,6 +474,22 @@ func (b *batch) claim(o Op) (Result, error) {
 	} else if o.n != 1 {
 		return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "key has no record: the first claim is attempt 1, not %d", o.n), nil
 	}
+	var reserved []any
+	if !has {
+		// The key's first claim reserves its budgets (exactly once per key).
+		var refused error
+		if reserved, refused, err = b.reserve(o); err != nil {
+			return Result{}, err
+		} else if refused != nil {
+			res := errResult(refused)
+			res.Action = b.rowAction(o.runID, row, KeyRecord{})
+			return res, nil
+		}
+	} else if reserved, err = b.rereserve(o.key); err != nil {
+		// A retry of a key whose hold an attempt that did not happen gave
+		// back takes it again.
+		return Result{}, err
+	}
 	now := b.now()
 	args, err := b.stash(o.runID, o.args, o.big) // one blob for the key record and the row
 	if err != nil {
@@ -486,6 +513,9 @@ func (b *batch) claim(o Op) (Result, error) {
 			kv = append(kv, "rule", row.Gate.Rule, "outcome", row.Gate.Outcome)
 		}
 		claimData = obj(kv...)
+	}
+	if len(reserved) > 0 {
+		claimData = withField(claimData, "budgets", reserved)
 	}
 	if err := b.putRow(o.runID, run.Revision, row); err != nil {
 		return Result{}, err
@@ -630,6 +660,18 @@ func (b *batch) outcome(o Op) (Result, error) {
 		}
 		if data, err = json.Marshal(extra); err != nil {
 			return Result{}, err
+		}
+	}
+	definite := o.failure != FailureUnknown && o.failure != FailureKeyInFlight && (want == StatusFailed || !o.failure.mayHaveTakenEffect())
+	if (want == StatusFailed || want == StatusPending) && definite && (!rec.MaybeTookEffect || o.noEffect) {
+		// A definite failure: nothing happened, the budgets get it back
+		// (a retry takes it again with its claim).
+		released, err := b.release(o.key)
+		if err != nil {
+			return Result{}, err
+		}
+		if len(released) > 0 {
+			data = withField(data, "budgets_released", released)
 		}
 	}
 	if err := b.putKeyRec(rec, false); err != nil {
@@ -873,10 +915,20 @@ func (b *batch) review(o Op) (Result, error) {
 			return refuse()
 		}
 		row.Status = StatusSkipped
+		evType, data = EventActionSkipped, obj("reason", o.msg)
 		if retryPending {
 			rec.State, rec.UpdatedAt, recChanged = StatusSkipped, b.now(), true
+			if !rec.MaybeTookEffect || o.noEffect {
+				// No attempt took effect: the budgets get it back.
+				released, err := b.release(rec.Key)
+				if err != nil {
+					return Result{}, err
+				}
+				if len(released) > 0 {
+					data = withField(data, "budgets_released", released)
+				}
+			}
 		}
-		evType, data = EventActionSkipped, obj("reason", o.msg)
 	case opCompensated:
 		if row.Status == StatusCompensated {
 			return done()

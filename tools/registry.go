@@ -30,6 +30,7 @@ type Registry struct {
 	hash    string
 	legacy  string // Hash without bindings, as recorded by earlier versions
 	policy  []policy.Rule
+	budgets []policy.Budget
 }
 
 // WithPolicy returns a registry with the same tools and the global policy
@@ -45,6 +46,19 @@ func (r *Registry) WithPolicy(rules []policy.Rule) *Registry {
 
 // Policy returns the global policy rules (WithPolicy).
 func (r *Registry) Policy() []policy.Rule { return r.policy }
+
+// WithBudgets returns a registry with the same tools and these budgets
+// (checked: policy.CheckBudgets). They are part of its Hash, like the
+// policy.
+func (r *Registry) WithBudgets(budgets []policy.Budget) *Registry {
+	c := *r
+	c.budgets = slices.Clone(budgets)
+	c.hash = c.computeHash(true)
+	return &c
+}
+
+// Budgets returns the budgets (WithBudgets).
+func (r *Registry) Budgets() []policy.Budget { return r.budgets }
 
 type entry struct {
 	tool   Tool
@@ -533,13 +547,20 @@ func (r *Registry) computeHash(withBinding bool) string {
 	}
 	var data []byte
 	var err error
-	if len(r.policy) == 0 {
+	switch {
+	case len(r.policy) == 0 && len(r.budgets) == 0:
 		data, err = json.Marshal(defs)
-	} else {
+	case len(r.budgets) == 0:
 		data, err = json.Marshal(struct {
 			Tools  []hashedTool `json:"tools"`
 			Policy []hashedRule `json:"policy"`
 		}{defs, hashRules(r.policy)})
+	default:
+		data, err = json.Marshal(struct {
+			Tools   []hashedTool    `json:"tools"`
+			Policy  []hashedRule    `json:"policy,omitempty"`
+			Budgets []policy.Budget `json:"budgets"`
+		}{defs, hashRules(r.policy), r.budgets})
 	}
 	if err != nil {
 		panic(fmt.Sprintf("tools: hashing definitions: %v", err)) // only JSON-safe fields

@@ -584,6 +584,7 @@ func TestOpenAPIAgainstServer(t *testing.T) {
 	c.admin(b, 200, "GET", "/v1/runs/r-goal/events?after=1&limit=2", nil)
 	c.admin(b, 200, "GET", "/v1/inbox", nil)
 	c.admin(b, 200, "GET", "/v1/search/runs?q=acme", nil)
+	c.admin(b, 200, "GET", "/v1/budgets", nil)
 	if got := c.dialWS(b, "/v1/runs/r-goal/ws?after=1"); got != http.StatusSwitchingProtocols {
 		t.Fatalf("ws = %d", got)
 	}
@@ -702,7 +703,7 @@ var exercisedOps = []string{
 	"POST /v1/runs/{id}/fork", "POST /v1/runs/{id}/actions/{action}/approve",
 	"POST /v1/runs/{id}/actions/{action}/reject", "POST /v1/runs/{id}/actions/{action}/edit",
 	"POST /v1/runs/{id}/actions/{action}/resolve", "GET /v1/inbox", "GET /v1/search/runs",
-	"GET /v1/runs/{id}/diff", "POST /v1/runs/{id}/diff",
+	"GET /v1/runs/{id}/diff", "POST /v1/runs/{id}/diff", "GET /v1/budgets",
 }
 
 // Over its rate limit a token gets 429 with Retry-After, as declared.

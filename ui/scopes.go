@@ -59,6 +59,7 @@ var routeScopes = map[string]Scope{
 	"GET /v1/inbox":            ScopeRead,
 	"GET /v1/search/runs":      ScopeRead,
 	"GET /v1/runs/{id}/diff":   ScopeRead,
+	"GET /v1/budgets":          ScopeRead,
 	// A diff of a proposed revision records nothing.
 	"POST /v1/runs/{id}/diff": ScopeRead,
 

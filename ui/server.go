@@ -405,6 +405,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/search/runs", s.searchRuns, false},
 		{"GET", "/v1/runs/{id}/diff", s.getDiff, false},
 		{"POST", "/v1/runs/{id}/diff", s.postDiff, false},
+		{"GET", "/v1/budgets", s.budgets, false},
 	}
 }
 

@@ -84,6 +84,11 @@ func wantKept(t *testing.T, seed uint64, rep *chaos.Report, minActions, minKills
 	if p.ControlViolations != 0 {
 		t.Errorf("seed %d: %d broken expectations of pauses, cancels, edits or replays the service acknowledged", seed, p.ControlViolations)
 	}
+	// Budgets: at the end of every run the ledger's usage equals the
+	// charges the world saw.
+	if p.BudgetRuns != p.Runs || p.BudgetMismatches != 0 {
+		t.Errorf("seed %d: budget usage compared in %d of %d runs, %d unlike the world's charges", seed, p.BudgetRuns, p.Runs, p.BudgetMismatches)
+	}
 	if !rep.OK() {
 		t.Errorf("seed %d: the report is not OK", seed)
 	}

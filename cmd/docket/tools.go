@@ -161,14 +161,18 @@ func (c *toolsCmd) check(ctx context.Context, path string, connect bool) error {
 			}
 		}
 	}
-	rules, err := globalPolicy(f, c.env)
+	rules, budgets, err := globalPolicy(f, c.env)
 	if err != nil {
 		return err
 	}
 	if len(rules) > 0 {
 		reg = reg.WithPolicy(rules)
 	}
+	if len(budgets) > 0 {
+		reg = reg.WithBudgets(budgets)
+	}
 	printPolicy(out, f.Tools, rules)
+	printBudgets(out, budgets)
 	if len(f.MCPServers) > 0 && !connect {
 		fmt.Fprintf(out, "\ntools hash %s (the HTTP tools only: a run adds the MCP servers' tools; check --connect prints the hash a run records)\n", reg.Hash())
 	} else {
@@ -362,6 +366,38 @@ func printPolicy(out io.Writer, ts []tools.Tool, global []policy.Rule) {
 		}
 		if r.Name != "" {
 			fmt.Fprintf(out, "  [%s]", r.Where)
+		}
+		fmt.Fprintln(out)
+	}
+}
+
+// printBudgets lists the budgets as `tools check` shows them.
+func printBudgets(out io.Writer, bs []policy.Budget) {
+	if len(bs) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\nbudgets (%d; reserved with each claim, released on a definite failure):\n", len(bs))
+	for _, b := range bs {
+		what := "actions"
+		if b.Sum != "" {
+			what = "sum of " + b.Sum
+		}
+		fmt.Fprintf(out, "  %s: %s of %s at most %s per %s", b.Name, what, strings.Join(b.Tools, ", "), b.Limit, b.Per)
+		if b.Window > 0 {
+			fmt.Fprintf(out, " per %v", b.Window)
+		}
+		if b.GroupBy != "" {
+			fmt.Fprintf(out, " per %s", b.GroupBy)
+		}
+		fmt.Fprintf(out, "; beyond: %s", b.Outcome)
+		if b.Outcome == policy.Approve {
+			fmt.Fprintf(out, " by %d", b.Approvers)
+			if len(b.ApproverNames) > 0 {
+				fmt.Fprintf(out, " of %s", strings.Join(b.ApproverNames, ", "))
+			}
+			if b.ExcludeCreator {
+				fmt.Fprint(out, ", not the run's creator")
+			}
 		}
 		fmt.Fprintln(out)
 	}

@@ -58,7 +58,7 @@ func loadToolsFile(ctx context.Context, path string, env Env) (*httptool.File, *
 		closeSet()
 		return nil, nil, nop, withCode(exitBad, fmt.Errorf("tools file %s: %w", path, err))
 	}
-	rules, err := globalPolicy(f, env)
+	rules, budgets, err := globalPolicy(f, env)
 	if err != nil {
 		closeSet()
 		return nil, nil, nop, err
@@ -66,23 +66,33 @@ func loadToolsFile(ctx context.Context, path string, env Env) (*httptool.File, *
 	if len(rules) > 0 {
 		reg = reg.WithPolicy(rules)
 	}
+	if len(budgets) > 0 {
+		reg = reg.WithBudgets(budgets)
+	}
 	return f, reg, closeSet, nil
 }
 
-// globalPolicy is the tools file's global policy rules, then those of the
-// policy file (--policy, else $DOCKET_POLICY). A policy file that cannot be
-// read or does not compile is exit 2, every problem listed.
-func globalPolicy(f *httptool.File, env Env) ([]policy.Rule, error) {
+// globalPolicy is the tools file's global policy rules and budgets, then
+// those of the policy file (--policy, else $DOCKET_POLICY). A policy file
+// that cannot be read or does not compile, or whose budgets name a tool the
+// tools file does not have or a budget name the tools file uses, is exit
+// 2, every problem listed.
+func globalPolicy(f *httptool.File, env Env) ([]policy.Rule, []policy.Budget, error) {
 	rules := append([]policy.Rule(nil), f.Policy...)
+	budgets := append([]policy.Budget(nil), f.Budgets...)
 	path := cmp.Or(env.PolicyFile, env.Getenv("DOCKET_POLICY"))
 	if path == "" {
-		return rules, nil
+		return rules, budgets, nil
 	}
 	pf, err := toolsfile.LoadPolicy(path)
 	if err != nil {
-		return nil, withCode(exitBad, err)
+		return nil, nil, withCode(exitBad, err)
 	}
-	return append(rules, pf.Rules...), nil
+	all := append(budgets, pf.Budgets...)
+	if err := policy.CheckBudgets(all, f.Known); err != nil {
+		return nil, nil, withCode(exitBad, fmt.Errorf("policy file %s with tools file: %w", path, err))
+	}
+	return append(rules, pf.Rules...), all, nil
 }
 
 // identityFlag adds --as NAME: who acts (creator, approver) as "cli:NAME".
@@ -95,7 +105,7 @@ func identityFlag(fs *flag.FlagSet) *string {
 
 // policyFlag adds --policy FILE to a command that loads a tools file.
 func policyFlag(fs *flag.FlagSet) *string {
-	return fs.String("policy", "", `policy file {"version": 1, "policy": [RULE...]} whose rules join the tools file's (default $DOCKET_POLICY); give the same one to every command that continues the run`)
+	return fs.String("policy", "", `policy file {"version": 1, "policy": [RULE...], "budgets": [BUDGET...]} whose rules and budgets join the tools file's (default $DOCKET_POLICY); give the same one to every command that continues the run`)
 }
 
 // parseToolsFile reads and checks a tools file with toolsfile, the format's

@@ -59,6 +59,11 @@ type RunAudit struct {
 	// next attempt when the cancel came: docket leaves them pending, not
 	// skipped. Reported; not a duplicate or a loss.
 	CancelLeftPending int `json:"cancel_left_pending,omitempty"`
+	// BudgetChecked: the run's budget usage was compared with the world
+	// (the protected workload, budget.go); BudgetMismatches counts runs
+	// whose usage differs from the charges the world saw (0 or 1).
+	BudgetChecked    bool `json:"budget_checked,omitempty"`
+	BudgetMismatches int  `json:"budget_mismatches,omitempty"`
 	// Findings describe each duplicate or loss, for people.
 	Findings []string `json:"findings,omitempty"`
 }

@@ -281,6 +281,12 @@ func ToolsFile(o ToolsOptions) []byte {
 			},
 		},
 	}
+	if o.Protected {
+		// A budget on charges whose limit is never reached: the harness
+		// compares its usage with the world's charges after every run.
+		file["budgets"] = []any{map[string]any{"name": BudgetCharges, "tools": []any{ToolCharge}, "per": "run",
+			"sum": "amount", "group_by": "currency", "limit": "1000000000", "outcome": "deny"}}
+	}
 	b, err := json.MarshalIndent(file, "", " ")
 	if err != nil {
 		panic(err)

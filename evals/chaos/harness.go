@@ -612,6 +612,15 @@ func (h *harness) finish(ctx context.Context, res RunResult, rf runFiles, retrie
 		audited.Actions = append(slices.Clone(final.Actions), st.superseded...)
 	}
 	res.Audit = auditRun(&audited, world, retries)
+	if res.Mode == Protected {
+		found, err := h.auditBudget(ctx, rf.data, &final, world)
+		if err != nil {
+			return fail(err)
+		}
+		res.Audit.BudgetChecked = true
+		res.Audit.BudgetMismatches = len(found)
+		res.Audit.Findings = append(res.Audit.Findings, found...)
+	}
 	if st != nil {
 		for _, f := range auditControl(&final, st) {
 			res.Audit.ControlViolations++

@@ -47,6 +47,10 @@ type ModeReport struct {
 	Control           ControlStats `json:"control"`
 	ControlViolations int          `json:"control_violations"`
 	CancelLeftPending int          `json:"cancel_left_pending"`
+	// BudgetRuns counts runs whose budget usage was compared with the
+	// world's charges; BudgetMismatches those where they differ.
+	BudgetRuns       int `json:"budget_runs"`
+	BudgetMismatches int `json:"budget_mismatches"`
 	// PersonResolved counts pauses a person resolved, also by the class of
 	// the action.
 	PersonResolved        int            `json:"person_resolved"`
@@ -92,7 +96,7 @@ func (r *Report) OK() bool {
 		if m.Mode != Protected {
 			continue
 		}
-		if len(m.Errors) > 0 || m.Duplicates.Total > 0 || m.Lost > 0 || m.AtMostOnceReexec > 0 || m.ControlViolations > 0 {
+		if len(m.Errors) > 0 || m.Duplicates.Total > 0 || m.Lost > 0 || m.AtMostOnceReexec > 0 || m.ControlViolations > 0 || m.BudgetMismatches > 0 {
 			return false
 		}
 	}
@@ -159,6 +163,10 @@ func summarize(results []RunResult) []ModeReport {
 		m.AtMostOnceReexec += r.Audit.AtMostOnceReexec
 		m.ControlViolations += r.Audit.ControlViolations
 		m.CancelLeftPending += r.Audit.CancelLeftPending
+		if r.Audit.BudgetChecked {
+			m.BudgetRuns++
+		}
+		m.BudgetMismatches += r.Audit.BudgetMismatches
 		if c := r.Control; c != nil {
 			m.ControlRuns++
 			m.Control.Pauses += c.Pauses
@@ -249,6 +257,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return fmt.Sprintf("%s (%s + %s)", group(m.Lost), group(m.LostMissing), group(m.LostUnexplained))
 	})
 	row("at-most-once automatic re-executions", num(func(m *ModeReport) int { return m.AtMostOnceReexec }))
+	row("budget usage unlike the world's charges (runs checked)", func(m *ModeReport) string {
+		if m.BudgetRuns == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%s (%s)", group(m.BudgetMismatches), group(m.BudgetRuns))
+	})
 	row("runs a person acted on in flight (docket serve)", num(func(m *ModeReport) int { return m.ControlRuns }))
 	row("  pauses / resumes acknowledged", func(m *ModeReport) string {
 		return fmt.Sprintf("%s / %s", group(m.Control.Pauses), group(m.Control.Resumes))

@@ -69,6 +69,8 @@
 //	e\0<run>\0<seq BE8>              event
 //	m\0<run>\0<name>                 memo
 //	c\0<run>\0<sha256 hex>           a value of 64 KiB or more, stored once (large.go)
+//	u\0<bucket id>                   budget bucket (JSON ledger.BudgetRecord; budget.go)
+//	r\0<key>                         a key's budget hold (JSON ledger.Hold; budget.go)
 //
 // Records start with an encoding tag byte. Runs, key records and events are a
 // uvarint length, JSON metadata, then the raw JSON of their large field (a key

@@ -80,6 +80,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"ApplyErrors", testApplyErrors, false},
 		{"Gates", func(t *testing.T, open Opener) { testGates(t, open, opts) }, false},
 		{"Audit", testAudit, false},
+		{"Budgets", func(t *testing.T, open Opener) { testBudgets(t, open, opts) }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -117,6 +117,8 @@ type state struct {
 	events  map[string][]ledger.Event
 	memos   map[pair]json.RawMessage
 	blobs   map[pair]json.RawMessage
+	budgets map[string]ledger.BudgetRecord // by bucket id
+	holds   map[string]ledger.Hold         // by key
 }
 
 // New returns an empty Store. Errors: ErrInvalid (a bad Config).
@@ -139,6 +141,8 @@ func New(cfg Config) (*Store, error) {
 		events:  map[string][]ledger.Event{},
 		memos:   map[pair]json.RawMessage{},
 		blobs:   map[pair]json.RawMessage{},
+		budgets: map[string]ledger.BudgetRecord{},
+		holds:   map[string]ledger.Hold{},
 	}}, nil
 }
 
@@ -464,4 +468,49 @@ func (s *Store) Subscribe(ctx context.Context, runID string, after uint64) (*led
 		return nil, err
 	}
 	return s.hub.Subscribe(ctx, runID, after, s.cfg.SubscriberBuffer, s.Events)
+}
+
+var _ ledger.BudgetReader = (*Store)(nil)
+
+// Budgets returns every budget bucket, sorted (ledger.SortBudgets).
+func (s *Store) Budgets(ctx context.Context) ([]ledger.BudgetRecord, error) {
+	var out []ledger.BudgetRecord
+	err := s.read(ctx, func(st *state) error {
+		for _, r := range st.budgets {
+			out = append(out, r)
+		}
+		return nil
+	})
+	ledger.SortBudgets(out)
+	return out, err
+}
+
+// Hold returns the budget hold of key; ErrNotFound when it reserved nothing.
+func (s *Store) Hold(ctx context.Context, key string) (ledger.Hold, error) {
+	var h ledger.Hold
+	err := s.read(ctx, func(st *state) error {
+		r, ok := st.holds[key]
+		if !ok {
+			return fmt.Errorf("%w: no budget hold for key %s", ledger.ErrNotFound, key)
+		}
+		h = r
+		h.Charges = slices.Clone(r.Charges)
+		return nil
+	})
+	return h, err
+}
+
+// Budget returns one budget bucket; ErrNotFound when nothing was reserved
+// from it.
+func (s *Store) Budget(ctx context.Context, id string) (ledger.BudgetRecord, error) {
+	var r ledger.BudgetRecord
+	err := s.read(ctx, func(st *state) error {
+		b, ok := st.budgets[id]
+		if !ok {
+			return fmt.Errorf("%w: budget bucket %s", ledger.ErrNotFound, id)
+		}
+		r = b
+		return nil
+	})
+	return r, err
 }

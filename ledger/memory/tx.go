@@ -25,18 +25,22 @@ type tx struct {
 	blobs   map[pair]json.RawMessage
 	seqs    map[string]uint64
 	events  []ledger.Event
+	budgets map[string]ledger.BudgetRecord
+	holds   map[string]ledger.Hold
 }
 
 var (
 	_ ledger.Tx             = (*tx)(nil)
 	_ ledger.HashedAppender = (*tx)(nil)
+	_ ledger.BudgetTx       = (*tx)(nil)
 )
 
 func newTx(s *Store) *tx {
 	return &tx{s: s,
 		runs: map[string]ledger.RunRecord{}, init: map[revKey]*initRows{}, rows: map[rowID]ledger.RowRecord{},
 		plans: map[revKey]planRec{}, keyRuns: map[string]string{}, keyRecs: map[string]ledger.KeyRecord{},
-		memos: map[pair]json.RawMessage{}, blobs: map[pair]json.RawMessage{}, seqs: map[string]uint64{}}
+		memos: map[pair]json.RawMessage{}, blobs: map[pair]json.RawMessage{}, seqs: map[string]uint64{},
+		budgets: map[string]ledger.BudgetRecord{}, holds: map[string]ledger.Hold{}}
 }
 
 func (t *tx) Now() time.Time      { return t.s.Now() }
@@ -212,7 +216,40 @@ func (t *tx) commit() {
 	maps.Copy(st.keyRecs, t.keyRecs)
 	maps.Copy(st.memos, t.memos)
 	maps.Copy(st.blobs, t.blobs)
+	maps.Copy(st.budgets, t.budgets)
+	maps.Copy(st.holds, t.holds)
 	for _, ev := range t.events {
 		st.events[ev.RunID] = append(st.events[ev.RunID], ev)
 	}
+}
+
+// Budget returns a budget bucket as this Apply sees it (ledger.BudgetTx).
+func (t *tx) Budget(id string) (ledger.BudgetRecord, bool, error) {
+	if r, ok := t.budgets[id]; ok {
+		return r, true, nil
+	}
+	r, ok := t.s.st.budgets[id]
+	return r, ok, nil
+}
+
+// PutBudget writes a budget bucket (ledger.BudgetTx).
+func (t *tx) PutBudget(r ledger.BudgetRecord) error {
+	t.budgets[r.ID] = r
+	return nil
+}
+
+// Hold returns a key's budget hold (ledger.BudgetTx).
+func (t *tx) Hold(key string) (ledger.Hold, bool, error) {
+	if h, ok := t.holds[key]; ok {
+		return h, true, nil
+	}
+	h, ok := t.s.st.holds[key]
+	return h, ok, nil
+}
+
+// PutHold writes a key's budget hold (ledger.BudgetTx).
+func (t *tx) PutHold(h ledger.Hold) error {
+	h.Charges = slices.Clone(h.Charges)
+	t.holds[h.Key] = h
+	return nil
 }

@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -136,6 +136,33 @@ CREATE TABLE {S}.blobs (
 	// run carries its hash; events recorded before have none.
 	`
 ALTER TABLE {S}.events ADD COLUMN hash text;
+`,
+	// 3: budgets (ledger/budget.go): one row per bucket (budget, scope,
+	// window, group) with its exact usage, one per action key that
+	// reserved (its hold).
+	`
+CREATE TABLE {S}.budgets (
+	id         text PRIMARY KEY,
+	budget     text NOT NULL,
+	scope      text NOT NULL,
+	window_start timestamptz,
+	every_ms   bigint NOT NULL,
+	grp        text NOT NULL,
+	used       numeric NOT NULL,
+	count      integer NOT NULL,
+	lim        numeric NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+CREATE TABLE {S}.budget_holds (
+	key         text PRIMARY KEY,
+	run_id      text NOT NULL,
+	action_id   text NOT NULL,
+	charges     jsonb NOT NULL,
+	at          timestamptz NOT NULL,
+	released    boolean NOT NULL,
+	released_at timestamptz
+);
+CREATE INDEX budget_holds_run ON {S}.budget_holds (run_id);
 `,
 }
 

@@ -30,6 +30,7 @@ type tx struct {
 	keys  map[string]*keyEntry
 	memos map[pair]*valEntry
 	blobs map[pair]*valEntry
+	bud   *budgetCache // budget buckets and holds read or written (budget.go)
 
 	batch  pgx.Batch
 	events []ledger.Event

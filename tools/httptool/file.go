@@ -3,6 +3,8 @@ package httptool
 import (
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/docketrun/docket/tools"
@@ -35,8 +37,22 @@ type File struct {
 	Warnings []toolsfile.Problem
 	// Policy holds the file's global policy rules (toolsfile.File.Policy).
 	Policy []policy.Rule
+	// Budgets holds the file's budgets (toolsfile.File.Budgets).
+	Budgets []policy.Budget
 
 	client *http.Client
+}
+
+// Known reports whether the file defines tool name: one of its HTTP tools,
+// or "server.tool" of one of its MCP servers.
+func (f *File) Known(name string) bool {
+	for _, t := range f.Tools {
+		if t.Spec().Name == name {
+			return true
+		}
+	}
+	srv, _, ok := strings.Cut(name, ".")
+	return ok && slices.ContainsFunc(f.MCPServers, func(s toolsfile.MCPServer) bool { return s.Name == srv })
 }
 
 // CloseIdleConnections closes the idle connections of the HTTP client the
@@ -119,7 +135,7 @@ func Build(f *toolsfile.File, opts Options) *File {
 }
 
 func build(f *toolsfile.File, opts Options) *File {
-	out := &File{Version: f.Version, MCPServers: f.MCPServers, Warnings: f.Warnings, Policy: f.Policy, client: opts.Client}
+	out := &File{Version: f.Version, MCPServers: f.MCPServers, Warnings: f.Warnings, Policy: f.Policy, Budgets: f.Budgets, client: opts.Client}
 	for _, def := range f.Tools {
 		out.Tools = append(out.Tools, newTool(def, opts))
 	}

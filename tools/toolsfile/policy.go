@@ -66,9 +66,13 @@ func (p *parser) rules(raw json.RawMessage, where, label string) []policy.Rule {
 }
 
 // PolicyFile is a separate policy file (docket --policy FILE):
-// {"version": 1, "policy": [RULE...]}, rules as in the tools file.
+// {"version": 1, "policy"?: [RULE...], "budgets"?: [BUDGET...]}, rules and
+// budgets as in the tools file.
 type PolicyFile struct {
 	Rules []policy.Rule
+	// Budgets are the file's budgets (their tools are checked when the
+	// tools file is known: CheckBudgetTools).
+	Budgets []policy.Budget
 }
 
 // LoadPolicy reads and compiles a policy file. A file that cannot be read
@@ -79,7 +83,7 @@ func LoadPolicy(path string) (*PolicyFile, error) {
 		return nil, fmt.Errorf("reading policy file %s: %w", path, err)
 	}
 	p := &parser{}
-	top := p.object(data, "", []string{"version", "policy", "$schema"}, []string{"version", "policy"})
+	top := p.object(data, "", []string{"version", "policy", "budgets", "$schema"}, []string{"version"})
 	f := &PolicyFile{}
 	if top == nil && !json.Valid(data) {
 		p.problems = []Problem{{Msg: "not valid JSON: " + jsonErr(data)}}
@@ -91,6 +95,9 @@ func LoadPolicy(path string) (*PolicyFile, error) {
 		}
 		if raw, ok := top["policy"]; ok {
 			f.Rules = p.rules(raw, "policy", path+" ")
+		}
+		if raw, ok := top["budgets"]; ok {
+			f.Budgets = p.budgets(raw, path+" ", nil)
 		}
 	}
 	if len(p.problems) > 0 {

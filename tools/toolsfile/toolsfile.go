@@ -31,6 +31,8 @@ type File struct {
 	// Policy holds the file's global rules ("policy" at the top level),
 	// compiled; each tool's own rules are in its Spec.Policy.
 	Policy []policy.Rule
+	// Budgets are the file's budgets ("budgets" at the top level), checked.
+	Budgets []policy.Budget
 	// Warnings are things that work but should change: a credential typed
 	// into the file (a header or variable named like one, with a literal
 	// value instead of {{env "NAME"}}). They never quote the value.
@@ -126,6 +128,10 @@ type MCPTool struct {
 	// Lookup declares another tool of the same server that finds the effect
 	// of a call (effect "lookup", or "keyed" past key_ttl).
 	Lookup *MCPLookup
+	// Policy is the tool's own policy rules, compiled, as an HTTP tool's
+	// (tools.Spec.Policy); their places read
+	// mcp_servers[0].tools.NAME.policy[0].
+	Policy []policy.Rule `json:"-"`
 }
 
 // MCPLookup is an MCP tool's lookup: call Tool (a tool of the same server)
@@ -342,7 +348,7 @@ func (p *parser) strMap(m map[string]json.RawMessage, where, key string) map[str
 	return out
 }
 
-var fileFields = []string{"version", "tools", "mcp_servers", "policy", "$schema"}
+var fileFields = []string{"version", "tools", "mcp_servers", "policy", "budgets", "$schema"}
 
 var toolFields = []string{"name", "description", "effect", "input_schema", "output_schema", "request", "output",
 	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate", "policy"}
@@ -422,6 +428,10 @@ func (p *parser) file(data []byte) *File {
 				p.add(fmt.Sprintf("mcp_servers.%s.tools.%s.compensate.tool", s.Name, name), "unknown tool %q", c.Tool)
 			}
 		}
+	}
+	if raw, ok := top["budgets"]; ok {
+		p.tool = ""
+		f.Budgets = p.budgets(raw, "", known)
 	}
 	for _, d := range defs {
 		f.Tools = append(f.Tools, d)
@@ -877,7 +887,7 @@ func (p *parser) compensate(raw json.RawMessage, where string, props schemaProps
 }
 
 var serverFields = []string{"name", "command", "args", "env", "url", "headers", "trust_annotations", "tools"}
-var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup"}
+var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup", "policy"}
 var mcpLookupFields = []string{"tool", "args", "found", "output"}
 
 // mcpLookup parses an MCP tool's lookup block.
@@ -997,6 +1007,9 @@ func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
 				}
 			} else if t.Effect == tools.Lookup {
 				p.add(join(tw, "lookup"), "missing (effect %q needs a lookup)", tools.Lookup)
+			}
+			if raw, ok := tm["policy"]; ok {
+				t.Policy = p.rules(raw, join(tw, "policy"), "")
 			}
 			s.Tools[name] = t
 		}
