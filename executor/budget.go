@@ -77,6 +77,7 @@ func (d *driver) checkBudgets(ctx context.Context, tool string, args []byte) bud
 			Why: fmt.Sprintf("budget %s: %s used + %s > limit %s%s", b.Name, used, c.Amount, c.Limit, bucketLabel(c))}
 		if b.Outcome == policy.Approve {
 			g.Need, g.Names, g.ExcludeCreator, g.TTL = max(b.Approvers, 1), b.ApproverNames, b.ExcludeCreator, b.TTL
+			g.Groups = b.ApproverGroups
 			if bc.over == nil {
 				bc.over = map[string]bool{}
 			}
