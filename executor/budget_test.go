@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,44 @@ func TestBudgets(t *testing.T) {
 	}
 	if !strings.Contains(string(policyEv), `"rule":"budget notes-per-run"`) {
 		t.Fatalf("policy event %s", policyEv)
+	}
+}
+
+// A budget's approver_groups: past the limit, only a member of the group
+// (by the groups its approval records) approves; a non-member is refused
+// naming the group, and the drive counts only the member.
+func TestBudgetApproverGroups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	budgets := []policy.Budget{{Name: "spend", Where: "budgets[0]", Tools: []string{"pay"}, Per: policy.PerRun, Sum: "amount",
+		Limit: "10", Outcome: policy.Approve, ApproverGroups: []string{"finance"}}}
+	if err := policy.CheckBudgets(budgets, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, nil)
+	reg, err := tools.NewRegistry(b.world.Tool(spec("pay", tools.Keyed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = reg.WithBudgets(budgets)
+	b.reg, b.cfg.Tools = reg, reg
+	b.led.Close()
+	b.open()
+	doc := b.runAs("g1", mkPlan(t, pa("p", "pay", `{"amount": 11}`)), PolicySafe, "token:agent")
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	if a := wantAction(t, doc, "p", ledger.StatusPending); a.Gate == nil || len(a.Gate.Groups) != 1 || a.Gate.Groups[0] != "finance" {
+		t.Fatalf("gate %+v", a.Gate)
+	}
+	err = b.eng.ApproveAs(ctx, "g1", []string{"p"}, ledger.Approver{By: "token:eve", Groups: []string{"sales"}})
+	if !errors.Is(err, ledger.ErrApproverRefused) || !strings.Contains(err.Error(), "members of group finance") {
+		t.Fatalf("eve (sales): %v", err)
+	}
+	wantStatus(t, b.resume("g1"), ledger.RunAwaitingApproval)
+	if err := b.eng.ApproveAs(ctx, "g1", []string{"p"}, ledger.Approver{By: "token:fred", Groups: []string{"finance"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, b.resume("g1"), ledger.RunCompleted)
+	if ev := claimEvent(b, "g1", "p"); !strings.Contains(ev, `"approved_by":["token:fred"]`) {
+		t.Fatalf("claim event %s", ev)
 	}
 }
