@@ -212,8 +212,11 @@ func CheckBudgets(bs []Budget, known func(tool string) bool) error {
 		if b.Approvers < 0 {
 			add(b, "approvers", "must be at least 1")
 		}
-		if b.Outcome == Deny && (b.Approvers > 0 || len(b.ApproverNames) > 0 || len(b.ApproverGroups) > 0 || b.ExcludeCreator || b.TTL > 0) {
-			add(b, "outcome", "approvers, approver_names, approver_groups, exclude_creator and ttl belong to an approve budget")
+		if b.Outcome == Deny && (b.Approvers > 0 || len(b.ApproverNames) > 0 || b.ExcludeCreator || b.TTL > 0) {
+			add(b, "outcome", "approvers, approver_names, exclude_creator and ttl belong to an approve budget")
+		}
+		if b.Outcome == Deny && len(b.ApproverGroups) > 0 {
+			add(b, "approver_groups", "belongs to an approve budget")
 		}
 		if msg := CheckGroups(b.ApproverGroups); msg != "" {
 			add(b, "approver_groups", "%s", msg)

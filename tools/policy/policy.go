@@ -166,8 +166,11 @@ func Compile(rules []Rule) error {
 		if r.Approvers < 0 {
 			add(r, "approvers", "must be at least 1")
 		}
-		if r.Outcome != Approve && (r.Approvers > 0 || len(r.ApproverNames) > 0 || len(r.ApproverGroups) > 0 || r.ExcludeCreator || r.TTL > 0) {
-			add(r, "outcome", "approvers, approver_names, approver_groups, exclude_creator and ttl belong to an approve rule")
+		if r.Outcome != Approve && (r.Approvers > 0 || len(r.ApproverNames) > 0 || r.ExcludeCreator || r.TTL > 0) {
+			add(r, "outcome", "approvers, approver_names, exclude_creator and ttl belong to an approve rule")
+		}
+		if r.Outcome != Approve && len(r.ApproverGroups) > 0 {
+			add(r, "approver_groups", "belongs to an approve rule")
 		}
 		if r.Outcome == Approve && r.Approvers == 0 {
 			r.Approvers = 1

@@ -223,7 +223,7 @@ func TestCompileGroups(t *testing.T) {
 		{Where: "policy[1]", When: "true", Outcome: Approve, ApproverGroups: []string{"fin ance"}},
 		{Where: "policy[2]", When: "true", Outcome: Approve, ApproverGroups: []string{"a", "a"}},
 	})
-	want := []string{"policy[0].outcome: approvers, approver_names, approver_groups", `policy[1].approver_groups: group "fin ance"`, `policy[2].approver_groups: group "a" is listed twice`}
+	want := []string{"policy[0].approver_groups: belongs to an approve rule", `policy[1].approver_groups: group "fin ance"`, `policy[2].approver_groups: group "a" is listed twice`}
 	var pe *Error
 	if !errors.As(err, &pe) || len(pe.Problems) != len(want) {
 		t.Fatalf("got %v, want %d problems", err, len(want))
@@ -237,7 +237,7 @@ func TestCompileGroups(t *testing.T) {
 		{Where: "budgets[0]", Name: "a", Tools: []string{"pay"}, Limit: "1", Outcome: Deny, ApproverGroups: []string{"finance"}},
 		{Where: "budgets[1]", Name: "b", Tools: []string{"pay"}, Limit: "1", Outcome: Approve, ApproverGroups: []string{"*"}},
 	}, nil)
-	if berr == nil || !strings.Contains(berr.Error(), "budgets[0].outcome: approvers, approver_names, approver_groups") ||
+	if berr == nil || !strings.Contains(berr.Error(), "budgets[0].approver_groups: belongs to an approve budget") ||
 		!strings.Contains(berr.Error(), `budgets[1].approver_groups: group "*"`) {
 		t.Fatalf("budgets: %v", berr)
 	}
