@@ -38,9 +38,17 @@ type budgetCheck struct {
 // budgets. A measure that fails (a missing or negative amount), or a
 // ledger that does not keep budgets, denies (fail closed).
 func (d *driver) checkBudgets(ctx context.Context, tool string, args []byte) budgetCheck {
+	return d.e.checkBudgets(ctx, d.runID, d.run.CreatedBy, tool, args, nil)
+}
+
+// checkBudgets measures an action of tool with resolved args, in run runID
+// created by creator, against the tool's budgets. pending, when not nil,
+// adds to each bucket's recorded usage what actions not recorded yet would
+// reserve first (by Charge.Bucket; a replay preview's earlier actions).
+func (e *Engine) checkBudgets(ctx context.Context, runID, creator, tool string, args []byte, pending map[string]*big.Rat) budgetCheck {
 	var bc budgetCheck
 	var apply []policy.Budget
-	for _, b := range d.e.reg.Budgets() {
+	for _, b := range e.reg.Budgets() {
 		if b.Applies(tool) {
 			apply = append(apply, b)
 		}
@@ -51,13 +59,13 @@ func (d *driver) checkBudgets(ctx context.Context, tool string, args []byte) bud
 	deny := func(b policy.Budget, why string) budgetCheck {
 		return budgetCheck{gate: &ledger.Gate{Rule: budgetRulePrefix + b.Name, Outcome: string(policy.Deny), Message: b.Message, Why: why, Budget: b.Name}}
 	}
-	br, ok := d.e.led.(ledger.BudgetReader)
+	br, ok := e.led.(ledger.BudgetReader)
 	if !ok {
 		return deny(apply[0], "the ledger does not keep budgets")
 	}
-	now := d.e.clock.Now()
+	now := e.clock.Now()
 	for _, b := range apply {
-		m, err := b.Measure(args, d.runID, d.run.CreatedBy, now)
+		m, err := b.Measure(args, runID, creator, now)
 		if err != nil {
 			return deny(b, err.Error())
 		}
@@ -70,6 +78,11 @@ func (d *driver) checkBudgets(ctx context.Context, tool string, args []byte) bud
 		case !errors.Is(err, ledger.ErrNotFound):
 			return deny(b, fmt.Sprintf("reading its usage: %v", err))
 		}
+		if add := pending[c.Bucket()]; add != nil {
+			if u, err := ledger.ParseAmount(used); err == nil {
+				used = ledger.FormatAmount(new(big.Rat).Add(u, add))
+			}
+		}
 		if !exceeds(used, c.Amount, c.Limit) {
 			continue
 		}
@@ -77,6 +90,7 @@ func (d *driver) checkBudgets(ctx context.Context, tool string, args []byte) bud
 			Why: fmt.Sprintf("budget %s: %s used + %s > limit %s%s", b.Name, used, c.Amount, c.Limit, bucketLabel(c))}
 		if b.Outcome == policy.Approve {
 			g.Need, g.Names, g.ExcludeCreator, g.TTL = max(b.Approvers, 1), b.ApproverNames, b.ExcludeCreator, b.TTL
+			g.Groups = b.ApproverGroups
 			if bc.over == nil {
 				bc.over = map[string]bool{}
 			}

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,94 @@ func TestBudgets(t *testing.T) {
 	}
 	if !strings.Contains(string(policyEv), `"rule":"budget notes-per-run"`) {
 		t.Fatalf("policy event %s", policyEv)
+	}
+}
+
+// A budget's approver_groups: past the limit, only a member of the group
+// (by the groups its approval records) approves; a non-member is refused
+// naming the group, and the drive counts only the member.
+func TestBudgetApproverGroups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	budgets := []policy.Budget{{Name: "spend", Where: "budgets[0]", Tools: []string{"pay"}, Per: policy.PerRun, Sum: "amount",
+		Limit: "10", Outcome: policy.Approve, ApproverGroups: []string{"finance"}}}
+	if err := policy.CheckBudgets(budgets, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, nil)
+	reg, err := tools.NewRegistry(b.world.Tool(spec("pay", tools.Keyed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = reg.WithBudgets(budgets)
+	b.reg, b.cfg.Tools = reg, reg
+	b.led.Close()
+	b.open()
+	doc := b.runAs("g1", mkPlan(t, pa("p", "pay", `{"amount": 11}`)), PolicySafe, "token:agent")
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	if a := wantAction(t, doc, "p", ledger.StatusPending); a.Gate == nil || len(a.Gate.Groups) != 1 || a.Gate.Groups[0] != "finance" {
+		t.Fatalf("gate %+v", a.Gate)
+	}
+	err = b.eng.ApproveAs(ctx, "g1", []string{"p"}, ledger.Approver{By: "token:eve", Groups: []string{"sales"}})
+	if !errors.Is(err, ledger.ErrApproverRefused) || !strings.Contains(err.Error(), "members of group finance") {
+		t.Fatalf("eve (sales): %v", err)
+	}
+	wantStatus(t, b.resume("g1"), ledger.RunAwaitingApproval)
+	if err := b.eng.ApproveAs(ctx, "g1", []string{"p"}, ledger.Approver{By: "token:fred", Groups: []string{"finance"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, b.resume("g1"), ledger.RunCompleted)
+	if ev := claimEvent(b, "g1", "p"); !strings.Contains(ev, `"approved_by":["token:fred"]`) {
+		t.Fatalf("claim event %s", ev)
+	}
+}
+
+// PreviewReplay tells which new actions a budget would gate: measured on
+// the recorded usage plus what the replay's earlier new actions would
+// reserve; an unchanged action (its key holds its share) is not counted
+// again; a deny budget previews as denied. Nothing is recorded.
+func TestPreviewReplayBudgets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := budgetSetup(t)
+	first := mkPlan(t, pa("p1", "pay", `{"amount": 600, "currency": "EUR"}`), pa("n1", "note", `{"x": 1}`))
+	wantStatus(t, b.runAs("r", first, PolicyAll, "token:alice"), ledger.RunCompleted)
+	before := len(b.events("r"))
+	next := mkPlan(t,
+		pa("p1", "pay", `{"amount": 600, "currency": "EUR"}`), // keeps its output
+		pa("p2", "pay", `{"amount": 400, "currency": "EUR"}`), // 600 + 400 <= 1000.10
+		pa("p3", "pay", `{"amount": 0.2, "currency": "EUR"}`), // 1000 + 0.2 > 1000.10: approve
+		pa("p4", "pay", `{"amount": 0.05, "currency": "USD"}`),
+		pa("n1", "note", `{"x": 1}`), // keeps
+		pa("n2", "note", `{"x": 2}`), // the second note of the run
+		pa("n3", "note", `{"x": 3}`)) // the third: denied
+	steps, err := b.eng.PreviewReplay(ctx, "r", next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]PreviewStep{}
+	for _, s := range steps {
+		got[s.ActionID] = s
+	}
+	for _, id := range []string{"p2", "p4", "n2"} {
+		if s := got[id]; s.Outcome != PreviewRuns || s.Approval != nil {
+			t.Errorf("%s: %+v, want runs without approval", id, s)
+		}
+	}
+	if s := got["p1"]; s.Outcome != PreviewKeeps {
+		t.Errorf("p1: %+v", s)
+	}
+	if s := got["p3"]; s.Outcome != PreviewRuns || s.Approval == nil || s.Approval.Budget != "daily-spend" || s.Approval.Need != 1 ||
+		!strings.Contains(s.Why, "1000 used + 0.2 > limit 1000.1") {
+		t.Errorf("p3: %+v %+v", s, s.Approval)
+	}
+	if s := got["n3"]; s.Outcome != PreviewDenied || s.Approval == nil || s.Approval.Budget != "notes-per-run" || !strings.Contains(s.Why, "two notes per run") {
+		t.Errorf("n3: %+v %+v", s, s.Approval)
+	}
+	if n := len(b.events("r")); n != before {
+		t.Fatalf("the preview recorded %d events", n-before)
+	}
+	if u := b.bucket("daily-spend", "tenant:token:alice", "EUR"); u.Used != "600" {
+		t.Fatalf("the preview changed the usage: %+v", u)
 	}
 }

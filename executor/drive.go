@@ -623,8 +623,8 @@ func (d *driver) approved(n *node, resolved json.RawMessage, g ledger.Gate) (boo
 		return false, why
 	}
 	have := 0
-	for _, by := range n.row.Approvers(resolved, d.e.clock.Now()) {
-		if by == "" {
+	for _, ap := range n.row.Counting(resolved, d.e.clock.Now()) {
+		if ap.By == "" {
 			// Approved before gates were recorded: one approval, for a row
 			// that has no gate of its own.
 			// Never for a budget's gate: a budget is exceeded only now, so
@@ -634,7 +634,7 @@ func (d *driver) approved(n *node, resolved json.RawMessage, g ledger.Gate) (boo
 			}
 			continue
 		}
-		if ok, _ := g.MayApprove(by, d.run.CreatedBy); ok {
+		if ok, _ := g.MayApprove(ap.By, ap.Groups, d.run.CreatedBy); ok {
 			have++
 		}
 	}

@@ -53,6 +53,7 @@ func (e *Engine) gateFor(pol Policy, spec tools.Spec, in policy.Input, planned b
 		}
 	case d.Matched && d.Outcome == policy.Approve:
 		g.Need, g.Names, g.ExcludeCreator, g.TTL = max(d.Approvers, 1), d.ApproverNames, d.ExcludeCreator, d.TTL
+		g.Groups = d.ApproverGroups
 	case d.Matched && d.Outcome == policy.Allow:
 		if pol == PolicyNone {
 			g.Need, g.Why = 1, g.Why+"; the run's policy none asks a person for every action"
@@ -97,6 +98,7 @@ func gateEqual(a *ledger.Gate, b ledger.Gate) bool {
 	}
 	x, y := *a, b
 	return x.Rule == y.Rule && x.Outcome == y.Outcome && x.Need == y.Need && strings.Join(x.Names, "\x00") == strings.Join(y.Names, "\x00") &&
+		strings.Join(x.Groups, "\x00") == strings.Join(y.Groups, "\x00") &&
 		x.ExcludeCreator == y.ExcludeCreator && x.TTL == y.TTL && x.Message == y.Message && x.Why == y.Why && x.Budget == y.Budget
 }
 

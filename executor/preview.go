@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
@@ -29,7 +30,10 @@ type PreviewStep struct {
 	Outcome  string `json:"outcome"` // PreviewKeeps, PreviewRuns, PreviewFollows, PreviewDenied
 	Key      string `json:"key,omitempty"`
 	// Approval is the policy's decision when people must approve the call
-	// before it runs (its rule, how many, who may), or the deny.
+	// before it runs (its rule, how many, who may), or the deny. When a
+	// budget would be exceeded (counting what the replay's earlier new
+	// actions would reserve first), its outcome is the decision and
+	// Approval.Budget names it.
 	Approval *ledger.Gate `json:"approval,omitempty"`
 	Why      string       `json:"why"`
 }
@@ -37,7 +41,10 @@ type PreviewStep struct {
 // PreviewReplay says, for each action of p in plan order, whether a replay
 // of run runID with p would reuse its recorded output, run it (and whether
 // people would have to approve it again), or could only tell once an
-// earlier action ran. Nothing is recorded.
+// earlier action ran. A new key is measured against its tool's budgets on
+// the recorded usage plus what the replay's earlier new actions would
+// reserve: an action a budget would gate says so (Approval.Budget).
+// Nothing is recorded.
 func (e *Engine) PreviewReplay(ctx context.Context, runID string, p *plan.Plan) ([]PreviewStep, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: preview replay of run %s: no plan", ErrInvalidPlan, runID)
@@ -54,6 +61,7 @@ func (e *Engine) PreviewReplay(ctx context.Context, runID string, p *plan.Plan) 
 		pol = PolicySafe
 	}
 	outputs := map[string]json.RawMessage{}
+	pending := map[string]*big.Rat{} // budget buckets: what earlier new actions would reserve
 	steps := make(map[string]*PreviewStep, len(p.Actions))
 	// Plan order may put a dependent first: go round until nothing changes.
 	for pass := 0; pass <= len(p.Actions); pass++ {
@@ -62,7 +70,7 @@ func (e *Engine) PreviewReplay(ctx context.Context, runID string, p *plan.Plan) 
 			if st := steps[a.ID]; st != nil && st.Outcome != PreviewFollows {
 				continue
 			}
-			st, err := e.previewOne(ctx, run, pol, a, outputs)
+			st, err := e.previewOne(ctx, run, pol, a, outputs, pending)
 			if err != nil {
 				return nil, err
 			}
@@ -82,7 +90,7 @@ func (e *Engine) PreviewReplay(ctx context.Context, runID string, p *plan.Plan) 
 	return out, nil
 }
 
-func (e *Engine) previewOne(ctx context.Context, run ledger.Run, pol Policy, a plan.Action, outputs map[string]json.RawMessage) (*PreviewStep, error) {
+func (e *Engine) previewOne(ctx context.Context, run ledger.Run, pol Policy, a plan.Action, outputs map[string]json.RawMessage, pending map[string]*big.Rat) (*PreviewStep, error) {
 	st := &PreviewStep{ActionID: a.ID, Tool: a.Tool}
 	t, _ := e.reg.Get(a.Tool) // the plan was validated
 	spec := t.Spec()
@@ -104,6 +112,7 @@ func (e *Engine) previewOne(ctx context.Context, run ledger.Run, pol Policy, a p
 		return nil, fmt.Errorf("executor: preview: action %s: %w", a.ID, err)
 	}
 	rec, err := e.led.Key(ctx, st.Key)
+	newKey := errors.Is(err, ledger.ErrNotFound)
 	switch {
 	case err == nil && rec.State == ledger.StatusSucceeded:
 		st.Outcome, st.Why = PreviewKeeps, fmt.Sprintf("same key as before: its recorded output (attempt %d) is reused", rec.Attempt)
@@ -118,13 +127,36 @@ func (e *Engine) previewOne(ctx context.Context, run ledger.Run, pol Policy, a p
 	}
 	g := e.gateFor(pol, spec, policy.Input{ActionID: a.ID, Key: st.Key, Args: resolved,
 		Run: policy.Run{ID: run.ID, Goal: run.Goal, Creator: run.CreatedBy, Revision: run.Revision + 1}}, false)
+	if newKey {
+		// Only a key's first claim reserves: an existing key holds its share.
+		bc := e.checkBudgets(ctx, run.ID, run.CreatedBy, a.Tool, resolved, pending)
+		if bc.gate != nil && stricter(*bc.gate, g) {
+			g = *bc.gate
+		}
+		if g.Outcome != string(policy.Deny) {
+			for _, c := range bc.charges {
+				amt, err := ledger.ParseAmount(c.Amount)
+				if err != nil {
+					continue
+				}
+				if pending[c.Bucket()] == nil {
+					pending[c.Bucket()] = new(big.Rat)
+				}
+				pending[c.Bucket()].Add(pending[c.Bucket()], amt)
+			}
+		}
+	}
 	switch {
 	case g.Outcome == string(policy.Deny):
 		st.Outcome, st.Approval = PreviewDenied, &g
 		st.Why += deniedReason(g)
 	case g.Need > 0:
 		st.Outcome, st.Approval = PreviewRuns, &g
-		st.Why += fmt.Sprintf("it would run once %d %s approved it (%s)", g.Need, plural(g.Need, "person", "people"), cmpOr(g.Rule, g.Why))
+		why := cmpOr(g.Rule, g.Why)
+		if g.Budget != "" {
+			why = g.Why // the budget, its usage and limit
+		}
+		st.Why += fmt.Sprintf("it would run once %d %s approved it (%s)", g.Need, plural(g.Need, "person", "people"), why)
 	default:
 		st.Outcome = PreviewRuns
 		st.Why += "it would run"

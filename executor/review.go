@@ -100,19 +100,33 @@ var ErrNothingNamed = errors.New("executor: approve names no action (to approve 
 // Approve approves the named actions as the reviewer saw them (ErrNothingNamed
 // when actionIDs is empty). It does not drive the run; call Resume.
 func (e *Engine) Approve(ctx context.Context, runID string, actionIDs []string, by string) error {
+	return e.ApproveAs(ctx, runID, actionIDs, ledger.Approver{By: by})
+}
+
+// ApproveAs is Approve by who with its groups (a token's groups, from the
+// service's tokens file), recorded with each approval: a policy rule or
+// budget that names approver groups admits who by them. An action whose
+// gate admits neither who's name nor its groups is refused with an error
+// wrapping ledger.ErrApproverRefused that says who may approve.
+func (e *Engine) ApproveAs(ctx context.Context, runID string, actionIDs []string, who ledger.Approver) error {
 	if len(actionIDs) == 0 {
 		return fmt.Errorf("run %s: %w", runID, ErrNothingNamed)
 	}
-	return e.approve(ctx, runID, actionIDs, by)
+	return e.approve(ctx, runID, actionIDs, who)
 }
 
 // ApproveAll approves every action of the run that waits for a person's
 // approval, as the reviewer saw them. It does not drive the run; call Resume.
 func (e *Engine) ApproveAll(ctx context.Context, runID, by string) error {
-	return e.approve(ctx, runID, nil, by)
+	return e.approve(ctx, runID, nil, ledger.Approver{By: by})
 }
 
-func (e *Engine) approve(ctx context.Context, runID string, actionIDs []string, by string) error {
+// ApproveAllAs is ApproveAll by who with its groups (ApproveAs).
+func (e *Engine) ApproveAllAs(ctx context.Context, runID string, who ledger.Approver) error {
+	return e.approve(ctx, runID, nil, who)
+}
+
+func (e *Engine) approve(ctx context.Context, runID string, actionIDs []string, who ledger.Approver) error {
 	byID, rows, err := e.rowsByID(ctx, runID, "approve")
 	if err != nil {
 		return err
@@ -122,7 +136,7 @@ func (e *Engine) approve(ctx context.Context, runID string, actionIDs []string, 
 	if len(actionIDs) == 0 {
 		for _, r := range rows {
 			if (reviewable(r) || undoAwaiting(r)) && r.Status == ledger.StatusPending {
-				ops = append(ops, ledger.Approve(runID, r.ID, r.Args, by))
+				ops = append(ops, ledger.ApproveAs(runID, r.ID, r.Args, who))
 				ids = append(ids, r.ID)
 			}
 		}
@@ -136,7 +150,7 @@ func (e *Engine) approve(ctx context.Context, runID string, actionIDs []string, 
 				return &ActionError{RunID: runID, ActionID: id, Key: r.Key, Op: "approve",
 					Err: fmt.Errorf("%w: status %s after %d attempts", ErrNotReviewable, r.Status, r.Attempts)}
 			}
-			ops = append(ops, ledger.Approve(runID, r.ID, r.Args, by))
+			ops = append(ops, ledger.ApproveAs(runID, r.ID, r.Args, who))
 			ids = append(ids, r.ID)
 		}
 	}

@@ -30,6 +30,10 @@ type Gate struct {
 	// Names, if set, are the only identities whose approval counts (a
 	// trailing '*' matches any suffix).
 	Names []string `json:"names,omitempty"`
+	// Groups, if set, are groups whose members may approve (with Names
+	// too: a matching name or a group admits). An approval records its
+	// approver's groups (Approval.Groups), so the check needs nothing else.
+	Groups []string `json:"groups,omitempty"`
 	// ExcludeCreator: the run's creator (Run.CreatedBy) cannot approve.
 	ExcludeCreator bool `json:"exclude_creator,omitempty"`
 	// TTL: an approval counts for this long (0: until the action runs).
@@ -46,8 +50,11 @@ type Gate struct {
 
 // Approval is one person's approval of an action's exact arguments.
 type Approval struct {
-	By string    `json:"by"`
-	At time.Time `json:"at"`
+	By string `json:"by"`
+	// Groups are the approver's groups when it approved (a token's groups
+	// in docket serve's tokens file; none for a CLI identity).
+	Groups []string  `json:"groups,omitempty"`
+	At     time.Time `json:"at"`
 	// Args is ArgsHash of the arguments approved: an approval counts only
 	// for exactly those.
 	Args string `json:"args"`
@@ -77,20 +84,39 @@ func ArgsHash(tool string, args json.RawMessage) string {
 // row approved before approvals were recorded (ApprovedArgs set, no
 // Approvals) counts as one approval by "" for the args it was approved for.
 func (a Action) Approvers(args json.RawMessage, now time.Time) []string {
+	var out []string
+	for _, ap := range a.Counting(args, now) {
+		out = append(out, ap.By)
+	}
+	return out
+}
+
+// Counting is Approvers with each identity's groups: one Approval per
+// distinct identity (in the order they first approved) whose Groups are
+// the union of the groups its counting approvals recorded.
+func (a Action) Counting(args json.RawMessage, now time.Time) []Approval {
 	if len(a.Approvals) == 0 {
 		if a.ApprovedArgs != nil && jsonEqual(a.ApprovedArgs, args) {
-			return []string{""}
+			return []Approval{{}}
 		}
 		return nil
 	}
 	h := ArgsHash(a.Tool, args)
-	var out []string
+	var out []Approval
 	for _, ap := range a.Approvals {
 		if ap.Args != h || ap.Used != "" || (!ap.Expires.IsZero() && !now.Before(ap.Expires)) {
 			continue
 		}
-		if !slices.Contains(out, ap.By) {
-			out = append(out, ap.By)
+		i := slices.IndexFunc(out, func(x Approval) bool { return x.By == ap.By })
+		if i < 0 {
+			ap.Groups = slices.Clone(ap.Groups)
+			out = append(out, ap)
+			continue
+		}
+		for _, g := range ap.Groups {
+			if !slices.Contains(out[i].Groups, g) {
+				out[i].Groups = append(out[i].Groups, g)
+			}
 		}
 	}
 	return out
@@ -104,9 +130,9 @@ func (a Action) Needed() int {
 	return a.Gate.Need
 }
 
-// MayApprove reports whether identity by may approve under g, for a run
-// created by creator, and if not why.
-func (g *Gate) MayApprove(by, creator string) (bool, string) {
+// MayApprove reports whether identity by, a member of groups, may approve
+// under g, for a run created by creator, and if not why.
+func (g *Gate) MayApprove(by string, groups []string, creator string) (bool, string) {
 	if g == nil {
 		return true, ""
 	}
@@ -114,10 +140,27 @@ func (g *Gate) MayApprove(by, creator string) (bool, string) {
 	if g.ExcludeCreator && creator != "" && by == creator {
 		return false, fmt.Sprintf("%s created the run, and rule %s does not let the creator approve", by, rule)
 	}
-	if len(g.Names) > 0 && !slices.ContainsFunc(g.Names, func(n string) bool { return nameMatches(n, by) }) {
-		return false, fmt.Sprintf("rule %s lets only %s approve, not %s", rule, strings.Join(g.Names, ", "), by)
+	if len(g.Names) == 0 && len(g.Groups) == 0 {
+		return true, ""
 	}
-	return true, ""
+	if slices.ContainsFunc(g.Names, func(n string) bool { return nameMatches(n, by) }) ||
+		slices.ContainsFunc(g.Groups, func(x string) bool { return slices.Contains(groups, x) }) {
+		return true, ""
+	}
+	var who []string
+	if len(g.Names) > 0 {
+		who = append(who, strings.Join(g.Names, ", "))
+	}
+	if len(g.Groups) == 1 {
+		who = append(who, "members of group "+g.Groups[0])
+	} else if len(g.Groups) > 1 {
+		who = append(who, "members of groups "+strings.Join(g.Groups, ", "))
+	}
+	self := by + " (no groups)"
+	if len(groups) > 0 {
+		self = by + " (groups: " + strings.Join(groups, ", ") + ")"
+	}
+	return false, fmt.Sprintf("rule %s lets only %s approve, not %s", rule, strings.Join(who, " or "), self)
 }
 
 func nameMatches(pattern, identity string) bool {
@@ -128,7 +171,7 @@ func nameMatches(pattern, identity string) bool {
 }
 
 // ErrApproverRefused: the identity may not approve the action (its gate
-// excludes the run's creator, or names who may).
+// excludes the run's creator, or names who may: identities or groups).
 var ErrApproverRefused = fmt.Errorf("ledger: approver refused")
 
 // Decide records the policy's decision g for a not-yet-claimed row (pending
@@ -140,7 +183,7 @@ var ErrApproverRefused = fmt.Errorf("ledger: approver refused")
 // A deny is recorded with Reject, after Decide.
 func Decide(runID, actionID string, g Gate) Op {
 	gc := g
-	gc.Names = slices.Clone(g.Names)
+	gc.Names, gc.Groups = slices.Clone(g.Names), slices.Clone(g.Groups)
 	return Op{kind: opDecide, runID: runID, actionID: actionID, gate: &gc}
 }
 
@@ -148,7 +191,7 @@ func gateEqual(a, b *Gate) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Rule == b.Rule && a.Outcome == b.Outcome && a.Need == b.Need && slices.Equal(a.Names, b.Names) &&
+	return a.Rule == b.Rule && a.Outcome == b.Outcome && a.Need == b.Need && slices.Equal(a.Names, b.Names) && slices.Equal(a.Groups, b.Groups) &&
 		a.ExcludeCreator == b.ExcludeCreator && a.TTL == b.TTL && a.Message == b.Message && a.Why == b.Why && a.Budget == b.Budget
 }
 
@@ -215,6 +258,9 @@ func gateData(g *Gate, have int) json.RawMessage {
 	}
 	if len(g.Names) > 0 {
 		kv = append(kv, "names", g.Names)
+	}
+	if len(g.Groups) > 0 {
+		kv = append(kv, "groups", g.Groups)
 	}
 	if g.ExcludeCreator {
 		kv = append(kv, "exclude_creator", true)

@@ -49,6 +49,7 @@ type Op struct {
 	kind                 opKind
 	runID, actionID, key string
 	tool, msg, by        string
+	groups               []string // Approve: the approver's groups
 	eventType            EventType
 	args, output, data   json.RawMessage
 	n                    int
@@ -155,7 +156,26 @@ func Resolve(runID, actionID string, r Resolution) Op {
 // Event action.approved {"by"}. Identical repeat: success. A row that was
 // claimed is resolved with Resolve, not approved.
 func Approve(runID, actionID string, args json.RawMessage, by string) Op {
-	return Op{kind: opApprove, runID: runID, actionID: actionID, args: args, by: by, big: bigOf(args)}
+	return ApproveAs(runID, actionID, args, Approver{By: by})
+}
+
+// Approver is who approves: an identity ("token:NAME", "cli:USER") and the
+// groups it belongs to as it approves (a token's groups in docket serve's
+// tokens file; a CLI identity has none). The groups are recorded with the
+// approval (Approval.Groups), so a gate that names groups is checked
+// against the ledger alone, then and later.
+type Approver struct {
+	By     string
+	Groups []string
+}
+
+// ApproveAs is Approve by who, with its groups: refused (ErrApproverRefused)
+// when the row's gate lets neither who's name nor any of its groups
+// approve. Events action.approved and action.approval_added carry "groups"
+// when who has any.
+func ApproveAs(runID, actionID string, args json.RawMessage, who Approver) Op {
+	return Op{kind: opApprove, runID: runID, actionID: actionID, args: args, by: who.By,
+		groups: slices.Clone(who.Groups), big: bigOf(args)}
 }
 
 // Reject marks a not-yet-claimed row rejected (Error holds the reason). Event
@@ -844,7 +864,7 @@ func (b *batch) review(o Op) (Result, error) {
 					"action's arguments changed since they were read (references resolved for review, or edited): read the run again and approve what it shows"), nil
 			}
 		}
-		if ok, why := row.Gate.MayApprove(o.by, run.CreatedBy); !ok {
+		if ok, why := row.Gate.MayApprove(o.by, o.groups, run.CreatedBy); !ok {
 			return errResult(fmt.Errorf("%w: %s", ErrApproverRefused, why)), nil
 		}
 		plain, err := b.blob(o.runID, args)
@@ -859,7 +879,7 @@ func (b *batch) review(o Op) (Result, error) {
 		if slices.Contains(cur.Approvers(plain, now), o.by) && row.Gate != nil {
 			return done() // this person's approval of these args is recorded
 		}
-		ap := Approval{By: o.by, At: now, Args: ArgsHash(row.Tool, plain)}
+		ap := Approval{By: o.by, Groups: o.groups, At: now, Args: ArgsHash(row.Tool, plain)}
 		if row.Gate != nil && row.Gate.TTL > 0 {
 			ap.Expires = now.Add(row.Gate.TTL)
 		}
@@ -867,7 +887,7 @@ func (b *batch) review(o Op) (Result, error) {
 		row.Approvals = cur.Approvals
 		have, need := len(cur.Approvers(plain, now)), cur.Needed()
 		if have < need {
-			evType, data = EventActionApprovalAdded, obj("by", o.by, "approvals", have, "need", need)
+			evType, data = EventActionApprovalAdded, approvedData(o, have, need)
 			break
 		}
 		if args, err = b.stash(o.runID, args, o.big); err != nil {
@@ -876,7 +896,7 @@ func (b *batch) review(o Op) (Result, error) {
 		row.Status, row.ApprovedArgs = StatusApproved, args
 		evType, data = EventActionApproved, obj("by", o.by)
 		if row.Gate != nil {
-			data = obj("by", o.by, "approvals", have, "need", need)
+			data = approvedData(o, have, need)
 		}
 	case opReject:
 		if row.Status == StatusRejected {
@@ -1211,6 +1231,15 @@ func opFailure(err error) (Result, error) {
 		return Result{}, err
 	}
 	return errResult(err), nil
+}
+
+// approvedData is the data of action.approved and action.approval_added
+// under a gate: who, with its groups when it has any, and the count.
+func approvedData(o Op, have, need int) json.RawMessage {
+	if len(o.groups) > 0 {
+		return obj("by", o.by, "groups", o.groups, "approvals", have, "need", need)
+	}
+	return obj("by", o.by, "approvals", have, "need", need)
 }
 
 // useApprovals marks the row's approvals that count for args (tool's, at

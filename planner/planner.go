@@ -135,7 +135,7 @@ func New(cfg Config) (*Planner, error) {
 		p.shapes[n] = sh
 		p.fields[n] = outputFields(s.OutputSchema)
 		p.defs = append(p.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: p.names.toWire[n], Description: toolDescription(s, cfg.Tools.Policy()), Strict: strict, Parameters: schema,
+			Name: p.names.toWire[n], Description: toolDescription(s, cfg.Tools.Policy(), cfg.Tools.Budgets()), Strict: strict, Parameters: schema,
 		}})
 		branches = append(branches, actionBranch(p.names.toWire[n], schema))
 	}
@@ -143,7 +143,7 @@ func New(cfg Config) (*Planner, error) {
 	case ModeTools:
 		p.system = orDefault(cfg.SystemPrompt, toolsPrompt(cfg.Order))
 	case ModeJSONSchema:
-		p.system = orDefault(cfg.SystemPrompt, jsonPrompt+jsonToolList(specs, p.names, cfg.Tools.Policy()))
+		p.system = orDefault(cfg.SystemPrompt, jsonPrompt+jsonToolList(specs, p.names, cfg.Tools.Policy(), cfg.Tools.Budgets()))
 		p.format = planFormat(branches, strictAll)
 	}
 	req := p.request(nil)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/policy"
@@ -51,8 +52,9 @@ Tools:
 
 // toolDescription is what the model reads about a tool: its effect class
 // first, then its description, then what the policy says of its calls
-// (which need people, which are denied; global rules apply to every tool).
-func toolDescription(s tools.Spec, global []policy.Rule) string {
+// (which need people, which are denied; global rules apply to every tool),
+// then the budgets that count its calls.
+func toolDescription(s tools.Spec, global []policy.Rule, budgets []policy.Budget) string {
 	var tag string
 	if s.Class == tools.ReadOnly {
 		tag = "[read-only] Runs now; you see the result."
@@ -65,7 +67,7 @@ func toolDescription(s tools.Spec, global []policy.Rule) string {
 	if s.Class == tools.ReadOnly {
 		return tag
 	}
-	return tag + policyNote(s, global)
+	return tag + policyNote(s, global) + budgetNote(s, budgets)
 }
 
 // policyNote tells the model which calls of s need people or are denied,
@@ -96,6 +98,77 @@ func policyNote(s tools.Spec, global []policy.Rule) string {
 	return " Policy (checked before it runs, not by you): " + strings.Join(parts, "; ") + "."
 }
 
+// budgetNote tells the model the budgets that count s's calls: the limit,
+// over what (a summed argument or the number of calls), per what scope,
+// window and group, and what happens to a call past it. It says what is
+// declared, not the usage (that changes; the executor checks it before
+// each claim, whatever the model is told).
+func budgetNote(s tools.Spec, budgets []policy.Budget) string {
+	var parts []string
+	for i := range budgets {
+		b := &budgets[i]
+		if !b.Applies(s.Name) {
+			continue
+		}
+		p := b.Name + ": at most "
+		if b.Sum != "" {
+			p += b.Limit + " of " + b.Sum + " summed"
+		} else {
+			p += b.Limit + " " + pluralWord(countOf(b.Limit), "call", "calls")
+		}
+		if len(b.Tools) > 1 {
+			p += " over the calls of " + strings.Join(b.Tools, ", ")
+		}
+		switch b.Per {
+		case policy.PerRun:
+			p += " per run"
+		case policy.PerAll:
+			p += " across all runs"
+		default:
+			p += " per requester (whoever created the run)"
+		}
+		if b.GroupBy != "" {
+			p += " and per value of " + b.GroupBy
+		}
+		if b.Window > 0 {
+			p += " per " + shortDuration(b.Window) + " (UTC)"
+		}
+		if b.Outcome == policy.Deny {
+			p += "; past it a call is denied"
+		} else {
+			p += fmt.Sprintf("; past it a call waits for %d %s to approve it", b.Approvers, pluralWord(b.Approvers, "person", "people"))
+		}
+		if b.Message != "" {
+			p += " (" + b.Message + ")"
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " Budgets (checked before it runs, not by you): " + strings.Join(parts, "; ") + "."
+}
+
+// countOf is a count budget's limit as a number (for plural words).
+func countOf(limit string) int {
+	if limit == "1" {
+		return 1
+	}
+	return 2
+}
+
+// shortDuration writes d without trailing zero units: 24h, 1h30m, 90s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 func pluralWord(n int, one, many string) string {
 	if n == 1 {
 		return one
@@ -104,10 +177,10 @@ func pluralWord(n int, one, many string) string {
 }
 
 // jsonToolList lists the tools for the structured-output prompt.
-func jsonToolList(specs []tools.Spec, names nameMap, global []policy.Rule) string {
+func jsonToolList(specs []tools.Spec, names nameMap, global []policy.Rule, budgets []policy.Budget) string {
 	var b strings.Builder
 	for _, s := range specs {
-		fmt.Fprintf(&b, "- %s: %s\n  input schema: %s\n", names.toWire[s.Name], toolDescription(s, global), compactJSON(s.InputSchema))
+		fmt.Fprintf(&b, "- %s: %s\n  input schema: %s\n", names.toWire[s.Name], toolDescription(s, global, budgets), compactJSON(s.InputSchema))
 	}
 	return b.String()
 }

@@ -502,6 +502,7 @@ type hashedRule struct {
 	Outcome        string        `json:"outcome"`
 	Approvers      int           `json:"approvers,omitempty"`
 	ApproverNames  []string      `json:"approver_names,omitempty"`
+	ApproverGroups []string      `json:"approver_groups,omitempty"`
 	ExcludeCreator bool          `json:"exclude_creator,omitempty"`
 	TTL            time.Duration `json:"ttl,omitempty"`
 	Message        string        `json:"message,omitempty"`
@@ -511,7 +512,7 @@ func hashRules(rules []policy.Rule) []hashedRule {
 	var out []hashedRule
 	for _, r := range rules {
 		out = append(out, hashedRule{Name: r.Name, When: r.When, Outcome: string(r.Outcome), Approvers: r.Approvers,
-			ApproverNames: r.ApproverNames, ExcludeCreator: r.ExcludeCreator, TTL: r.TTL, Message: r.Message})
+			ApproverNames: r.ApproverNames, ApproverGroups: r.ApproverGroups, ExcludeCreator: r.ExcludeCreator, TTL: r.TTL, Message: r.Message})
 	}
 	return out
 }

@@ -194,7 +194,7 @@ func (s *Server) serveAllWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	c := &socket{s: s, conn: conn, who: who(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
+	c := &socket{s: s, conn: conn, who: approver(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

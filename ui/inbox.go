@@ -59,9 +59,10 @@ type approvalView struct {
 	Need        int               `json:"need"`
 	ApprovedBy  []ledger.Approval `json:"approved_by"`
 	StillNeeded int               `json:"still_needed"`
-	// Names may approve (empty: anyone with the review scope);
-	// ExcludeCreator: not Creator, who created the run.
+	// Names and members of Groups may approve (both empty: anyone with
+	// the review scope); ExcludeCreator: not Creator, who created the run.
 	Names          []string `json:"names,omitempty"`
+	Groups         []string `json:"groups,omitempty"`
 	ExcludeCreator bool     `json:"exclude_creator,omitempty"`
 	Creator        string   `json:"creator,omitempty"`
 }
@@ -73,7 +74,8 @@ func approvalOf(a ledger.Action, args json.RawMessage, creator string, now time.
 		return nil
 	}
 	v := &approvalView{Rule: g.Rule, Outcome: g.Outcome, Message: g.Message, Why: g.Why, Need: g.Need,
-		ApprovedBy: []ledger.Approval{}, Names: g.Names, ExcludeCreator: g.ExcludeCreator, Creator: creator}
+		ApprovedBy: []ledger.Approval{}, Names: g.Names, Groups: g.Groups,
+		ExcludeCreator: g.ExcludeCreator, Creator: creator}
 	counted := a.Approvers(args, now)
 	for _, ap := range a.Approvals {
 		if slices.Contains(counted, ap.By) && ap.Used == "" && !slices.ContainsFunc(v.ApprovedBy, func(x ledger.Approval) bool { return x.By == ap.By }) {

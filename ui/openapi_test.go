@@ -161,7 +161,7 @@ func TestOpenAPIScopesAndRefusals(t *testing.T) {
 	// The session answers: every field the server sends is described, and
 	// may lists exactly what principal.may says.
 	whoami := comp.Schemas["Whoami"].Properties
-	for _, f := range []string{"who", "planner", "name", "scopes", "may"} {
+	for _, f := range []string{"who", "planner", "name", "scopes", "groups", "may"} {
 		if _, ok := whoami[f]; !ok {
 			t.Errorf("Whoami lacks %s", f)
 		}

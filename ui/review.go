@@ -251,7 +251,7 @@ func (s *Server) reviewHTTP(w http.ResponseWriter, r *http.Request, op string) {
 		return
 	}
 	runID := r.PathValue("id")
-	if err := s.review(r.Context(), runID, rop, who(r)); err != nil {
+	if err := s.review(r.Context(), runID, rop, approver(r)); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -288,9 +288,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, runID string, st
 
 var errBadOp = errors.New("bad operation")
 
-// review applies op (from decodeReview) to runID as `by` and drives the run
-// on when the operation lets it move.
-func (s *Server) review(ctx context.Context, runID string, op reviewOp, by string) error {
+// review applies op (from decodeReview) to runID as `as` (an approval
+// records its groups too) and drives the run on when the operation lets it
+// move.
+func (s *Server) review(ctx context.Context, runID string, op reviewOp, as ledger.Approver) error {
+	by := as.By
 	if _, err := s.led.GetRun(ctx, runID); err != nil {
 		return err
 	}
@@ -303,9 +305,9 @@ func (s *Server) review(ctx context.Context, runID string, op reviewOp, by strin
 		// meaning is reached only through an explicit all.
 		switch {
 		case op.All:
-			err = s.eng.ApproveAll(ctx, runID, by)
+			err = s.eng.ApproveAllAs(ctx, runID, as)
 		case len(op.Actions) > 0:
-			err = s.eng.Approve(ctx, runID, op.Actions, by)
+			err = s.eng.ApproveAs(ctx, runID, op.Actions, as)
 		default:
 			return fmt.Errorf("%w: %s", errBadOp, reviewTakes["approve"])
 		}

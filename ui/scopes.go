@@ -123,6 +123,10 @@ type Token struct {
 	// exactly one of them. The server keeps only the hash.
 	Secret string
 	SHA256 string
+	// Groups the token belongs to (optional): a policy rule or budget with
+	// approver_groups lets members approve. Recorded with each approval the
+	// token gives, so the ledger alone decides whether it counts.
+	Groups []string
 }
 
 func (t Token) validate() error {
@@ -136,6 +140,9 @@ func (t Token) validate() error {
 		if _, err := ParseScope(string(sc)); err != nil {
 			return fmt.Errorf("token %q: %w", t.Name, err)
 		}
+	}
+	if err := checkGroups(t.Groups); err != nil {
+		return fmt.Errorf("token %q: %w", t.Name, err)
 	}
 	switch {
 	case (t.Secret == "") == (t.SHA256 == ""):
@@ -160,10 +167,25 @@ func isSHA256Hex(s string) bool {
 	return true
 }
 
-// principal is an authenticated caller: a token's name and scopes.
+// principal is an authenticated caller: a token's name, scopes and groups.
 type principal struct {
 	name   string
-	scopes []Scope // sorted as Scopes
+	scopes []Scope  // sorted as Scopes
+	groups []string // as the token lists them
+}
+
+// checkGroups checks a token's groups: each named as a token is (a letter,
+// then up to 63 letters, digits, _ . -), none twice.
+func checkGroups(groups []string) error {
+	for i, g := range groups {
+		if !tokenNameRE.MatchString(g) {
+			return fmt.Errorf("group %q: a letter, then up to 63 letters, digits, _ . -", g)
+		}
+		if slices.Contains(groups[:i], g) {
+			return fmt.Errorf("group %s is listed twice", g)
+		}
+	}
+	return nil
 }
 
 // has says whether p holds sc (admin holds every scope; scopeSignedIn is
@@ -202,7 +224,7 @@ func buildTokens(cfg Config) ([]tokenEntry, error) {
 			return fmt.Errorf("two tokens are named %q", t.Name)
 		}
 		seen[t.Name] = true
-		e := tokenEntry{principal: principal{name: t.Name}}
+		e := tokenEntry{principal: principal{name: t.Name, groups: slices.Clone(t.Groups)}}
 		for _, sc := range Scopes {
 			if slices.Contains(t.Scopes, sc) {
 				e.scopes = append(e.scopes, sc)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -458,6 +459,13 @@ func who(r *http.Request) string {
 
 // tokenPrincipal returns the caller the token tok stands for, if it is one
 // of ours.
+// approver is the authenticated caller as an approver: its name and its
+// token's groups (recorded with each approval it gives).
+func approver(r *http.Request) ledger.Approver {
+	p, _ := caller(r)
+	return ledger.Approver{By: who(r), Groups: slices.Clone(p.groups)}
+}
+
 func (s *Server) tokenPrincipal(tok string) (principal, bool) {
 	return lookupToken(s.tokens, tok)
 }
@@ -620,7 +628,11 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 	planning := s.pl != nil
 	p, _ := caller(r)
-	writeJSON(w, http.StatusOK, map[string]any{"who": who(r), "planner": planning, "name": p.name, "scopes": p.scopeNames(), "may": p.may()})
+	groups := p.groups
+	if groups == nil {
+		groups = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"who": who(r), "planner": planning, "name": p.name, "scopes": p.scopeNames(), "groups": groups, "may": p.may()})
 }
 
 func randomHex(n int) (string, error) {

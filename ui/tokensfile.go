@@ -16,11 +16,14 @@ import (
 //
 //	{"version": 1, "tokens": [
 //	  {"name": "agent", "scopes": ["read", "submit"], "sha256": "<hex of sha256(token)>"},
-//	  {"name": "alice", "scopes": ["read", "review", "control"], "env": "DOCKET_TOKEN_ALICE"}
+//	  {"name": "alice", "scopes": ["read", "review", "control"], "env": "DOCKET_TOKEN_ALICE",
+//	   "groups": ["finance"]}
 //	]}
 //
 // sha256 is the lowercase hex SHA-256 of the token (printf %s "$T" |
-// sha256sum); env names the environment variable holding it.
+// sha256sum); env names the environment variable holding it. groups
+// (optional) are the groups the token belongs to: a policy rule or budget
+// with approver_groups lets their members approve.
 
 // tokenNameRE is what a token's name may be (the name is recorded with every
 // decision as "token:NAME").
@@ -40,6 +43,7 @@ type tokenFileEntry struct {
 	Scopes []string `json:"scopes"`
 	SHA256 string   `json:"sha256"`
 	Env    string   `json:"env"`
+	Groups []string `json:"groups"`
 }
 
 // ParseTokensFile reads a tokens file; getenv reads the variables entries
@@ -146,7 +150,7 @@ func ParseTokensFile(data []byte, getenv func(string) string) ([]Token, error) {
 func parseTokenEntry(raw []byte, seen map[string]bool, getenv func(string) string) (Token, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return Token{}, errors.New("an entry is an object {\"name\", \"scopes\", \"sha256\" | \"env\"}")
+		return Token{}, errors.New("an entry is an object {\"name\", \"scopes\", \"sha256\" | \"env\", \"groups\"?}")
 	}
 	for _, clear := range []string{"token", "secret", "value"} {
 		if _, ok := fields[clear]; ok {
@@ -169,7 +173,10 @@ func parseTokenEntry(raw []byte, seen map[string]bool, getenv func(string) strin
 	if len(e.Scopes) == 0 {
 		return Token{}, fmt.Errorf("%s: scopes is empty: give at least one of read, submit, review, control, admin", e.Name)
 	}
-	t := Token{Name: e.Name}
+	if err := checkGroups(e.Groups); err != nil {
+		return Token{}, fmt.Errorf("%s: groups: %w", e.Name, err)
+	}
+	t := Token{Name: e.Name, Groups: e.Groups}
 	for _, s := range e.Scopes {
 		sc, err := ParseScope(s)
 		if err != nil {

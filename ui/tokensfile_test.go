@@ -49,3 +49,29 @@ func TestParseTokensFile(t *testing.T) {
 		}
 	}
 }
+
+// A token's groups are read from the file and checked with their place.
+func TestParseTokensFileGroups(t *testing.T) {
+	t.Parallel()
+	h := hashOf(agentToken)
+	toks, err := ui.ParseTokensFile([]byte(`{"version": 1, "tokens": [
+  {"name": "fred", "scopes": ["read", "review"], "sha256": "`+h+`", "groups": ["finance", "ops"]},
+  {"name": "agent", "scopes": ["submit"], "sha256": "`+h+`"}]}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(toks[0].Groups, ",") != "finance,ops" || toks[1].Groups != nil {
+		t.Fatalf("%+v", toks)
+	}
+	for _, c := range []struct{ file, want string }{
+		{"{\"version\": 1, \"tokens\": [\n {\"name\": \"a\", \"scopes\": [\"read\"], \"sha256\": \"" + h + "\", \"groups\": [\"fin ance\"]}]}", `2:2: tokens[0]: a: groups: group "fin ance": a letter`},
+		{`{"version": 1, "tokens": [{"name": "a", "scopes": ["read"], "sha256": "` + h + `", "groups": ["x", "x"]}]}`, "a: groups: group x is listed twice"},
+		{`{"version": 1, "tokens": [{"name": "a", "scopes": ["read"], "sha256": "` + h + `", "groups": "finance"}]}`, "cannot unmarshal string"},
+	} {
+		_, err := ui.ParseTokensFile([]byte(c.file), nil)
+		var fe *ui.TokenFileError
+		if err == nil || !errors.As(err, &fe) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant %q", c.file, err, c.want)
+		}
+	}
+}

@@ -41,9 +41,9 @@ type socket struct {
 	s       *Server
 	conn    *websocket.Conn
 	runID   string
-	who     string
-	p       principal // the token's name and scopes, for each op
-	release func()    // gives back the token's socket slot
+	who     ledger.Approver // the caller, with its token's groups
+	p       principal       // the token's name and scopes, for each op
+	release func()          // gives back the token's socket slot
 	out     chan outMsg
 	done    chan struct{}
 	once    sync.Once
@@ -97,7 +97,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		return
 	}
-	c := &socket{s: s, conn: conn, runID: runID, who: who(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
+	c := &socket{s: s, conn: conn, runID: runID, who: approver(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
 	c.lastOut.Store(after)
 	s.mu.Lock()
 	if s.closing {

@@ -89,3 +89,42 @@ func TestBudgetsCLI(t *testing.T) {
 		t.Fatalf("bad budget:\n%s", r.stderr)
 	}
 }
+
+// TestReplayDryRunBudgets: docket replay --dry-run names the budget that
+// would gate a new action (its usage and limit), counting what the
+// replay's earlier new actions would take, and records nothing.
+func TestReplayDryRunBudgets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.budgetFile(t)
+	inv := func(id, amount string) string {
+		return `{"id": "` + id + `", "tool": "payments_create_invoice", "args": {"customer": "c_1", "amount": ` + amount + `, "currency": "EUR", "reference": "` + id + `"}}`
+	}
+	p := b.plan(t, "first", `{"goal": "invoice", "actions": [`+inv("i1", "700")+`]}`)
+	wantCode(t, inproc(t, b.runArgs(p, "--run-id", "dryb", "--approve", "all", "--as", "alice")...), 0)
+	next := b.plan(t, "next", `{"goal": "invoice", "actions": [`+inv("i1", "700")+`, `+inv("i2", "300")+`, `+inv("i3", "1")+`]}`)
+	r := inproc(t, "replay", "--data", b.data, "--tools", b.tools, "--plan", next, "--dry-run", "--as", "alice", "dryb")
+	wantCode(t, r, 0)
+	var out struct {
+		Actions []struct {
+			ActionID string `json:"action_id"`
+			Outcome  string `json:"outcome"`
+			Why      string `json:"why"`
+			Approval *struct {
+				Budget string `json:"budget"`
+			} `json:"approval"`
+		} `json:"actions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Actions) != 3 {
+		t.Fatalf("%v\n%s", err, r)
+	}
+	if a := out.Actions[1]; a.Outcome != "runs" || a.Approval != nil {
+		t.Fatalf("i2 (within the budget): %+v", a)
+	}
+	if a := out.Actions[2]; a.Outcome != "runs" || a.Approval == nil || a.Approval.Budget != "daily-invoices" || !strings.Contains(a.Why, "1000 used + 1 > limit 1000") {
+		t.Fatalf("i3 (past the budget): %+v", a)
+	}
+	if n := invoices(b.world); n != 1 {
+		t.Fatalf("%d invoices after a dry run", n)
+	}
+}

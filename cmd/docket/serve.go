@@ -569,7 +569,7 @@ func loopback(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// describeScoped lists a tokens file's names and scopes for the start-up
+// describeScoped lists a tokens file's names, scopes and groups for the start-up
 // message (never a token or its hash).
 func describeScoped(toks []ui.Token) string {
 	parts := make([]string, len(toks))
@@ -579,6 +579,9 @@ func describeScoped(toks []ui.Token) string {
 			sc[j] = string(s)
 		}
 		parts[i] = t.Name + ": " + strings.Join(sc, "+")
+		if len(t.Groups) > 0 {
+			parts[i] += " (groups " + strings.Join(t.Groups, ", ") + ")"
+		}
 	}
 	return strings.Join(parts, ", ")
 }

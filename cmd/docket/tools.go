@@ -354,6 +354,9 @@ func printPolicy(out io.Writer, ts []tools.Tool, global []policy.Rule) {
 			if len(r.ApproverNames) > 0 {
 				fmt.Fprintf(out, " of %s", strings.Join(r.ApproverNames, ", "))
 			}
+			if len(r.ApproverGroups) > 0 {
+				fmt.Fprintf(out, " of group %s", strings.Join(r.ApproverGroups, ", "))
+			}
 			if r.ExcludeCreator {
 				fmt.Fprint(out, ", not the run's creator")
 			}
@@ -394,6 +397,9 @@ func printBudgets(out io.Writer, bs []policy.Budget) {
 			fmt.Fprintf(out, " by %d", b.Approvers)
 			if len(b.ApproverNames) > 0 {
 				fmt.Fprintf(out, " of %s", strings.Join(b.ApproverNames, ", "))
+			}
+			if len(b.ApproverGroups) > 0 {
+				fmt.Fprintf(out, " of group %s", strings.Join(b.ApproverGroups, ", "))
 			}
 			if b.ExcludeCreator {
 				fmt.Fprint(out, ", not the run's creator")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +140,59 @@ func testGates(t *testing.T, open Opener, opts Options) {
 		}
 		if run, _ := l.GetRun(b.ctx, "g"); run.CreatedBy != "token:alice" {
 			t.Fatalf("creator after reopen: %+v", run)
+		}
+	}
+}
+
+// testGateGroups: a gate that names groups admits an approver by the groups
+// its approval carries (ApproveAs), refuses one without them with a message
+// naming the group, records the groups with the approval and in the event,
+// and keeps them across a reopen: the decision needs nothing but the ledger.
+func testGateGroups(t *testing.T, open Opener, opts Options) {
+	b := setup(t, open)
+	if _, _, err := b.l.CreateRun(b.ctx, ledger.Run{ID: "gg", Policy: "safe", CreatedBy: "token:agent"}, testPlan("pay", 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	gate := ledger.Gate{Rule: "finance", Outcome: "approve", Need: 1, Groups: []string{"finance"}}
+	if r := b.mustOK(t, ledger.Decide("gg", "a1", gate)); r.Action.Gate == nil || !slices.Equal(r.Action.Gate.Groups, []string{"finance"}) {
+		t.Fatalf("after Decide: %+v", r.Action.Gate)
+	}
+	for _, who := range []ledger.Approver{{By: "token:eve"}, {By: "token:sam", Groups: []string{"sales"}}} {
+		r := b.apply(t, ledger.ApproveAs("gg", "a1", nil, who))
+		if !errors.Is(r.Err, ledger.ErrApproverRefused) || !strings.Contains(r.Err.Error(), "members of group finance") {
+			t.Fatalf("%+v approved: %v", who, r.Err)
+		}
+	}
+	if got := b.row(t, "gg", "a1"); got.Status != ledger.StatusPending || len(got.Approvals) != 0 {
+		t.Fatalf("a refused approval was recorded: %+v", got)
+	}
+	r := b.mustOK(t, ledger.ApproveAs("gg", "a1", nil, ledger.Approver{By: "token:fred", Groups: []string{"ops", "finance"}}))
+	if r.Action.Status != ledger.StatusApproved || len(r.Action.Approvals) != 1 || !slices.Equal(r.Action.Approvals[0].Groups, []string{"ops", "finance"}) {
+		t.Fatalf("a member of finance: %+v", r.Action)
+	}
+	var ev struct {
+		By     string   `json:"by"`
+		Groups []string `json:"groups"`
+	}
+	evs := b.events(t, "gg")
+	if last := evs[len(evs)-1]; last.Type != ledger.EventActionApproved || json.Unmarshal(last.Data, &ev) != nil || ev.By != "token:fred" || !slices.Equal(ev.Groups, []string{"ops", "finance"}) {
+		t.Fatalf("approved event %s %s", last.Type, last.Data)
+	}
+	if c := b.row(t, "gg", "a1").Counting(json.RawMessage(`{"i":1}`), time.Now()); len(c) != 1 || !slices.Equal(c[0].Groups, []string{"ops", "finance"}) {
+		t.Fatalf("counting approvals %+v", c)
+	}
+	if opts.Durable {
+		b.l.Close()
+		l := open(t, b.cfg)
+		rows, err := l.Actions(b.ctx, "gg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rows[0].Gate.Groups, []string{"finance"}) || !slices.Equal(rows[0].Approvals[0].Groups, []string{"ops", "finance"}) {
+			t.Fatalf("after reopen: gate %+v approvals %+v", rows[0].Gate, rows[0].Approvals)
+		}
+		if ok, why := rows[0].Gate.MayApprove("token:eve", nil, "token:agent"); ok || !strings.Contains(why, "members of group finance") {
+			t.Fatalf("after reopen, eve: %v %q", ok, why)
 		}
 	}
 }

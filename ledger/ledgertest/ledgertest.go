@@ -79,6 +79,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"LargeArgs", func(t *testing.T, open Opener) { testLargeArgs(t, open, opts) }, false},
 		{"ApplyErrors", testApplyErrors, false},
 		{"Gates", func(t *testing.T, open Opener) { testGates(t, open, opts) }, false},
+		{"GateGroups", func(t *testing.T, open Opener) { testGateGroups(t, open, opts) }, false},
 		{"Audit", testAudit, false},
 		{"Budgets", func(t *testing.T, open Opener) { testBudgets(t, open, opts) }, false},
 	}

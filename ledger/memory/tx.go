@@ -86,9 +86,12 @@ func cloneRow(r ledger.RowRecord) ledger.RowRecord {
 	r.Args, r.ApprovedArgs = bytes.Clone(r.Args), bytes.Clone(r.ApprovedArgs)
 	r.DependsOn = slices.Clone(r.DependsOn)
 	r.Approvals = slices.Clone(r.Approvals)
+	for i := range r.Approvals {
+		r.Approvals[i].Groups = slices.Clone(r.Approvals[i].Groups)
+	}
 	if r.Gate != nil {
 		g := *r.Gate
-		g.Names = slices.Clone(g.Names)
+		g.Names, g.Groups = slices.Clone(g.Names), slices.Clone(g.Groups)
 		r.Gate = &g
 	}
 	return r

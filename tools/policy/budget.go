@@ -36,9 +36,13 @@ type Budget struct {
 	// Limit is the most the bucket may hold, a decimal.
 	Limit string
 	// Outcome when an action would exceed the limit: approve or deny.
-	Outcome        Outcome
-	Approvers      int
-	ApproverNames  []string
+	Outcome       Outcome
+	Approvers     int
+	ApproverNames []string
+	// ApproverGroups: groups whose members may approve, as a rule's. Left
+	// out of the tools hash when empty (the registry hashes budgets as
+	// JSON), so files without groups keep their hash.
+	ApproverGroups []string `json:",omitempty"`
 	ExcludeCreator bool
 	TTL            time.Duration
 	Message        string
@@ -210,6 +214,12 @@ func CheckBudgets(bs []Budget, known func(tool string) bool) error {
 		}
 		if b.Outcome == Deny && (b.Approvers > 0 || len(b.ApproverNames) > 0 || b.ExcludeCreator || b.TTL > 0) {
 			add(b, "outcome", "approvers, approver_names, exclude_creator and ttl belong to an approve budget")
+		}
+		if b.Outcome == Deny && len(b.ApproverGroups) > 0 {
+			add(b, "approver_groups", "belongs to an approve budget")
+		}
+		if msg := CheckGroups(b.ApproverGroups); msg != "" {
+			add(b, "approver_groups", "%s", msg)
 		}
 		if b.Outcome == Approve && b.Approvers == 0 {
 			b.Approvers = 1

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,11 @@ type Rule struct {
 	// ApproverNames, if set, are the only identities whose approval counts
 	// ("token:alice", "cli:bob"; a trailing '*' matches any suffix).
 	ApproverNames []string
+	// ApproverGroups, if set, are groups whose members may approve (the
+	// groups of a token in docket serve's tokens file, recorded with each
+	// approval). With ApproverNames too, an identity may approve when it
+	// matches a name or belongs to a group.
+	ApproverGroups []string
 	// ExcludeCreator: the identity that created the run cannot approve.
 	ExcludeCreator bool
 	// TTL: an approval expires this long after it was given (0: never).
@@ -163,12 +169,18 @@ func Compile(rules []Rule) error {
 		if r.Outcome != Approve && (r.Approvers > 0 || len(r.ApproverNames) > 0 || r.ExcludeCreator || r.TTL > 0) {
 			add(r, "outcome", "approvers, approver_names, exclude_creator and ttl belong to an approve rule")
 		}
+		if r.Outcome != Approve && len(r.ApproverGroups) > 0 {
+			add(r, "approver_groups", "belongs to an approve rule")
+		}
 		if r.Outcome == Approve && r.Approvers == 0 {
 			r.Approvers = 1
 		}
-		if r.Outcome == Approve && len(r.ApproverNames) > 0 && len(r.ApproverNames) < r.Approvers &&
+		if r.Outcome == Approve && len(r.ApproverNames) > 0 && len(r.ApproverGroups) == 0 && len(r.ApproverNames) < r.Approvers &&
 			!slices.ContainsFunc(r.ApproverNames, func(n string) bool { return strings.HasSuffix(n, "*") }) {
 			add(r, "approver_names", "%d names cannot give %d distinct approvals", len(r.ApproverNames), r.Approvers)
+		}
+		if msg := CheckGroups(r.ApproverGroups); msg != "" {
+			add(r, "approver_groups", "%s", msg)
 		}
 		if r.TTL < 0 {
 			add(r, "ttl", "must not be negative")
@@ -247,6 +259,7 @@ type Decision struct {
 	// Approve: how many, who may, whether the creator may not, for how long.
 	Approvers      int
 	ApproverNames  []string
+	ApproverGroups []string
 	ExcludeCreator bool
 	TTL            time.Duration
 	// Err: a rule failed at run time (the decision is then deny).
@@ -298,7 +311,8 @@ func Eval(rules []Rule, in Input) Decision {
 			continue
 		}
 		d := Decision{Matched: true, Outcome: r.Outcome, Rule: r.Label(), Why: why, Message: r.Message,
-			Approvers: r.Approvers, ApproverNames: r.ApproverNames, ExcludeCreator: r.ExcludeCreator, TTL: r.TTL}
+			Approvers: r.Approvers, ApproverNames: r.ApproverNames, ApproverGroups: r.ApproverGroups,
+			ExcludeCreator: r.ExcludeCreator, TTL: r.TTL}
 		if !best.Matched || d.strictness() > best.strictness() {
 			best = d
 		}
@@ -383,16 +397,75 @@ func convert(v any) any {
 	return v
 }
 
-// MayApprove reports whether identity by may approve under d, given the
-// run's creator, and why not.
-func (d Decision) MayApprove(by, creator string) (bool, string) {
+// MayApprove reports whether identity by, a member of groups, may approve
+// under d, given the run's creator, and why not.
+func (d Decision) MayApprove(by string, groups []string, creator string) (bool, string) {
 	if d.ExcludeCreator && creator != "" && by == creator {
 		return false, fmt.Sprintf("%s created the run and rule %s excludes the creator from approving", by, d.Rule)
 	}
-	if len(d.ApproverNames) > 0 && !slices.ContainsFunc(d.ApproverNames, func(n string) bool { return NameMatches(n, by) }) {
-		return false, fmt.Sprintf("rule %s lets only %s approve, not %s", d.Rule, strings.Join(d.ApproverNames, ", "), by)
+	if ok, who := admits(d.ApproverNames, d.ApproverGroups, by, groups); !ok {
+		return false, fmt.Sprintf("rule %s lets only %s approve, not %s", d.Rule, who, describe(by, groups))
 	}
 	return true, ""
+}
+
+// admits reports whether identity by, a member of groups, is among the
+// approvers that names and allowed (groups) describe: anyone when both are
+// empty, else a name that matches or a group it belongs to. When it is
+// not, who says who may ("token:alice or members of group finance").
+func admits(names, allowed []string, by string, groups []string) (ok bool, who string) {
+	if len(names) == 0 && len(allowed) == 0 {
+		return true, ""
+	}
+	if slices.ContainsFunc(names, func(n string) bool { return NameMatches(n, by) }) ||
+		slices.ContainsFunc(allowed, func(g string) bool { return slices.Contains(groups, g) }) {
+		return true, ""
+	}
+	var parts []string
+	if len(names) > 0 {
+		parts = append(parts, strings.Join(names, ", "))
+	}
+	if len(allowed) > 0 {
+		parts = append(parts, "members of "+plural(len(allowed), "group ", "groups ")+strings.Join(allowed, ", "))
+	}
+	return false, strings.Join(parts, " or ")
+}
+
+// describe names an approver with its groups, for messages:
+// "token:bob (groups: sales)", "cli:carol (no groups)".
+func describe(by string, groups []string) string {
+	if len(groups) == 0 {
+		return by + " (no groups)"
+	}
+	return by + " (groups: " + strings.Join(groups, ", ") + ")"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// groupRE is what a group's name may be: what a token's name may be in the
+// tokens file (a letter, then up to 63 letters, digits, _ . -).
+var groupRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidGroup reports whether g is a well-formed group name.
+func ValidGroup(g string) bool { return groupRE.MatchString(g) }
+
+// CheckGroups checks a list of group names ("" : fine): each well formed,
+// none twice.
+func CheckGroups(groups []string) string {
+	for i, g := range groups {
+		if !ValidGroup(g) {
+			return fmt.Sprintf("group %q: a letter, then up to 63 letters, digits, _ . -", g)
+		}
+		if slices.Contains(groups[:i], g) {
+			return fmt.Sprintf("group %q is listed twice", g)
+		}
+	}
+	return ""
 }
 
 // NameMatches reports whether identity matches pattern (exact, or a prefix

@@ -171,10 +171,75 @@ func TestMayApprove(t *testing.T) {
 		by   string
 		want bool
 	}{{"token:finance-bob", true}, {"cli:carol", true}, {"token:alice", false}, {"token:finance-alice", false}} {
-		ok, why := d.MayApprove(c.by, "token:finance-alice")
+		ok, why := d.MayApprove(c.by, nil, "token:finance-alice")
 		if ok != c.want || (!ok && why == "") {
 			t.Errorf("%s: %v %q, want %v", c.by, ok, why, c.want)
 		}
+	}
+}
+
+// A rule's approver_groups let members of a group approve (whatever their
+// name); with approver_names too, either admits; the creator stays out.
+func TestMayApproveGroups(t *testing.T) {
+	t.Parallel()
+	r := compiled(t, Rule{Name: "finance", When: "true", Outcome: Approve, Approvers: 2, ApproverGroups: []string{"finance"}, ExcludeCreator: true})
+	d := Eval(r, in(`{}`))
+	if d.Outcome != Approve || d.Approvers != 2 || len(d.ApproverGroups) != 1 {
+		t.Fatalf("decision %+v", d)
+	}
+	both := d
+	both.ApproverNames = []string{"cli:carol"}
+	for _, c := range []struct {
+		d      Decision
+		by     string
+		groups []string
+		want   bool
+		says   string
+	}{
+		{d, "token:bob", []string{"finance"}, true, ""},
+		{d, "token:bob", []string{"sales", "finance"}, true, ""},
+		{d, "token:eve", []string{"sales"}, false, "rule finance lets only members of group finance approve, not token:eve (groups: sales)"},
+		{d, "token:eve", nil, false, "not token:eve (no groups)"},
+		{d, "token:alice", []string{"finance"}, false, "creator"},
+		{both, "cli:carol", nil, true, ""},
+		{both, "token:eve", nil, false, "lets only cli:carol or members of group finance approve"},
+	} {
+		ok, why := c.d.MayApprove(c.by, c.groups, "token:alice")
+		if ok != c.want || !strings.Contains(why, c.says) {
+			t.Errorf("%s %v: %v %q, want %v saying %q", c.by, c.groups, ok, why, c.want, c.says)
+		}
+	}
+}
+
+// Groups are checked like the rest of a rule: only on approve, well formed,
+// none twice; with groups, fewer names than approvers is fine.
+func TestCompileGroups(t *testing.T) {
+	t.Parallel()
+	if err := Compile([]Rule{{When: "true", Outcome: Approve, Approvers: 3, ApproverNames: []string{"token:a"}, ApproverGroups: []string{"finance"}}}); err != nil {
+		t.Fatalf("names and a group: %v", err)
+	}
+	err := Compile([]Rule{
+		{Where: "policy[0]", When: "true", Outcome: Deny, ApproverGroups: []string{"finance"}},
+		{Where: "policy[1]", When: "true", Outcome: Approve, ApproverGroups: []string{"fin ance"}},
+		{Where: "policy[2]", When: "true", Outcome: Approve, ApproverGroups: []string{"a", "a"}},
+	})
+	want := []string{"policy[0].approver_groups: belongs to an approve rule", `policy[1].approver_groups: group "fin ance"`, `policy[2].approver_groups: group "a" is listed twice`}
+	var pe *Error
+	if !errors.As(err, &pe) || len(pe.Problems) != len(want) {
+		t.Fatalf("got %v, want %d problems", err, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(pe.Problems[i].String(), w) {
+			t.Errorf("problem %d: %q, want prefix %q", i, pe.Problems[i], w)
+		}
+	}
+	berr := CheckBudgets([]Budget{
+		{Where: "budgets[0]", Name: "a", Tools: []string{"pay"}, Limit: "1", Outcome: Deny, ApproverGroups: []string{"finance"}},
+		{Where: "budgets[1]", Name: "b", Tools: []string{"pay"}, Limit: "1", Outcome: Approve, ApproverGroups: []string{"*"}},
+	}, nil)
+	if berr == nil || !strings.Contains(berr.Error(), "budgets[0].approver_groups: belongs to an approve budget") ||
+		!strings.Contains(berr.Error(), `budgets[1].approver_groups: group "*"`) {
+		t.Fatalf("budgets: %v", berr)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 
 // budgetFields are the fields of one budget.
 var budgetFields = []string{"name", "tools", "per", "window", "sum", "group_by", "limit", "outcome",
-	"approvers", "approver_names", "exclude_creator", "ttl", "message"}
+	"approvers", "approver_names", "approver_groups", "exclude_creator", "ttl", "message"}
 
 // budgets parses and checks a "budgets" array: every field that is not well
 // formed is a problem naming the budget's place and field
@@ -62,6 +62,11 @@ func (p *parser) budgets(raw json.RawMessage, label string, known func(string) b
 		if v, ok := m["approver_names"]; ok {
 			if err := json.Unmarshal(v, &b.ApproverNames); err != nil {
 				p.add(at+".approver_names", "must be an array of identities (\"token:NAME\", \"cli:USER\")")
+			}
+		}
+		if v, ok := m["approver_groups"]; ok {
+			if err := json.Unmarshal(v, &b.ApproverGroups); err != nil {
+				p.add(at+".approver_groups", "must be an array of group names (the groups of tokens in docket serve's tokens file)")
 			}
 		}
 		if v, ok := m["exclude_creator"]; ok {

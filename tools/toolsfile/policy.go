@@ -9,7 +9,7 @@ import (
 )
 
 // ruleFields are the fields of one policy rule.
-var ruleFields = []string{"name", "when", "outcome", "approvers", "approver_names", "exclude_creator", "ttl", "message"}
+var ruleFields = []string{"name", "when", "outcome", "approvers", "approver_names", "approver_groups", "exclude_creator", "ttl", "message"}
 
 // rules parses and compiles a "policy" array (a tool's, or the file's):
 // every rule that is not well formed or whose "when" does not compile is a
@@ -42,6 +42,11 @@ func (p *parser) rules(raw json.RawMessage, where, label string) []policy.Rule {
 		if v, ok := m["approver_names"]; ok {
 			if err := json.Unmarshal(v, &rule.ApproverNames); err != nil {
 				p.add(at+".approver_names", "must be an array of identities (\"token:NAME\", \"cli:USER\")")
+			}
+		}
+		if v, ok := m["approver_groups"]; ok {
+			if err := json.Unmarshal(v, &rule.ApproverGroups); err != nil {
+				p.add(at+".approver_groups", "must be an array of group names (the groups of tokens in docket serve's tokens file)")
 			}
 		}
 		if v, ok := m["exclude_creator"]; ok {

@@ -83,3 +83,34 @@ func TestLoadPolicyFile(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// approver_groups is read on rules and budgets, and a wrong one is a
+// problem at its place.
+func TestApproverGroupsParsed(t *testing.T) {
+	t.Parallel()
+	src := `{"version": 1,
+ "tools": [{"name": "pay", "effect": "keyed", "key_header": "K", "input_schema": {"type": "object"},
+   "request": {"method": "POST", "url": "https://pay.example.com"},
+   "policy": [{"name": "finance", "when": "true", "outcome": "approve", "approver_groups": ["finance", "treasury"]}]}],
+ "budgets": [{"name": "spend", "tools": ["pay"], "limit": 10, "sum": "amount", "outcome": "approve", "approver_groups": ["finance"]}]}`
+	f, err := Parse([]byte(src), testEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.Tools[0].Spec.Policy[0]; strings.Join(r.ApproverGroups, ",") != "finance,treasury" {
+		t.Fatalf("rule %+v", r)
+	}
+	if b := f.Budgets[0]; strings.Join(b.ApproverGroups, ",") != "finance" {
+		t.Fatalf("budget %+v", b)
+	}
+	bad := strings.NewReplacer(`["finance", "treasury"]`, `"finance"`, `"approver_groups": ["finance"]}]}`, `"approver_groups": ["fin ance"]}]}`).Replace(src)
+	_, err = Parse([]byte(bad), testEnv(nil))
+	for _, want := range []string{
+		`tool "pay": policy[0].approver_groups: must be an array of group names`,
+		`budgets[0].approver_groups: group "fin ance": a letter`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}

@@ -221,7 +221,10 @@ function renderApproval(ap) {
   parts.push((ap.rule ? "Rule " + ap.rule : "The run's policy") + ": " + plural(ap.need, "approval") + " needed");
   parts.push(who.length ? "approved by " + who.join(", ") : "no approval yet");
   const restrict = [];
-  if (ap.names && ap.names.length) restrict.push("only " + ap.names.join(", "));
+  const only = [];
+  if (ap.names && ap.names.length) only.push(ap.names.join(", "));
+  if (ap.groups && ap.groups.length) only.push("members of " + (ap.groups.length === 1 ? "group " : "groups ") + ap.groups.join(", "));
+  if (only.length) restrict.push("only " + only.join(" or "));
   if (ap.exclude_creator && ap.creator) restrict.push("not " + ap.creator + " (created the run)");
   return el("p", { class: "approval-note", "data-still-needed": String(ap.still_needed) },
     parts.join("; ") + ". ",
