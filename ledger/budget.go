@@ -336,29 +336,39 @@ func (b *batch) rereserve(key string) ([]any, error) {
 	now := b.now()
 	var out []any
 	for _, c := range h.Charges {
-		rec, ok, err := bt.Budget(c.Bucket)
+		rec, err := shiftHeld(bt, key, c, 1, now)
 		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, fmt.Errorf("ledger: key %s holds budget bucket %s, which does not exist", key, c.Bucket)
-		}
-		used, err := ParseAmount(cmpOr(rec.Used, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
-		}
-		amount, err := ParseAmount(c.Amount)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: hold of key %s: %w", key, err)
-		}
-		rec.Used, rec.Count, rec.UpdatedAt = FormatAmount(used.Add(used, amount)), rec.Count+1, now
-		if err := bt.PutBudget(rec); err != nil {
 			return nil, err
 		}
 		out = append(out, obj("budget", c.Budget, "amount", c.Amount, "used", rec.Used, "again", true))
 	}
 	h.Released, h.ReleasedAt = false, time.Time{}
 	return out, bt.PutHold(h)
+}
+
+// shiftHeld takes key's held charge c again (sign 1) or gives it back
+// (sign -1) in its bucket, and returns the bucket as written.
+func shiftHeld(bt BudgetTx, key string, c HoldCharge, sign int, now time.Time) (BudgetRecord, error) {
+	rec, ok, err := bt.Budget(c.Bucket)
+	if err != nil {
+		return rec, err
+	}
+	if !ok {
+		return rec, fmt.Errorf("ledger: key %s holds budget bucket %s, which does not exist", key, c.Bucket)
+	}
+	used, err := ParseAmount(cmpOr(rec.Used, "0"))
+	if err != nil {
+		return rec, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
+	}
+	amount, err := ParseAmount(c.Amount)
+	if err != nil {
+		return rec, fmt.Errorf("ledger: hold of key %s: %w", key, err)
+	}
+	if sign < 0 {
+		amount.Neg(amount)
+	}
+	rec.Used, rec.Count, rec.UpdatedAt = FormatAmount(used.Add(used, amount)), rec.Count+sign, now
+	return rec, bt.PutBudget(rec)
 }
 
 // release gives back key's hold (a definite failure): the names of the
@@ -376,23 +386,7 @@ func (b *batch) release(key string) ([]string, error) {
 	now := b.now()
 	var names []string
 	for _, c := range h.Charges {
-		rec, ok, err := bt.Budget(c.Bucket)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, fmt.Errorf("ledger: key %s holds budget bucket %s, which does not exist", key, c.Bucket)
-		}
-		used, err := ParseAmount(cmpOr(rec.Used, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
-		}
-		amount, err := ParseAmount(c.Amount)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: hold of key %s: %w", key, err)
-		}
-		rec.Used, rec.Count, rec.UpdatedAt = FormatAmount(used.Sub(used, amount)), rec.Count-1, now
-		if err := bt.PutBudget(rec); err != nil {
+		if _, err := shiftHeld(bt, key, c, -1, now); err != nil {
 			return nil, err
 		}
 		names = append(names, c.Budget)
