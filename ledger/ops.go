@@ -151,8 +151,6 @@ func Resolve(runID, actionID string, r Resolution) Op {
 
 // Approve marks a not-yet-claimed row (pending or approved, no key) approved
 // for exactly these args (the args the reviewer saw; nil: the row's args).
-// Args other than the row's current ones (resolved for review or edited since
-// they were read) are a conflict: nothing is recorded.
 // Event action.approved {"by"}. Identical repeat: success. A row that was
 // claimed is resolved with Resolve, not approved.
 func Approve(runID, actionID string, args json.RawMessage, by string) Op {
@@ -849,20 +847,6 @@ func (b *batch) review(o Op) (Result, error) {
 		}
 		if !unclaimed {
 			return refuse()
-		}
-		if o.args != nil {
-			// The reviewer saw other arguments than the row has now (its
-			// references were resolved for review, or it was edited): an
-			// approval of those would mark the row approved for a call it
-			// will never make, and a later "approve all" would pass it by.
-			same, err := b.sameArgs(o.runID, row.Args, args, o.big)
-			if err != nil {
-				return Result{}, err
-			}
-			if !same {
-				return b.conflict(o, o.runID, o.actionID, row.Key, rec, &row,
-					"action's arguments changed since they were read (references resolved for review, or edited): read the run again and approve what it shows"), nil
-			}
 		}
 		if ok, why := row.Gate.MayApprove(o.by, o.groups, run.CreatedBy); !ok {
 			return errResult(fmt.Errorf("%w: %s", ErrApproverRefused, why)), nil
