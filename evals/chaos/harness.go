@@ -641,11 +641,17 @@ func (h *harness) finish(ctx context.Context, res RunResult, rf runFiles, retrie
 // audit reads a namespace's state from the world once no request of it is
 // still being processed (late commits have landed).
 func (h *harness) audit(ctx context.Context, ns string) (*Audit, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", h.world.url+"/"+ns+"/_audit?quiet=1m", nil)
+	return worldAudit(ctx, h.http, h.world.url, ns, time.Minute)
+}
+
+// worldAudit asks the world at url for namespace ns's audit, waiting up to
+// quiet for the requests still being processed (late commits) to land.
+func worldAudit(ctx context.Context, client *http.Client, url, ns string, quiet time.Duration) (*Audit, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/"+ns+"/_audit?quiet="+quiet.String(), nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := h.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("asking the world's audit endpoint: %w", err)
 	}
@@ -660,7 +666,7 @@ func (h *harness) audit(ctx context.Context, ns string) (*Audit, error) {
 		return nil, fmt.Errorf("reading the world's audit: %w", err)
 	}
 	if a.Processing > 0 {
-		return nil, fmt.Errorf("the world is still processing %d requests of %s after a minute", a.Processing, ns)
+		return nil, fmt.Errorf("the world is still processing %d requests of %s after %s", a.Processing, ns, quiet)
 	}
 	return &a, nil
 }

@@ -733,28 +733,7 @@ func (x *nodesExp) ended1() {
 
 // audit reads the shared namespace once no request is being processed.
 func (x *nodesExp) audit(ctx context.Context) (*Audit, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", x.world.url+"/"+nodesNS+"/_audit?quiet=2m", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := x.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("asking the world's audit endpoint: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the world's audit endpoint answered %s", resp.Status)
-	}
-	var a Audit
-	dec := json.NewDecoder(resp.Body)
-	dec.UseNumber()
-	if err := dec.Decode(&a); err != nil {
-		return nil, fmt.Errorf("reading the world's audit: %w", err)
-	}
-	if a.Processing > 0 {
-		return nil, fmt.Errorf("the world is still processing %d requests after two minutes", a.Processing)
-	}
-	return &a, nil
+	return worldAudit(ctx, x.http, x.world.url, nodesNS, 2*time.Minute)
 }
 
 // person decides an action in needs_review as harness.person does, from the
