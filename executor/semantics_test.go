@@ -526,3 +526,45 @@ func TestReplayKeepsWhatItDidNotReach(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleApprovalOfUnresolvedArgsIsAskedAgain: "approve all" reads the rows,
+// then approves each row's args as read. When the drive resolved an
+// at-most-once action's references for review in between, the approval is
+// for the unresolved args: it can never count for the call that would be
+// sent. Regression: the row stayed "approved", so every later "approve
+// all" passed it by and the run waited for ever. The drive now puts such a
+// row back to pending, and the next "approve all" approves what will be sent.
+func TestStaleApprovalOfUnresolvedArgsIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := tooltest.NewWorld()
+	mail := w.Tool(spec("mail", tools.AtMostOnce))
+	b := setup(t, []tools.Tool{w.Tool(spec("mk", tools.Lookup)), mail})
+	unresolved := `{"to":"${mk.output.id}"}`
+	doc := b.run("r1", mkPlan(t, pa("mk", "mk", `{"v":1}`), pa("mail", "mail", unresolved, "mk")), PolicyNone)
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	if err := b.eng.Approve(ctx, "r1", []string{"mk"}, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	doc = b.resume("r1")
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	wantAction(t, doc, "mail", ledger.StatusPending)
+	// The approval "approve all" writes when it read the row before the
+	// drive showed the resolved args.
+	if _, err := ledger.ApplyOne(ctx, b.led, ledger.Approve("r1", "mail", json.RawMessage(unresolved), "ann")); err != nil {
+		t.Fatal(err)
+	}
+	doc = b.resume("r1")
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	wantAction(t, doc, "mail", ledger.StatusPending)
+	if len(mail.Calls()) != 0 {
+		t.Fatal("mail was sent on an approval of other args")
+	}
+	if err := b.eng.ApproveAll(ctx, "r1", "ann"); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, b.resume("r1"), ledger.RunCompleted)
+	if n := len(mail.Calls()); n != 1 {
+		t.Fatalf("mail sent %d times, want 1", n)
+	}
+}

@@ -136,13 +136,15 @@ func NeedsReview(key string, n int, reason string) Op {
 type Resolution struct {
 	Done  json.RawMessage // mark done with this output (validated by the caller)
 	Retry bool            // back to pending: one more attempt (counts as approval of it)
-	Skip  bool            // skipped: dependents see no output
+	Skip  bool            // skipped, it did not take effect: dependents see no output, budgets get it back
 	By    string          // who (free text, no secrets)
 }
 
 // Resolve applies a person's resolution to the action's current key, which must
 // be in needs_review. Event action.resolved {"resolution", "by"} (and
-// action.skipped for Skip). Exactly one of Done, Retry, Skip (else ErrInvalid).
+// action.skipped for Skip; Skip gives the key's budget reservation back, and
+// the resolved event names the budgets in "budgets_released"). Exactly one of
+// Done, Retry, Skip (else ErrInvalid).
 // Retry sets the row's ApprovedArgs to the recorded args. Identical repeat:
 // success.
 func Resolve(runID, actionID string, r Resolution) Op {
@@ -771,6 +773,17 @@ func (b *batch) resolve(o Op) (Result, error) {
 	case r.Retry:
 		rec.Retryable = true
 		row.ApprovedArgs = rec.Args
+	default:
+		// Skip: the person says it did not take effect, and nothing will
+		// try again: the budgets get it back. (Retry keeps the hold for the
+		// attempt the person asked for; done keeps it: it took effect.)
+		released, err := b.release(row.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if len(released) > 0 {
+			data = withField(data, "budgets_released", released)
+		}
 	}
 	if err := b.putKeyRec(rec, false); err != nil {
 		return Result{}, err

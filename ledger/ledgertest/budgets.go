@@ -25,7 +25,7 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 	if !ok {
 		t.Fatal("the store does not read budgets (ledger.BudgetReader)")
 	}
-	b.createRun(t, "r", 7)
+	b.createRun(t, "r", 9)
 	window := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
 	spend := func(amount string) ledger.Charge {
 		return ledger.Charge{Budget: "spend", Scope: "tenant:token:alice", Window: window, Every: 24 * time.Hour,
@@ -168,6 +168,30 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 	r5 := b.mustOK(t, claim("a5", 1, count))
 	b.mustOK(t, ledger.Succeed(r5.Key.Key, 1, json.RawMessage(`{"ok":true}`)))
 	want(count, "3", 3)
+
+	// A person's resolution settles an unknown outcome: "skip" says the
+	// action did not take effect (the budgets get it back, and the resolved
+	// event says so), "done" says it did (kept).
+	r8 := b.mustOK(t, claim("a8", 1, count))
+	b.mustOK(t, ledger.NeedsReview(r8.Key.Key, 1, "timeout"))
+	want(count, "4", 4)
+	b.mustOK(t, ledger.Resolve("r", "a8", ledger.Resolution{Skip: true, By: "ann"}))
+	want(count, "3", 3)
+	var resolved ledger.Event
+	for _, e := range b.events(t, "r") {
+		if e.Type == ledger.EventActionResolved && e.ActionID == "a8" {
+			resolved = e
+		}
+	}
+	if !slices.Contains(releasedOf(t, resolved.Data), "calls") {
+		t.Fatalf("resolved event: %s %s", resolved.Type, resolved.Data)
+	}
+	b.mustOK(t, ledger.Resolve("r", "a8", ledger.Resolution{Skip: true, By: "ann"})) // identical repeat
+	want(count, "3", 3)
+	r9 := b.mustOK(t, claim("a9", 1, count))
+	b.mustOK(t, ledger.NeedsReview(r9.Key.Key, 1, "timeout"))
+	b.mustOK(t, ledger.Resolve("r", "a9", ledger.Resolution{Done: json.RawMessage(`{"id":9}`), By: "ann"}))
+	want(count, "4", 4)
 
 	// Bad charges and charges on other ops are refused.
 	neg := spend("-5")
