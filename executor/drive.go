@@ -565,11 +565,12 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 			p.ops = append(p.ops, ledger.Edit(d.runID, n.id, resolved, resolvedBy))
 			p.shown = resolved
 		}
-		if decideOp == nil && row.Status == ledger.StatusApproved {
+		if decideOp == nil && row.Status == ledger.StatusApproved && (row.Gate != nil || p.shown == nil) {
 			// Approved once, but the approvals no longer count (expired, or
 			// given for other args: an "approve all" that read the row before
 			// its references were resolved for review): the row says it
-			// waits again, so the next "approve all" finds it.
+			// waits again, so the next "approve all" finds it. (An Edit to
+			// the resolved args, above, already puts it back to pending.)
 			decideOp = []ledger.Op{ledger.Decide(d.runID, n.id, g)}
 			p.gate = &g
 		}

@@ -142,10 +142,31 @@ func (s *Server) follow(runID string, w *watcher, after uint64) {
 	}
 }
 
-// allRunsClients returns the clients of the all-runs stream (/v1/ws).
-func (s *Server) allRunsClients() []*socket {
+// A joiner is an all-runs client whose upgrade is being answered: it is
+// counted from before the answer goes out, so that a client that sends a
+// request as soon as its upgrade is answered sees everything that request
+// causes. What arrives meanwhile is kept (at most the socket's queue) and
+// goes first to the socket's queue when it is registered.
+type joiner struct {
+	held     []outMsg
+	overflow bool
+}
+
+// allRunsClients returns the clients of the all-runs stream (/v1/ws); m,
+// when not nil, is kept for the clients joining (in the same critical
+// section, so each client gets every message once, in order).
+func (s *Server) allRunsClients(m *outMsg) []*socket {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if m != nil {
+		for j := range s.joining {
+			if len(j.held) < s.cfg.WSBuffer {
+				j.held = append(j.held, *m)
+			} else {
+				j.overflow = true
+			}
+		}
+	}
 	clients := make([]*socket, 0, len(s.sockets))
 	for c := range s.sockets {
 		if c.runID == "" {
@@ -155,17 +176,24 @@ func (s *Server) allRunsClients() []*socket {
 	return clients
 }
 
+// anyAllRuns reports whether the all-runs stream has a client, joined or
+// joining.
+func (s *Server) anyAllRuns() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sockets) > 0 || len(s.joining) > 0
+}
+
 // broadcast sends an event to every all-runs client.
 func (s *Server) broadcast(ev ledger.Event) {
-	clients := s.allRunsClients()
-	if len(clients) == 0 {
+	if !s.anyAllRuns() {
 		return
 	}
 	b, err := s.encoded(ev)
 	if err != nil {
 		return
 	}
-	for _, c := range clients {
+	for _, c := range s.allRunsClients(&outMsg{b: b}) {
 		c.send(outMsg{b: b})
 	}
 }
@@ -188,14 +216,25 @@ func (s *Server) serveAllWS(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	j := &joiner{}
+	s.mu.Lock()
+	s.joining[j] = struct{}{}
+	s.mu.Unlock()
 	conn, err := s.up.Upgrade(w, r, nil)
 	if err != nil {
+		s.mu.Lock()
+		delete(s.joining, j)
+		s.mu.Unlock()
 		release()
 		return
+	}
+	if s.afterUpgrade != nil {
+		s.afterUpgrade()
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	c := &socket{s: s, conn: conn, who: approver(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}
 	s.mu.Lock()
+	delete(s.joining, j)
 	if s.closing {
 		s.mu.Unlock()
 		release()
@@ -204,10 +243,17 @@ func (s *Server) serveAllWS(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		return
 	}
+	for _, m := range j.held {
+		c.out <- m // room: at most the queue's size was kept
+	}
 	s.sockets[c] = struct{}{}
 	s.socketWG.Add(2)
 	s.mu.Unlock()
 	s.metrics.subscribers.Add(1)
 	go c.write()
 	go c.read(ctx)
+	if j.overflow {
+		s.metrics.lagged.Add(1)
+		c.close(CloseLagged, c.lagReason())
+	}
 }

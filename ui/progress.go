@@ -56,15 +56,14 @@ func (s *Server) planningDone(runID string, err error) {
 }
 
 func (s *Server) offerPlanning(m planningMessage) {
-	clients := s.allRunsClients()
-	if len(clients) == 0 {
+	if !s.anyAllRuns() {
 		return
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return
 	}
-	for _, c := range clients {
+	for _, c := range s.allRunsClients(&outMsg{b: b}) {
 		select {
 		case c.out <- outMsg{b: b}: // seq 0: not an event
 		default: // full: a preview piece is dropped, never waited for

@@ -202,6 +202,7 @@ type Server struct {
 	accepting map[string]bool
 	sessions  map[string]session
 	sockets   map[*socket]struct{}
+	joining   map[*joiner]struct{} // all-runs clients between their upgrade request and its answer
 	driveWG   sync.WaitGroup
 	socketWG  sync.WaitGroup
 	notifyWG  sync.WaitGroup // webhook deliveries
@@ -211,6 +212,9 @@ type Server struct {
 	// beforeWrite, when set (tests only), runs before each WebSocket message
 	// is written, so a test can hold a writer back and fill its buffer.
 	beforeWrite func()
+	// afterUpgrade, when set (tests only), runs after an all-runs client's
+	// upgrade is answered and before the socket is registered.
+	afterUpgrade func()
 }
 
 type session struct {
@@ -269,6 +273,7 @@ func New(cfg Config) (*Server, error) {
 		accepting: map[string]bool{},
 		sessions:  map[string]session{},
 		sockets:   map[*socket]struct{}{},
+		joining:   map[*joiner]struct{}{},
 	}
 	s.up = websocket.Upgrader{
 		ReadBufferSize:  4096,

@@ -369,6 +369,40 @@ func allRunsReader(t *testing.T, c *websocket.Conn) func(runID, typ string) {
 	}
 }
 
+// A client of the all-runs stream that creates a run as soon as its upgrade
+// is answered sees every event of that run from its first, even when the
+// server registers the socket only after the run's events were broadcast
+// (the hook holds the registration back until another client saw them).
+// Regression: they were lost, and a client could not know when it was safe
+// to act.
+func TestWebSocketAllRunsFromTheUpgradeAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	hdr := http.Header{"Authorization": {"Bearer " + testToken}}
+	first, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	held, release := make(chan struct{}), make(chan struct{})
+	b.srv.SetAfterUpgrade(func() {
+		close(held)
+		<-release
+	})
+	late, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	<-held
+	if code := b.call("POST", "/v1/runs", map[string]any{"run_id": "join-1", "plan": onboardingPlan(t), "approve": "none"}, nil); code != http.StatusCreated {
+		t.Fatalf("create = %d", code)
+	}
+	allRunsReader(t, first)("join-1", "run.awaiting_approval") // broadcast, the late socket not registered yet
+	close(release)
+	allRunsReader(t, late)("join-1", "run.awaiting_approval") // from seq 1, in order
+}
+
 // The all-runs stream carries the live events of every run the server
 // touches, in order per run, from a run's first event when it is created.
 func TestWebSocketAllRuns(t *testing.T) {
