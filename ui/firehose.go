@@ -228,8 +228,8 @@ func (s *Server) serveAllWS(w http.ResponseWriter, r *http.Request) {
 		release()
 		return
 	}
-	if s.afterUpgrade != nil {
-		s.afterUpgrade()
+	if f := s.afterUpgrade.Load(); f != nil {
+		(*f)()
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	c := &socket{s: s, conn: conn, who: approver(r), p: p, release: release, out: make(chan outMsg, s.cfg.WSBuffer), done: make(chan struct{}), cancel: cancel}

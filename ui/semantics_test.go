@@ -137,8 +137,13 @@ func TestChangesWhileDrivenAreRefusedNotLost(t *testing.T) {
 			if doc.Run.Revision != 1 || string(doc.Actions[1].Args) != `{"v":1}` {
 				t.Fatalf("ledger: revision %d, c args %s; want what was sent", doc.Run.Revision, doc.Actions[1].Args)
 			}
-			// Once the drive stopped, the same edit is a review again... of a
-			// finished action: refused as not reviewable, not as busy.
+			// Once the drive stopped (the run's status is written before its
+			// drive ends: wait for the end), the same edit is a review
+			// again... of a finished action: refused as not reviewable, not
+			// as busy.
+			if code := b.call("GET", "/v1/runs/r?wait=60s", nil, nil); code != http.StatusOK {
+				t.Fatalf("wait for the drive to stop: %d", code)
+			}
 			if code := b.call("POST", "/v1/runs/r/actions/c/edit", map[string]any{"args": map[string]any{"v": 3}}, &eb); code != http.StatusConflict || eb.Error.Code != "not_reviewable" {
 				t.Fatalf("edit after the run: %d %+v, want 409 not_reviewable", code, eb)
 			}

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -214,7 +215,7 @@ type Server struct {
 	beforeWrite func()
 	// afterUpgrade, when set (tests only), runs after an all-runs client's
 	// upgrade is answered and before the socket is registered.
-	afterUpgrade func()
+	afterUpgrade atomic.Pointer[func()]
 }
 
 type session struct {

@@ -379,16 +379,19 @@ func TestWebSocketAllRunsFromTheUpgradeAnswer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	hdr := http.Header{"Authorization": {"Bearer " + testToken}}
+	held, release := make(chan struct{}), make(chan struct{})
+	var upgrades atomic.Int32
+	b.srv.SetAfterUpgrade(func() {
+		if upgrades.Add(1) == 2 { // the late client's
+			close(held)
+			<-release
+		}
+	})
 	first, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	held, release := make(chan struct{}), make(chan struct{})
-	b.srv.SetAfterUpgrade(func() {
-		close(held)
-		<-release
-	})
 	late, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), hdr)
 	if err != nil {
 		t.Fatal(err)
