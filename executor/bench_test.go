@@ -269,3 +269,63 @@ func BenchmarkSequentialInProcess(b *testing.B) { benchSequential(b, inProcess, 
 func BenchmarkParallel64InProcess(b *testing.B) { benchParallel(b, inProcess, "noop") }
 func BenchmarkSequentialHTTP(b *testing.B)      { benchSequential(b, overHTTP(b), "hnoop") }
 func BenchmarkParallel64HTTP(b *testing.B)      { benchParallel(b, overHTTP(b), "hnoop") }
+
+// BenchmarkRuns64InFlight compares, on one ledger, runs of a chain of 10
+// no-op keyed actions driven one at a time with the same runs driven 64 at
+// a time (each of 64 goroutines drives its runs one after another), in turn
+// within each round. x_sequential = (steps/s with 64 in flight) / (steps/s
+// one at a time); the target is >= 10. cpu_us/step is the process's
+// user+system CPU per step with 64 in flight.
+//
+//	go test -run '^$' -bench Runs64InFlight -benchtime 3x ./executor/
+func BenchmarkRuns64InFlight(b *testing.B) {
+	const (
+		steps    = 10
+		seqRuns  = 40
+		inFlight = 64
+		perG     = 5
+	)
+	be := newBenchEnv(b, inProcess, 0)
+	p := chainPlan("noop", steps)
+	var seq, conc, concCPU time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		for r := range seqRuns {
+			be.runPlan(b, fmt.Sprintf("seq-%d-%d", i, r), p)
+		}
+		seq += time.Since(start)
+		var wg sync.WaitGroup
+		start, cpu := time.Now(), processCPU(b)
+		for g := range inFlight {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := range perG {
+					be.runPlan(b, fmt.Sprintf("conc-%d-%d-%d", i, g, r), p)
+				}
+			}()
+		}
+		wg.Wait()
+		conc += time.Since(start)
+		concCPU += processCPU(b) - cpu
+	}
+	b.StopTimer()
+	seqRate := float64(b.N*seqRuns*steps) / seq.Seconds()
+	concSteps := float64(b.N * inFlight * perG * steps)
+	concRate := concSteps / conc.Seconds()
+	b.ReportMetric(seqRate, "seq_steps/s")
+	b.ReportMetric(concRate, "conc_steps/s")
+	b.ReportMetric(concRate/seqRate, "x_sequential")
+	b.ReportMetric(float64(concCPU.Microseconds())/concSteps, "cpu_us/step")
+	b.ReportMetric(0, "ns/op")
+}
+
+// processCPU is the user+system CPU time this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
