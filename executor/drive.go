@@ -43,7 +43,6 @@ type node struct {
 	// succeeds (or is the action finishing when start looks), so start
 	// never walks over nodes that cannot start.
 	pos     int
-	parked  bool
 	waiters []*node
 }
 
@@ -470,7 +469,6 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 				// Parked until its blocker succeeds (updateRow, or start
 				// with the blocker finishing); a row claimed before stays on
 				// the scan, as a failing drive must still pick it.
-				n.parked = true
 				n.blocker.waiters = append(n.blocker.waiters, n)
 				continue
 			}
@@ -1009,9 +1007,6 @@ func (d *driver) updateRow(n *node, f func(*ledger.Action)) {
 // unparkLocked puts the nodes parked on n back for start's next look. Call
 // with d.mu held.
 func (d *driver) unparkLocked(n *node) {
-	for _, w := range n.waiters {
-		w.parked = false
-	}
 	d.unparked = append(d.unparked, n.waiters...)
 	n.waiters = nil
 }
