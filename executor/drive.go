@@ -34,10 +34,16 @@ type node struct {
 	done     bool            // this drive is finished with it (any outcome)
 	awaiting bool            // waits for a person's approval
 	// deps are the nodes of row.DependsOn (nil: not in this run); blocker
-	// is the dep that kept it from starting at the last look, so that a
-	// node still waiting for it is passed over in O(1).
+	// is the dep that kept it from starting at the last look.
 	deps    []*node
 	blocker *node
+	// pos is the node's place in the drive's order. A node that waits for
+	// its blocker is parked: taken off the scan and listed in the
+	// blocker's waiters, which go back on the scan when the blocker
+	// succeeds (or is the action finishing when start looks), so start
+	// never walks over nodes that cannot start.
+	pos     int
+	waiters []*node
 }
 
 // driver drives one run once: from a load of its rows until nothing more can
@@ -64,10 +70,17 @@ type driver struct {
 	// undoAwaiting lists compensating actions waiting for a person's approval.
 	undoAwaiting []string
 
-	// seq holds the nodes of order; seq[:orderDone] are all done (done is
-	// never undone), so start looks only at the rest.
-	seq       []*node
-	orderDone int
+	// scan holds, in order, the nodes start may still pick or must keep
+	// an eye on (in flight): not done, not awaiting a person, not parked.
+	// unparked are parked nodes whose blocker succeeded, merged back into
+	// scan (by pos) at start's next look.
+	scan     []*node
+	unparked []*node
+	// scanVisits counts the nodes start looked at (Engine.scanVisits).
+	scanVisits uint64
+	// unsucceeded counts the nodes whose row is not succeeded (kept by load
+	// and updateRow), so that isLast is O(1).
+	unsucceeded int
 
 	// tmpl holds, for rows whose args were written back resolved (shown
 	// to a reviewer), the args with references to resolve them from.
@@ -93,6 +106,7 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 		nodes: map[string]*node{}, undo: map[string]ledger.Action{},
 		wake: make(chan struct{}, 1),
 	}
+	defer func() { e.scanVisits.Add(d.scanVisits) }()
 	doc := func(err error) (ledger.RunDoc, error) {
 		dc, derr := e.led.Doc(context.WithoutCancel(ctx), runID)
 		if derr != nil && err == nil {
@@ -188,6 +202,9 @@ func (d *driver) load(rows []ledger.Action) error {
 			}
 		}
 		d.nodes[r.ID] = n
+		if r.Status != ledger.StatusSucceeded {
+			d.unsucceeded++
+		}
 		plain = append(plain, r)
 		switch r.Status {
 		case ledger.StatusFailed:
@@ -197,10 +214,10 @@ func (d *driver) load(rows []ledger.Action) error {
 		}
 	}
 	d.order = topo(plain)
-	d.seq = make([]*node, len(d.order))
+	d.scan = make([]*node, len(d.order))
 	for i, id := range d.order {
 		n := d.nodes[id]
-		d.seq[i] = n
+		d.scan[i], n.pos = n, i
 		n.deps = make([]*node, len(n.row.DependsOn))
 		for j, dep := range n.row.DependsOn {
 			n.deps[j] = d.nodes[dep]
@@ -391,49 +408,75 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 	var picks []*node
 	canStart := d.fatal == nil && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
 	if canStart {
-		for d.orderDone < len(d.seq) && d.seq[d.orderDone].done {
-			d.orderDone++
-		}
 		fin := (*node)(nil)
 		if finishing != nil {
 			fin = finishing.n
+			d.unparkLocked(fin) // its outcome is written with the claims picked now
 		}
-		for _, n := range d.seq[d.orderDone:] {
-			if len(picks) >= slots {
-				break
+		d.mergeUnparkedLocked()
+		// One pass over scan that picks and compacts: done and awaiting
+		// nodes leave it for good, blocked ones are parked on their blocker.
+		w, i := 0, 0
+		for ; i < len(d.scan) && len(picks) < slots; i++ {
+			n := d.scan[i]
+			d.scanVisits++
+			if n.done || n.awaiting {
+				continue
 			}
-			if n.started || n.done || n.awaiting {
+			if n.started {
+				d.scan[w], w = n, w+1
 				continue
 			}
 			if n.row.Status == ledger.StatusClaimed || (d.failErr != "" && sentBefore(n.row)) {
 				// Claimed before: bring it to an outcome even when failing (its
 				// call may have taken effect; it is never skipped).
 				picks = append(picks, n)
+				d.scan[w], w = n, w+1
 				continue
 			}
-			if d.failErr != "" || (n.row.Status != ledger.StatusPending && n.row.Status != ledger.StatusApproved) {
+			switch n.row.Status {
+			case ledger.StatusPending, ledger.StatusApproved:
+			default:
+				// Finished before this drive (or by a person): no drive
+				// picks it again, whatever happens to the others.
 				continue
 			}
-			if b := n.blocker; b != nil && b != fin && b.row.Status != ledger.StatusSucceeded {
-				continue // still waits for the same dependency
+			if d.failErr != "" {
+				d.scan[w], w = n, w+1
+				continue
 			}
 			ready := true
-			for j, dn := range n.deps {
-				if dn != nil && dn == fin {
-					continue
-				}
-				if dn == nil || dn.row.Status != ledger.StatusSucceeded {
-					if n.row.DependsOn[j] == finishingID(finishing) {
+			if b := n.blocker; b == nil || b == fin || b.row.Status == ledger.StatusSucceeded {
+				for j, dn := range n.deps {
+					if dn != nil && dn == fin {
 						continue
 					}
-					ready, n.blocker = false, dn
-					break
+					if dn == nil || dn.row.Status != ledger.StatusSucceeded {
+						if n.row.DependsOn[j] == finishingID(finishing) {
+							continue
+						}
+						ready, n.blocker = false, dn
+						break
+					}
 				}
+			} else {
+				ready = false // still waits for the same dependency
 			}
-			if ready {
+			switch {
+			case ready:
 				picks = append(picks, n)
+			case n.blocker != nil && !sentBefore(n.row):
+				// Parked until its blocker succeeds (updateRow, or start
+				// with the blocker finishing); a row claimed before stays on
+				// the scan, as a failing drive must still pick it.
+				n.blocker.waiters = append(n.blocker.waiters, n)
+				continue
 			}
+			d.scan[w], w = n, w+1
 		}
+		w += copy(d.scan[w:], d.scan[i:])
+		clear(d.scan[w:])
+		d.scan = d.scan[:w]
 		for _, n := range picks {
 			d.enterLocked(n)
 		}
@@ -946,8 +989,48 @@ func (d *driver) leave() {
 
 func (d *driver) updateRow(n *node, f func(*ledger.Action)) {
 	d.mu.Lock()
+	was := n.row.Status == ledger.StatusSucceeded
 	f(&n.row)
+	if is := n.row.Status == ledger.StatusSucceeded; is != was && d.nodes[n.id] == n {
+		if is {
+			d.unsucceeded--
+		} else {
+			d.unsucceeded++
+		}
+	}
+	if n.row.Status == ledger.StatusSucceeded {
+		d.unparkLocked(n)
+	}
 	d.mu.Unlock()
+}
+
+// unparkLocked puts the nodes parked on n back for start's next look. Call
+// with d.mu held.
+func (d *driver) unparkLocked(n *node) {
+	d.unparked = append(d.unparked, n.waiters...)
+	n.waiters = nil
+}
+
+// mergeUnparkedLocked merges the unparked nodes into scan, keeping it in
+// the drive's order. Call with d.mu held.
+func (d *driver) mergeUnparkedLocked() {
+	if len(d.unparked) == 0 {
+		return
+	}
+	slices.SortFunc(d.unparked, func(a, b *node) int { return a.pos - b.pos })
+	merged := make([]*node, 0, len(d.scan)+len(d.unparked))
+	i, j := 0, 0
+	for i < len(d.scan) && j < len(d.unparked) {
+		if d.scan[i].pos < d.unparked[j].pos {
+			merged, i = append(merged, d.scan[i]), i+1
+		} else {
+			merged, j = append(merged, d.unparked[j]), j+1
+		}
+	}
+	merged = append(append(merged, d.scan[i:]...), d.unparked[j:]...)
+	d.scan = merged
+	clear(d.unparked)
+	d.unparked = d.unparked[:0]
 }
 
 func (d *driver) resumedDone() bool {

@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketrun/docket/ledger"
@@ -238,6 +239,9 @@ type Engine struct {
 	obs    Observer
 	tracer Tracer
 	randMu sync.Mutex
+	// scanVisits counts the nodes that drives looked at for ready actions
+	// (tests check that it grows with the actions, not with actions × plan).
+	scanVisits atomic.Uint64
 }
 
 // New validates cfg and returns an Engine.

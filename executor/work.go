@@ -132,12 +132,12 @@ func (d *driver) isLast(a *act) bool {
 	if d.inflight != 1 || d.failErr != "" || d.fatal != nil || len(d.undo) > 0 {
 		return false
 	}
-	for _, n := range d.nodes {
-		if n != a.n && n.row.Status != ledger.StatusSucceeded {
-			return false
-		}
+	// Every other node succeeded: a's own row is the only one not yet
+	// succeeded (it is in flight, its outcome not recorded).
+	if a.n.row.Status == ledger.StatusSucceeded || d.nodes[a.n.id] != a.n {
+		return d.unsucceeded == 0
 	}
-	return true
+	return d.unsucceeded == 1
 }
 
 // completeWith records the last action's outcome and the run's completion in
