@@ -31,8 +31,9 @@ type entry struct {
 	val  []byte
 	obj  any
 	size int64
-	// stale: obj (a RunRecord) changed since val was encoded; evalRequest
-	// encodes it once, however often the request rewrote the header.
+	// stale: obj (a RunRecord, a KeyRecord) changed since val was
+	// encoded; evalRequest encodes it once, at the end of the request,
+	// however often the request rewrote it.
 	stale bool
 }
 
@@ -310,6 +311,22 @@ func (b *batch) initialRows(runID string, rev int) (*rowsBlob, error) {
 }
 
 func (b *batch) PutRow(runID string, rev int, r ledger.RowRecord) error {
+	// A key record may leave its args to this row (keyRecValue): when the
+	// row moves to another key or other args, that record is written again
+	// (with its args, read before the row changes).
+	if old, ok, err := b.Row(runID, rev, r.ID); err != nil {
+		return err
+	} else if ok && old.Key != "" && (old.Key != r.Key || !bytes.Equal(old.Args, r.Args)) {
+		rec, has, err := b.KeyRec(runID, old.Key)
+		if err != nil {
+			return err
+		}
+		if has {
+			if err := b.PutKeyRec(rec, false); err != nil {
+				return err
+			}
+		}
+	}
 	b.put(rowKey(runID, rev, r.ID), r, encodeRow(r))
 	return nil
 }
@@ -335,7 +352,12 @@ func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
 	if !ok || err != nil {
 		return ledger.KeyRecord{}, false, err
 	}
-	rec, err := decodeKeyRec(raw)
+	rec, argsRev, err := decodeKeyRec(runID, key, raw)
+	if err == nil && argsRev > 0 {
+		var row ledger.RowRecord
+		row, ok, err = b.Row(runID, argsRev, rec.ActionID)
+		rec.Args, err = argsFromRow(rec, argsRev, row, ok, err)
+	}
 	if err != nil {
 		return rec, false, fmt.Errorf("ledger: key %s: %w", key, err)
 	}
@@ -343,16 +365,52 @@ func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
 	return rec, true, nil
 }
 
-func (b *batch) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
-	v, err := encodeKeyRec(rec)
-	if err != nil {
-		return err
+// argsFromRow returns the args of a key record that leaves them to the row
+// of revision argsRev (row, found ok, read error err).
+func argsFromRow(rec ledger.KeyRecord, argsRev int, row ledger.RowRecord, ok bool, err error) (json.RawMessage, error) {
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok || row.Key != rec.Key:
+		return nil, fmt.Errorf("%w: the args of key %s are in the row of action %q revision %d, which does not hold them",
+			ledger.ErrFormat, rec.Key, rec.ActionID, argsRev)
 	}
-	b.put(keyRecKey(rec.RunID, rec.Key), rec, v)
+	return row.Args, nil
+}
+
+// PutKeyRec writes a key record (ledger.Tx). It is encoded at the end of the
+// request (keyRecValue), once the request's rows are written too: its args
+// are left to the row when the row holds the same bytes.
+func (b *batch) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
+	k := keyRecKey(rec.RunID, rec.Key)
+	v := encodeKeyRec2(rec, 0) // the size with the args, until keyRecValue
+	b.cur.put(&entry{key: k, val: v, obj: rec, size: estimate(k, v), stale: true})
 	if isNew {
 		b.put(keyIdxKey(rec.Key), nil, []byte(rec.RunID))
 	}
 	return nil
+}
+
+// keyRecValue encodes a key record as this batch leaves it: without its
+// args when the row of the run's current revision holds the key and the
+// same args (rows are written only in the current revision, and PutRow
+// rewrites the key record of a row whose key or args change).
+func (b *batch) keyRecValue(rec ledger.KeyRecord) ([]byte, error) {
+	if len(rec.Args) == 0 {
+		return encodeKeyRec2(rec, 0), nil
+	}
+	run, ok, err := b.Run(rec.RunID)
+	if err != nil || !ok {
+		return encodeKeyRec2(rec, 0), err
+	}
+	row, ok, err := b.Row(rec.RunID, run.Revision, rec.ActionID)
+	if err != nil {
+		return nil, err
+	}
+	if ok && row.Key == rec.Key && bytes.Equal(row.Args, rec.Args) {
+		return encodeKeyRec2(rec, run.Revision), nil
+	}
+	return encodeKeyRec2(rec, 0), nil
 }
 
 // Now is the ledger's clock, in UTC (ledger.Tx).
@@ -764,7 +822,13 @@ func (b *batch) evalRequest(r *request) ([]ledger.Result, error) {
 	}
 	for _, k := range b.cur.order {
 		if e := b.cur.m[k]; e.stale {
-			v, err := encode(e.obj, nil)
+			var v []byte
+			var err error
+			if rec, ok := e.obj.(ledger.KeyRecord); ok {
+				v, err = b.keyRecValue(rec)
+			} else {
+				v, err = encode(e.obj, nil)
+			}
 			if err != nil {
 				return nil, err
 			}

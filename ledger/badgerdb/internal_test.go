@@ -127,16 +127,13 @@ func TestOpenValidates(t *testing.T) {
 
 func TestRecordEncoding(t *testing.T) {
 	rec := ledger.KeyRecord{Key: "dk1_x", RunID: "r", State: ledger.StatusSucceeded, Attempt: 2, Output: json.RawMessage(`{"a":[1,2]}`)}
-	b, err := encodeKeyRec(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeKeyRec(b)
+	b := encodeKeyRec2(rec, 0)
+	got, _, err := decodeKeyRec(rec.RunID, rec.Key, b)
 	if err != nil || got.Key != rec.Key || got.Attempt != 2 || string(got.Output) != `{"a":[1,2]}` {
 		t.Fatalf("round trip %+v, %v", got, err)
 	}
-	for _, bad := range [][]byte{nil, {2, 1, '{'}, {1, 200}, {1, 5, '{', '}'}} {
-		if _, err := decodeKeyRec(bad); err == nil {
+	for _, bad := range [][]byte{nil, {2, 1, '{'}, {1, 200}, {1, 5, '{', '}'}, {encKeyRec2, 200}} {
+		if _, _, err := decodeKeyRec(rec.RunID, rec.Key, bad); err == nil {
 			t.Errorf("decode(%v) succeeded", bad)
 		}
 	}

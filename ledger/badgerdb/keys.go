@@ -125,13 +125,23 @@ type storedKeyRec struct {
 	ArgsRef string          `json:"args_ref,omitempty"`
 }
 
-func encodeKeyRec(k ledger.KeyRecord) ([]byte, error) {
-	return encodeKeyRecBinary(k), nil
+// decodeKeyRec decodes the key record of (runID, key) in any of its
+// encodings. argsRev > 0: the args are those of the row of that revision
+// (argsFromRow); args held in a blob come back as a reference (large.go),
+// which the readers resolve.
+func decodeKeyRec(runID, key string, b []byte) (rec ledger.KeyRecord, argsRev int, err error) {
+	if len(b) > 0 && b[0] == encKeyRec2 {
+		return decodeKeyRec2(runID, key, b)
+	}
+	rec, err = decodeKeyRec1(b)
+	if err == nil && (rec.Key != key || rec.RunID != runID) {
+		err = fmt.Errorf("%w: the key record of %s names key %s of run %q", ledger.ErrFormat, key, rec.Key, rec.RunID)
+	}
+	return rec, 0, err
 }
 
-// decodeKeyRec decodes a key record; args held in a blob come back as a
-// reference (large.go), which the readers resolve.
-func decodeKeyRec(b []byte) (ledger.KeyRecord, error) {
+// decodeKeyRec1 decodes a key record of the encodings before encKeyRec2.
+func decodeKeyRec1(b []byte) (ledger.KeyRecord, error) {
 	if len(b) > 0 && b[0] == encKeyRec {
 		return decodeKeyRecBinary(b)
 	}

@@ -80,7 +80,11 @@ func readRun(txn *badger.Txn, runID string) (ledger.RunRecord, error) {
 	it.Seek(append(bytes.Clone(prefix), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
 	if it.ValidForPrefix(prefix) {
 		var ev ledger.Event
-		err := it.Item().Value(func(v []byte) (err error) { ev, err = decodeEvent(v); return err })
+		k := it.Item().Key()
+		if len(k) != len(prefix)+8 {
+			return r, fmt.Errorf("%w: malformed event key", ledger.ErrFormat)
+		}
+		err := it.Item().Value(func(v []byte) (err error) { ev, err = decodeEvent(runID, beUint64(k[len(prefix):]), v); return err })
 		if err != nil {
 			return r, fmt.Errorf("ledger: reading events of run %q: %w", runID, err)
 		}
@@ -324,12 +328,39 @@ func (l *Ledger) Key(ctx context.Context, key string) (ledger.KeyRecord, error) 
 		if err != nil {
 			return err
 		}
-		if rec, err = decodeKeyRec(v); err != nil {
+		var argsRev int
+		if rec, argsRev, err = decodeKeyRec(runID, key, v); err != nil {
 			return err
+		}
+		if argsRev > 0 {
+			row, ok, err := readRow(txn, runID, argsRev, rec.ActionID)
+			if rec.Args, err = argsFromRow(rec, argsRev, row, ok, err); err != nil {
+				return err
+			}
 		}
 		return ledger.ResolveKey(txnResolver(txn, runID), &rec)
 	})
 	return rec, err
+}
+
+// readRow reads a row of a revision as it is now: its row record, else its
+// initial state.
+func readRow(txn *badger.Txn, runID string, rev int, actionID string) (row ledger.RowRecord, ok bool, err error) {
+	ok, err = getDecoded(txn, rowKey(runID, rev, actionID), func(v []byte) (err error) { row, err = decodeRow(v); return err })
+	if ok || err != nil {
+		return row, ok, err
+	}
+	var rows []ledger.RowRecord
+	ok, err = getDecoded(txn, rowsBlobKey(runID, rev), func(v []byte) (err error) { rows, err = decodeRows(v); return err })
+	if !ok || err != nil {
+		return row, false, err
+	}
+	for _, r := range rows {
+		if r.ID == actionID {
+			return r, true, nil
+		}
+	}
+	return row, false, nil
 }
 
 // Events returns up to limit events of a run with seq > after (limit <= 0:
@@ -349,7 +380,11 @@ func (l *Ledger) Events(ctx context.Context, runID string, after uint64, limit i
 			if err != nil {
 				return err
 			}
-			ev, err := decodeEvent(v)
+			k := it.Item().Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("%w: malformed event key", ledger.ErrFormat)
+			}
+			ev, err := decodeEvent(runID, beUint64(k[len(prefix):]), v)
 			if err != nil {
 				return fmt.Errorf("ledger: reading events of run %q: %w", runID, err)
 			}

@@ -228,7 +228,7 @@ func decodeRows(b []byte) ([]ledger.RowRecord, error) {
 
 // keyRecOutput returns a key record's output without decoding its metadata.
 func keyRecOutput(b []byte) (json.RawMessage, error) {
-	if len(b) < 2 || (b[0] != encJSONBlob && b[0] != encKeyRec) {
+	if len(b) < 2 || (b[0] != encJSONBlob && b[0] != encKeyRec && b[0] != encKeyRec2) {
 		return nil, fmt.Errorf("%w: unknown record encoding", ledger.ErrFormat)
 	}
 	n, k := binary.Uvarint(b[1:])
