@@ -232,7 +232,13 @@ func (b *batch) Row(runID string, rev int, actionID string) (ledger.RowRecord, b
 		return ledger.RowRecord{}, false, err
 	}
 	if ok {
-		r, err := decodeRow(raw)
+		var base *ledger.RowRecord
+		if rowNeedsBase(raw) {
+			if base, err = b.initialRow(runID, rev, actionID); err != nil {
+				return ledger.RowRecord{}, false, err
+			}
+		}
+		r, err := decodeRowRecord(actionID, raw, base, false)
 		if err != nil {
 			return r, false, fmt.Errorf("ledger: row %q/%q: %w", runID, actionID, err)
 		}
@@ -310,6 +316,21 @@ func (b *batch) initialRows(runID string, rev int) (*rowsBlob, error) {
 	return rb, nil
 }
 
+// initialRow returns a copy of a row's initial state (nil: the revision
+// has no such row).
+func (b *batch) initialRow(runID string, rev int, actionID string) (*ledger.RowRecord, error) {
+	blob, err := b.initialRows(runID, rev)
+	if err != nil || blob == nil {
+		return nil, err
+	}
+	i, ok := blob.index[actionID]
+	if !ok {
+		return nil, nil
+	}
+	r := blob.rows[i]
+	return &r, nil
+}
+
 func (b *batch) PutRow(runID string, rev int, r ledger.RowRecord) error {
 	// A key record may leave its args to this row (keyRecValue): when the
 	// row moves to another key or other args, that record is written again
@@ -327,7 +348,11 @@ func (b *batch) PutRow(runID string, rev int, r ledger.RowRecord) error {
 			}
 		}
 	}
-	b.put(rowKey(runID, rev, r.ID), r, encodeRow(r))
+	base, err := b.initialRow(runID, rev, r.ID)
+	if err != nil {
+		return err
+	}
+	b.put(rowKey(runID, rev, r.ID), r, encodeRow2(r, base))
 	return nil
 }
 
@@ -426,7 +451,7 @@ func (b *batch) MaxOutputBytes() int { return b.l.cfg.MaxOutputBytes }
 // any size is one record: large ones go to the value log); rows that change
 // later get their own row records, which take precedence (ledger.Tx).
 func (b *batch) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
-	b.put(rowsBlobKey(runID, rev), newRowsBlob(rows), encodeRows(rows))
+	b.put(rowsBlobKey(runID, rev), newRowsBlob(rows), encodeRows2(rows))
 	return nil
 }
 

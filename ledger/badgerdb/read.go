@@ -225,12 +225,19 @@ func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
 	for i, row := range rows {
 		index[row.ID] = i
 	}
+	initial := len(rows)
 	// Rows that changed since the revision was recorded (and compensating rows).
 	prefix := rowPrefix(r.ID, r.Revision)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 	for it.Rewind(); it.Valid(); it.Next() {
 		var row ledger.RowRecord
-		if err := it.Item().Value(func(v []byte) (err error) { row, err = decodeRow(v); return err }); err != nil {
+		id := string(it.Item().Key()[len(prefix):])
+		var base *ledger.RowRecord
+		if i, ok := index[id]; ok && i < initial {
+			b := rows[i] // rows[:initial] are the initial rows until their record is read
+			base = &b
+		}
+		if err := it.Item().Value(func(v []byte) (err error) { row, err = decodeRowRecord(id, v, base, false); return err }); err != nil {
 			it.Close()
 			return nil, fmt.Errorf("ledger: reading rows of run %q: %w", r.ID, err)
 		}
@@ -343,10 +350,13 @@ func (l *Ledger) Key(ctx context.Context, key string) (ledger.KeyRecord, error) 
 	return rec, err
 }
 
-// readRow reads a row of a revision as it is now: its row record, else its
-// initial state.
+// readRow reads the key and args of a row of a revision as they are now
+// (the other fields of the row it returns may be unset).
 func readRow(txn *badger.Txn, runID string, rev int, actionID string) (row ledger.RowRecord, ok bool, err error) {
-	ok, err = getDecoded(txn, rowKey(runID, rev, actionID), func(v []byte) (err error) { row, err = decodeRow(v); return err })
+	ok, err = getDecoded(txn, rowKey(runID, rev, actionID), func(v []byte) (err error) {
+		row, err = decodeRowRecord(actionID, v, nil, true)
+		return err
+	})
 	if ok || err != nil {
 		return row, ok, err
 	}
