@@ -357,7 +357,7 @@ func (b *batch) PutRow(runID string, rev int, r ledger.RowRecord) error {
 }
 
 func (b *batch) KeyRun(key string) (string, bool, error) {
-	k := keyIdxKey(key)
+	k := b.l.keyNames.idx(key)
 	if e, ok := b.lookup(k); ok {
 		return string(e.val), true, nil
 	}
@@ -369,7 +369,7 @@ func (b *batch) KeyRun(key string) (string, bool, error) {
 }
 
 func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
-	k := keyRecKey(runID, key)
+	k := b.l.keyNames.rec(runID, key)
 	if e, ok := b.lookup(k); ok {
 		return e.obj.(ledger.KeyRecord), true, nil
 	}
@@ -407,11 +407,11 @@ func argsFromRow(rec ledger.KeyRecord, argsRev int, row ledger.RowRecord, ok boo
 // request (keyRecValue), once the request's rows are written too: its args
 // are left to the row when the row holds the same bytes.
 func (b *batch) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
-	k := keyRecKey(rec.RunID, rec.Key)
+	k := b.l.keyNames.rec(rec.RunID, rec.Key)
 	v := encodeKeyRec2(rec, 0) // the size with the args, until keyRecValue
 	b.cur.put(&entry{key: k, val: v, obj: rec, size: estimate(k, v), stale: true})
 	if isNew {
-		b.put(keyIdxKey(rec.Key), nil, []byte(rec.RunID))
+		b.put(b.l.keyNames.idx(rec.Key), nil, []byte(rec.RunID))
 	}
 	return nil
 }

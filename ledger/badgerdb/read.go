@@ -203,13 +203,13 @@ func (l *Ledger) Actions(ctx context.Context, runID string) ([]ledger.Action, er
 		if err != nil {
 			return err
 		}
-		out, err = readActions(txn, r)
+		out, err = readActions(txn, r, l.keyNames)
 		return err
 	})
 	return out, err
 }
 
-func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
+func readActions(txn *badger.Txn, r ledger.RunRecord, names keyNames) ([]ledger.Action, error) {
 	var rows []ledger.RowRecord
 	ok, err := getDecoded(txn, rowsBlobKey(r.ID, r.Revision), func(v []byte) (err error) {
 		rows, err = decodeRows(v)
@@ -269,7 +269,7 @@ func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Rewind(); it.Valid(); it.Next() {
 				item := it.Item()
-				key := string(item.Key()[len(prefix):])
+				key := names.key(item.Key()[len(prefix):])
 				if !want[key] {
 					continue
 				}
@@ -309,7 +309,7 @@ func (l *Ledger) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
 			return err
 		}
 		d.Run = r.Run
-		d.Actions, err = readActions(txn, r)
+		d.Actions, err = readActions(txn, r, l.keyNames)
 		return err
 	})
 	return d, err
@@ -320,14 +320,14 @@ func (l *Ledger) Key(ctx context.Context, key string) (ledger.KeyRecord, error) 
 	var rec ledger.KeyRecord
 	err := l.view(ctx, func(txn *badger.Txn) error {
 		var runID string
-		ok, err := getDecoded(txn, keyIdxKey(key), func(v []byte) error { runID = string(v); return nil })
+		ok, err := getDecoded(txn, l.keyNames.idx(key), func(v []byte) error { runID = string(v); return nil })
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return fmt.Errorf("%w: key %s", ledger.ErrNotFound, key)
 		}
-		item, err := txn.Get(keyRecKey(runID, key))
+		item, err := txn.Get(l.keyNames.rec(runID, key))
 		if err != nil {
 			return fmt.Errorf("ledger: reading key %s: %w", key, err)
 		}
