@@ -461,8 +461,38 @@ func (b *batch) PutPlan(runID string, rev int, planJSON []byte, argRefs map[stri
 	if err != nil {
 		return err
 	}
-	b.put(planKey(runID, rev), nil, v)
+	// Encoded again at the end of the request (planValue), once the
+	// revision's rows are written: its actions may then be left to them.
+	k := planKey(runID, rev)
+	pp := pendingPlan{runID: runID, rev: rev, planJSON: planJSON, argRefs: argRefs, v: v}
+	b.cur.put(&entry{key: k, val: v, obj: pp, size: estimate(k, v), stale: true})
 	return nil
+}
+
+// pendingPlan is a plan revision written in the request being evaluated.
+type pendingPlan struct {
+	runID    string
+	rev      int
+	planJSON []byte
+	argRefs  map[string]string
+	v        []byte // its record without the rows (planRecord)
+}
+
+// planValue is the record of a plan revision: encPlan2 when the revision's
+// rows (written by the same request) give its actions back, else v.
+func (b *batch) planValue(pp pendingPlan) []byte {
+	e, ok := b.lookup(rowsBlobKey(pp.runID, pp.rev))
+	if !ok {
+		return pp.v
+	}
+	rb, ok := e.obj.(*rowsBlob)
+	if !ok {
+		return pp.v
+	}
+	if v, ok := compactPlan(pp.planJSON, pp.argRefs, rb.rows); ok {
+		return v
+	}
+	return pp.v
 }
 
 // Memo returns the memo (runID, name) as this batch sees it (ledger.Tx).
@@ -849,9 +879,12 @@ func (b *batch) evalRequest(r *request) ([]ledger.Result, error) {
 		if e := b.cur.m[k]; e.stale {
 			var v []byte
 			var err error
-			if rec, ok := e.obj.(ledger.KeyRecord); ok {
-				v, err = b.keyRecValue(rec)
-			} else {
+			switch o := e.obj.(type) {
+			case ledger.KeyRecord:
+				v, err = b.keyRecValue(o)
+			case pendingPlan:
+				v = b.planValue(o)
+			default:
 				v, err = encode(e.obj, nil)
 			}
 			if err != nil {

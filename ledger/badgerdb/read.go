@@ -175,7 +175,14 @@ func (l *Ledger) Plan(ctx context.Context, runID string, rev int) (*plan.Plan, e
 			rev = r.Revision
 		}
 		ok, err := getDecoded(txn, planKey(runID, rev), func(v []byte) (err error) {
-			p, err = decodePlan(v, txnResolver(txn, runID))
+			p, err = decodePlan(v, txnResolver(txn, runID), func() ([]ledger.RowRecord, error) {
+				var rows []ledger.RowRecord
+				ok, err := getDecoded(txn, rowsBlobKey(runID, rev), func(v []byte) (err error) { rows, err = decodeRows(v); return err })
+				if err == nil && !ok {
+					err = fmt.Errorf("%w: the plan's actions are its rows, which are missing", ledger.ErrFormat)
+				}
+				return rows, err
+			})
 			return err
 		})
 		if err != nil {
