@@ -76,7 +76,41 @@ const (
 	hashNone   = 0
 	hashSHA256 = 1
 	hashString = 2
+	// hashHalf: the first 16 of the 32 bytes of a "sha256:" hash (encEvent2
+	// only). An audit chain's hash is computed from the previous event's
+	// hash and the event itself (ledger.ChainHash), so readers complete it
+	// (completeHash) and check it against the half that is stored: an
+	// edited event fails there as it did with the whole hash. Every
+	// hashCheckpoint-th event keeps its whole hash, so a reader starts at
+	// most that many events back.
+	hashHalf = 3
 )
+
+// hashCheckpoint: events whose seq is a multiple of it keep their whole hash.
+const hashCheckpoint = 64
+
+// halfPrefix marks, inside this package, a hash of which only the first
+// half was read (hex); completeHash replaces it.
+const halfPrefix = "sha256-half:"
+
+func halfHash(h string) bool { return strings.HasPrefix(h, halfPrefix) }
+
+// completeHash replaces ev's half hash by the whole one, computed after
+// prev (the previous event's hash), if it matches the half stored; if not
+// (the event or one before it was edited), by the half itself as
+// "sha256:<32 hex digits>", which no chain hash equals, so that
+// ledger.VerifyChain reports this event.
+func completeHash(prev string, ev *ledger.Event) {
+	half, ok := strings.CutPrefix(ev.Hash, halfPrefix)
+	if !ok {
+		return
+	}
+	if h := ledger.ChainHash(prev, *ev); strings.HasPrefix(h, sha256Prefix+half) {
+		ev.Hash = h
+		return
+	}
+	ev.Hash = sha256Prefix + half
+}
 
 const sha256Prefix = "sha256:"
 
@@ -92,7 +126,11 @@ func encodeEvent(e ledger.Event) ([]byte, error) {
 		b = appendStr(append(b, 0), string(e.Type))
 	}
 	b = appendStr(b, e.ActionID)
-	b = appendHash(b, e.Hash)
+	if raw, ok := sha256Hash(e.Hash); ok && e.Seq%hashCheckpoint != 0 {
+		b = append(append(b, hashHalf), raw[:16]...)
+	} else {
+		b = appendHash(b, e.Hash)
+	}
 	return appendData(b, e.Data), nil
 }
 
@@ -245,7 +283,7 @@ func decodeEvent(runID string, seq uint64, b []byte) (ledger.Event, error) {
 	case len(b) == 0 || b[0] != encEvent2:
 		return ledger.Event{}, fmt.Errorf("%w: not an event record", ledger.ErrFormat)
 	}
-	d := rowReader{b: b[1:]}
+	d := rowReader{b: b[1:], tag: encEvent2}
 	e := ledger.Event{Seq: seq, RunID: runID}
 	at, n := binary.Varint(d.b)
 	if n <= 0 {
@@ -308,6 +346,10 @@ func (d *rowReader) hash(e *ledger.Event) {
 		}
 	case form[0] == hashString:
 		e.Hash = d.str()
+	case form[0] == hashHalf && d.tag == encEvent2:
+		if raw := d.bytes(16); d.err == nil {
+			e.Hash = halfPrefix + hex.EncodeToString(raw)
+		}
 	default:
 		d.err = fmt.Errorf("%w: event %d: unknown hash form %d", ledger.ErrFormat, e.Seq, form[0])
 	}

@@ -1,6 +1,7 @@
 package badgerdb
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -46,11 +47,15 @@ func TestEventEncoding(t *testing.T) {
 			t.Fatalf("event %d encoded with tag %d", ev.Seq, v[0])
 		}
 		got, err := decodeEvent(ev.RunID, ev.Seq, v)
-		if err != nil || !reflect.DeepEqual(got, ev) {
+		want := ev
+		if h, ok := strings.CutPrefix(ev.Hash, "sha256:"); ok && len(h) == 64 && ev.Seq%hashCheckpoint != 0 {
+			want.Hash = halfPrefix + h[:32] // completed by the reader from the previous hash
+		}
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("round trip of %+v (%q):\n%+v, %v", ev, v, got, err)
 		}
 		for n := 1; n < len(v); n++ {
-			if got, err := decodeEvent(ev.RunID, ev.Seq, v[:n]); err == nil && reflect.DeepEqual(got, ev) {
+			if got, err := decodeEvent(ev.RunID, ev.Seq, v[:n]); err == nil && reflect.DeepEqual(got, want) {
 				t.Fatalf("event %d cut to %d bytes decoded as the whole", ev.Seq, n)
 			}
 		}
@@ -96,6 +101,10 @@ func TestKeyRecordEncoding(t *testing.T) {
 		{Key: "dk1_def", RunID: "r", ActionID: "a2", Tool: "t", Args: json.RawMessage(`{}`), State: ledger.StatusFailed, Attempt: 1,
 			ClaimedAt: at, UpdatedAt: at, FirstClaimedAt: at, Error: "boom", Retryable: true, Failure: ledger.FailureNotSent},
 		{Key: "dk1_ghi", RunID: "r", ActionID: "a3", Tool: "t", Args: json.RawMessage(`{"x":[1,2]}`), State: ledger.StatusPending},
+		{Key: "dk1_pqr", RunID: "r", ActionID: "a6", Tool: "t", Args: json.RawMessage(`{}`), State: ledger.StatusClaimed, Attempt: 1,
+			Owner: "inc_0123456789abcdef", ClaimedAt: at, UpdatedAt: at, FirstClaimedAt: at},
+		{Key: "dk1_stu", RunID: "r", ActionID: "a7", Tool: "t", Args: json.RawMessage(`{}`), State: ledger.StatusClaimed, Attempt: 1,
+			Owner: "inc_0123456789ABCDEF", ClaimedAt: at, UpdatedAt: at, FirstClaimedAt: at},
 		{Key: "dk1_jkl", RunID: "r", ActionID: "a4", Tool: "t", Args: json.RawMessage(`{}`), State: "some_future_state",
 			ClaimedAt: at, UpdatedAt: at.Add(-time.Second), FirstClaimedAt: at},
 		{Key: "dk1_mno", RunID: "r", ActionID: "a5", Tool: "t", Args: refOf(strings.Repeat("ab", 32)), State: ledger.StatusClaimed,
@@ -119,6 +128,9 @@ func TestKeyRecordEncoding(t *testing.T) {
 			}
 			if out, err := keyRecOutput(v); err != nil || string(out) != string(k.Output) {
 				t.Fatalf("output of %s: %s, %v", k.Key, out, err)
+			}
+			if bytes.Contains(v, []byte(k.Key)) || (k.Owner == "inc_0123456789abcdef" && bytes.Contains(v, []byte(k.Owner))) {
+				t.Fatalf("key record %q holds its key, or an incarnation as text", v)
 			}
 			for n := 1; n < len(v)-len(k.Output); n++ {
 				if _, _, err := decodeKeyRec(k.RunID, k.Key, v[:n]); err == nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -159,5 +161,108 @@ func TestFormat2Records(t *testing.T) {
 	}
 	if got, err := l.Plan(ctx, "r2", 1); err != nil || string(got.Actions[0].Args) != `{"x":1}` {
 		t.Fatalf("Plan: %+v, %v", got, err)
+	}
+}
+
+// TestEventHalfHashes: events of a chained run keep half their hash (every
+// hashCheckpoint-th the whole one); reading from any point gives every
+// event its whole hash, the chain verifies, and an event edited in the
+// files is reported at its own seq, between checkpoints as on one.
+func TestEventHalfHashes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := openLarge(t, dir)
+	const n = 150
+	p := &plan.Plan{Goal: "g"}
+	for i := range n {
+		p.Actions = append(p.Actions, plan.Action{ID: fmt.Sprintf("a%d", i), Tool: "t", Args: json.RawMessage(`{}`)})
+	}
+	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if res := apply1(t, l, ledger.Approve("r", fmt.Sprintf("a%d", i), nil, "bob")); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	all, err := l.Events(ctx, "r", 0, 0)
+	if err != nil || len(all) < n {
+		t.Fatalf("%d events, %v", len(all), err)
+	}
+	run, err := l.GetRun(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chained, err := ledger.VerifyChain("r", all, run.AuditHash); !chained || err != nil {
+		t.Fatalf("chain: %v %v", chained, err)
+	}
+	for _, ev := range all {
+		if len(ev.Hash) != len("sha256:")+64 {
+			t.Fatalf("event %d hash %q", ev.Seq, ev.Hash)
+		}
+	}
+	whole, half := 0, 0
+	for seq := uint64(1); seq <= uint64(len(all)); seq++ {
+		v := raw(t, l, eventKey("r", seq))
+		switch {
+		case bytes.Contains(v, []byte{hashHalf}) && seq%hashCheckpoint != 0:
+			half++
+		case seq%hashCheckpoint == 0:
+			whole++
+		}
+	}
+	if half == 0 || whole != len(all)/hashCheckpoint {
+		t.Fatalf("%d events with half their hash, %d whole", half, whole)
+	}
+	for _, after := range []uint64{0, 1, 62, 63, 64, 65, 100, 127, 128, 129, uint64(len(all)) - 1} {
+		for _, limit := range []int{0, 1, 70} {
+			got, err := l.Events(ctx, "r", after, limit)
+			want := all[after:]
+			if limit > 0 && len(want) > limit {
+				want = want[:limit]
+			}
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("Events after %d limit %d: %d events, %v", after, limit, len(got), err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Someone edits the data of an event between checkpoints, then of one on
+	// a checkpoint: each is reported at its seq.
+	for _, seq := range []uint64{70, 64} {
+		db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := eventKey("r", seq)
+		err = db.Update(func(txn *badger.Txn) error {
+			item, err := txn.Get(k)
+			if err != nil {
+				return err
+			}
+			v, _ := item.ValueCopy(nil)
+			if !bytes.Contains(v, []byte("bob")) {
+				return fmt.Errorf("event %d: %q", seq, v)
+			}
+			return txn.Set(k, bytes.Replace(v, []byte("bob"), []byte("eve"), 1))
+		})
+		if err := errors.Join(err, db.Close()); err != nil {
+			t.Fatal(err)
+		}
+		l = openLarge(t, dir)
+		evs, err := l.Events(ctx, "r", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ledger.VerifyChain("r", evs, run.AuditHash)
+		var ce *ledger.ChainError
+		if !errors.As(err, &ce) || ce.Seq != seq {
+			t.Fatalf("edit of event %d: %v", seq, err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

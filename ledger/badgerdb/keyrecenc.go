@@ -3,8 +3,10 @@ package badgerdb
 import (
 	"cmp"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/docketrun/docket/ledger"
@@ -31,8 +33,8 @@ const encKeyRec = 7
 // holds nothing its Badger key or the row already holds:
 //
 //	fields: action id, tool (uvarint length + bytes), state (one byte, a
-//	code of statusCodes; 0: a string follows), owner, error, failure,
-//	args_ref (strings), attempt (uvarint), flags (one byte: 1 retryable,
+//	code of statusCodes; 0: a string follows), owner (appendOwner), error,
+//	failure, args_ref (strings), attempt (uvarint), flags (one byte: 1 retryable,
 //	2 maybe_took_effect, 4 first_claimed_at equals claimed_at, 8 the args
 //	are the row's, 16 updated_at is given relative to claimed_at),
 //	claimed_at (as in encKeyRec), updated_at (a varint of nanoseconds after
@@ -82,6 +84,41 @@ func (d *rowReader) status() ledger.Status {
 	return ""
 }
 
+// An owner that is a Badger ledger's incarnation ("inc_" + 16 lowercase hex
+// digits) is stored as its 8 bytes, any other as its text.
+const (
+	ownerText = 0 // uvarint length + bytes
+	ownerInc  = 1 // 8 bytes
+)
+
+const incPrefix = "inc_"
+
+func appendOwner(b []byte, owner string) []byte {
+	if rest, ok := strings.CutPrefix(owner, incPrefix); ok && len(rest) == 16 && strings.ToLower(rest) == rest {
+		if raw, err := hex.DecodeString(rest); err == nil {
+			return append(append(b, ownerInc), raw...)
+		}
+	}
+	return appendStr(append(b, ownerText), owner)
+}
+
+func (d *rowReader) owner() string {
+	form := d.bytes(1)
+	switch {
+	case d.err != nil:
+		return ""
+	case form[0] == ownerText:
+		return d.str()
+	case form[0] == ownerInc:
+		if raw := d.bytes(8); d.err == nil {
+			return incPrefix + hex.EncodeToString(raw)
+		}
+		return ""
+	}
+	d.err = fmt.Errorf("%w: unknown owner form %d", ledger.ErrFormat, form[0])
+	return ""
+}
+
 // encodeKeyRec2 encodes k as an encKeyRec2 record; argsRev > 0 leaves the
 // args out: they are the row's of that revision.
 func encodeKeyRec2(k ledger.KeyRecord, argsRev int) []byte {
@@ -93,7 +130,8 @@ func encodeKeyRec2(k ledger.KeyRecord, argsRev int) []byte {
 	m = appendStr(m, k.ActionID)
 	m = appendStr(m, k.Tool)
 	m = appendStatus(m, k.State)
-	for _, s := range []string{k.Owner, k.Error, string(k.Failure), ref} {
+	m = appendOwner(m, k.Owner)
+	for _, s := range []string{k.Error, string(k.Failure), ref} {
 		m = appendStr(m, s)
 	}
 	m = binary.AppendUvarint(m, uint64(k.Attempt))
@@ -151,7 +189,8 @@ func decodeKeyRec2(runID, key string, b []byte) (k ledger.KeyRecord, argsRev int
 	d := rowReader{b: b[1+w : 1+w+int(n)]}
 	k.ActionID, k.Tool = d.str(), d.str()
 	k.State = d.status()
-	k.Owner, k.Error, k.Failure = d.str(), d.str(), ledger.Failure(d.str())
+	k.Owner = d.owner()
+	k.Error, k.Failure = d.str(), ledger.Failure(d.str())
 	ref := d.str()
 	k.Attempt = int(d.uvarint())
 	var flags byte

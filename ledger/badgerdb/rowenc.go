@@ -467,6 +467,7 @@ func encodeRows(rows []ledger.RowRecord) []byte {
 type rowReader struct {
 	b   []byte
 	err error
+	tag byte // the record's encoding, where a field's forms depend on it
 }
 
 func (d *rowReader) uvarint() uint64 {
