@@ -68,14 +68,14 @@
 //	a\0<run>\0<rev BE4><action id>   a row once it changed (output not stored here)
 //	x\0<run>\0<key>                  key record (output stored here, once)
 //	k\0<key>                         key -> run id
-//
-// (in format "2", <key> is NUL + the 32 bytes of an executor-derived key
-// "dk1_<64 hex>", any other key its text)
 //	e\0<run>\0<seq BE8>              event
 //	m\0<run>\0<name>                 memo
 //	c\0<run>\0<sha256 hex>           a value of 64 KiB or more, stored once (large.go)
 //	u\0<bucket id>                   budget bucket (JSON ledger.BudgetRecord; budget.go)
 //	r\0<key>                         a key's budget hold (JSON ledger.Hold; budget.go)
+//
+// In format "2", the <key> of x and k records is NUL + the 32 bytes of an
+// executor-derived key ("dk1_" + 64 hex digits), any other key its text.
 //
 // Records start with an encoding tag byte, so a directory can hold records
 // of every encoding a version of this package wrote, and each decodes as it
