@@ -3,7 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,47 +17,66 @@ import (
 
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
 )
 
-// editBadger changes, in the ledger's Badger directory, the first value
-// holding old (an event's record, found by its type) to hold new instead:
-// what someone with write access to the files could do.
+// editBadger changes, in the ledger's Badger directory, the record of the
+// first event of type eventType whose data holds old (or whose type is
+// old) to hold new instead, or removes it (drop): what someone with write
+// access to the files could do. The event is found through the ledger, its
+// record by its Badger key (ledger/badgerdb: e\0<run>\0<seq BE8>); the
+// record must hold old's bytes (event records store their type as a code).
 func editBadger(t *testing.T, dir, eventType, old, new string, drop bool) {
 	t.Helper()
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runID string
+	var seq uint64
+	runs, _, err := l.ListRuns(context.Background(), ledger.ListOptions{Limit: 1000})
+	for _, r := range runs {
+		evs, err := l.Events(context.Background(), r.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if string(ev.Type) == eventType && (bytes.Contains(ev.Data, []byte(old)) || old == eventType) && seq == 0 {
+				runID, seq = r.ID, ev.Seq
+			}
+		}
+	}
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || seq == 0 {
+		t.Fatalf("finding the %s event holding %s: %v (found: %v)", eventType, old, err, seq != 0)
+	}
 	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	done := false
+	k := binary.BigEndian.AppendUint64(append(append([]byte{'e', 0}, runID...), 0), seq)
 	err = db.Update(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
-		for it.Rewind(); it.Valid() && !done; it.Next() {
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			// An event record holds its type as JSON metadata (records of
-			// older directories) or, in the binary encoding of events
-			// (ledger/badgerdb/eventenc.go, key kind 'e'), length-prefixed.
-			binaryType := append([]byte{byte(len(eventType))}, eventType...)
-			isEvent := bytes.Contains(v, []byte(`"type":"`+eventType+`"`)) ||
-				(it.Item().Key()[0] == 'e' && bytes.Contains(v, binaryType))
-			if !isEvent || !bytes.Contains(v, []byte(old)) {
-				continue
-			}
-			k := it.Item().KeyCopy(nil)
-			done = true
-			if drop {
-				return txn.Delete(k)
-			}
-			return txn.Set(k, bytes.Replace(v, []byte(old), []byte(new), 1))
+		if drop {
+			return txn.Delete(k)
 		}
-		return nil
+		item, err := txn.Get(k)
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(v, []byte(old)) {
+			return fmt.Errorf("the record of event %d does not hold %s: %q", seq, old, v)
+		}
+		return txn.Set(k, bytes.Replace(v, []byte(old), []byte(new), 1))
 	})
-	if err != nil || !done {
-		t.Fatalf("editing the ledger: %v (found: %v)", err, done)
+	if err != nil {
+		t.Fatalf("editing the ledger: %v", err)
 	}
 }
 

@@ -31,8 +31,9 @@ type entry struct {
 	val  []byte
 	obj  any
 	size int64
-	// stale: obj (a RunRecord) changed since val was encoded; evalRequest
-	// encodes it once, however often the request rewrote the header.
+	// stale: obj (a RunRecord, a KeyRecord) changed since val was
+	// encoded; evalRequest encodes it once, at the end of the request,
+	// however often the request rewrote it.
 	stale bool
 }
 
@@ -231,7 +232,13 @@ func (b *batch) Row(runID string, rev int, actionID string) (ledger.RowRecord, b
 		return ledger.RowRecord{}, false, err
 	}
 	if ok {
-		r, err := decodeRow(raw)
+		var base *ledger.RowRecord
+		if rowNeedsBase(raw) {
+			if base, err = b.initialRow(runID, rev, actionID); err != nil {
+				return ledger.RowRecord{}, false, err
+			}
+		}
+		r, err := decodeRowRecord(actionID, raw, base, false)
 		if err != nil {
 			return r, false, fmt.Errorf("ledger: row %q/%q: %w", runID, actionID, err)
 		}
@@ -309,13 +316,48 @@ func (b *batch) initialRows(runID string, rev int) (*rowsBlob, error) {
 	return rb, nil
 }
 
+// initialRow returns a copy of a row's initial state (nil: the revision
+// has no such row).
+func (b *batch) initialRow(runID string, rev int, actionID string) (*ledger.RowRecord, error) {
+	blob, err := b.initialRows(runID, rev)
+	if err != nil || blob == nil {
+		return nil, err
+	}
+	i, ok := blob.index[actionID]
+	if !ok {
+		return nil, nil
+	}
+	r := blob.rows[i]
+	return &r, nil
+}
+
 func (b *batch) PutRow(runID string, rev int, r ledger.RowRecord) error {
-	b.put(rowKey(runID, rev, r.ID), r, encodeRow(r))
+	// A key record may leave its args to this row (keyRecValue): when the
+	// row moves to another key or other args, that record is written again
+	// (with its args, read before the row changes).
+	if old, ok, err := b.Row(runID, rev, r.ID); err != nil {
+		return err
+	} else if ok && old.Key != "" && (old.Key != r.Key || !bytes.Equal(old.Args, r.Args)) {
+		rec, has, err := b.KeyRec(runID, old.Key)
+		if err != nil {
+			return err
+		}
+		if has {
+			if err := b.PutKeyRec(rec, false); err != nil {
+				return err
+			}
+		}
+	}
+	base, err := b.initialRow(runID, rev, r.ID)
+	if err != nil {
+		return err
+	}
+	b.put(rowKey(runID, rev, r.ID), r, encodeRow2(r, base))
 	return nil
 }
 
 func (b *batch) KeyRun(key string) (string, bool, error) {
-	k := keyIdxKey(key)
+	k := b.l.keyNames.idx(key)
 	if e, ok := b.lookup(k); ok {
 		return string(e.val), true, nil
 	}
@@ -327,7 +369,7 @@ func (b *batch) KeyRun(key string) (string, bool, error) {
 }
 
 func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
-	k := keyRecKey(runID, key)
+	k := b.l.keyNames.rec(runID, key)
 	if e, ok := b.lookup(k); ok {
 		return e.obj.(ledger.KeyRecord), true, nil
 	}
@@ -335,7 +377,12 @@ func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
 	if !ok || err != nil {
 		return ledger.KeyRecord{}, false, err
 	}
-	rec, err := decodeKeyRec(raw)
+	rec, argsRev, err := decodeKeyRec(runID, key, raw)
+	if err == nil && argsRev > 0 {
+		var row ledger.RowRecord
+		row, ok, err = b.Row(runID, argsRev, rec.ActionID)
+		rec.Args, err = argsFromRow(rec, argsRev, row, ok, err)
+	}
 	if err != nil {
 		return rec, false, fmt.Errorf("ledger: key %s: %w", key, err)
 	}
@@ -343,16 +390,52 @@ func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
 	return rec, true, nil
 }
 
-func (b *batch) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
-	v, err := encodeKeyRec(rec)
-	if err != nil {
-		return err
+// argsFromRow returns the args of a key record that leaves them to the row
+// of revision argsRev (row, found ok, read error err).
+func argsFromRow(rec ledger.KeyRecord, argsRev int, row ledger.RowRecord, ok bool, err error) (json.RawMessage, error) {
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok || row.Key != rec.Key:
+		return nil, fmt.Errorf("%w: the args of key %s are in the row of action %q revision %d, which does not hold them",
+			ledger.ErrFormat, rec.Key, rec.ActionID, argsRev)
 	}
-	b.put(keyRecKey(rec.RunID, rec.Key), rec, v)
+	return row.Args, nil
+}
+
+// PutKeyRec writes a key record (ledger.Tx). It is encoded at the end of the
+// request (keyRecValue), once the request's rows are written too: its args
+// are left to the row when the row holds the same bytes.
+func (b *batch) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
+	k := b.l.keyNames.rec(rec.RunID, rec.Key)
+	v := encodeKeyRec2(rec, 0) // the size with the args, until keyRecValue
+	b.cur.put(&entry{key: k, val: v, obj: rec, size: estimate(k, v), stale: true})
 	if isNew {
-		b.put(keyIdxKey(rec.Key), nil, []byte(rec.RunID))
+		b.put(b.l.keyNames.idx(rec.Key), nil, []byte(rec.RunID))
 	}
 	return nil
+}
+
+// keyRecValue encodes a key record as this batch leaves it: without its
+// args when the row of the run's current revision holds the key and the
+// same args (rows are written only in the current revision, and PutRow
+// rewrites the key record of a row whose key or args change).
+func (b *batch) keyRecValue(rec ledger.KeyRecord) ([]byte, error) {
+	if len(rec.Args) == 0 {
+		return encodeKeyRec2(rec, 0), nil
+	}
+	run, ok, err := b.Run(rec.RunID)
+	if err != nil || !ok {
+		return encodeKeyRec2(rec, 0), err
+	}
+	row, ok, err := b.Row(rec.RunID, run.Revision, rec.ActionID)
+	if err != nil {
+		return nil, err
+	}
+	if ok && row.Key == rec.Key && bytes.Equal(row.Args, rec.Args) {
+		return encodeKeyRec2(rec, run.Revision), nil
+	}
+	return encodeKeyRec2(rec, 0), nil
 }
 
 // Now is the ledger's clock, in UTC (ledger.Tx).
@@ -368,7 +451,7 @@ func (b *batch) MaxOutputBytes() int { return b.l.cfg.MaxOutputBytes }
 // any size is one record: large ones go to the value log); rows that change
 // later get their own row records, which take precedence (ledger.Tx).
 func (b *batch) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
-	b.put(rowsBlobKey(runID, rev), newRowsBlob(rows), encodeRows(rows))
+	b.put(rowsBlobKey(runID, rev), newRowsBlob(rows), encodeRows2(rows))
 	return nil
 }
 
@@ -378,8 +461,38 @@ func (b *batch) PutPlan(runID string, rev int, planJSON []byte, argRefs map[stri
 	if err != nil {
 		return err
 	}
-	b.put(planKey(runID, rev), nil, v)
+	// Encoded again at the end of the request (planValue), once the
+	// revision's rows are written: its actions may then be left to them.
+	k := planKey(runID, rev)
+	pp := pendingPlan{runID: runID, rev: rev, planJSON: planJSON, argRefs: argRefs, v: v}
+	b.cur.put(&entry{key: k, val: v, obj: pp, size: estimate(k, v), stale: true})
 	return nil
+}
+
+// pendingPlan is a plan revision written in the request being evaluated.
+type pendingPlan struct {
+	runID    string
+	rev      int
+	planJSON []byte
+	argRefs  map[string]string
+	v        []byte // its record without the rows (planRecord)
+}
+
+// planValue is the record of a plan revision: encPlan2 when the revision's
+// rows (written by the same request) give its actions back, else v.
+func (b *batch) planValue(pp pendingPlan) []byte {
+	e, ok := b.lookup(rowsBlobKey(pp.runID, pp.rev))
+	if !ok {
+		return pp.v
+	}
+	rb, ok := e.obj.(*rowsBlob)
+	if !ok {
+		return pp.v
+	}
+	if v, ok := compactPlan(pp.planJSON, pp.argRefs, rb.rows); ok {
+		return v
+	}
+	return pp.v
 }
 
 // Memo returns the memo (runID, name) as this batch sees it (ledger.Tx).
@@ -764,7 +877,16 @@ func (b *batch) evalRequest(r *request) ([]ledger.Result, error) {
 	}
 	for _, k := range b.cur.order {
 		if e := b.cur.m[k]; e.stale {
-			v, err := encode(e.obj, nil)
+			var v []byte
+			var err error
+			switch o := e.obj.(type) {
+			case ledger.KeyRecord:
+				v, err = b.keyRecValue(o)
+			case pendingPlan:
+				v = b.planValue(o)
+			default:
+				v, err = encode(e.obj, nil)
+			}
 			if err != nil {
 				return nil, err
 			}

@@ -47,7 +47,9 @@
 // back to the kernel each second after writes (MADV_PAGEOUT on Linux:
 // otherwise the resident set grows with every output written), and a
 // format-version record checked at open (an unknown or newer format, or a
-// non-empty directory without one, is ErrFormat; nothing is overwritten). A
+// non-empty directory without one, is ErrFormat; nothing is overwritten:
+// a new directory gets format "2", and format "1" directories are read and
+// written as they are, see keys.go). A
 // directory held by another handle or process gives ErrLocked. The first open
 // after a crash can fail once on a memtable file (upstream badger#2207): Open
 // retries once.
@@ -58,7 +60,7 @@
 // (which may not contain NUL) and NUL, so one run's records of a kind are one
 // contiguous prefix and reading a run costs what the run holds, not the ledger:
 //
-//	v\0format                        format version ("1")
+//	v\0format                        format version ("2"; "1": keys as text below)
 //	h\0<run>                         run header (Run + row count)
 //	t\0<^created_ns BE8><run>        list index, newest first; value = status
 //	p\0<run>\0<rev BE4>              plan revision (JSON, immutable)
@@ -72,13 +74,30 @@
 //	u\0<bucket id>                   budget bucket (JSON ledger.BudgetRecord; budget.go)
 //	r\0<key>                         a key's budget hold (JSON ledger.Hold; budget.go)
 //
-// Records start with an encoding tag byte. Runs, key records and events are a
-// uvarint length, JSON metadata, then the raw JSON of their large field (a key
-// record's output, an event's data), so reading never re-parses outputs.
+// In format "2", the <key> of x and k records is NUL + the 32 bytes of an
+// executor-derived key ("dk1_" + 64 hex digits), any other key its text.
+//
+// Records start with an encoding tag byte, so a directory can hold records
+// of every encoding a version of this package wrote, and each decodes as it
+// was written. What is written now holds nothing twice:
+//   - key records (keyrecenc.go, encKeyRec2): binary fields without the key
+//     and run id (their Badger key holds them), status codes, times as Unix
+//     nanoseconds (relative where they follow another), then the output as
+//     raw JSON; the args are left to the row of the run's current revision
+//     when it holds the key and the same bytes (a row that moves to another
+//     key or other args writes the key record again, with its args);
+//   - events (eventenc.go, encEvent2): no run id or seq (the Badger key), a
+//     type code, the commonest data shapes without their JSON framing (read
+//     back byte for byte), and half the audit hash, completed by readers
+//     from the previous event's (every 64th event keeps the whole one);
+//   - rows (rowenc.go): a revision's initial rows in one record, and a row
+//     record holding only what changed since its initial row;
+//   - plan revisions (large.go): without their actions when the revision's
+//     initial rows give them back.
+//
 // Args of 64 KiB or more are written once per run, as a content blob that
-// the plan revision, the rows and the key record refer to (large.go). Rows,
-// the most numerous records a resume reads, use a compact binary encoding
-// (rowenc.go).
+// the plan revision, the rows and the key record refer to (large.go). Runs
+// are JSON metadata (a uvarint length, the JSON).
 //
 // # Events and subscriptions
 //

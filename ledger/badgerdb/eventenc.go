@@ -1,9 +1,12 @@
 package badgerdb
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,17 +23,120 @@ import (
 //
 // Events written before it (encJSONBlob, JSON metadata) decode as they did:
 // a data directory keeps its old events and appends new ones after them.
+// Since encEvent2 (below) it is only read.
 const encEvent = 6
+
+// encEvent2 is the event as written now. It holds nothing its Badger key
+// (e\0<run>\0<seq BE8>) holds, names its type by a one-byte code, and
+// stores the data of the commonest shapes without their JSON framing:
+//
+//	encEvent2, at (varint, Unix nanoseconds, UTC), type (one byte, a code
+//	of eventCodes; 0: uvarint length + bytes follow), action id (uvarint
+//	length + bytes), hash (as in encEvent), then the data: a form byte
+//	(dataForms) and its fields, the last one to the end.
+//
+// The data read back is byte for byte the data written (the audit chain
+// hashes it): a shape is used only when rebuilding it gives the same
+// bytes, else the data is stored as it is (dataRaw).
+const encEvent2 = 9
+
+// eventCodes are the one-byte codes of event types in encEvent2 records
+// (never renumbered: records on disk hold them). A type without a code is
+// stored by name.
+var eventCodes = []ledger.EventType{1: ledger.EventRunCreated, 2: ledger.EventPlanRecorded, 3: ledger.EventRunReplayed,
+	4: ledger.EventRunToolsChanged, 5: ledger.EventRunAwaitingApproval, 6: ledger.EventRunPaused, 7: ledger.EventRunResumed,
+	8: ledger.EventRunCompleted, 9: ledger.EventRunFailed, 10: ledger.EventRunCancelled, 11: ledger.EventActionApproved,
+	12: ledger.EventActionRejected, 13: ledger.EventActionEdited, 14: ledger.EventActionClaimed, 15: ledger.EventActionSucceeded,
+	16: ledger.EventActionAttemptFailed, 17: ledger.EventActionFailed, 18: ledger.EventActionNeedsReview,
+	19: ledger.EventActionResolved, 20: ledger.EventActionSkipped, 21: ledger.EventActionCompensated,
+	22: ledger.EventLookupWait, 23: ledger.EventActionPolicy, 24: ledger.EventActionApprovalAdded}
+
+var eventCodeOf = func() map[ledger.EventType]byte {
+	m := make(map[ledger.EventType]byte, len(eventCodes))
+	for c, t := range eventCodes {
+		if c > 0 {
+			m[t] = byte(c)
+		}
+	}
+	return m
+}()
+
+// The data forms of encEvent2.
+const (
+	dataNone   = 0 // no data
+	dataRaw    = 1 // the data's bytes, to the end
+	dataOutput = 2 // {"output":X}: X's bytes, to the end
+	// {"attempt":N,"key":K<rest>} (action.claimed): uvarint N, K (appendKey),
+	// then the rest of the object's text (",..." or nothing), to the end
+	dataClaim = 3
+	dataBy    = 4 // {"by":S}: S's text (uvarint length + bytes)
+)
 
 const (
 	hashNone   = 0
 	hashSHA256 = 1
 	hashString = 2
+	// hashHalf: the first 16 of the 32 bytes of a "sha256:" hash (encEvent2
+	// only). An audit chain's hash is computed from the previous event's
+	// hash and the event itself (ledger.ChainHash), so readers complete it
+	// (completeHash) and check it against the half that is stored: an
+	// edited event fails there as it did with the whole hash. Every
+	// hashCheckpoint-th event keeps its whole hash, so a reader starts at
+	// most that many events back.
+	hashHalf = 3
 )
+
+// hashCheckpoint: events whose seq is a multiple of it keep their whole hash.
+const hashCheckpoint = 64
+
+// halfPrefix marks, inside this package, a hash of which only the first
+// half was read (hex); completeHash replaces it.
+const halfPrefix = "sha256-half:"
+
+func halfHash(h string) bool { return strings.HasPrefix(h, halfPrefix) }
+
+// completeHash replaces ev's half hash by the whole one, computed after
+// prev (the previous event's hash), if it matches the half stored; if not
+// (the event or one before it was edited), by the half itself as
+// "sha256:<32 hex digits>", which no chain hash equals, so that
+// ledger.VerifyChain reports this event.
+func completeHash(prev string, ev *ledger.Event) {
+	half, ok := strings.CutPrefix(ev.Hash, halfPrefix)
+	if !ok {
+		return
+	}
+	if h := ledger.ChainHash(prev, *ev); strings.HasPrefix(h, sha256Prefix+half) {
+		ev.Hash = h
+		return
+	}
+	ev.Hash = sha256Prefix + half
+}
 
 const sha256Prefix = "sha256:"
 
+// encodeEvent encodes e as an encEvent2 record (its key holds its run id
+// and seq).
 func encodeEvent(e ledger.Event) ([]byte, error) {
+	b := make([]byte, 0, 24+len(e.ActionID)+32+len(e.Data))
+	b = append(b, encEvent2)
+	b = binary.AppendVarint(b, e.At.UnixNano())
+	if c, ok := eventCodeOf[e.Type]; ok {
+		b = append(b, c)
+	} else {
+		b = appendStr(append(b, 0), string(e.Type))
+	}
+	b = appendStr(b, e.ActionID)
+	if raw, ok := sha256Hash(e.Hash); ok && e.Seq%hashCheckpoint != 0 {
+		b = append(append(b, hashHalf), raw[:16]...)
+	} else {
+		b = appendHash(b, e.Hash)
+	}
+	return appendData(b, e.Data), nil
+}
+
+// encodeEvent1 encodes e as an encEvent record (the encoding before
+// encEvent2; tests write it to check that it is still read).
+func encodeEvent1(e ledger.Event) []byte {
 	b := make([]byte, 0, 40+len(e.RunID)+len(e.Type)+len(e.ActionID)+32+len(e.Data))
 	b = append(b, encEvent)
 	b = binary.AppendUvarint(b, e.Seq)
@@ -38,15 +144,122 @@ func encodeEvent(e ledger.Event) ([]byte, error) {
 	b = appendStr(b, e.RunID)
 	b = appendStr(b, string(e.Type))
 	b = appendStr(b, e.ActionID)
-	switch raw, ok := sha256Hash(e.Hash); {
-	case e.Hash == "":
-		b = append(b, hashNone)
+	b = appendHash(b, e.Hash)
+	return append(b, e.Data...)
+}
+
+func appendHash(b []byte, h string) []byte {
+	switch raw, ok := sha256Hash(h); {
+	case h == "":
+		return append(b, hashNone)
 	case ok:
-		b = append(append(b, hashSHA256), raw...)
+		return append(append(b, hashSHA256), raw...)
 	default:
-		b = appendStr(append(b, hashString), e.Hash)
+		return appendStr(append(b, hashString), h)
 	}
-	return append(b, e.Data...), nil
+}
+
+// appendData appends data in the first form of dataForms that gives its
+// bytes back exactly.
+func appendData(b []byte, data json.RawMessage) []byte {
+	if len(data) == 0 {
+		return append(b, dataNone)
+	}
+	if x, ok := bytes.CutPrefix(data, []byte(`{"output":`)); ok && bytes.HasSuffix(x, []byte("}")) {
+		x = x[:len(x)-1]
+		if json.Valid(x) {
+			return append(append(b, dataOutput), x...)
+		}
+	}
+	if v, ok := bytes.CutPrefix(data, []byte(`{"by":`)); ok && bytes.HasSuffix(v, []byte("}")) {
+		var by string
+		if json.Unmarshal(v[:len(v)-1], &by) == nil && bytes.Equal(byData(by), data) {
+			return appendStr(append(b, dataBy), by)
+		}
+	}
+	if n, key, rest, ok := cutClaim(data); ok {
+		b = binary.AppendUvarint(append(b, dataClaim), n)
+		return append(appendKey(b, key), rest...)
+	}
+	return append(append(b, dataRaw), data...)
+}
+
+func byData(by string) []byte {
+	s, _ := json.Marshal(by)
+	return append(append([]byte(`{"by":`), s...), '}')
+}
+
+// claimData is the data of action.claimed: {"attempt":N,"key":K<rest>}.
+func claimData(n uint64, key string, rest []byte) []byte {
+	k, _ := json.Marshal(key)
+	b := strconv.AppendUint(make([]byte, 0, 32+len(k)+len(rest)), n, 10)
+	b = append(append([]byte(`{"attempt":`), b...), `,"key":`...)
+	b = append(append(b, k...), rest...)
+	return append(b, '}')
+}
+
+// cutClaim splits data of the claimData shape into its parts.
+func cutClaim(data []byte) (n uint64, key string, rest []byte, ok bool) {
+	v, ok := bytes.CutPrefix(data, []byte(`{"attempt":`))
+	if !ok {
+		return 0, "", nil, false
+	}
+	i := bytes.IndexByte(v, ',')
+	if i <= 0 {
+		return 0, "", nil, false
+	}
+	n, err := strconv.ParseUint(string(v[:i]), 10, 64)
+	if err != nil {
+		return 0, "", nil, false
+	}
+	v, ok = bytes.CutPrefix(v[i:], []byte(`,"key":"`))
+	if !ok {
+		return 0, "", nil, false
+	}
+	j := bytes.IndexByte(v, '"')
+	if j < 0 || len(v) < j+2 {
+		return 0, "", nil, false
+	}
+	key, rest = string(v[:j]), v[j+1:len(v)-1]
+	if !bytes.Equal(claimData(n, key, rest), data) {
+		return 0, "", nil, false
+	}
+	return n, key, rest, true
+}
+
+// Keys derived by the executor ("dk1_" + 64 lowercase hex digits) are stored
+// as their 32 bytes; any other key as its text.
+const (
+	keyText = 0 // uvarint length + bytes
+	keyDK1  = 1 // 32 bytes: "dk1_" + their lowercase hex
+)
+
+const dk1Prefix = "dk1_"
+
+func appendKey(b []byte, key string) []byte {
+	if rest, ok := strings.CutPrefix(key, dk1Prefix); ok && len(rest) == 64 && strings.ToLower(rest) == rest {
+		if raw, err := hex.DecodeString(rest); err == nil {
+			return append(append(b, keyDK1), raw...)
+		}
+	}
+	return appendStr(append(b, keyText), key)
+}
+
+func (d *rowReader) key() string {
+	form := d.bytes(1)
+	switch {
+	case d.err != nil:
+		return ""
+	case form[0] == keyText:
+		return d.str()
+	case form[0] == keyDK1:
+		if raw := d.bytes(32); d.err == nil {
+			return dk1Prefix + hex.EncodeToString(raw)
+		}
+		return ""
+	}
+	d.err = fmt.Errorf("%w: unknown key form %d", ledger.ErrFormat, form[0])
+	return ""
 }
 
 // sha256Hash returns the 32 bytes of a "sha256:<64 lowercase hex>" hash.
@@ -59,13 +272,91 @@ func sha256Hash(h string) ([]byte, bool) {
 	return raw, err == nil
 }
 
-func decodeEvent(b []byte) (ledger.Event, error) {
-	if len(b) > 0 && b[0] == encJSONBlob {
+// decodeEvent decodes the event record of (runID, seq) in any of its
+// encodings.
+func decodeEvent(runID string, seq uint64, b []byte) (ledger.Event, error) {
+	switch {
+	case len(b) > 0 && b[0] == encJSONBlob:
 		return decodeJSONEvent(b)
-	}
-	if len(b) == 0 || b[0] != encEvent {
+	case len(b) > 0 && b[0] == encEvent:
+		return decodeEvent1(b)
+	case len(b) == 0 || b[0] != encEvent2:
 		return ledger.Event{}, fmt.Errorf("%w: not an event record", ledger.ErrFormat)
 	}
+	d := rowReader{b: b[1:], tag: encEvent2}
+	e := ledger.Event{Seq: seq, RunID: runID}
+	at, n := binary.Varint(d.b)
+	if n <= 0 {
+		return e, fmt.Errorf("%w: truncated event record", ledger.ErrFormat)
+	}
+	d.b = d.b[n:]
+	e.At = time.Unix(0, at).UTC()
+	switch c := d.bytes(1); {
+	case d.err != nil:
+	case c[0] == 0:
+		e.Type = ledger.EventType(d.str())
+	case int(c[0]) < len(eventCodes):
+		e.Type = eventCodes[c[0]]
+	default:
+		return e, fmt.Errorf("%w: event %d: unknown type code %d", ledger.ErrFormat, seq, c[0])
+	}
+	e.ActionID = d.str()
+	d.hash(&e)
+	form := d.bytes(1)
+	if d.err != nil {
+		return e, d.err
+	}
+	switch form[0] {
+	case dataNone:
+		if len(d.b) > 0 {
+			return e, fmt.Errorf("%w: event %d: bytes after an event without data", ledger.ErrFormat, seq)
+		}
+	case dataRaw, dataOutput:
+		if len(d.b) == 0 {
+			return e, fmt.Errorf("%w: truncated event record", ledger.ErrFormat)
+		}
+		if form[0] == dataRaw {
+			e.Data = append([]byte(nil), d.b...)
+		} else {
+			e.Data = append(append(append(make([]byte, 0, len(d.b)+11), `{"output":`...), d.b...), '}')
+		}
+	case dataBy:
+		by := d.str()
+		if len(d.b) > 0 && d.err == nil {
+			d.err = fmt.Errorf("%w: event %d: bytes after its data", ledger.ErrFormat, seq)
+		}
+		e.Data = byData(by)
+	case dataClaim:
+		n := d.uvarint()
+		key := d.key()
+		e.Data = claimData(n, key, d.b)
+	default:
+		return e, fmt.Errorf("%w: event %d: unknown data form %d", ledger.ErrFormat, seq, form[0])
+	}
+	return e, d.err
+}
+
+func (d *rowReader) hash(e *ledger.Event) {
+	switch form := d.bytes(1); {
+	case d.err != nil:
+	case form[0] == hashNone:
+	case form[0] == hashSHA256:
+		if raw := d.bytes(32); d.err == nil {
+			e.Hash = sha256Prefix + hex.EncodeToString(raw)
+		}
+	case form[0] == hashString:
+		e.Hash = d.str()
+	case form[0] == hashHalf && d.tag == encEvent2:
+		if raw := d.bytes(16); d.err == nil {
+			e.Hash = halfPrefix + hex.EncodeToString(raw)
+		}
+	default:
+		d.err = fmt.Errorf("%w: event %d: unknown hash form %d", ledger.ErrFormat, e.Seq, form[0])
+	}
+}
+
+// decodeEvent1 decodes an encEvent record.
+func decodeEvent1(b []byte) (ledger.Event, error) {
 	d := rowReader{b: b[1:]}
 	var e ledger.Event
 	e.Seq = d.uvarint()
@@ -80,18 +371,7 @@ func decodeEvent(b []byte) (ledger.Event, error) {
 	e.RunID = d.str()
 	e.Type = ledger.EventType(d.str())
 	e.ActionID = d.str()
-	switch form := d.bytes(1); {
-	case d.err != nil:
-	case form[0] == hashNone:
-	case form[0] == hashSHA256:
-		if raw := d.bytes(32); d.err == nil {
-			e.Hash = sha256Prefix + hex.EncodeToString(raw)
-		}
-	case form[0] == hashString:
-		e.Hash = d.str()
-	default:
-		return e, fmt.Errorf("%w: event %d: unknown hash form %d", ledger.ErrFormat, e.Seq, form[0])
-	}
+	d.hash(&e)
 	if d.err != nil {
 		return e, d.err
 	}

@@ -14,14 +14,24 @@ import (
 	"github.com/docketrun/docket/plan"
 )
 
-// formatFixture is a data directory written by the ledger before events had
-// their binary encoding (JSON event records), committed so that every later
-// version proves it still opens it. FORMAT_FIXTURE_WRITE=DIR writes such a
-// directory with the code at hand (it was written by the commit before the
-// binary event encoding):
+// formatFixtures are data directories written by earlier versions of the
+// ledger, committed so that every later version proves it still opens them.
+// FORMAT_FIXTURE_WRITE=DIR writes such a directory with the code at hand:
 //
 //	FORMAT_FIXTURE_WRITE=$PWD/testdata/format-json-events go test -run TestWriteFormatFixture ./ledger/badgerdb
-const formatFixture = "testdata/format-json-events"
+//
+// (then remove DIR/docket-space-reserve, the free-space reserve).
+var formatFixtures = []string{
+	// Format "1" before events had their binary encoding: JSON event and
+	// key records (written by the commit before the binary event encoding).
+	"testdata/format-json-events",
+	// Format "1" before the records of format "2" (keys as text in Badger
+	// keys; events with their run id, seq, type name, JSON data and whole
+	// hash; key records with their key, run id and a copy of the args; rows
+	// with every field; the plan as JSON beside rows that repeat it):
+	// written by main at f92e0e0, the commit this change started from.
+	"testdata/format-binary-v1",
+}
 
 // fixtureRun records a run of three chained actions "a0", "a1", "a2" and
 // takes it to step: 3 finishes it (all succeeded, run completed), 1 leaves
@@ -129,15 +139,24 @@ func checkFixtureRun(t *testing.T, l *badgerdb.Ledger, runID string, run ledger.
 	return evs
 }
 
-// A data directory written before the binary event encoding opens, reads
-// every run (rows, outputs, events with their audit chain, memos) and
-// continues: the open run's next actions are recorded after its old
-// events, and the chain holds across both encodings, also after a reopen.
+// A data directory written by an earlier format opens, reads every run
+// (rows, outputs, events with their audit chain, memos) and continues: the
+// open run's next actions are recorded after its old events, and the chain
+// holds across both encodings, also after a reopen.
 func TestOpenPreviousFormat(t *testing.T) {
 	t.Parallel()
+	for _, fixture := range formatFixtures {
+		t.Run(filepath.Base(fixture), func(t *testing.T) {
+			t.Parallel()
+			openPreviousFormat(t, fixture)
+		})
+	}
+}
+
+func openPreviousFormat(t *testing.T, fixture string) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")
-	if err := os.CopyFS(dir, os.DirFS(formatFixture)); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(fixture)); err != nil {
 		t.Fatal(err)
 	}
 	// CopyFS makes read-only copies of read-only files: the ledger writes.

@@ -2,8 +2,10 @@ package badgerdb
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/docketrun/docket/ledger"
 )
@@ -25,8 +27,22 @@ const (
 	kindBlob   = 'c' // c\0<run>\0<sha256 hex>         -> a large value, stored once (large.go)
 )
 
-// formatVersion is the on-disk format this code writes and reads.
-const formatVersion = "1"
+// formatVersion is the on-disk format of the directories this code
+// creates. Format "2" writes an executor-derived key ("dk1_" + 64 lowercase
+// hex digits) in Badger keys as a NUL and its 32 bytes (x and k records:
+// compactKeys); format "1" (formatTextKeys), the directories created before
+// it, writes every key as its text, and is still read and written as it is
+// (its records take the newer value encodings, which are read by their tag
+// byte). A build that knows only format "1" refuses a format "2" directory
+// (it would not find its keys).
+const formatVersion = "2"
+
+// formatTextKeys is the format of directories whose Badger keys hold every
+// idempotency key as its text.
+const formatTextKeys = "1"
+
+// knownFormat reports whether this build reads and writes format v.
+func knownFormat(v string) bool { return v == formatVersion || v == formatTextKeys }
 
 var metaFormatKey = []byte{kindMeta, 0, 'f', 'o', 'r', 'm', 'a', 't'}
 
@@ -68,9 +84,43 @@ func rowKey(runID string, rev int, actionID string) []byte {
 	return append(rowPrefix(runID, rev), actionID...)
 }
 
+// keyRecKey and keyIdxKey are the key record's and key index's Badger keys
+// with the key as its text (format "1").
 func keyRecKey(runID, key string) []byte { return append(runPrefix(kindKeyRec, runID), key...) }
 
 func keyIdxKey(key string) []byte { return simpleKey(kindKeyIdx, key) }
+
+// keyNames says how idempotency keys are written in a directory's Badger
+// keys: compact (format "2") or as their text (format "1").
+type keyNames struct{ compact bool }
+
+func (n keyNames) appendKey(b []byte, key string) []byte {
+	if n.compact {
+		if rest, ok := strings.CutPrefix(key, dk1Prefix); ok && len(rest) == 64 && strings.ToLower(rest) == rest {
+			if raw, err := hex.DecodeString(rest); err == nil {
+				return append(append(b, 0), raw...)
+			}
+		}
+	}
+	return append(b, key...)
+}
+
+// rec is the Badger key of (runID, key)'s key record.
+func (n keyNames) rec(runID, key string) []byte {
+	return n.appendKey(runPrefix(kindKeyRec, runID), key)
+}
+
+// idx is the Badger key of key's index entry (-> run id).
+func (n keyNames) idx(key string) []byte { return n.appendKey([]byte{kindKeyIdx, 0}, key) }
+
+// key reads a key back from the end of a Badger key. A key's text never
+// holds a NUL (ledger ids), so a NUL starts the compact form.
+func (n keyNames) key(b []byte) string {
+	if n.compact && len(b) == 33 && b[0] == 0 {
+		return dk1Prefix + hex.EncodeToString(b[1:])
+	}
+	return string(b)
+}
 
 func eventKey(runID string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(runPrefix(kindEvent, runID), seq)
@@ -125,13 +175,23 @@ type storedKeyRec struct {
 	ArgsRef string          `json:"args_ref,omitempty"`
 }
 
-func encodeKeyRec(k ledger.KeyRecord) ([]byte, error) {
-	return encodeKeyRecBinary(k), nil
+// decodeKeyRec decodes the key record of (runID, key) in any of its
+// encodings. argsRev > 0: the args are those of the row of that revision
+// (argsFromRow); args held in a blob come back as a reference (large.go),
+// which the readers resolve.
+func decodeKeyRec(runID, key string, b []byte) (rec ledger.KeyRecord, argsRev int, err error) {
+	if len(b) > 0 && b[0] == encKeyRec2 {
+		return decodeKeyRec2(runID, key, b)
+	}
+	rec, err = decodeKeyRec1(b)
+	if err == nil && (rec.Key != key || rec.RunID != runID) {
+		err = fmt.Errorf("%w: the key record of %s names key %s of run %q", ledger.ErrFormat, key, rec.Key, rec.RunID)
+	}
+	return rec, 0, err
 }
 
-// decodeKeyRec decodes a key record; args held in a blob come back as a
-// reference (large.go), which the readers resolve.
-func decodeKeyRec(b []byte) (ledger.KeyRecord, error) {
+// decodeKeyRec1 decodes a key record of the encodings before encKeyRec2.
+func decodeKeyRec1(b []byte) (ledger.KeyRecord, error) {
 	if len(b) > 0 && b[0] == encKeyRec {
 		return decodeKeyRecBinary(b)
 	}

@@ -1,9 +1,12 @@
 package badgerdb
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -104,8 +107,101 @@ func planRecord(planJSON []byte, argRefs map[string]string) ([]byte, error) {
 	return encode(storedPlan{Args: argRefs}, planJSON)
 }
 
-// decodePlan reads a plan revision record (either form).
-func decodePlan(v []byte, r *blobref.Resolver) (*plan.Plan, error) {
+// encPlan2 is a plan revision whose actions are the revision's initial
+// rows (their id, tool, args and depends_on; the args compacted, as JSON
+// encoding leaves them in the plan), so that they are stored once:
+//
+//	encPlan2, uvarint count of the actions' "why" texts (0: every one is
+//	empty), those texts (uvarint length + bytes), then the plan's JSON
+//	without its actions.
+//
+// It is written only when the rows hold exactly the plan's actions and
+// none of their args is a blob (compactPlan); else the forms above.
+const encPlan2 = 12
+
+// compactPlan returns the encPlan2 record of a plan revision whose JSON is
+// planJSON and whose initial rows are rows, or ok false when the rows do
+// not give its actions back exactly.
+func compactPlan(planJSON []byte, argRefs map[string]string, rows []ledger.RowRecord) (v []byte, ok bool) {
+	if argRefs != nil {
+		return nil, false
+	}
+	var p plan.Plan
+	if err := json.Unmarshal(planJSON, &p); err != nil || len(p.Actions) != len(rows) {
+		return nil, false
+	}
+	whys := 0
+	for i, a := range p.Actions {
+		if b := planAction(rows[i], a.Why); a.ID != b.ID || a.Tool != b.Tool || !bytes.Equal(a.Args, b.Args) ||
+			!slices.Equal(a.DependsOn, b.DependsOn) {
+			return nil, false
+		}
+		if a.Why != "" {
+			whys = len(p.Actions)
+		}
+	}
+	acts := p.Actions
+	p.Actions = nil
+	rest, err := json.Marshal(&p)
+	if err != nil {
+		return nil, false
+	}
+	back := p
+	if json.Unmarshal(rest, &back) != nil || back.Actions != nil {
+		return nil, false
+	}
+	v = binary.AppendUvarint([]byte{encPlan2}, uint64(whys))
+	for i := range whys {
+		v = appendStr(v, acts[i].Why)
+	}
+	return append(v, rest...), true
+}
+
+// planAction is the plan action a row gives back.
+func planAction(r ledger.RowRecord, why string) plan.Action {
+	a := plan.Action{ID: r.ID, Tool: r.Tool, DependsOn: r.DependsOn, Why: why}
+	var c bytes.Buffer
+	if len(r.Args) > 0 && !blobref.Is(r.Args) && json.Compact(&c, r.Args) == nil {
+		a.Args = c.Bytes()
+	}
+	return a
+}
+
+// decodePlan reads a plan revision record (any form); rows gives the
+// revision's initial rows (read only for an encPlan2 record).
+func decodePlan(v []byte, r *blobref.Resolver, rows func() ([]ledger.RowRecord, error)) (*plan.Plan, error) {
+	if len(v) > 0 && v[0] == encPlan2 {
+		d := rowReader{b: v[1:]}
+		whys := make([]string, d.uvarint())
+		for i := range whys {
+			whys[i] = d.str()
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		var p plan.Plan
+		if err := json.Unmarshal(d.b, &p); err != nil {
+			return nil, err
+		}
+		rs, err := rows()
+		if err != nil {
+			return nil, err
+		}
+		if len(whys) > 0 && len(whys) != len(rs) {
+			return nil, fmt.Errorf("%w: plan record has %d actions' texts for %d rows", ledger.ErrFormat, len(whys), len(rs))
+		}
+		p.Actions = make([]plan.Action, len(rs))
+		for i, row := range rs {
+			why := ""
+			if len(whys) > 0 {
+				why = whys[i]
+			}
+			if p.Actions[i] = planAction(row, why); p.Actions[i].Args == nil {
+				return nil, fmt.Errorf("%w: plan action %q: its row holds no args", ledger.ErrFormat, row.ID)
+			}
+		}
+		return &p, nil
+	}
 	if len(v) == 0 || v[0] != encJSONBlob {
 		var p plan.Plan
 		return &p, json.Unmarshal(v, &p)

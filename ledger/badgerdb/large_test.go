@@ -251,6 +251,10 @@ func TestLargeArgsOldRecordsRead(t *testing.T) {
 		return errors.Join(txn.Set(planKey("r", 1), oldPlan),
 			txn.Set(rowsBlobKey("r", 1), encodeRows([]ledger.RowRecord{{ID: "a", Tool: "t", Status: ledger.StatusApproved, Args: args, ApprovedArgs: args}})),
 			txn.Set(rowKey("r", 1, "a"), encodeRow(row)),
+			// A directory of that time had format "1": keys as text.
+			txn.Set(metaFormatKey, []byte(formatTextKeys)),
+			txn.Delete(keyNames{compact: true}.rec("r", key)), txn.Delete(keyNames{compact: true}.idx(key)),
+			txn.Set(keyIdxKey(key), []byte("r")),
 			txn.Set(keyRecKey("r", key), oldRec))
 	})
 	if err := errors.Join(err, db.Close()); err != nil {

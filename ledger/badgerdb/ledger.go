@@ -105,6 +105,10 @@ type Ledger struct {
 	db          *badger.DB
 	incarnation string
 	local       ledger.Local // process-local state of this handle (ledger.Store.Local)
+	// format is the directory's format version, keyNames how its Badger
+	// keys hold idempotency keys (keys.go).
+	format   string
+	keyNames keyNames
 
 	mu     sync.RWMutex // guards closed against Apply's enqueue
 	closed bool
@@ -194,7 +198,8 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		}
 		return nil, fmt.Errorf("ledger: opening %s: %w", cfg.Dir, err)
 	}
-	if err := checkFormat(db, space.readOnly); err != nil {
+	format, err := checkFormat(db, space.readOnly)
+	if err != nil {
 		db.Close()
 		if space.readOnly && errors.Is(err, errEmptyReadOnly) {
 			return nil, fmt.Errorf("%w: a new ledger cannot be created", space.noSpace(free, space.minFree))
@@ -211,6 +216,8 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		log:           log,
 		db:            db,
 		incarnation:   "inc_" + hex.EncodeToString(inc[:]),
+		format:        format,
+		keyNames:      keyNames{compact: format != formatTextKeys},
 		reqCh:         make(chan *request, 1024),
 		committerDone: make(chan struct{}),
 		gcStop:        make(chan struct{}),
@@ -294,8 +301,9 @@ func isCrashLeftoverErr(err error) bool {
 var errEmptyReadOnly = errors.New("ledger: empty directory opened read-only")
 
 // checkFormat writes the format version into an empty directory and refuses
-// a directory holding another version or other data.
-func checkFormat(db *badger.DB, readOnly bool) error {
+// a directory holding another version or other data; it returns the
+// directory's format.
+func checkFormat(db *badger.DB, readOnly bool) (string, error) {
 	var have []byte
 	var empty bool
 	err := db.View(func(txn *badger.Txn) error {
@@ -314,24 +322,24 @@ func checkFormat(db *badger.DB, readOnly bool) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("ledger: reading format version: %w", err)
+		return "", fmt.Errorf("ledger: reading format version: %w", err)
 	}
 	switch {
-	case have != nil && string(have) == formatVersion:
-		return nil
+	case have != nil && knownFormat(string(have)):
+		return string(have), nil
 	case have != nil:
-		return fmt.Errorf("%w: directory has format %q, this build reads %q", ledger.ErrFormat, have, formatVersion)
+		return "", fmt.Errorf("%w: directory has format %q, this build reads %q and %q", ledger.ErrFormat, have, formatTextKeys, formatVersion)
 	case !empty:
-		return fmt.Errorf("%w: directory holds data but no docket format record", ledger.ErrFormat)
+		return "", fmt.Errorf("%w: directory holds data but no docket format record", ledger.ErrFormat)
 	case readOnly:
-		return errEmptyReadOnly
+		return "", errEmptyReadOnly
 	}
 	if err := db.Update(func(txn *badger.Txn) error {
 		return txn.Set(metaFormatKey, []byte(formatVersion))
 	}); err != nil {
-		return fmt.Errorf("ledger: writing format version: %w", err)
+		return "", fmt.Errorf("ledger: writing format version: %w", err)
 	}
-	return nil
+	return formatVersion, nil
 }
 
 // Close stops the committer (after committing and acknowledging every write

@@ -1,9 +1,12 @@
 package badgerdb
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/docketrun/docket/ledger"
 )
@@ -22,12 +25,363 @@ import (
 // only when a row has a policy gate or approvals) then a JSON object
 // {"gate","approvals"} (like args). Records written before the extension
 // decode as before.
+//
+// Those four encodings are only read since encRow2 and encRows2 (below).
 const (
 	encRow   = 2
 	encRows  = 3
 	encRowX  = 4
 	encRowsX = 5
 )
+
+// encRow2 is a row record as written now: what changed since the revision
+// was recorded, its id being in its Badger key (a\0<run>\0<rev><id>):
+//
+//	encRow2, mask (uvarint: which of the static fields follow; the others
+//	are the row's initial ones, from the revision's rows record), key
+//	(appendKey), status (appendStatus), attempts (uvarint), args (uvarint
+//	length+1, 0 = null), error (string), then the static fields the mask
+//	names, in this order: tool (string), class (appendClass), depends_on
+//	(uvarint count, then strings), approved_args (like args), undo (one
+//	byte), ord (uvarint), extension (as in encRowX).
+//
+// A row without an initial one (a compensating row) names them all.
+//
+// encRows2 is a revision's initial rows:
+//
+//	encRows2, count (uvarint), the tools (uvarint count, then strings),
+//	then each row: flags (one byte: rowSameApproved, rowUndo,
+//	rowOrdIsIndex, rowWithExt), id (string), tool (uvarint index in the
+//	tools), class, key, status, attempts, args, depends_on, error, then
+//	approved_args unless rowSameApproved, ord unless rowOrdIsIndex, the
+//	extension with rowWithExt.
+const (
+	encRow2  = 10
+	encRows2 = 11
+)
+
+// The static fields of encRow2's mask.
+const (
+	rowHasTool = 1 << iota
+	rowHasClass
+	rowHasDeps
+	rowHasApproved
+	rowHasUndo
+	rowHasOrd
+	rowHasExt
+	rowHasAll = 1<<iota - 1
+)
+
+// The flags of a row in encRows2.
+const (
+	rowSameApproved = 1 << iota // approved_args are the args (bytes equal, both set)
+	rowUndo
+	rowOrdIsIndex
+	rowWithExt
+)
+
+// classCodes are the one-byte codes of the effect classes (never
+// renumbered); 0: the class's text follows.
+var classCodes = []string{1: "read_only", 2: "idempotent", 3: "keyed", 4: "lookup", 5: "at_most_once"}
+
+func appendClass(b []byte, c string) []byte {
+	for i, v := range classCodes {
+		if i > 0 && v == c {
+			return append(b, byte(i))
+		}
+	}
+	return appendStr(append(b, 0), c)
+}
+
+func (d *rowReader) class() string {
+	c := d.bytes(1)
+	switch {
+	case d.err != nil:
+		return ""
+	case c[0] == 0:
+		return d.str()
+	case int(c[0]) < len(classCodes):
+		return classCodes[c[0]]
+	}
+	d.err = fmt.Errorf("%w: unknown class code %d", ledger.ErrFormat, c[0])
+	return ""
+}
+
+func appendDeps(b []byte, deps []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(deps)))
+	for _, d := range deps {
+		b = appendStr(b, d)
+	}
+	return b
+}
+
+func (d *rowReader) deps() []string {
+	n := d.uvarint()
+	if n == 0 || d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: truncated row record", ledger.ErrFormat)
+		return nil
+	}
+	deps := make([]string, n)
+	for i := range deps {
+		deps[i] = d.str()
+	}
+	return deps
+}
+
+// encodeRow2 encodes r as an encRow2 record; base is its initial row (nil:
+// none).
+func encodeRow2(r ledger.RowRecord, base *ledger.RowRecord) []byte {
+	mask := rowHasAll
+	var ext []byte
+	if extended(r) {
+		ext = appendExt(nil, r)
+	}
+	if base != nil {
+		mask = 0
+		if r.Tool != base.Tool {
+			mask |= rowHasTool
+		}
+		if r.Class != base.Class {
+			mask |= rowHasClass
+		}
+		if !slices.Equal(r.DependsOn, base.DependsOn) || (r.DependsOn == nil) != (base.DependsOn == nil) {
+			mask |= rowHasDeps
+		}
+		if !bytes.Equal(r.ApprovedArgs, base.ApprovedArgs) || (r.ApprovedArgs == nil) != (base.ApprovedArgs == nil) {
+			mask |= rowHasApproved
+		}
+		if r.Undo != base.Undo {
+			mask |= rowHasUndo
+		}
+		if r.Ord != base.Ord {
+			mask |= rowHasOrd
+		}
+		var baseExt []byte
+		if extended(*base) {
+			baseExt = appendExt(nil, *base)
+		}
+		if !bytes.Equal(ext, baseExt) {
+			mask |= rowHasExt
+		}
+	}
+	b := make([]byte, 0, 64+len(r.Args)+len(r.ApprovedArgs)+len(ext))
+	b = binary.AppendUvarint(append(b, encRow2), uint64(mask))
+	b = appendKey(b, r.Key)
+	b = appendStatus(b, r.Status)
+	b = binary.AppendUvarint(b, uint64(r.Attempts))
+	b = appendRaw(b, r.Args)
+	b = appendStr(b, r.Error)
+	if mask&rowHasTool != 0 {
+		b = appendStr(b, r.Tool)
+	}
+	if mask&rowHasClass != 0 {
+		b = appendClass(b, r.Class)
+	}
+	if mask&rowHasDeps != 0 {
+		b = appendDeps(b, r.DependsOn)
+	}
+	if mask&rowHasApproved != 0 {
+		b = appendRaw(b, r.ApprovedArgs)
+	}
+	if mask&rowHasUndo != 0 {
+		b = append(b, boolByte(r.Undo))
+	}
+	if mask&rowHasOrd != 0 {
+		b = binary.AppendUvarint(b, uint64(r.Ord))
+	}
+	if mask&rowHasExt != 0 {
+		if ext == nil {
+			ext = appendRaw(nil, nil)
+		}
+		b = append(b, ext...)
+	}
+	return b
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// rowNeedsBase reports whether a row record names fields it leaves to its
+// initial row (only encRow2 records do).
+func rowNeedsBase(b []byte) bool {
+	if len(b) < 2 || b[0] != encRow2 {
+		return false
+	}
+	mask, n := binary.Uvarint(b[1:])
+	return n > 0 && mask != rowHasAll
+}
+
+// decodeRowRecord decodes the row record of action id in any of its
+// encodings. base is the row's initial row (nil: none): an encRow2 record
+// that leaves fields to it is then an error, unless partial, when only
+// the fields it holds are set (id, key, status, attempts, args, error).
+func decodeRowRecord(id string, b []byte, base *ledger.RowRecord, partial bool) (ledger.RowRecord, error) {
+	if len(b) == 0 || b[0] != encRow2 {
+		r, err := decodeRow(b)
+		if err == nil && r.ID != id {
+			err = fmt.Errorf("%w: the row record of %q names action %q", ledger.ErrFormat, id, r.ID)
+		}
+		return r, err
+	}
+	d := rowReader{b: b[1:]}
+	mask := d.uvarint()
+	if d.err == nil && mask&^rowHasAll != 0 {
+		return ledger.RowRecord{}, fmt.Errorf("%w: row %q: unknown fields %#x", ledger.ErrFormat, id, mask)
+	}
+	var r ledger.RowRecord
+	switch {
+	case base != nil:
+		r = *base
+	case mask != rowHasAll && !partial && d.err == nil:
+		return r, fmt.Errorf("%w: row %q of a revision without its initial row", ledger.ErrFormat, id)
+	}
+	r.ID = id
+	r.Key = d.key()
+	r.Status = d.status()
+	r.Attempts = int(d.uvarint())
+	r.Args = d.raw()
+	r.Error = d.str()
+	if mask&rowHasTool != 0 {
+		r.Tool = d.str()
+	}
+	if mask&rowHasClass != 0 {
+		r.Class = d.class()
+	}
+	if mask&rowHasDeps != 0 {
+		r.DependsOn = d.deps()
+	}
+	if mask&rowHasApproved != 0 {
+		r.ApprovedArgs = d.raw()
+	}
+	if mask&rowHasUndo != 0 {
+		if u := d.bytes(1); d.err == nil {
+			r.Undo = u[0] == 1
+		}
+	}
+	if mask&rowHasOrd != 0 {
+		r.Ord = int(d.uvarint())
+	}
+	if mask&rowHasExt != 0 {
+		r.Gate, r.Approvals = nil, nil
+		d.ext(&r)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: row %q: %d bytes after its fields", ledger.ErrFormat, id, len(d.b))
+	}
+	return r, d.err
+}
+
+// encodeRows2 encodes a revision's initial rows as an encRows2 record.
+func encodeRows2(rows []ledger.RowRecord) []byte {
+	var tools []string
+	toolIdx := map[string]int{}
+	for _, r := range rows {
+		if _, ok := toolIdx[r.Tool]; !ok {
+			toolIdx[r.Tool] = len(tools)
+			tools = append(tools, r.Tool)
+		}
+	}
+	b := binary.AppendUvarint([]byte{encRows2}, uint64(len(rows)))
+	b = binary.AppendUvarint(b, uint64(len(tools)))
+	for _, t := range tools {
+		b = appendStr(b, t)
+	}
+	for i, r := range rows {
+		var flags byte
+		if r.Args != nil && bytes.Equal(r.ApprovedArgs, r.Args) {
+			flags |= rowSameApproved
+		}
+		if r.Undo {
+			flags |= rowUndo
+		}
+		if r.Ord == i {
+			flags |= rowOrdIsIndex
+		}
+		if extended(r) {
+			flags |= rowWithExt
+		}
+		b = append(b, flags)
+		b = appendStr(b, r.ID)
+		b = binary.AppendUvarint(b, uint64(toolIdx[r.Tool]))
+		b = appendClass(b, r.Class)
+		b = appendKey(b, r.Key)
+		b = appendStatus(b, r.Status)
+		b = binary.AppendUvarint(b, uint64(r.Attempts))
+		b = appendRaw(b, r.Args)
+		b = appendDeps(b, r.DependsOn)
+		b = appendStr(b, r.Error)
+		if flags&rowSameApproved == 0 {
+			b = appendRaw(b, r.ApprovedArgs)
+		}
+		if flags&rowOrdIsIndex == 0 {
+			b = binary.AppendUvarint(b, uint64(r.Ord))
+		}
+		if flags&rowWithExt != 0 {
+			b = appendExt(b, r)
+		}
+	}
+	return b
+}
+
+func decodeRows2(b []byte) ([]ledger.RowRecord, error) {
+	d := rowReader{b: b[1:]}
+	n := d.uvarint()
+	nt := d.uvarint()
+	if d.err != nil || n > uint64(len(b)) || nt > uint64(len(b)) {
+		return nil, cmp.Or(d.err, fmt.Errorf("%w: corrupt rows record", ledger.ErrFormat))
+	}
+	tools := make([]string, nt)
+	for i := range tools {
+		tools[i] = d.str()
+	}
+	rows := make([]ledger.RowRecord, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var r ledger.RowRecord
+		var flags byte
+		if f := d.bytes(1); d.err == nil {
+			flags = f[0]
+		}
+		r.ID = d.str()
+		if t := d.uvarint(); d.err == nil && t >= uint64(len(tools)) {
+			d.err = fmt.Errorf("%w: row %q names tool %d of %d", ledger.ErrFormat, r.ID, t, len(tools))
+		} else if d.err == nil {
+			r.Tool = tools[t]
+		}
+		r.Class = d.class()
+		r.Key = d.key()
+		r.Status = d.status()
+		r.Attempts = int(d.uvarint())
+		r.Args = d.raw()
+		r.DependsOn = d.deps()
+		r.Error = d.str()
+		if flags&rowSameApproved != 0 {
+			r.ApprovedArgs = r.Args
+		} else {
+			r.ApprovedArgs = d.raw()
+		}
+		r.Undo = flags&rowUndo != 0
+		if flags&rowOrdIsIndex != 0 {
+			r.Ord = int(i)
+		} else {
+			r.Ord = int(d.uvarint())
+		}
+		if flags&rowWithExt != 0 {
+			d.ext(&r)
+		}
+		rows = append(rows, r)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: rows record: %d bytes after its rows", ledger.ErrFormat, len(d.b))
+	}
+	return rows, d.err
+}
 
 // rowExt holds the fields of the extended row encoding.
 type rowExt struct {
@@ -113,6 +467,7 @@ func encodeRows(rows []ledger.RowRecord) []byte {
 type rowReader struct {
 	b   []byte
 	err error
+	tag byte // the record's encoding, where a field's forms depend on it
 }
 
 func (d *rowReader) uvarint() uint64 {
@@ -206,6 +561,9 @@ func decodeRow(b []byte) (ledger.RowRecord, error) {
 }
 
 func decodeRows(b []byte) ([]ledger.RowRecord, error) {
+	if len(b) > 0 && b[0] == encRows2 {
+		return decodeRows2(b)
+	}
 	if len(b) == 0 || (b[0] != encRows && b[0] != encRowsX) {
 		return nil, fmt.Errorf("%w: not a rows record", ledger.ErrFormat)
 	}
@@ -228,7 +586,7 @@ func decodeRows(b []byte) ([]ledger.RowRecord, error) {
 
 // keyRecOutput returns a key record's output without decoding its metadata.
 func keyRecOutput(b []byte) (json.RawMessage, error) {
-	if len(b) < 2 || (b[0] != encJSONBlob && b[0] != encKeyRec) {
+	if len(b) < 2 || (b[0] != encJSONBlob && b[0] != encKeyRec && b[0] != encKeyRec2) {
 		return nil, fmt.Errorf("%w: unknown record encoding", ledger.ErrFormat)
 	}
 	n, k := binary.Uvarint(b[1:])

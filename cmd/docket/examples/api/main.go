@@ -18,6 +18,9 @@
 //     requests would charge twice, and no client could prevent it.
 //   - POST /emails sends an email; it takes no key and cannot be searched, so
 //     docket never sends it twice on its own (at_most_once).
+//   - POST /steps {"n": N} answers {"n": N+1} at once and remembers the
+//     answer per Idempotency-Key (required): a keyed step for measuring
+//     docket itself on long chains (the README's "Per action" section).
 //
 // -slow D makes every write take D before it answers, so a crash or a timeout
 // can land while a write is in flight.
@@ -114,6 +117,7 @@ func (a *api) handler() http.Handler {
 	mux.HandleFunc("POST /charges", a.keyedWrite("charges", "ch"))
 	mux.HandleFunc("POST /refunds", a.keyedWrite("refunds", "re"))
 	mux.HandleFunc("POST /emails", a.sendEmail)
+	mux.HandleFunc("POST /steps", a.step)
 	mux.HandleFunc("GET /effects", a.counts)
 	return mux
 }
@@ -176,6 +180,31 @@ func (a *api) createCustomer(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	a.work()
 	writeJSON(w, http.StatusCreated, c)
+}
+
+// step counts one up, once per Idempotency-Key (a repeated key gets the
+// first answer).
+func (a *api) step(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	var in struct {
+		N *int64 `json:"n"`
+	}
+	if key == "" || json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in) != nil || in.N == nil {
+		refuse(w, http.StatusBadRequest, `an Idempotency-Key header and a body {"n": integer} are required`)
+		return
+	}
+	a.mu.Lock()
+	a.requests["steps"]++
+	k, ok := a.keys["steps/"+key]
+	if !ok {
+		k = &keyed{done: true, status: http.StatusOK, answer: fmt.Appendf(nil, `{"n":%d}`, *in.N+1)}
+		a.keys["steps/"+key] = k
+		a.effects["steps"]++
+	}
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(k.status)
+	w.Write(k.answer)
 }
 
 func (a *api) findCustomers(w http.ResponseWriter, r *http.Request) {
