@@ -62,11 +62,12 @@
 // keeps its memtables there too. Without a soft memory limit the collector
 // lets the heap grow to about twice that, so a process's peak grows with the
 // bytes written in a burst (a few hundred MiB after tens of thousands of
-// actions in a few seconds). Set one: GOMEMLIMIT=128MiB in the environment,
-// or debug.SetMemoryLimit(128 << 20) at start, plus what the application
-// itself needs. It is soft: the runtime collects harder as the heap nears
-// it (at most about half the CPU) and never fails an allocation; the price
-// is some throughput in long write bursts (the README's measurements).
+// actions in a few seconds). Set one: 96 MiB for the ledger plus what the
+// application itself needs, in the environment (GOMEMLIMIT=128MiB for an
+// application needing 32 MiB) or at start (debug.SetMemoryLimit). It is
+// soft: the runtime collects harder as the heap nears it (at most about half
+// the CPU) and never fails an allocation; the price is throughput in long
+// write bursts, whose live heap outgrows it (the README's measurements).
 // `docket serve` sets 128 MiB by default (--memory-limit). This package does
 // not set it: the limit is the whole process's.
 //

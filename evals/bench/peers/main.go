@@ -68,7 +68,7 @@ type Config struct {
 	Log         io.Writer `json:"-"`
 
 	// DocketMemoryLimit is the docket child's soft memory limit in bytes
-	// when GOMEMLIMIT is unset (default 128 MiB, what ledger/badgerdb tells
+	// when GOMEMLIMIT is unset (default 96 MiB, what ledger/badgerdb tells
 	// embedders to set; 0 or math.MaxInt64: none).
 	DocketMemoryLimit int64
 }
@@ -104,7 +104,7 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 	workloads := fs.String("workloads", strings.Join(cfg.Workloads, ","), "comma-separated: noop, http")
 	sides := fs.String("sides", strings.Join(cfg.Sides, ","), "comma-separated: docket (Badger ledger), docket-pg (ledger on PostgreSQL), dbos (one side alone is for profiling it: no ratios)")
 	fs.IntVar(&cfg.DBOSPool, "dbos-pool", cfg.DBOSPool, "DBOS's connection pool size (0: DBOS's default, 20 connections, which served it better than 64 here)")
-	memLimit := fs.String("docket-memory-limit", fmt.Sprintf("%dMiB", cfg.DocketMemoryLimit>>20), "soft memory limit of the docket child when GOMEMLIMIT is unset (128MiB, 1GiB, off; the DBOS and docket-pg children keep the Go runtime's default)")
+	memLimit := fs.String("docket-memory-limit", fmt.Sprintf("%dMiB", cfg.DocketMemoryLimit>>20), "soft memory limit of the docket child when GOMEMLIMIT is unset (96MiB, 1GiB, off; the DBOS and docket-pg children keep the Go runtime's default)")
 	fs.StringVar(&cfg.PGBin, "pg-bin", "", "directory holding initdb and pg_ctl (default: PATH, then /usr/lib/postgresql/*/bin)")
 	fs.StringVar(&cfg.Dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work directory")

@@ -10,10 +10,10 @@ import (
 
 // defaultDocketMemoryLimit is the soft memory limit the docket child runs
 // with when GOMEMLIMIT is unset: what ledger/badgerdb's documentation tells
-// an application embedding docket to set (the same as `docket serve`'s
-// default), so that the child measures docket as it is meant to be run.
+// an application embedding docket to set for the ledger (the child needs
+// little else), so that the child measures docket as it is meant to be run.
 // -docket-memory-limit off measures it without one.
-const defaultDocketMemoryLimit = 128 << 20
+const defaultDocketMemoryLimit = 96 << 20
 
 // docketMemoryLimit is the soft limit a child of side applies: the
 // configured one for the docket side (Badger ledger) when GOMEMLIMIT is
