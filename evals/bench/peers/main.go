@@ -26,7 +26,10 @@
 //
 //	cd evals/bench/peers && go run . -rounds 5
 //
-// Each side runs in its own process so that its peak RSS is its own.
+// Each side runs in its own process so that its peak RSS is its own. The
+// docket child runs under the soft memory limit ledger/badgerdb tells
+// embedders to set (-docket-memory-limit, 96MiB; off for none); the others
+// under the Go runtime's default (GOMEMLIMIT, when set, applies to all).
 package main
 
 import (
