@@ -41,6 +41,12 @@ func setMemoryLimit(n int64) (restore func()) {
 	return func() { debug.SetMemoryLimit(prev) }
 }
 
+// handBackStartupGarbage collects and hands the freed memory back to the OS
+// at once: setting up (tools file, schemas, policies, the ledger's open)
+// leaves garbage that the runtime's scavenger would return only slowly, so
+// that an idle server's resident set is what it keeps (≈0.4 MiB less, README).
+func handBackStartupGarbage() { debug.FreeOSMemory() }
+
 // parseMemoryLimit reads a size: a number of bytes with an optional unit
 // (B, KiB, MiB, GiB, TiB, as GOMEMLIMIT spells them), or "off" (no limit).
 func parseMemoryLimit(s string) (int64, error) {

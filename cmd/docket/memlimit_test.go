@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,5 +82,24 @@ func TestServeMemoryLimit(t *testing.T) {
 				t.Fatalf("the log does not say %s:\n%s", want, s.output())
 			}
 		})
+	}
+}
+
+// `docket serve` hands start-up's garbage back to the OS before it says it
+// listens (a forced collection: debug.FreeOSMemory), so that an idle
+// server's resident set is what it keeps. Not parallel: no other test's
+// body runs meanwhile to force a collection of its own.
+func TestServeHandsBackStartupGarbage(t *testing.T) {
+	forced := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := forced()
+	s := startServe(t, nil, "--data", filepath.Join(t.TempDir(), "data"), "--token", "startup-garbage-token-0123456789")
+	after := forced()
+	_ = s // stopped by startServe's cleanup (a stop this early may report the interrupted start-up)
+	if after <= before {
+		t.Fatalf("forced collections %d before serve started, %d once it listened: start-up's garbage was not handed back", before, after)
 	}
 }

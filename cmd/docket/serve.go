@@ -291,6 +291,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		return withCode(exitBad, err)
 	}
 
+	handBackStartupGarbage()
 	fmt.Fprintf(out, "docket serve: listening on %s/\n", base)
 	if everywhere {
 		fmt.Fprintf(out, "  on every network interface (--addr %s); other machines: %s/\n", *addr, other)

@@ -402,7 +402,7 @@ func (l *Ledger) gcLoop() {
 			// Only when something was written since the last trim.
 			if n := l.stats.commits.Load(); n != trimmedAt {
 				trimmedAt = n
-				trimValueLog(l.cfg.Dir)
+				trimMapped(l.cfg.Dir)
 			}
 			continue
 		case <-t.C:

@@ -17,13 +17,16 @@ import (
 // meantime cannot be harmed.
 const madvPageout = 21
 
-// trimValueLog asks the kernel to reclaim the pages of Badger's value-log
-// files mapped into this process. Badger writes the value log through a
-// shared file mapping and keeps every file mapped, so each output written
-// stays in the process's resident set (file-backed, clean once synced) until
-// the kernel needs the memory: without this, RSS grows with the data written.
-// Values are read back rarely (outputs of runs being shown or resumed).
-func trimValueLog(dir string) {
+// trimMapped asks the kernel to reclaim the pages of the files Badger maps
+// into this process from dir: value-log files (.vlog), tables (.sst) and
+// memtable logs (.mem). Badger writes all three through shared file
+// mappings and keeps them mapped (a table from when it is written until
+// compaction deletes it, a memtable log until its flush, a value-log file
+// until GC), so every byte written stays in the process's resident set
+// (file-backed, clean once synced) until the kernel needs the memory:
+// without this, RSS grows with the data written. Values and tables are read
+// back through Badger's caches and, rarely, the page cache.
+func trimMapped(dir string) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return
@@ -37,7 +40,7 @@ func trimValueLog(dir string) {
 	for sc.Scan() {
 		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || !strings.HasSuffix(fields[5], ".vlog") || filepath.Dir(fields[5]) != abs {
+		if len(fields) < 6 || !trimmable(fields[5]) || filepath.Dir(fields[5]) != abs {
 			continue
 		}
 		lo, hi, ok := strings.Cut(fields[0], "-")
@@ -51,4 +54,13 @@ func trimValueLog(dir string) {
 		}
 		_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, uintptr(start), uintptr(end-start), madvPageout)
 	}
+}
+
+// trimmable reports whether trimMapped hands back the pages of a file.
+func trimmable(path string) bool {
+	switch filepath.Ext(path) {
+	case ".vlog", ".sst", ".mem":
+		return true
+	}
+	return false
 }

@@ -2,5 +2,5 @@
 
 package badgerdb
 
-// trimValueLog is a no-op where MADV_PAGEOUT is not available.
-func trimValueLog(string) {}
+// trimMapped is a no-op where MADV_PAGEOUT is not available.
+func trimMapped(string) {}

@@ -32,6 +32,9 @@ type childSpec struct {
 	// Profiles of the measured window, when set: CPU and heap (pprof).
 	CPUProfile string `json:"cpu_profile,omitempty"`
 	MemProfile string `json:"mem_profile,omitempty"`
+	// MemoryLimit is the soft memory limit the child sets (0: none set,
+	// the Go runtime's own from GOMEMLIMIT or unlimited).
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
 }
 
 // Result is one child's figures (plus, for the sides on PostgreSQL, DBOS and
@@ -51,7 +54,10 @@ type Result struct {
 	ConcStepsPerSec  float64 `json:"conc_steps_per_s"`
 	// Memory: the child's peak RSS (VmHWM); for DBOS and docket-pg also PostgreSQL's peak
 	// proportional set size (postmaster and all its children, sampled).
-	ChildPeakKiB    int64 `json:"child_peak_kib"`
+	ChildPeakKiB int64 `json:"child_peak_kib"`
+	// GoMemLimit is the soft memory limit the child ran with (bytes;
+	// math.MaxInt64: none).
+	GoMemLimit      int64 `json:"go_mem_limit"`
 	PostgresPeakKiB int64 `json:"postgres_peak_kib,omitempty"`
 	// CPU in the measured window (sequential phase, concurrent warm-up and
 	// phase): the child's user+sys time, plus for DBOS and docket-pg
@@ -172,6 +178,7 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 	if mark == nil {
 		mark = func(string) error { return nil }
 	}
+	goMemLimit := applyMemoryLimit(spec.MemoryLimit) // before the side allocates anything
 	rec := &recorder{}
 	var (
 		eng engine
@@ -188,7 +195,7 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Side: spec.Side, Workload: spec.Workload}
+	res := Result{Side: spec.Side, Workload: spec.Workload, GoMemLimit: goMemLimit}
 	closed := false
 	defer func() {
 		if !closed {

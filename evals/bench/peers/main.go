@@ -26,7 +26,10 @@
 //
 //	cd evals/bench/peers && go run . -rounds 5
 //
-// Each side runs in its own process so that its peak RSS is its own.
+// Each side runs in its own process so that its peak RSS is its own. The
+// docket child runs under the soft memory limit ledger/badgerdb tells
+// embedders to set (-docket-memory-limit, 96MiB; off for none); the others
+// under the Go runtime's default (GOMEMLIMIT, when set, applies to all).
 package main
 
 import (
@@ -66,6 +69,11 @@ type Config struct {
 	ProfileDir  string    // write each child's CPU and heap profiles here
 	Exe         string    `json:"-"` // program to run as a child; "" is this executable
 	Log         io.Writer `json:"-"`
+
+	// DocketMemoryLimit is the docket child's soft memory limit in bytes
+	// when GOMEMLIMIT is unset (default 96 MiB, what ledger/badgerdb tells
+	// embedders to set; 0 or math.MaxInt64: none).
+	DocketMemoryLimit int64
 }
 
 // allSides are the sides, in the order of the first round.
@@ -75,6 +83,7 @@ func defaultConfig() Config {
 	return Config{
 		Rounds: 5, Steps: 10, SeqRuns: 200, Concurrency: 64, ConcRuns: 30, Warmup: 5,
 		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "docket-pg", "dbos"}, Log: os.Stderr,
+		DocketMemoryLimit: defaultDocketMemoryLimit,
 	}
 }
 
@@ -98,6 +107,7 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 	workloads := fs.String("workloads", strings.Join(cfg.Workloads, ","), "comma-separated: noop, http")
 	sides := fs.String("sides", strings.Join(cfg.Sides, ","), "comma-separated: docket (Badger ledger), docket-pg (ledger on PostgreSQL), dbos (one side alone is for profiling it: no ratios)")
 	fs.IntVar(&cfg.DBOSPool, "dbos-pool", cfg.DBOSPool, "DBOS's connection pool size (0: DBOS's default, 20 connections, which served it better than 64 here)")
+	memLimit := fs.String("docket-memory-limit", fmt.Sprintf("%dMiB", cfg.DocketMemoryLimit>>20), "soft memory limit of the docket child when GOMEMLIMIT is unset (96MiB, 1GiB, off; the DBOS and docket-pg children keep the Go runtime's default)")
 	fs.StringVar(&cfg.PGBin, "pg-bin", "", "directory holding initdb and pg_ctl (default: PATH, then /usr/lib/postgresql/*/bin)")
 	fs.StringVar(&cfg.Dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work directory")
@@ -112,6 +122,12 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Workloads = strings.Split(*workloads, ",")
 	cfg.Sides = strings.Split(*sides, ",")
+	limit, err := parseMemoryLimit(*memLimit)
+	if err != nil {
+		fmt.Fprintf(stderr, "peers: %v\n", err)
+		return 2
+	}
+	cfg.DocketMemoryLimit = limit
 	cfg.Log = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -260,6 +276,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					Side: side, Workload: w, Steps: cfg.Steps, SeqRuns: cfg.SeqRuns,
 					Concurrency: cfg.Concurrency, ConcRuns: cfg.ConcRuns, Warmup: cfg.Warmup,
 					HTTPURL: srv.URL + "/step",
+					// Only the docket side: what an embedder following
+					// ledger/badgerdb's documentation sets.
+					MemoryLimit: docketMemoryLimit(side, cfg.DocketMemoryLimit, os.Getenv),
 				}
 				if cfg.ProfileDir != "" {
 					base := filepath.Join(cfg.ProfileDir, fmt.Sprintf("r%d-%s-%s", r+1, w, side))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"strings"
@@ -34,7 +35,8 @@ func TestSmoke(t *testing.T) {
 	}
 	var log bytes.Buffer
 	cfg := Config{Rounds: 1, Steps: 3, SeqRuns: 4, Concurrency: 4, ConcRuns: 2, Warmup: 1,
-		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "docket-pg", "dbos"}, Log: &log}
+		Workloads: []string{"noop", "http"}, Sides: []string{"docket", "docket-pg", "dbos"}, Log: &log,
+		DocketMemoryLimit: 200 << 20}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
@@ -79,6 +81,17 @@ func TestSmoke(t *testing.T) {
 		if r.Side == "docket" && (r.PostgresPeakKiB != 0 || r.PostgresCPUMS != 0) {
 			t.Errorf("%s: PostgreSQL's figures charged to docket", where)
 		}
+		// The docket child runs under -docket-memory-limit, the others under
+		// the runtime's default (GOMEMLIMIT, when set, for every child).
+		wantLimit := int64(math.MaxInt64)
+		if env := os.Getenv("GOMEMLIMIT"); env != "" {
+			wantLimit = r.GoMemLimit // the runtime's parse of it; checked for being the same for every side below
+		} else if r.Side == "docket" {
+			wantLimit = cfg.DocketMemoryLimit
+		}
+		if r.GoMemLimit != wantLimit || r.GoMemLimit != rep.Results[0].GoMemLimit && os.Getenv("GOMEMLIMIT") != "" {
+			t.Errorf("%s: ran with soft memory limit %d, want %d", where, r.GoMemLimit, wantLimit)
+		}
 	}
 	if len(rep.Rows) != 2*len(metrics(cfg)) {
 		t.Fatalf("got %d rows, want %d", len(rep.Rows), 2*len(metrics(cfg)))
@@ -100,7 +113,53 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
+	if os.Getenv("GOMEMLIMIT") == "" && !strings.Contains(out.String(), "soft memory limit (Go runtime): docket child 200 MiB, DBOS child none") {
+		t.Errorf("report does not say which soft memory limit each child ran with:\n%s", out.String())
+	}
 	t.Logf("\n%s", out.String())
+}
+
+// TestDocketMemoryLimit: which children get -docket-memory-limit, and how
+// the flag reads.
+func TestDocketMemoryLimit(t *testing.T) {
+	none := func(string) string { return "" }
+	set := func(k string) string {
+		if k == "GOMEMLIMIT" {
+			return "1GiB"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		side   string
+		limit  int64
+		getenv func(string) string
+		want   int64
+	}{
+		{"docket", 128 << 20, none, 128 << 20},
+		{"docket", 128 << 20, set, 0}, // GOMEMLIMIT wins: the runtime already applied it
+		{"docket", math.MaxInt64, none, 0},
+		{"docket", 0, none, 0},
+		{"dbos", 128 << 20, none, 0},
+		{"docket-pg", 128 << 20, none, 0},
+	} {
+		if got := docketMemoryLimit(c.side, c.limit, c.getenv); got != c.want {
+			t.Errorf("docketMemoryLimit(%s, %d, GOMEMLIMIT=%q) = %d, want %d", c.side, c.limit, c.getenv("GOMEMLIMIT"), got, c.want)
+		}
+	}
+	for in, want := range map[string]int64{"128MiB": 128 << 20, "1GiB": 1 << 30, "64 MiB": 64 << 20, "1048576": 1 << 20, "off": math.MaxInt64} {
+		if got, err := parseMemoryLimit(in); err != nil || got != want {
+			t.Errorf("parseMemoryLimit(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-5MiB", "lots", "12TB", "9999999999GiB"} {
+		if got, err := parseMemoryLimit(in); err == nil {
+			t.Errorf("parseMemoryLimit(%q) = %d, want an error", in, got)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := parentMain([]string{"-docket-memory-limit", "lots"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "docket-memory-limit") {
+		t.Errorf("-docket-memory-limit lots: exit %d, stderr %q; want 2 and a message naming the flag", code, stderr.String())
+	}
 }
 
 func TestSummarize(t *testing.T) {

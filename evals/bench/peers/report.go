@@ -152,8 +152,10 @@ func (rep *Report) Markdown(w io.Writer) {
 		rep.DBOSVersion, rep.Date, m.CPUs, m.CPUModel, m.MemGiB, m.Disk, m.Kernel, m.Go, m.Load1)
 	fmt.Fprintf(w, "raw 4 KiB append + fdatasync: p50 %.0f µs, p99 %.0f µs. PostgreSQL %s: fsync=%s, synchronous_commit=%s, wal_sync_method=%s, full_page_writes=%s, shared_buffers=%s; DBOS pool: %s\n",
 		m.FsyncUS, m.FsyncP99US, pg.Version, pg.Fsync, pg.SynchronousCommit, pg.WalSyncMethod, pg.FullPageWrites, pg.SharedBuffers, poolDesc(c.DBOSPool))
-	fmt.Fprintf(w, "%d rounds (the sides rotating which goes first), runs of %d chained steps: %d runs one at a time, then %d runs in flight × %d each\n\n",
+	fmt.Fprintf(w, "%d rounds (the sides rotating which goes first), runs of %d chained steps: %d runs one at a time, then %d runs in flight × %d each\n",
 		c.Rounds, c.Steps, c.SeqRuns, c.Concurrency, c.ConcRuns)
+	fmt.Fprintf(w, "soft memory limit (Go runtime): docket child %s, DBOS child %s (-docket-memory-limit; GOMEMLIMIT, when set, applies to every child)\n\n",
+		limitLabel(rep.childLimit("docket")), limitLabel(rep.childLimit("dbos")))
 	table(w, "docket", rep.Rows)
 	if len(rep.PGRows) > 0 {
 		fmt.Fprintf(w, "\ndocket on PostgreSQL (ledger/postgres, its default pool of 16 connections) vs DBOS, on the same cluster; memory and CPU include PostgreSQL's on both sides\n\n")
@@ -202,4 +204,15 @@ func poolDesc(n int) string {
 		return "DBOS's default (20 connections)"
 	}
 	return fmt.Sprintf("%d connections", n)
+}
+
+// childLimit is the soft memory limit the children of side ran with (the
+// first one's; they all get the same), or 0 when none of side ran.
+func (rep *Report) childLimit(side string) int64 {
+	for _, r := range rep.Results {
+		if r.Side == side {
+			return r.GoMemLimit
+		}
+	}
+	return 0
 }
