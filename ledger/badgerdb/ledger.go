@@ -136,7 +136,8 @@ type Ledger struct {
 }
 
 // Open opens (creating if needed) the data directory. Errors: ErrLocked (the
-// directory is held by another handle or process), ErrFormat (the directory
+// directory is held by another handle or process, still after waiting up to
+// a second for it: lockWait), ErrFormat (the directory
 // holds a newer or unknown format, or is not a docket ledger), ErrInvalid.
 func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	cfg = cfg.WithDefaults()
@@ -250,7 +251,7 @@ func (l *Ledger) vlogFileSize() int64 { return vlogFileSize(l.cfg) }
 
 // openBadger opens Badger with opts, retrying once after a crash leftover.
 func openBadger(opts badger.Options, log *slog.Logger) (*badger.DB, error) {
-	db, err := badger.Open(opts)
+	db, err := openWaitingForLock(opts)
 	if err != nil && !isLockErr(err) && isCrashLeftoverErr(err) {
 		// The first open after a crash can fail once on a file the killed
 		// process left half-made; the failed open repairs it and a second
@@ -258,9 +259,35 @@ func openBadger(opts badger.Options, log *slog.Logger) (*badger.DB, error) {
 		// value-log file, which Badger truncates and then reports as "Create
 		// a new file" (seen by the chaos harness in ~0.3% of SIGKILLs).
 		log.Warn("retrying open after a crash leftover", "err", err)
-		db, err = badger.Open(opts)
+		db, err = openWaitingForLock(opts)
 	}
 	return db, err
+}
+
+// lockWait bounds how long Open waits for the directory's lock before it
+// says ErrLocked. Badger's lock is a flock, which belongs to the open file:
+// a child process that any goroutine of this process forks (os/exec) holds a
+// copy of every descriptor until it execs, so a handle closed an instant
+// before may still hold the lock for a moment (seen as "data directory
+// busy" between two commands of one process under load). Another process
+// that really holds the directory still gets ErrLocked, after the wait.
+const lockWait = time.Second
+
+// lockRetried, when set (tests only), runs before each retry of a lock.
+var lockRetried func()
+
+func openWaitingForLock(opts badger.Options) (*badger.DB, error) {
+	deadline := time.Now().Add(lockWait)
+	for {
+		db, err := badger.Open(opts)
+		if !isLockErr(err) || time.Now().After(deadline) {
+			return db, err
+		}
+		if lockRetried != nil {
+			lockRetried()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func badgerOptions(cfg Config, log *slog.Logger) badger.Options {
