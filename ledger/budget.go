@@ -371,28 +371,35 @@ func shiftHeld(bt BudgetTx, key string, c HoldCharge, sign int, now time.Time) (
 	return rec, bt.PutBudget(rec)
 }
 
-// release gives back key's hold (a definite failure): the names of the
-// budgets released, nil when it held nothing. A store without budgets
-// holds nothing.
-func (b *batch) release(key string) ([]string, error) {
+// release gives back key's hold (nothing happened: a definite failure, a
+// skip, a person's "skip") and returns the event data with the names of the
+// budgets released in "budgets_released"; data unchanged when it held
+// nothing. A store without budgets holds nothing.
+func (b *batch) release(key string, data json.RawMessage) (json.RawMessage, error) {
 	bt, ok := b.tx.(BudgetTx)
 	if !ok {
-		return nil, nil
+		return data, nil
 	}
 	h, held, err := bt.Hold(key)
 	if err != nil || !held || h.Released {
-		return nil, err
+		return data, err
 	}
 	now := b.now()
 	var names []string
 	for _, c := range h.Charges {
 		if _, err := shiftHeld(bt, key, c, -1, now); err != nil {
-			return nil, err
+			return data, err
 		}
 		names = append(names, c.Budget)
 	}
 	h.Released, h.ReleasedAt = true, now
-	return names, bt.PutHold(h)
+	if err := bt.PutHold(h); err != nil {
+		return data, err
+	}
+	if len(names) > 0 {
+		data = withField(data, "budgets_released", names)
+	}
+	return data, nil
 }
 
 // withField adds a field to a JSON object (event data).

@@ -686,12 +686,8 @@ func (b *batch) outcome(o Op) (Result, error) {
 	if (want == StatusFailed || want == StatusPending) && definite && (!rec.MaybeTookEffect || o.noEffect) {
 		// A definite failure: nothing happened, the budgets get it back
 		// (a retry takes it again with its claim).
-		released, err := b.release(o.key)
-		if err != nil {
+		if data, err = b.release(o.key, data); err != nil {
 			return Result{}, err
-		}
-		if len(released) > 0 {
-			data = withField(data, "budgets_released", released)
 		}
 	}
 	if err := b.putKeyRec(rec, false); err != nil {
@@ -777,12 +773,8 @@ func (b *batch) resolve(o Op) (Result, error) {
 		// Skip: the person says it did not take effect, and nothing will
 		// try again: the budgets get it back. (Retry keeps the hold for the
 		// attempt the person asked for; done keeps it: it took effect.)
-		released, err := b.release(row.Key)
-		if err != nil {
+		if data, err = b.release(row.Key, data); err != nil {
 			return Result{}, err
-		}
-		if len(released) > 0 {
-			data = withField(data, "budgets_released", released)
 		}
 	}
 	if err := b.putKeyRec(rec, false); err != nil {
@@ -937,12 +929,8 @@ func (b *batch) review(o Op) (Result, error) {
 			rec.State, rec.UpdatedAt, recChanged = StatusSkipped, b.now(), true
 			if !rec.MaybeTookEffect || o.noEffect {
 				// No attempt took effect: the budgets get it back.
-				released, err := b.release(rec.Key)
-				if err != nil {
+				if data, err = b.release(rec.Key, data); err != nil {
 					return Result{}, err
-				}
-				if len(released) > 0 {
-					data = withField(data, "budgets_released", released)
 				}
 			}
 		}
