@@ -135,13 +135,7 @@ func encodeKeyRec2(k ledger.KeyRecord, argsRev int) []byte {
 		m = appendStr(m, s)
 	}
 	m = binary.AppendUvarint(m, uint64(k.Attempt))
-	var flags byte
-	if k.Retryable {
-		flags |= keyRecRetryable
-	}
-	if k.MaybeTookEffect {
-		flags |= keyRecMaybeTookEffect
-	}
+	flags := outcomeFlags(k)
 	if k.FirstClaimedAt.Equal(k.ClaimedAt) && k.FirstClaimedAt.IsZero() == k.ClaimedAt.IsZero() {
 		flags |= keyRecFirstIsClaimed
 	}
@@ -240,6 +234,18 @@ func decodeKeyRec2(runID, key string, b []byte) (k ledger.KeyRecord, argsRev int
 	return k, argsRev, nil
 }
 
+// outcomeFlags are the flag bits both key-record encodings share.
+func outcomeFlags(k ledger.KeyRecord) byte {
+	var flags byte
+	if k.Retryable {
+		flags |= keyRecRetryable
+	}
+	if k.MaybeTookEffect {
+		flags |= keyRecMaybeTookEffect
+	}
+	return flags
+}
+
 func encodeKeyRecBinary(k ledger.KeyRecord) []byte {
 	args, ref := k.Args, ""
 	if h, ok := refHash(k.Args); ok {
@@ -250,13 +256,7 @@ func encodeKeyRecBinary(k ledger.KeyRecord) []byte {
 		m = appendStr(m, s)
 	}
 	m = binary.AppendUvarint(m, uint64(k.Attempt))
-	var flags byte
-	if k.Retryable {
-		flags |= keyRecRetryable
-	}
-	if k.MaybeTookEffect {
-		flags |= keyRecMaybeTookEffect
-	}
+	flags := outcomeFlags(k)
 	m = append(m, flags)
 	for _, t := range []time.Time{k.ClaimedAt, k.UpdatedAt, k.FirstClaimedAt} {
 		m = appendTime(m, t)
