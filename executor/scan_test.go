@@ -23,15 +23,7 @@ func TestReadyScanDoesNotGrowWithThePlan(t *testing.T) {
 			t.Parallel()
 			w := tooltest.NewWorld()
 			b := setup(t, []tools.Tool{w.Tool(spec("step", tools.Keyed))})
-			var acts []plan.Action
-			for i := range n {
-				a := pa(fmt.Sprintf("a%d", i), "step", fmt.Sprintf(`{"i":%d}`, i))
-				if i > 0 {
-					a.DependsOn = []string{fmt.Sprintf("a%d", i-1)}
-				}
-				acts = append(acts, a)
-			}
-			doc := b.run("chain", mkPlan(t, acts...), PolicyAll)
+			doc := b.run("chain", chainPlan("step", n), PolicyAll)
 			wantStatus(t, doc, ledger.RunCompleted)
 			if got := len(w.Keys()); got != n {
 				t.Fatalf("%d keys took effect, want %d", got, n)
@@ -106,17 +98,9 @@ func TestChainCommits(t *testing.T) {
 	w := tooltest.NewWorld()
 	b := setup(t, []tools.Tool{w.Tool(spec("step", tools.Keyed))})
 	const n = 6
-	var acts []plan.Action
-	for i := range n {
-		a := pa(fmt.Sprintf("a%d", i), "step", fmt.Sprintf(`{"i":%d}`, i))
-		if i > 0 {
-			a.DependsOn = []string{fmt.Sprintf("a%d", i-1)}
-		}
-		acts = append(acts, a)
-	}
 	led := b.led.(*badgerdb.Ledger)
 	before := led.Stats().Commits
-	doc := b.run("chain", mkPlan(t, acts...), PolicyAll)
+	doc := b.run("chain", chainPlan("step", n), PolicyAll)
 	wantStatus(t, doc, ledger.RunCompleted)
 	if got, want := led.Stats().Commits-before, uint64(n+2); got != want {
 		t.Fatalf("a chain of %d took %d commits, want %d (the last outcome and the run's completion share one)", n, got, want)
