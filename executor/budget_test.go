@@ -28,14 +28,7 @@ func budgetSetup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	b := setup(t, nil)
-	reg, err := tools.NewRegistry(b.world.Tool(spec("pay", tools.Keyed)), b.world.Tool(spec("note", tools.Idempotent)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg = reg.WithBudgets(budgets)
-	b.reg, b.cfg.Tools = reg, reg
-	b.led.Close()
-	b.open()
+	b.useTools(budgets, b.world.Tool(spec("pay", tools.Keyed)), b.world.Tool(spec("note", tools.Idempotent)))
 	return b
 }
 
@@ -162,20 +155,13 @@ func TestBudgetApproverGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := setup(t, nil)
-	reg, err := tools.NewRegistry(b.world.Tool(spec("pay", tools.Keyed)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg = reg.WithBudgets(budgets)
-	b.reg, b.cfg.Tools = reg, reg
-	b.led.Close()
-	b.open()
+	b.useTools(budgets, b.world.Tool(spec("pay", tools.Keyed)))
 	doc := b.runAs("g1", mkPlan(t, pa("p", "pay", `{"amount": 11}`)), PolicySafe, "token:agent")
 	wantStatus(t, doc, ledger.RunAwaitingApproval)
 	if a := wantAction(t, doc, "p", ledger.StatusPending); a.Gate == nil || len(a.Gate.Groups) != 1 || a.Gate.Groups[0] != "finance" {
 		t.Fatalf("gate %+v", a.Gate)
 	}
-	err = b.eng.ApproveAs(ctx, "g1", []string{"p"}, ledger.Approver{By: "token:eve", Groups: []string{"sales"}})
+	err := b.eng.ApproveAs(ctx, "g1", []string{"p"}, ledger.Approver{By: "token:eve", Groups: []string{"sales"}})
 	if !errors.Is(err, ledger.ErrApproverRefused) || !strings.Contains(err.Error(), "members of group finance") {
 		t.Fatalf("eve (sales): %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 	"github.com/docketrun/docket/tools/tooltest"
 )
 
@@ -124,6 +125,22 @@ func (b *bundle) open() {
 		b.t.Fatalf("New: %v", err)
 	}
 	b.eng = e
+}
+
+// useTools rebuilds the engine on a registry of ts (with budgets, when
+// given), on the same ledger directory: a new engine and ledger handle.
+func (b *bundle) useTools(budgets []policy.Budget, ts ...tools.Tool) {
+	b.t.Helper()
+	reg, err := tools.NewRegistry(ts...)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if budgets != nil {
+		reg = reg.WithBudgets(budgets)
+	}
+	b.reg, b.cfg.Tools = reg, reg
+	b.led.Close()
+	b.open()
 }
 
 // crash closes the ledger as a dying process would leave it (whatever was

@@ -33,14 +33,7 @@ func paySetup(t *testing.T, class tools.Class, global ...policy.Rule) *bundle {
 	s := spec("pay", class)
 	s.Policy = payRules(t)
 	b := setup(t, nil, func(c *Config) { c.Policy = global })
-	reg, err := tools.NewRegistry(b.world.Tool(s), b.world.Tool(spec("note", tools.Idempotent)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.reg = reg
-	b.cfg.Tools = reg
-	b.led.Close()
-	b.open()
+	b.useTools(nil, b.world.Tool(s), b.world.Tool(spec("note", tools.Idempotent)))
 	return b
 }
 
@@ -190,10 +183,7 @@ func TestApprovalExpires(t *testing.T) {
 	}
 	s := spec("mail", tools.Idempotent)
 	b := setup(t, nil, func(c *Config) { c.Policy = rules })
-	reg, _ := tools.NewRegistry(b.world.Tool(s))
-	b.reg, b.cfg.Tools = reg, reg
-	b.led.Close()
-	b.open()
+	b.useTools(nil, b.world.Tool(s))
 	doc := b.runAs("r", mkPlan(t, pa("m", "mail", `{"to": "x"}`)), PolicySafe, "")
 	wantStatus(t, doc, ledger.RunAwaitingApproval)
 	if err := b.eng.Approve(ctx, "r", []string{"m"}, "token:bob"); err != nil {
