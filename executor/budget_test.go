@@ -181,7 +181,6 @@ func TestBudgetApproverGroups(t *testing.T) {
 // again; a deny budget previews as denied. Nothing is recorded.
 func TestPreviewReplayBudgets(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := budgetSetup(t)
 	first := mkPlan(t, pa("p1", "pay", `{"amount": 600, "currency": "EUR"}`), pa("n1", "note", `{"x": 1}`))
 	wantStatus(t, b.runAs("r", first, PolicyAll, "token:alice"), ledger.RunCompleted)
@@ -194,14 +193,7 @@ func TestPreviewReplayBudgets(t *testing.T) {
 		pa("n1", "note", `{"x": 1}`), // keeps
 		pa("n2", "note", `{"x": 2}`), // the second note of the run
 		pa("n3", "note", `{"x": 3}`)) // the third: denied
-	steps, err := b.eng.PreviewReplay(ctx, "r", next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]PreviewStep{}
-	for _, s := range steps {
-		got[s.ActionID] = s
-	}
+	got := b.preview("r", next)
 	for _, id := range []string{"p2", "p4", "n2"} {
 		if s := got[id]; s.Outcome != PreviewRuns || s.Approval != nil {
 			t.Errorf("%s: %+v, want runs without approval", id, s)

@@ -143,6 +143,20 @@ func (b *bundle) useTools(budgets []policy.Budget, ts ...tools.Tool) {
 	b.open()
 }
 
+// preview is the replay preview of p on runID, by action id.
+func (b *bundle) preview(runID string, p *plan.Plan) map[string]PreviewStep {
+	b.t.Helper()
+	steps, err := b.eng.PreviewReplay(context.Background(), runID, p)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	got := map[string]PreviewStep{}
+	for _, s := range steps {
+		got[s.ActionID] = s
+	}
+	return got
+}
+
 // crash closes the ledger as a dying process would leave it (whatever was
 // not recorded is lost), then reopens it with a new incarnation.
 func (b *bundle) restart() {

@@ -256,7 +256,6 @@ func TestApprovalsDoNotCarryOverReplay(t *testing.T) {
 // PreviewReplay says what a replay would do and records nothing.
 func TestPreviewReplay(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := paySetup(t, tools.Keyed)
 	p := mkPlan(t, pa("p1", "pay", `{"amount": 50, "currency": "EUR"}`), pa("n", "note", `{"x": 1}`))
 	wantStatus(t, b.runAs("r", p, PolicyAll, "token:alice"), ledger.RunCompleted)
@@ -267,14 +266,7 @@ func TestPreviewReplay(t *testing.T) {
 		pa("n", "note", `{"x": 1}`),
 		pa("n2", "note", `{"paid": "${p1.output}"}`, "p1"),
 		pa("btc", "pay", `{"amount": 5, "currency": "BTC"}`))
-	steps, err := b.eng.PreviewReplay(ctx, "r", next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]PreviewStep{}
-	for _, s := range steps {
-		got[s.ActionID] = s
-	}
+	got := b.preview("r", next)
 	if s := got["p1"]; s.Outcome != PreviewRuns || s.Approval == nil || s.Approval.Need != 2 || s.Approval.Rule != "four-eyes" {
 		t.Fatalf("p1: %+v", s)
 	}
