@@ -164,11 +164,7 @@ func encodeKeyRec2(k ledger.KeyRecord, argsRev int) []byte {
 		m = binary.AppendUvarint(m, uint64(len(args))+1)
 		m = append(m, args...)
 	}
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m)+len(k.Output))
-	b = append(b, encKeyRec2)
-	b = binary.AppendUvarint(b, uint64(len(m)))
-	b = append(b, m...)
-	return append(b, k.Output...)
+	return frameKeyRec(encKeyRec2, m, k.Output)
 }
 
 // decodeKeyRec2 decodes an encKeyRec2 record of (runID, key). argsRev > 0:
@@ -267,11 +263,17 @@ func encodeKeyRecBinary(k ledger.KeyRecord) []byte {
 		m = binary.AppendUvarint(m, uint64(len(args))+1)
 		m = append(m, args...)
 	}
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m)+len(k.Output))
-	b = append(b, encKeyRec)
+	return frameKeyRec(encKeyRec, m, k.Output)
+}
+
+// frameKeyRec is a key record as stored: its tag, the length of its
+// metadata m, m, then the output as it is.
+func frameKeyRec(tag byte, m, output []byte) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m)+len(output))
+	b = append(b, tag)
 	b = binary.AppendUvarint(b, uint64(len(m)))
 	b = append(b, m...)
-	return append(b, k.Output...)
+	return append(b, output...)
 }
 
 func appendTime(b []byte, t time.Time) []byte {
