@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,8 +64,13 @@ type driver struct {
 	failErr    string // first failure: no new action starts
 	rejected   bool   // the failure is a rejection (no compensation)
 	fatal      error  // the ledger failed: stop
-	resumed    bool
-	settled    bool // the run's final status was written with the last outcome
+	// redrive: the ledger refused a claim decided on facts that changed
+	// (another writer paused, cancelled, edited, rejected): start nothing
+	// more; once in-flight actions are recorded the run is driven again
+	// from a fresh read.
+	redrive bool
+	resumed bool
+	settled bool // the run's final status was written with the last outcome
 	// undoAwaiting lists compensating actions waiting for a person's approval.
 	undoAwaiting []string
 
@@ -94,9 +98,23 @@ type driver struct {
 func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error) {
 	ctx, end := e.tracer.Start(ctx, Work{Kind: WorkRun, AttemptInfo: AttemptInfo{RunID: runID}})
 	doc, err := e.driveOnce(ctx, runID)
+	for i := 0; errors.Is(err, errRedrive) && i < maxRedrives; i++ {
+		doc, err = e.driveOnce(ctx, runID)
+	}
+	if errors.Is(err, errRedrive) {
+		err = fmt.Errorf("executor: run %s: %d claims in a row were refused because the run or its actions changed meanwhile: %w", runID, maxRedrives+1, err)
+	}
 	end(Done{Err: err, RunStatus: doc.Run.Status})
 	return doc, err
 }
+
+// errRedrive: a drive stopped because the ledger refused a claim decided on
+// facts that changed (ledger.ErrStale); drive reads the run again.
+var errRedrive = errors.New("claim decided on facts that changed")
+
+// maxRedrives bounds the fresh reads of one drive: each follows a change by
+// another writer, so many in a row mean something keeps changing the run.
+const maxRedrives = 100
 
 func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, error) {
 	g := acquireGate(e.led, runID)
@@ -152,6 +170,12 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	d.wg.Wait()
 	if err := d.fatalErr(); err != nil {
 		return doc(err)
+	}
+	d.mu.Lock()
+	redrive := d.redrive
+	d.mu.Unlock()
+	if redrive && ctx.Err() == nil {
+		return ledger.RunDoc{}, errRedrive
 	}
 	if d.cancelled() {
 		// Cancelled while this drive ran: workers interrupted (a context that
@@ -327,7 +351,7 @@ func (d *driver) schedule(ctx context.Context) {
 		d.mu.Lock()
 		idle := d.inflight == 0
 		changed := d.settledGen != gen
-		stop := d.fatal != nil
+		stop := d.fatal != nil || d.redrive
 		d.mu.Unlock()
 		if idle && (stop || (len(acts) == 0 && !changed)) {
 			return
@@ -370,6 +394,9 @@ type act struct {
 	adopted bool // output taken from an existing succeeded key
 	// charges are the budgets the key's first claim reserves (checkBudgets).
 	charges []ledger.Charge
+	// basis states to the ledger what the first claim was decided from
+	// (ledger.Op.Decided, Uncounted): it re-checks all of it in the claim.
+	basis func(ledger.Op) ledger.Op
 	// maybeDone: an earlier attempt's outcome is unknown (or the provider
 	// said a request with the key was in flight) and nothing has shown since
 	// that it did not take effect. Retries that then run out on calls that
@@ -406,7 +433,7 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 		slots++ // its slot is free once its outcome is recorded with these claims
 	}
 	var picks []*node
-	canStart := d.fatal == nil && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
+	canStart := d.fatal == nil && !d.redrive && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
 	if canStart {
 		fin := (*node)(nil)
 		if finishing != nil {
@@ -496,9 +523,17 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 	}
 	d.mu.Unlock()
 
+	// Decided one after another: each sees, in the run's totals, the
+	// actions prepared before it to be claimed in the same commit.
 	var preps []*prepared
+	var planned []ledger.Action
 	for _, n := range picks {
-		preps = append(preps, d.prepare(ctx, n, outputs))
+		p := d.prepare(ctx, n, outputs, planned)
+		if p.claim {
+			planned = append(planned, ledger.Action{ID: n.id, Tool: n.row.Tool, Key: p.a.key, Args: p.a.args,
+				Status: ledger.StatusClaimed, Attempts: 1})
+		}
+		preps = append(preps, p)
 	}
 	return d.commitStart(ctx, lead, preps)
 }
@@ -538,7 +573,10 @@ func (d *driver) unstart(ns []*node, awaiting bool) {
 
 // prepare resolves a node's references, validates the resolved args, derives
 // the key and checks the approval.
-func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.RawMessage) *prepared {
+//
+// planned are the actions prepared before it in the same commit to be
+// claimed: the run's totals count them.
+func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.RawMessage, planned []ledger.Action) *prepared {
 	p := &prepared{n: n}
 	row := n.row
 	if row.Key != "" && (row.Status == ledger.StatusClaimed || sentBefore(row)) && d.failing() {
@@ -570,7 +608,8 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 	if row.Key == key && row.Attempts > 0 {
 		return p // attempted before under this key: decide from the record
 	}
-	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: d.policyRun(n.id, n.spec)}, false)
+	prun, uncounted := d.policyRun(n.id, n.spec, planned)
+	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: prun}, false)
 	bc := d.checkBudgets(ctx, row.Tool, resolved)
 	if bc.gate != nil && stricter(*bc.gate, g) {
 		g = *bc.gate // a budget would be exceeded: its outcome decides
@@ -622,6 +661,14 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		return p
 	}
 	p.a.fresh = true
+	rowArgs, anyApproval := row.Args, d.anyApproval(n, g)
+	p.a.basis = func(o ledger.Op) ledger.Op {
+		o = o.Decided(rowArgs, g, anyApproval)
+		if uncounted != nil {
+			o = o.Uncounted(uncounted...)
+		}
+		return o
+	}
 	p.a.charges = bc.charges
 	if g.Need > 0 {
 		p.a.charges = bc.withOver() // approved: past the exceeded budgets too
@@ -650,63 +697,48 @@ func (d *driver) prepFail(n *node, msg string) *prepared {
 }
 
 // approved reports whether an action may be claimed with these resolved args
-// under gate g without asking a person: g needs nobody, or enough distinct
+// under gate g without asking a person (ledger.Action.Satisfied, the rule the
+// ledger checks again in the claim): g needs nobody, or enough distinct
 // people approved exactly these args (not expired, not used, allowed by g).
-// When only the run's policy asked for a person (no rule) and the tool is
-// not at-most-once, any approval of the action counts, as it always did.
 func (d *driver) approved(n *node, resolved json.RawMessage, g ledger.Gate) (bool, string) {
-	if g.Need == 0 {
-		return true, ""
-	}
-	why := cmp.Or(g.Why, g.Rule)
-	if g.Rule == "" && n.spec.Class != tools.AtMostOnce {
-		if n.row.ApprovedArgs != nil {
-			return true, ""
-		}
-		return false, why
-	}
-	if n.row.ApprovedArgs == nil && len(n.row.Approvals) == 0 {
-		return false, why
-	}
-	have := 0
-	for _, ap := range n.row.Counting(resolved, d.e.clock.Now()) {
-		if ap.By == "" {
-			// Approved before gates were recorded: one approval, for a row
-			// that has no gate of its own.
-			// Never for a budget's gate: a budget is exceeded only now, so
-			// an approval from before it cannot have been for going past it.
-			if n.row.Gate == nil && g.Need == 1 && g.Budget == "" {
-				have++
-			}
-			continue
-		}
-		if ok, _ := g.MayApprove(ap.By, ap.Groups, d.run.CreatedBy); ok {
-			have++
-		}
-	}
-	if have >= g.Need {
-		return true, ""
-	}
-	if n.row.ApprovedArgs != nil && !jsonEqual(n.row.ApprovedArgs, resolved) {
-		return false, "arguments changed since approval (references resolved): " + why
-	}
-	return false, fmt.Sprintf("%s: %d of %d approvals", why, have, g.Need)
+	return n.row.Satisfied(g, resolved, d.run.CreatedBy, d.anyApproval(n, g), d.e.clock.Now())
 }
 
-// policyRun is the run as the policy sees it for action skip of tool spec.
+// anyApproval: when only the run's policy asked for a person (no rule) and
+// the tool is not at-most-once, any approval of the action counts, as it
+// always did.
+func (d *driver) anyApproval(n *node, g ledger.Gate) bool {
+	return g.Rule == "" && n.spec.Class != tools.AtMostOnce
+}
+
+// policyRun is the run as the policy sees it for action skip of tool spec,
+// with planned (actions about to be claimed with it) counted in its totals.
 // The totals cost a pass over every row (O(actions) per call), so they are
-// summed only when one of the rules that apply to spec can read the run.
-func (d *driver) policyRun(skip string, spec tools.Spec) policy.Run {
+// summed only when one of the rules that apply to spec can read the run;
+// then uncounted lists the actions they leave out because they have not
+// started, for the ledger to check that none has when the claim commits
+// (nil when the totals are not read).
+func (d *driver) policyRun(skip string, spec tools.Spec, planned []ledger.Action) (policy.Run, []string) {
 	if !readsRun(d.e.rules(spec)) {
-		return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision}
+		return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision}, nil
 	}
 	d.mu.Lock()
-	rows := make([]ledger.Action, 0, len(d.nodes))
+	rows := make([]ledger.Action, 0, len(d.nodes)+len(planned))
+	uncounted := []string{}
 	for _, n := range d.nodes {
+		if slices.ContainsFunc(planned, func(a ledger.Action) bool { return a.ID == n.id }) {
+			continue
+		}
 		rows = append(rows, n.row)
+		if n.id != skip && !n.row.Undo && (n.row.Key == "" || n.row.Attempts == 0) &&
+			(n.row.Status == ledger.StatusPending || n.row.Status == ledger.StatusApproved) {
+			uncounted = append(uncounted, n.id)
+		}
 	}
 	d.mu.Unlock()
-	return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision, Totals: totals(rows, skip)}
+	rows = append(rows, planned...)
+	slices.Sort(uncounted)
+	return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision, Totals: totals(rows, skip)}, uncounted
 }
 
 // commitStart writes lead with the prepared claims in one Apply.
@@ -764,7 +796,7 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 			if p.claim {
 				ops = append(ops, p.ops...) // the policy's decision, recorded with the claim
 				slots = append(slots, slot{p: p, first: len(ops), count: 1})
-				ops = append(ops, ledger.Claim(d.runID, p.n.id, p.n.row.Tool, p.a.key, p.a.args, 1).WithCharges(p.a.charges...))
+				ops = append(ops, p.a.claimOp(d.runID, 1))
 			} else {
 				slots = append(slots, slot{p: p, first: len(ops), count: len(p.ops)})
 				ops = append(ops, p.ops...)
@@ -895,6 +927,14 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 				acts = append(acts, p.a)
 				continue
 			}
+			if errors.Is(r.Err, ledger.ErrStale) {
+				d.stale(p.n.id, r.Err)
+				d.mu.Lock()
+				d.unpickLocked(p.n, false)
+				d.settledGen++
+				d.mu.Unlock()
+				continue
+			}
 			if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
 				// Another claim took the room since we read the usage:
 				// prepare it again, decided on the new usage.
@@ -910,6 +950,26 @@ func (d *driver) commitStart(ctx context.Context, lead []ledger.Op, preps []*pre
 		}
 	}
 	return acts, res[:len(lead)], nil
+}
+
+// claimOp is the claim of attempt n of a.key; a first claim says what it
+// was decided from, for the ledger to check again.
+func (a *act) claimOp(runID string, n int) ledger.Op {
+	o := ledger.Claim(runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...)
+	if n == 1 && a.basis != nil {
+		o = a.basis(o)
+	}
+	return o
+}
+
+// stale notes that the ledger refused a claim of action id decided on facts
+// that changed (ledger.ErrStale): this drive starts nothing more and the
+// run is driven again from a fresh read once what is in flight is recorded.
+func (d *driver) stale(id string, err error) {
+	d.e.log.Info("claim refused: the run or action changed since it was read; reading it again", "run_id", d.runID, "action_id", id, "error", err)
+	d.mu.Lock()
+	d.redrive = true
+	d.mu.Unlock()
 }
 
 func conflictRecord(err error) *ledger.KeyRecord {

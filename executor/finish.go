@@ -215,7 +215,8 @@ func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) 
 		if un.row.Attempts == 0 {
 			// An undo is an action like any other: the tools file's approval
 			// rules and the run's policy apply to it.
-			g := d.e.gateFor(d.pol, spec, policy.Input{ActionID: undoID, Key: key, Args: args, Run: d.policyRun(undoID, spec)}, false)
+			prun, _ := d.policyRun(undoID, spec, nil)
+			g := d.e.gateFor(d.pol, spec, policy.Input{ActionID: undoID, Key: key, Args: args, Run: prun}, false)
 			if g.Outcome == string(policy.Deny) {
 				// Undoing is not refused by a rule: a person decides.
 				g.Outcome, g.Need, g.Why = string(policy.Approve), 1, deniedReason(g)+"; a compensation waits for a person instead"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/policy"
 )
 
 // end says how a worker finished with an action.
@@ -453,7 +454,7 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			return false, endStopped
 		}
 	}
-	ops := append(a.preOps, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...))
+	ops := append(a.preOps, a.claimOp(d.runID, n))
 	d.g.claimMu.RLock()
 	if d.g.halted() {
 		cancelled := d.g.status == ledger.RunCancelled
@@ -492,7 +493,14 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			a.rec = cur
 			return false, endSucceeded
 		}
+		if errors.Is(r.Err, ledger.ErrStale) {
+			d.stale(a.n.id, r.Err)
+			return false, endStopped
+		}
 		if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
+			if n > 1 {
+				return false, d.overOnRetry(ctx, a, n, r.Err)
+			}
 			// Another claim took the budget's room since it was read: this
 			// drive leaves the action; the next one decides it again.
 			d.e.log.Info("claim refused by a budget", "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
@@ -775,13 +783,41 @@ func (d *driver) cancelled() bool {
 // claimAlways claims attempt n of a.key whatever the run's status (to park
 // it: never to call). how is endSucceeded when we hold the claim.
 func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
-	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...))
+	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...).Parking())
 	if err != nil {
 		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
 		return false, endStopped
 	}
 	d.claimed(a, n, res[0].Key)
 	return true, endSucceeded
+}
+
+// overOnRetry ends attempt n of an action whose earlier attempts took no
+// effect and gave their budget reservation back, when taking it again would
+// pass a limit (others took the room meanwhile: err). A budget that denies
+// skips it (nothing happened; the run fails, as a denied action does); one
+// that asks for approval parks it for a person (needs_review: resolve
+// --retry goes past the limit, --skip gives up). Room found again (the
+// measure says no budget is exceeded now): decide again.
+func (d *driver) overOnRetry(ctx context.Context, a *act, n int, err error) end {
+	bc := d.checkBudgets(ctx, a.n.row.Tool, a.args)
+	if bc.gate == nil {
+		a.rec = nil
+		return endSucceeded
+	}
+	d.e.log.Info("retry refused by a budget", "run_id", d.runID, "action_id", a.n.id, "error", err)
+	if bc.gate.Outcome != string(policy.Deny) {
+		if _, how := d.claimAlways(ctx, a, n); how == endSucceeded {
+			d.park(ctx, a, fmt.Sprintf("another attempt would pass a budget's limit (%s): approve going past it with a retry, or skip it", errText(err)))
+		}
+		return endRecorded
+	}
+	reason := fmt.Sprintf("not attempted again: %s", errText(err))
+	if d.record(ctx, a, ledger.Skip(d.runID, a.n.id, reason).NoEffect()) {
+		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusSkipped, reason })
+		d.fail(fmt.Sprintf("action %s was %s", a.n.id, reason))
+	}
+	return endRecorded
 }
 
 // concludeOnCancel ends an action that was attempted before and would now

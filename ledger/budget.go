@@ -27,8 +27,9 @@ import (
 // class not_sent, not_processed, definite or invalid_arguments), or a skip
 // while waiting for a retry, when no attempt may have taken effect
 // (KeyRecord.MaybeTookEffect false, or the caller knows better:
-// Op.NoEffect); the next claim of the key takes the same amounts again
-// (the action was admitted: no limit check). It is kept on success,
+// Op.NoEffect); the next claim of the key takes the same amounts again,
+// checked against the limits like a first reservation (others may have
+// taken the room meanwhile) unless they were approved to pass them. It is kept on success,
 // needs_review, an unknown outcome and everything a person resolves.
 //
 // Amounts are exact decimals (big.Rat), written as decimal strings.
@@ -321,29 +322,68 @@ func (b *batch) reserve(o Op) (reserved []any, refused error, err error) {
 	return reserved, nil, nil
 }
 
-// rereserve takes again the released hold of key (a retry after a failure
-// that gave it back): the reservations for the claim's event, nil when the
-// key holds nothing released.
-func (b *batch) rereserve(key string) ([]any, error) {
+// rereserve takes again the released hold of o.key (a retry after a failure
+// that gave it back): a reservation like the first, so a *BudgetError (as
+// an op-level error, nothing written) when a charge would now pass its
+// limit and was not approved to (HoldCharge.Over) and the claim does not
+// park the action for a person (Op.Parking); the limit is the op's
+// charge for that bucket when it carries one, else the bucket's. Returns
+// the reservations for the claim's event, nil when the key holds nothing
+// released.
+func (b *batch) rereserve(o Op) (reserved []any, refused error, err error) {
 	bt, ok := b.tx.(BudgetTx)
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
-	h, held, err := bt.Hold(key)
+	h, held, err := bt.Hold(o.key)
 	if err != nil || !held || !h.Released {
-		return nil, err
+		return nil, nil, err
+	}
+	for _, c := range h.Charges {
+		rec, ok, err := bt.Budget(c.Bucket)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok || c.Over || (o.basis != nil && o.basis.parking) {
+			continue // shiftHeld reports a missing bucket; a parked action waits for a person
+		}
+		limit := rec.Limit
+		over := false
+		for _, oc := range o.charges {
+			if oc.Bucket() == c.Bucket {
+				limit, over = oc.Limit, oc.Over
+			}
+		}
+		if over || limit == "" {
+			continue
+		}
+		used, err := ParseAmount(cmpOr(rec.Used, "0"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
+		}
+		amount, err := ParseAmount(c.Amount)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger: hold of key %s: %w", o.key, err)
+		}
+		lim, err := ParseAmount(limit)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger: budget bucket %s limit: %w", rec.ID, err)
+		}
+		if new(big.Rat).Add(used, amount).Cmp(lim) > 0 {
+			ch := Charge{Budget: c.Budget, Scope: rec.Scope, Window: rec.Window, Every: rec.Every, Group: rec.Group, Amount: c.Amount, Limit: limit}
+			return nil, &BudgetError{RunID: o.runID, ActionID: o.actionID, Key: o.key, Charge: ch, Used: FormatAmount(used)}, nil
+		}
 	}
 	now := b.now()
-	var out []any
 	for _, c := range h.Charges {
-		rec, err := shiftHeld(bt, key, c, 1, now)
+		rec, err := shiftHeld(bt, o.key, c, 1, now)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, obj("budget", c.Budget, "amount", c.Amount, "used", rec.Used, "again", true))
+		reserved = append(reserved, obj("budget", c.Budget, "amount", c.Amount, "used", rec.Used, "again", true))
 	}
 	h.Released, h.ReleasedAt = false, time.Time{}
-	return out, bt.PutHold(h)
+	return reserved, nil, bt.PutHold(h)
 }
 
 // shiftHeld takes key's held charge c again (sign 1) or gives it back

@@ -67,6 +67,7 @@ type Op struct {
 	blobs                map[string]json.RawMessage // a revision's large values by blob name
 	gate                 *Gate                      // Decide
 	charges              []Charge                   // Claim: budgets (budget.go)
+	basis                *basis                     // Claim: what its caller decided from (admit.go)
 	noEffect             bool                       // Fail, Skip: no attempt took effect (budget.go)
 }
 
@@ -332,6 +333,9 @@ func (b *batch) evalOp(o Op) (Result, error) {
 }
 
 func (b *batch) evalOpRefs(o Op) (Result, error) {
+	if o.basis != nil && o.kind != opClaim {
+		return errResult(fmt.Errorf("%w: only a claim says what it was decided from", ErrInvalid)), nil
+	}
 	if o.charges != nil && o.kind != opClaim {
 		return errResult(fmt.Errorf("%w: only a claim carries budget charges", ErrInvalid)), nil
 	}
@@ -406,7 +410,7 @@ func isHard(err error) bool {
 }
 
 func isOpLevel(err error) bool {
-	for _, e := range []error{ErrNotFound, ErrInvalid, ErrTooLarge, ErrConflict, ErrPlanMismatch, ErrApproverRefused, ErrBudgetExceeded} {
+	for _, e := range []error{ErrNotFound, ErrInvalid, ErrTooLarge, ErrConflict, ErrPlanMismatch, ErrApproverRefused, ErrBudgetExceeded, ErrStale} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -494,6 +498,16 @@ func (b *batch) claim(o Op) (Result, error) {
 	} else if o.n != 1 {
 		return b.conflict(o, o.runID, o.actionID, o.key, rec, &row, "key has no record: the first claim is attempt 1, not %d", o.n), nil
 	}
+	takeover := has && rec.State == StatusClaimed // a gone owner's claim, concluded: nothing new starts
+	if !takeover {
+		if refused, err := b.admit(o, run, row, !has); err != nil {
+			return Result{}, err
+		} else if refused != nil {
+			res := errResult(refused)
+			res.Action, res.Key = b.rowAction(o.runID, row, rec), rec
+			return res, nil
+		}
+	}
 	var reserved []any
 	if !has {
 		// The key's first claim reserves its budgets (exactly once per key).
@@ -505,10 +519,18 @@ func (b *batch) claim(o Op) (Result, error) {
 			res.Action = b.rowAction(o.runID, row, KeyRecord{})
 			return res, nil
 		}
-	} else if reserved, err = b.rereserve(o.key); err != nil {
+	} else {
 		// A retry of a key whose hold an attempt that did not happen gave
-		// back takes it again.
-		return Result{}, err
+		// back takes it again: a reservation like the first, checked
+		// against the limits.
+		var refused error
+		if reserved, refused, err = b.rereserve(o); err != nil {
+			return Result{}, err
+		} else if refused != nil {
+			res := errResult(refused)
+			res.Action, res.Key = b.rowAction(o.runID, row, rec), rec
+			return res, nil
+		}
 	}
 	now := b.now()
 	args, err := b.stash(o.runID, o.args, o.big) // one blob for the key record and the row

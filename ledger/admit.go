@@ -1,0 +1,222 @@
+package ledger
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The ledger decides: every fact that makes an action start is checked
+// again by the claim's own rule, in the claim's transaction, on every
+// backend. What a caller decided in its own memory (the run is not paused,
+// the row is as it read it, the approvals count, the run's totals) is a fast
+// path; a writer on another node may have changed any of it since. A claim
+// that would start an action on stale facts is refused with a *StaleError
+// and writes nothing; the caller reads again and decides again.
+
+// ErrStale: a claim was decided on facts that changed since they were read
+// (see *StaleError): nothing of the claim was written.
+var ErrStale = errors.New("ledger: claim decided on facts that changed")
+
+// StaleError is a claim refused because what its caller decided from no
+// longer holds: the run was paused or cancelled, the action was edited, its
+// approvals no longer count for exactly the arguments being sent, or
+// another action of the run started since the run's totals were read.
+type StaleError struct {
+	RunID, ActionID string
+	// Run is the run's status and PausedBy who paused it ("" : no person).
+	Run      RunStatus
+	PausedBy string
+	Msg      string
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("ledger: claim of run %q action %q refused: %s", e.RunID, e.ActionID, e.Msg)
+}
+
+// Is makes errors.Is(err, ErrStale) and errors.Is(err, ErrConflict) true.
+func (e *StaleError) Is(target error) bool { return target == ErrStale || target == ErrConflict }
+
+// basis is what a claim's caller decided from (Op.Decided, Op.Parking,
+// Op.Uncounted).
+type basis struct {
+	decided     bool
+	rowArgs     json.RawMessage // the row's args as read (planned, maybe with references)
+	gate        Gate            // the gate the caller decided under
+	anyApproval bool            // any approval of the action counts (Satisfied)
+	parking     bool            // the claim parks the action for a person: never a call
+	uncounted   []string        // actions the run's totals left out (not started)
+}
+
+// Decided states what a claim's caller decided from: the row's args as it
+// read them (rowArgs) and the gate it decided under (g; anyApproval as in
+// Action.Satisfied). The first claim of a key is then refused with a
+// *StaleError when the row's args are no longer rowArgs (edited since), or
+// when the approvals recorded on the row do not satisfy g, and the row's
+// own recorded gate, for exactly the claim's args. A claim without it is
+// still checked against the row's recorded gate.
+func (o Op) Decided(rowArgs json.RawMessage, g Gate, anyApproval bool) Op {
+	b := o.basisOf()
+	b.decided, b.rowArgs, b.gate, b.anyApproval = true, rowArgs, g, anyApproval
+	o.basis = b
+	return o
+}
+
+// Parking marks a claim that only parks the action for a person (it is
+// never followed by a call): it is not refused because the run is paused
+// or cancelled.
+func (o Op) Parking() Op {
+	b := o.basisOf()
+	b.parking = true
+	o.basis = b
+	return o
+}
+
+// Uncounted names the actions of the run whose amounts the caller's totals
+// left out because they had not started (policy rules over the run's
+// totals): the claim is refused with a *StaleError when one of them has
+// started since (claimed, or with an outcome), in this commit or another.
+func (o Op) Uncounted(actionIDs ...string) Op {
+	b := o.basisOf()
+	b.uncounted = slices.Clone(actionIDs)
+	o.basis = b
+	return o
+}
+
+func (o Op) basisOf() *basis {
+	if o.basis == nil {
+		return &basis{}
+	}
+	c := *o.basis
+	return &c
+}
+
+// admit checks a claim that would start an action against the facts in
+// the store: nil, or the *StaleError that refuses it. first: the key has no
+// record yet (the action's first claim).
+func (b *batch) admit(o Op, run storedRun, row storedRow, first bool) (error, error) {
+	bs := o.basis
+	if bs == nil {
+		bs = &basis{}
+	}
+	stale := func(format string, args ...any) error {
+		return &StaleError{RunID: o.runID, ActionID: o.actionID, Run: run.Status, PausedBy: run.PausedBy, Msg: fmt.Sprintf(format, args...)}
+	}
+	if !bs.parking {
+		switch {
+		case run.Status == RunCancelled:
+			return stale("the run is cancelled"), nil
+		case run.PausedBy != "":
+			return stale("the run is paused by %s", run.PausedBy), nil
+		}
+	}
+	for _, id := range bs.uncounted {
+		if id == o.actionID {
+			continue
+		}
+		r, ok, err := b.row(o.runID, run.Revision, id)
+		if err != nil {
+			return nil, err
+		}
+		if ok && counted(r) {
+			return stale("action %s started since the run's totals were read", id), nil
+		}
+	}
+	if !first || bs.parking {
+		return nil, nil // a retry or a takeover: the first claim was admitted
+	}
+	if bs.decided {
+		cur, err := b.blob(o.runID, row.Args)
+		if err != nil {
+			return nil, err
+		}
+		if !jsonEqual(cur, bs.rowArgs) {
+			return stale("the action was edited since it was read"), nil
+		}
+	}
+	a := row.action(o.runID)
+	var err error
+	if a.ApprovedArgs, err = b.blob(o.runID, row.ApprovedArgs); err != nil {
+		return nil, err
+	}
+	now := b.now()
+	var gates []Gate
+	if row.Gate != nil {
+		gates = append(gates, *row.Gate)
+	}
+	if bs.decided && (row.Gate == nil || !gateEqual(row.Gate, &bs.gate)) {
+		gates = append(gates, bs.gate)
+	}
+	for _, g := range gates {
+		if g.Outcome == "deny" {
+			return stale("rule %s denies it", cmpOr(g.Rule, "of the run's policy")), nil
+		}
+		anyApproval := bs.anyApproval
+		if !bs.decided {
+			anyApproval = g.Rule == "" // only the run's policy asked: as recorded
+		}
+		if ok, why := a.Satisfied(g, o.args, run.CreatedBy, anyApproval, now); !ok {
+			return stale("not approved for the arguments being sent: %s", why), nil
+		}
+	}
+	return nil, nil
+}
+
+// counted reports whether a row's amounts count in its run's totals: it
+// started (a key, an attempt) and may have taken or take effect.
+func counted(r storedRow) bool {
+	if r.Undo || r.Attempts == 0 || r.Key == "" {
+		return false
+	}
+	switch r.Status {
+	case StatusClaimed, StatusSucceeded, StatusNeedsReview, StatusPending, StatusApproved:
+		return true
+	}
+	return false
+}
+
+// Satisfied reports whether the approvals recorded on a count for exactly
+// args under gate g, for a run created by creator, at now; if not, why.
+// g needing nobody is satisfied. anyApproval: only the run's approval
+// policy asked for a person (no rule) and the tool may be retried, so any
+// approval of the action counts, as it always did. An approval from before
+// approvals were recorded (ApprovedArgs set, no Approvals) counts once, for
+// a row without a gate of its own, and never for a budget's gate: a budget
+// is passed only now, so it cannot have been approved before.
+func (a Action) Satisfied(g Gate, args json.RawMessage, creator string, anyApproval bool, now time.Time) (bool, string) {
+	if g.Need == 0 {
+		return true, ""
+	}
+	why := cmp.Or(g.Why, g.Rule)
+	if anyApproval {
+		if a.ApprovedArgs != nil {
+			return true, ""
+		}
+		return false, why
+	}
+	if a.ApprovedArgs == nil && len(a.Approvals) == 0 {
+		return false, why
+	}
+	have := 0
+	for _, ap := range a.Counting(args, now) {
+		if ap.By == "" {
+			if a.Gate == nil && g.Need == 1 && g.Budget == "" {
+				have++
+			}
+			continue
+		}
+		if ok, _ := g.MayApprove(ap.By, ap.Groups, creator); ok {
+			have++
+		}
+	}
+	if have >= g.Need {
+		return true, ""
+	}
+	if a.ApprovedArgs != nil && !jsonEqual(a.ApprovedArgs, args) {
+		return false, "arguments changed since approval (references resolved): " + why
+	}
+	return false, fmt.Sprintf("%s: %d of %d approvals", why, have, g.Need)
+}
