@@ -82,6 +82,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"GateGroups", func(t *testing.T, open Opener) { testGateGroups(t, open, opts) }, false},
 		{"Audit", testAudit, false},
 		{"Budgets", func(t *testing.T, open Opener) { testBudgets(t, open, opts) }, false},
+		{"LedgerDecides", testLedgerDecides, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
