@@ -3,13 +3,16 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/policy"
+	"github.com/docketrun/docket/tools/tooltest"
 )
 
 // The ledger decides: another writer (a second node, a person on another
@@ -119,5 +122,79 @@ func TestEditByAnotherWriter(t *testing.T) {
 	}
 	if a := row(t, doc, "a2"); string(a.Args) != `{"amount":5}` || b.world.Effects(a.Key) != 1 {
 		t.Fatalf("a2 %+v: want the edited args sent once", a)
+	}
+}
+
+// TestRetryPastABudget: a payment's first attempt is not sent (its hold is
+// given back); while it waits to retry, another run takes the room. The
+// retry's re-reservation is checked against the limit: a budget that
+// denies skips the payment and fails the run (charged 60 of 100, not 120);
+// one that asks for approval parks it for a person, who can skip it.
+func TestRetryPastABudget(t *testing.T) {
+	t.Parallel()
+	for _, outcome := range []policy.Outcome{policy.Deny, policy.Approve} {
+		t.Run(string(outcome), func(t *testing.T) {
+			t.Parallel()
+			budgets := []policy.Budget{{Name: "spend", Where: "budgets[0]", Tools: []string{"pay"}, Per: policy.PerAll,
+				Sum: "amount", Limit: "100", Outcome: outcome, Message: "100 in all"}}
+			if err := policy.CheckBudgets(budgets, nil); err != nil {
+				t.Fatal(err)
+			}
+			var b *bundle
+			var other atomic.Bool
+			b = setup(t, nil, func(c *Config) {
+				inner := c.Sleep
+				c.Sleep = func(ctx context.Context, d time.Duration) error {
+					if other.CompareAndSwap(false, true) {
+						doc, err := b.eng.Run(context.Background(), "r2", mkPlan(t, pa("p", "pay", `{"amount": 60}`)), &RunOptions{Policy: PolicyAll})
+						if err != nil || doc.Run.Status != ledger.RunCompleted {
+							t.Errorf("the other run: %s %v", doc.Run.Status, err)
+						}
+					}
+					return inner(ctx, d)
+				}
+			})
+			b.useTools(budgets, b.world.Tool(spec("pay", tools.Keyed)))
+			b.world.FaultFunc = func(tool string, call tools.Call, n int) tooltest.Fault {
+				if call.RunID == "r1" && n == 1 {
+					return tooltest.FailNotSent
+				}
+				return tooltest.NoFault
+			}
+			doc, err := b.eng.Run(context.Background(), "r1", mkPlan(t, pa("p", "pay", `{"amount": 60}`)), &RunOptions{Policy: PolicyAll})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			k1 := keyOf(t, "r1", "p", "pay", `{"amount": 60}`)
+			if n := b.world.Effects(k1); n != 0 {
+				t.Fatalf("r1's payment took effect %d times past the budget", n)
+			}
+			if u := b.bucket("spend", "all", ""); u.Used != "60" && outcome == policy.Deny {
+				t.Fatalf("usage %+v, want 60 (the world's)", u)
+			}
+			if outcome == policy.Deny {
+				wantStatus(t, doc, ledger.RunFailed)
+				wantAction(t, doc, "p", ledger.StatusSkipped)
+				if !strings.Contains(doc.Run.Error, `budget "spend" exceeded`) {
+					t.Fatalf("the run's error %q does not name the budget", doc.Run.Error)
+				}
+				for _, ev := range b.events("r1") {
+					if ev.Type == ledger.EventActionSkipped && !strings.Contains(string(ev.Data), `budget \"spend\" exceeded`) {
+						t.Fatalf("skip event %s does not name the budget", ev.Data)
+					}
+				}
+				return
+			}
+			a := wantAction(t, doc, "p", ledger.StatusNeedsReview)
+			if !strings.Contains(a.Error, "would pass a budget's limit") {
+				t.Fatalf("parked payment says %q", a.Error)
+			}
+			if err := b.eng.Resolve(context.Background(), "r1", "p", ledger.Resolution{Skip: true, By: "token:bob"}); err != nil {
+				t.Fatalf("Resolve skip: %v", err)
+			}
+			if u := b.bucket("spend", "all", ""); u.Used != "60" {
+				t.Fatalf("usage after the person's skip %+v, want 60", u)
+			}
+		})
 	}
 }
