@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -137,4 +141,120 @@ func keys(m map[string]int) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestSharedLedgerNodesBudgets: two nodes, one PostgreSQL ledger, a budget
+// of 100 over all runs (deny past it) and a rule "deny past 50 in one run"
+// on the run's totals. Two independent charges of 40 and 20 of one run
+// start together: the one decided second sees the first and is denied. A
+// charge of 45 answered 429 + Retry-After on node A gives its reservation
+// back; while it waits, a run on node B takes the room (the test expects
+// that run to finish inside the 10 s the provider asked to wait); A's retry is
+// checked against the limit and does not run: the provider is charged what
+// the budget says (85), never past it.
+func TestSharedLedgerNodesBudgets(t *testing.T) {
+	t.Parallel()
+	url, _ := sharedLedger(t)
+	const token = "shared-nodes-budget-token"
+	var mu sync.Mutex
+	charged := map[string]int{}
+	amounts := map[string]int{}
+	throttled := make(chan struct{})
+	first := true
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Reference string `json:"reference"`
+			Amount    int    `json:"amount"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(rw, "bad request", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		throttle := body.Reference == "x1" && first
+		if throttle {
+			first = false
+		}
+		mu.Unlock()
+		if throttle {
+			// Nothing processed: come back in 10 s, long after the other
+			// node's run has taken the room (a fraction of a second).
+			rw.Header().Set("Retry-After", "10")
+			http.Error(rw, "slow down", http.StatusTooManyRequests)
+			close(throttled)
+			return
+		}
+		mu.Lock()
+		if _, ok := charged[r.Header.Get("Idempotency-Key")]; !ok {
+			amounts[body.Reference] += body.Amount
+		}
+		charged[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		rw.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(rw, `{"id": "ch_%s"}`, body.Reference)
+	}))
+	t.Cleanup(srv.Close)
+	tools := fmt.Sprintf(`{"version": 1,
+  "tools": [{"name": "charge", "description": "Charge; deduplicated by Idempotency-Key.", "effect": "keyed",
+    "input_schema": {"type": "object", "properties": {"reference": {"type": "string"}, "amount": {"type": "integer"}},
+                     "required": ["reference", "amount"], "additionalProperties": false},
+    "request": {"method": "POST", "url": %q}, "key_header": "Idempotency-Key", "key_ttl": "24h", "timeout": "5s"}],
+  "policy": [{"name": "run-cap", "when": "(has(run.totals.charge) ? run.totals.charge.sum.amount : 0) + action.args.amount > 50", "outcome": "deny", "message": "at most 50 per run"}],
+  "budgets": [{"name": "spend", "tools": ["charge"], "per": "all", "sum": "amount", "limit": "100", "outcome": "deny", "message": "100 in all"}]}`, srv.URL+"/charges")
+	toolsPath := filepath.Join(t.TempDir(), "tools.json")
+	if err := os.WriteFile(toolsPath, []byte(tools), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--ledger", url, "--tools", toolsPath, "--token", token, "--lease", "2s"}
+	a := startServeChild(t, args...)
+	b := startServeChild(t, args...)
+	submit := func(s *servedChild, runID, actions string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"run_id": %q, "approve": "all", "plan": {"goal": "charges", "actions": [%s]}}`, runID, actions)
+		if status, _, code := s.call(t, "POST", "/v1/runs", token, body); status != http.StatusCreated {
+			t.Fatalf("POST /v1/runs %s: %d %s", runID, status, code)
+		}
+	}
+
+	submit(a, "siblings", `{"id": "s1", "tool": "charge", "args": {"reference": "s1", "amount": 40}},
+		{"id": "s2", "tool": "charge", "args": {"reference": "s2", "amount": 20}}`)
+	waitStatus(t, a, token, "siblings", "failed")
+	waitAction(t, a, token, "siblings", "s2", "rejected")
+
+	submit(a, "x", `{"id": "x1", "tool": "charge", "args": {"reference": "x1", "amount": 45}}`)
+	waitClosed(t, throttled, "x1's first request at the provider")
+	submit(b, "y", `{"id": "y1", "tool": "charge", "args": {"reference": "y1", "amount": 45}}`)
+	waitStatus(t, b, token, "y", "completed")
+	waitStatus(t, a, token, "x", "failed")
+	waitAction(t, a, token, "x", "x1", "skipped")
+
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range amounts {
+		total += n
+	}
+	if amounts["s2"] != 0 || amounts["x1"] != 0 || total != 85 {
+		t.Fatalf("charged %v (%d in all), want s1 40 and y1 45 only\nA:\n%s\nB:\n%s", amounts, total, a.output(), b.output())
+	}
+	req, _ := http.NewRequest("GET", b.base+"/v1/budgets", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Budgets []struct {
+			Budget string `json:"budget"`
+			Used   string `json:"used"`
+		} `json:"budgets"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/budgets: %d %v", resp.StatusCode, err)
+	}
+	usage := list.Budgets
+	if len(usage) != 1 || usage[0].Used != "85" {
+		t.Fatalf("budget usage %+v, want 85 (what the provider charged)", usage)
+	}
 }
