@@ -40,7 +40,7 @@ func TestLoadInvalid(t *testing.T) {
 			`tool "a": retries: unknown field`,
 			`tool "b": timout: unknown field`,
 		},
-		"version":   {`version: unsupported version 2 (want 1)`},
+		"version": {`version: unsupported version 2 (want 1)`},
 		"retry": {
 			`tool "zero": retry.attempts: must be a whole number of at least 1 (the first attempt counts: 1 never retries), got 0`,
 			`tool "negative": retry.attempts: must be a whole number of at least 1 (the first attempt counts: 1 never retries), got -3`,
