@@ -43,7 +43,7 @@ type facts struct {
 	timeout       time.Duration // the call timeout (tool's, else the engine's)
 	visibilityLag time.Duration
 	skew          time.Duration
-	retry         RetryPolicy
+	retry         RetryPolicy // the tool's: the engine's with the tool's own settings
 
 	// The action in this drive.
 	undoOf    string    // a compensating action: the id of the action it undoes
@@ -125,6 +125,9 @@ type decision struct {
 	backoff      int           // doWait: backoff step (0: none)
 	floor        time.Duration // doWait: least wait
 	until        time.Time     // doWait (afterLookup): wait until then
+	// retryBy: doWait (afterFailure, a retry the budget allows): the next
+	// attempt starts by then, the end of the retry budget (zero: no bound).
+	retryBy time.Time
 
 	// The drive's facts after this decision.
 	maybeDone bool
@@ -257,12 +260,30 @@ func decideRecord(f facts) decision {
 	return f.next(d, n, lookFrom, stale && rec.Attempt > 0)
 }
 
-// canRetry applies the retry budget of one drive: attempts and elapsed time.
+// canRetry applies the retry budget of one drive: attempts, and time (a
+// retry starts before MaxElapsed has passed since the first attempt).
 func (f facts) canRetry(after time.Duration) bool {
 	if f.tries >= f.retry.MaxAttempts {
 		return false
 	}
-	return f.now.Sub(f.began)+after <= f.retry.MaxElapsed
+	return f.now.Sub(f.began)+after < f.retry.MaxElapsed
+}
+
+// spent says how much of the retry budget the drive used, and what it is.
+func (f facts) spent() string {
+	r := f.retry
+	return fmt.Sprintf("over %v, the end of its retry budget (%d attempts within %v)",
+		f.now.Sub(f.began).Round(time.Millisecond), r.MaxAttempts, r.MaxElapsed)
+}
+
+// retryWithin is a retry canRetry allowed: as wait, and the next attempt
+// starts before the retry budget ends.
+func (f facts) retryWithin(d decision, floor time.Duration, lookFrom time.Time) decision {
+	d = f.wait(d, floor, lookFrom)
+	if d.verb == doWait {
+		d.retryBy = f.began.Add(f.retry.MaxElapsed)
+	}
+	return d
 }
 
 // wait is a retry after the failed attempt: record it, back off, go on.
@@ -297,9 +318,9 @@ func decideFailure(f facts) decision {
 	case tools.NotSentOutcome, tools.NotProcessed:
 		after := f.retryAfter
 		if f.canRetry(after) {
-			return f.wait(d, after, time.Time{})
+			return f.retryWithin(d, after, time.Time{})
 		}
-		final := fmt.Sprintf("gave up after %d attempts (%s): %s", f.tries, f.failure, f.msg)
+		final := fmt.Sprintf("gave up after %d attempts (%s) %s: %s", f.tries, f.failure, f.spent(), f.msg)
 		if r := f.retry; after > 0 && f.tries < r.MaxAttempts {
 			final = fmt.Sprintf("the provider asked to wait %v before another attempt, beyond this run's retry budget (%v in all, %v used): %s; "+
 				"nothing was processed, so running the same command again later is safe", after, r.MaxElapsed, f.now.Sub(f.began).Round(time.Millisecond), f.msg)
@@ -347,21 +368,21 @@ func decideFailure(f facts) decision {
 				return review(d, f.attempt, fmt.Sprintf("outcome unknown and the provider's key_ttl (%v) has passed: %s", f.keyTTL, f.msg))
 			}
 			if f.canRetry(0) {
-				return f.wait(d, 0, f.claimAt)
+				return f.retryWithin(d, 0, f.claimAt)
 			}
 		} else if f.canRetry(0) {
-			return f.wait(d, 0, time.Time{})
+			return f.retryWithin(d, 0, time.Time{})
 		}
 	case tools.Lookup:
 		if f.canRetry(0) {
-			return f.wait(d, 0, f.claimAt)
+			return f.retryWithin(d, 0, f.claimAt)
 		}
 	default: // read_only, idempotent
 		if f.canRetry(0) {
-			return f.wait(d, 0, time.Time{})
+			return f.retryWithin(d, 0, time.Time{})
 		}
 	}
-	return review(d, f.attempt, fmt.Sprintf("outcome unknown after %d attempts: %s", f.tries, f.msg))
+	return review(d, f.attempt, fmt.Sprintf("outcome unknown after %d attempts %s: %s", f.tries, f.spent(), f.msg))
 }
 
 func decideBackoff(f facts) decision {

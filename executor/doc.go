@@ -59,8 +59,10 @@
 // effect class, the tool's key_ttl, lookup, timeout and visibility_lag,
 // the key record, the last failure, the retry budget and the time. The
 // driver gathers the facts and performs the decision.
-//   - Retry budgets (RetryPolicy) count the attempts of one drive; a person's
-//     "retry" starts a fresh budget.
+//   - Retry budgets (RetryPolicy, or a tool's own tools.Spec.Retry) count
+//     the attempts and the time of one drive; a person's "retry" starts a
+//     fresh budget. They set when and how often an attempt is retried, never
+//     whether it may be: that stays the effect class's rule.
 //   - Replay moves a finished (completed, failed, cancelled) run back to
 //     running for the new revision.
 //   - An approval needed because resolved arguments differ from the approved

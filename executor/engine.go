@@ -85,21 +85,58 @@ const (
 
 func (p Policy) valid() bool { return p == PolicySafe || p == PolicyAll || p == PolicyNone }
 
-// RetryPolicy bounds automatic retries of retry-safe attempts.
+// RetryPolicy bounds automatic retries of the attempts that may be retried
+// (which ones may is the effect class's rule; see DESIGN.md). The wait
+// before retry k is drawn between half and all of min(Max, Base·2^(k-1)),
+// and at least a server's Retry-After; no retry starts later than
+// MaxElapsed after the drive's first attempt. The defaults ride out an
+// outage of about a minute: against an API that refuses every connection,
+// an action gives up one minute after its first attempt, after 12 to 18
+// attempts. A tool's own tools.Spec.Retry (the tools file's "retry")
+// overrides MaxAttempts, Max and MaxElapsed for that tool.
 type RetryPolicy struct {
-	MaxAttempts int           // attempts per action within one drive, default 5
-	Base        time.Duration // first backoff, default 200ms (full jitter)
+	MaxAttempts int           // attempts per action within one drive, the first included, default 20
+	Base        time.Duration // first backoff, default 200ms
 	Max         time.Duration // cap per backoff, default 10s
-	MaxElapsed  time.Duration // total time across attempts, default 2m
+	MaxElapsed  time.Duration // how long after the first attempt a retry may start, default 1m
 }
+
+// The RetryPolicy defaults.
+const (
+	DefaultRetryAttempts   = 20
+	DefaultRetryBase       = 200 * time.Millisecond
+	DefaultRetryMax        = 10 * time.Second
+	DefaultRetryMaxElapsed = time.Minute
+)
 
 // WithDefaults fills zero fields with their defaults.
 func (r RetryPolicy) WithDefaults() RetryPolicy {
-	r.MaxAttempts = cmp.Or(r.MaxAttempts, 5)
-	r.Base = cmp.Or(r.Base, 200*time.Millisecond)
-	r.Max = cmp.Or(r.Max, 10*time.Second)
-	r.MaxElapsed = cmp.Or(r.MaxElapsed, 2*time.Minute)
+	r.MaxAttempts = cmp.Or(r.MaxAttempts, DefaultRetryAttempts)
+	r.Base = cmp.Or(r.Base, DefaultRetryBase)
+	r.Max = cmp.Or(r.Max, DefaultRetryMax)
+	r.MaxElapsed = cmp.Or(r.MaxElapsed, DefaultRetryMaxElapsed)
 	return r
+}
+
+// forTool is r with a tool's own settings (tools.Spec.Retry) in place of
+// its own; the first backoff is never longer than the tool's cap.
+func (r RetryPolicy) forTool(t tools.Retry) RetryPolicy {
+	r.MaxAttempts = cmp.Or(t.Attempts, r.MaxAttempts)
+	r.Max = cmp.Or(t.MaxBackoff, r.Max)
+	r.MaxElapsed = cmp.Or(t.Budget, r.MaxElapsed)
+	r.Base = min(r.Base, r.Max)
+	return r
+}
+
+// backoffRange is the range the wait before retry k (1-based) is drawn
+// from: half to all of min(Max, Base·2^(k-1)).
+func (r RetryPolicy) backoffRange(k int) (lo, hi time.Duration) {
+	hi = r.Base
+	for i := 1; i < k && hi < r.Max; i++ {
+		hi *= 2
+	}
+	hi = min(hi, r.Max)
+	return hi / 2, hi
 }
 
 // Hooks are fault-injection points for tests and the crash harness (docket
@@ -635,20 +672,28 @@ func DeriveRunID(p *plan.Plan) (string, error) {
 	return "run_" + h[:16], nil
 }
 
-// backoff returns the wait before retry k (1-based): full jitter over
-// min(Max, Base*2^(k-1)), and at least floor (a server's Retry-After).
-func (e *Engine) backoff(k int, floor time.Duration) time.Duration {
-	r := e.cfg.Retry
-	ceil := r.Base
-	for i := 1; i < k && ceil < r.Max; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, r.Max)
-	var d time.Duration
-	if ceil > 0 {
+// backoff returns the wait before retry k (1-based) under r: drawn from
+// r.backoffRange(k), and at least floor (a server's Retry-After).
+func (e *Engine) backoff(r RetryPolicy, k int, floor time.Duration) time.Duration {
+	lo, hi := r.backoffRange(k)
+	d := lo
+	if hi > lo {
 		e.randMu.Lock()
-		d = time.Duration(e.cfg.Rand.Int64N(int64(ceil) + 1))
+		d += time.Duration(e.cfg.Rand.Int64N(int64(hi-lo) + 1))
 		e.randMu.Unlock()
 	}
 	return max(d, floor)
+}
+
+// retryOf is the retry policy for a tool: the engine's, with the tool's
+// own settings in place.
+func (e *Engine) retryOf(s tools.Spec) RetryPolicy { return e.cfg.Retry.forTool(s.Retry) }
+
+// waitWithin shortens a backoff so that the next attempt starts by by (the
+// end of the retry budget; zero: no bound), never below floor.
+func waitWithin(wait, floor time.Duration, now, by time.Time) time.Duration {
+	if by.IsZero() {
+		return wait
+	}
+	return max(min(wait, by.Sub(now)), floor, 0)
 }

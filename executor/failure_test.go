@@ -262,7 +262,8 @@ func TestRetriesOfUnknownOutcomeEndInNeedsReviewNeverFailed(t *testing.T) {
 	t.Parallel()
 	w := tooltest.NewWorld()
 	w.FaultFunc = func(tool string, call tools.Call, n int) tooltest.Fault { return tooltest.LoseReply }
-	b := setup(t, []tools.Tool{w.Tool(spec("put", tools.Idempotent))})
+	// Few attempts, so that they run out before the time budget.
+	b := setup(t, []tools.Tool{w.Tool(spec("put", tools.Idempotent))}, func(c *Config) { c.Retry.MaxAttempts = 5 })
 	doc := b.run("r1", mkPlan(t, pa("a", "put", `{"v":1}`)), PolicySafe)
 	wantStatus(t, doc, ledger.RunPaused)
 	a := wantAction(t, doc, "a", ledger.StatusNeedsReview)
@@ -272,7 +273,7 @@ func TestRetriesOfUnknownOutcomeEndInNeedsReviewNeverFailed(t *testing.T) {
 	if n := b.count("r1", "action.attempt_failed"); n != a.Attempts-1 {
 		t.Fatalf("%d attempt_failed events for %d attempts", n, a.Attempts)
 	}
-	// Backoff grows (full jitter under a doubling cap).
+	// Backoff grows (jitter under a doubling cap).
 	for i, d := range b.sleepLog() {
 		if ceil := 200 * time.Millisecond << i; d > ceil {
 			t.Fatalf("backoff %d is %v, above its cap %v", i+1, d, ceil)
@@ -318,7 +319,8 @@ func TestKeyInFlightRetriedThenNeedsReview(t *testing.T) {
 		calls.Add(1)
 		return nil, tools.InFlight(time.Second, fmt.Errorf("409 key in flight"))
 	}}
-	b := setup(t, []tools.Tool{noLook{ft}})
+	// Fewer attempts than "in flight" is asked about within the timeout.
+	b := setup(t, []tools.Tool{noLook{ft}}, func(c *Config) { c.Retry.MaxAttempts = 5 })
 	start := b.clock.Now()
 	doc := b.run("r1", mkPlan(t, pa("a", "k", `{}`)), PolicySafe)
 	wantStatus(t, doc, ledger.RunPaused)

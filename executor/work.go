@@ -339,7 +339,7 @@ func (d *driver) facts(a *act, s stage) facts {
 	spec := a.n.spec
 	_, looks := a.n.tool.(tools.Looker)
 	return facts{stage: s, now: d.e.clock.Now(), class: spec.Class, keyTTL: spec.KeyTTL, hasLookup: looks,
-		timeout: d.timeout(spec), visibilityLag: spec.VisibilityLag, skew: d.e.cfg.SkewMargin, retry: d.e.cfg.Retry,
+		timeout: d.timeout(spec), visibilityLag: spec.VisibilityLag, skew: d.e.cfg.SkewMargin, retry: d.e.retryOf(spec),
 		undoOf: a.undoOf, maybeDone: a.maybeDone, unknownAt: a.unknownAt, claimAt: a.claimAt, first: a.first,
 		tries: a.tries, began: a.began, attempt: a.attempt}
 }
@@ -614,7 +614,7 @@ func failureOf(o tools.Outcome) ledger.Failure { return ledger.Failure(o.String(
 // action.attempt_failed), waits the backoff and starts the next attempt as
 // the decision core says (dec: the doWait decision after the failure).
 func (d *driver) retry(ctx context.Context, a *act, dec decision, msg string) (json.RawMessage, end, bool) {
-	wait := d.e.backoff(dec.backoff, dec.floor)
+	wait := waitWithin(d.e.backoff(d.e.retryOf(a.n.spec), dec.backoff, dec.floor), dec.floor, d.e.clock.Now(), dec.retryBy)
 	data := mustJSON(map[string]any{"retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
 	if !d.record(ctx, a, ledger.FailWith(a.key, a.attempt, msg, true, failureOf(dec.failure), data)) {
 		return nil, endStopped, false
@@ -739,7 +739,7 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, dec decision) (res dec
 		}
 		var wait time.Duration
 		if res.until.IsZero() {
-			wait = d.e.backoff(res.backoff, 0)
+			wait = d.e.backoff(d.e.retryOf(spec), res.backoff, 0)
 			d.lookupWait(ctx, a, map[string]any{"attempt": n, "outcome": "lookup_error",
 				"error": f.msg, "retry_in": wait.String(), "retry_in_ms": wait.Milliseconds()})
 		} else {

@@ -111,6 +111,9 @@ func NewRegistry(ts ...Tool) (*Registry, error) {
 		if s.Timeout < 0 || s.KeyTTL < 0 || s.VisibilityLag < 0 {
 			add("tool %q: negative duration (timeout %v, key_ttl %v, visibility_lag %v)", name, s.Timeout, s.KeyTTL, s.VisibilityLag)
 		}
+		if rt := s.Retry; rt.Attempts < 0 || rt.MaxBackoff < 0 || rt.Budget < 0 {
+			add("tool %q: negative retry setting (attempts %d, max_backoff %v, budget %v)", name, rt.Attempts, rt.MaxBackoff, rt.Budget)
+		}
 		for arg, limit := range s.Approval.Above {
 			if _, err := parseDecimal(string(limit)); err != nil {
 				add("tool %q: approve_above %q: limit %q is not a number", name, arg, limit)

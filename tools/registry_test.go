@@ -73,6 +73,7 @@ func TestNewRegistryReportsEveryProblem(t *testing.T) {
 		fakeTool{Spec{Name: "comp2", Class: Keyed, InputSchema: obj, Compensate: &Compensation{Tool: "a", Args: json.RawMessage(`{"id":"x ${output.id}"}`)}}},
 		fakeTool{Spec{Name: "limit", Class: Keyed, InputSchema: obj, Approval: Approval{Above: map[string]json.Number{"amount": "lots"}}}},
 		fakeTool{Spec{Name: "noschema", Class: ReadOnly}},
+		fakeTool{Spec{Name: "retry", Class: ReadOnly, InputSchema: obj, Retry: Retry{Attempts: -1, Budget: time.Minute}}},
 	)
 	var re *RegistryError
 	if !errors.As(err, &re) {
@@ -89,6 +90,7 @@ func TestNewRegistryReportsEveryProblem(t *testing.T) {
 		`tool "comp2": compensate args: at /id:`,
 		`tool "limit": approve_above "amount": limit "lots" is not a number`,
 		`tool "noschema": input schema: missing`,
+		`tool "retry": negative retry setting (attempts -1, max_backoff 0s, budget 1m0s)`,
 	}
 	msg := err.Error()
 	for _, w := range want {
@@ -232,6 +234,8 @@ func TestHash(t *testing.T) {
 		},
 		"description": func(s *Spec) { s.Description = "changed" },
 		"limit 1e2":   func(s *Spec) { s.Approval.Above["amount"] = "1e2" },
+		// When and how often an attempt is retried, not whether it may be.
+		"retry": func(s *Spec) { s.Retry = Retry{Attempts: 8, MaxBackoff: time.Minute, Budget: time.Hour} },
 	}
 	for name, mod := range same {
 		if h := mk(mod); h != base {

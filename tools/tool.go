@@ -58,6 +58,22 @@ type Compensation struct {
 	Args json.RawMessage `json:"args"`
 }
 
+// Retry bounds how often and for how long the executor retries a tool's
+// attempts that may be retried. Zero fields take the executor's settings
+// (executor.RetryPolicy); none may be negative.
+type Retry struct {
+	// Attempts is the most attempts per action within one drive, the first
+	// included (1: never retried automatically).
+	Attempts int
+	// MaxBackoff is the longest wait between two attempts (a server's
+	// Retry-After may ask for longer).
+	MaxBackoff time.Duration
+	// Budget is how long after the first attempt started a retry may still
+	// start: no wait reaches past it, and a Retry-After that would is not
+	// waited for (the action fails, saying so).
+	Budget time.Duration
+}
+
 // Spec describes a tool. Zero durations mean "use the executor's default".
 type Spec struct {
 	Name         string          // registry name (for MCP tools "server.tool")
@@ -74,6 +90,11 @@ type Spec struct {
 	// the executor evaluates them with the global ones before each claim.
 	Policy     []policy.Rule
 	Compensate *Compensation
+	// Retry is the tool's own retry budget (the tools file's "retry"); its
+	// zero fields take the executor's. It changes when and how often an
+	// attempt is retried, never whether it may be: that is the effect
+	// class's rule. Not part of Registry.Hash.
+	Retry Retry
 	// Binding is, as JSON, whatever else decides what a call does or how it
 	// is protected: an HTTP tool's request, output pointer, key header and
 	// lookup templates (as the file writes them); an MCP tool's server (its

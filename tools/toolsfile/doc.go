@@ -19,6 +19,9 @@
 //   - approve_above limits against numeric input fields;
 //   - compensation templates ("${input.PATH}", "${output.PATH}", parsed with
 //     plan's reference parser) and their target tools;
+//   - retry blocks (tools.Spec.Retry): attempts a whole number of at least
+//     1, max_backoff and budget positive durations, max_backoff no longer
+//     than budget;
 //   - mcp_servers: one of command or url, tools classified with the same
 //     vocabulary, lookups through a tool of the same server.
 //

@@ -132,6 +132,9 @@ type MCPTool struct {
 	// (tools.Spec.Policy); their places read
 	// mcp_servers[0].tools.NAME.policy[0].
 	Policy []policy.Rule `json:"-"`
+	// Retry is the tool's retry budget (tools.Spec.Retry), as an HTTP
+	// tool's.
+	Retry tools.Retry
 }
 
 // MCPLookup is an MCP tool's lookup: call Tool (a tool of the same server)
@@ -351,7 +354,7 @@ func (p *parser) strMap(m map[string]json.RawMessage, where, key string) map[str
 var fileFields = []string{"version", "tools", "mcp_servers", "policy", "budgets", "$schema"}
 
 var toolFields = []string{"name", "description", "effect", "input_schema", "output_schema", "request", "output",
-	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate", "policy"}
+	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate", "policy", "retry"}
 
 func (p *parser) file(data []byte) *File {
 	top := p.object(data, "", fileFields, []string{"version", "tools"})
@@ -561,6 +564,9 @@ func (p *parser) toolDef(i int, raw json.RawMessage) *Tool {
 	}
 	if raw, ok := m["policy"]; ok {
 		s.Policy = p.rules(raw, "policy", fmt.Sprintf("tool %q ", s.Name))
+	}
+	if raw, ok := m["retry"]; ok {
+		s.Retry = p.retry(raw, "retry")
 	}
 	return d
 }
@@ -887,7 +893,7 @@ func (p *parser) compensate(raw json.RawMessage, where string, props schemaProps
 }
 
 var serverFields = []string{"name", "command", "args", "env", "url", "headers", "trust_annotations", "tools"}
-var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup", "policy"}
+var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup", "policy", "retry"}
 var mcpLookupFields = []string{"tool", "args", "found", "output"}
 
 // mcpLookup parses an MCP tool's lookup block.
@@ -1010,6 +1016,9 @@ func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
 			}
 			if raw, ok := tm["policy"]; ok {
 				t.Policy = p.rules(raw, join(tw, "policy"), "")
+			}
+			if raw, ok := tm["retry"]; ok {
+				t.Retry = p.retry(raw, join(tw, "retry"))
 			}
 			s.Tools[name] = t
 		}
