@@ -254,12 +254,18 @@ func TestAuditVerifyThroughServerStoredBytes(t *testing.T) {
 	for _, edit := range []struct{ name, old, new string }{
 		{"a number", `"z": 1e2`, `"z": 1e3`},
 		{"whitespace alone", `"y": [1, 2.50, -0]`, `"y": [1,2.50,  -0]`},
+		{"not JSON", `"z": 1e2`, `"z": 1e?`},
 	} {
 		editBadger(t, data, "action.succeeded", edit.old, edit.new, false)
-		s2 := startServe(t, nil, "--data", data, "--tools", toolsPath) // the token is kept in the data directory
-		r := inproc(t, "audit", "--server", s2.base, "--token", s.token, "--verify", "shaped")
+		r := inproc(t, "audit", "--data", data, "--verify", "shaped")
 		wantCode(t, r, 1)
-		if !strings.Contains(r.stderr, "audit chain is broken at event") {
+		if !strings.Contains(r.stderr, "audit chain is broken at event 5") {
+			t.Fatalf("%s edited: not reported:\n%s", edit.name, r)
+		}
+		s2 := startServe(t, nil, "--data", data, "--tools", toolsPath) // the token is kept in the data directory
+		r = inproc(t, "audit", "--server", s2.base, "--token", s.token, "--verify", "shaped")
+		wantCode(t, r, 1)
+		if !strings.Contains(r.stderr, "audit chain is broken at event 5") {
 			t.Fatalf("%s edited: not reported:\n%s", edit.name, r)
 		}
 		if err := s2.stop(); err != nil {
