@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/docketrun/docket/executor/mcpserve/mcpservetest"
 
@@ -389,4 +390,44 @@ func TestMCPSharedLedger(t *testing.T) {
 			t.Fatalf("docket mcp logged the password: %s", c.stderr)
 		}
 	}
+}
+
+// docket audit takes --ledger postgres://… and $DOCKET_LEDGER: an untouched
+// run on the shared ledger verifies there and through a service on it; an
+// event edited in the database is reported by all three.
+func TestSharedLedgerAudit(t *testing.T) {
+	t.Parallel()
+	url, pw := sharedLedger(t)
+	shapedRun(t, "--ledger", url)
+	env := map[string]string{"DOCKET_LEDGER": url}
+	s := startServe(t, nil, "--ledger", url)
+	check := func(wantExit int, want string) {
+		t.Helper()
+		for _, r := range []result{
+			inproc(t, "audit", "--ledger", url, "--verify", "shaped"),
+			inprocEnv(t, env, "audit", "--verify", "shaped"),
+			inproc(t, "audit", "--server", s.base, "--token", s.token, "--verify", "shaped"),
+		} {
+			wantCode(t, r, wantExit)
+			if !strings.Contains(r.stderr, want) || strings.Contains(r.stdout+r.stderr, pw) {
+				t.Fatalf("want %q on stderr, no password:\n%s", want, r)
+			}
+			if wantExit == exitOK {
+				checkAuditLines(t, r.stdout)
+			}
+		}
+	}
+	check(exitOK, "hash chain verified")
+
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tag, err := conn.Exec(context.Background(), `UPDATE docket.events SET data = convert_to(replace(convert_from(data, 'UTF8'), '"z": 1e2', '"z": 1e3'), 'UTF8')
+		WHERE run_id = 'shaped' AND type = 'action.succeeded'`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("editing the event: %v (%s)", err, tag)
+	}
+	check(exitFailed, "audit chain is broken at event 5")
 }
