@@ -431,3 +431,64 @@ func TestSharedLedgerAudit(t *testing.T) {
 	}
 	check(exitFailed, "audit chain is broken at event 5")
 }
+
+// Every command that takes --data takes --ledger through ledgerFlag, with
+// $DOCKET_LEDGER as its default (shown without the password), but demo:
+// its --data defaults to a temporary directory, and $DOCKET_LEDGER would
+// put the demo's runs into the shared ledger. A command that does not
+// open a ledger the usual way (chaos has its own --ledger, for the nodes
+// experiment only) takes no --data.
+func TestEveryDataCommandTakesLedger(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DOCKET_LEDGER": "postgres://u:secret-pw@127.0.0.1:1/db"}
+	var lines [][]string
+	for name := range commands {
+		switch name {
+		case "demo":
+		case "runs":
+			lines = append(lines, []string{"runs", "list"}, []string{"runs", "show"})
+		default:
+			lines = append(lines, []string{name})
+		}
+	}
+	n := 0
+	for _, line := range lines {
+		r := inprocEnv(t, env, append(line, "--help")...)
+		if strings.Contains(r.stdout+r.stderr, "secret-pw") {
+			t.Fatalf("the password was printed:\n%s", r)
+		}
+		if !strings.Contains(r.stderr, "\n  -data ") {
+			continue
+		}
+		n++
+		if !strings.Contains(r.stderr, "\n  -ledger value\n") || !strings.Contains(r.stderr, "(default postgres://u:xxxxx@127.0.0.1:1/db)") {
+			t.Errorf("docket %s takes --data without --ledger (default $DOCKET_LEDGER):\n%s", strings.Join(line, " "), r)
+		}
+	}
+	if n < 15 {
+		t.Fatalf("only %d commands take --data", n)
+	}
+}
+
+// docket restore writes a data directory: --ledger (or $DOCKET_LEDGER
+// without --data) is refused with what to use instead; an explicit --data
+// wins over $DOCKET_LEDGER.
+func TestRestoreSharedLedger(t *testing.T) {
+	t.Parallel()
+	url := "postgres://u:secret-pw@127.0.0.1:1/db"
+	env := map[string]string{"DOCKET_LEDGER": url}
+	for _, r := range []result{
+		inproc(t, "restore", "--ledger", url, "--in", "backup.docket"),
+		inprocEnv(t, env, "restore", "--in", "backup.docket"),
+	} {
+		wantCode(t, r, exitBad)
+		if !strings.Contains(r.stderr, "pg_restore") || strings.Contains(r.stderr, "secret-pw") {
+			t.Fatalf("restore into the shared ledger:\n%s", r)
+		}
+	}
+	r := inprocEnv(t, env, "restore", "--data", filepath.Join(t.TempDir(), "data"), "--in", filepath.Join(t.TempDir(), "missing"))
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "reading backup") {
+		t.Fatalf("restore --data with $DOCKET_LEDGER set:\n%s", r)
+	}
+}
