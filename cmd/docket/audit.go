@@ -62,8 +62,9 @@ func (c *auditCmd) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("reading the events of run %s: %w", runID, err)
 		}
 	}
-	// Each event with its data as stored (on one line), so that a line's
-	// hash can be checked against it.
+	// Each event with its data as stored, so that a line's hash can be
+	// checked against it (but for data with line breaks, which a line
+	// cannot hold: ui.AppendEventLine).
 	var line []byte
 	var printErr error
 	for _, ev := range evs {
