@@ -2,7 +2,6 @@ package ui
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -46,9 +45,12 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", `attachment; filename="docket-audit-`+fileSafe(runID)+`.jsonl"`)
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
+	var line []byte
 	for _, ev := range evs {
-		if err := enc.Encode(ev); err != nil {
+		if line, err = AppendEventLine(line[:0], ev); err != nil {
+			return
+		}
+		if _, err := bw.Write(line); err != nil {
 			return
 		}
 	}

@@ -498,7 +498,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	if len(evs) > 0 {
 		last = evs[len(evs)-1].Seq
 	}
-	writeJSON(w, http.StatusOK, eventList{Events: evs, Last: last})
+	writeEvents(w, eventList{Events: evs, Last: last})
 }
 
 func parseAfter(w http.ResponseWriter, r *http.Request) (uint64, bool) {

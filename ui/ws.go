@@ -393,10 +393,12 @@ func (s *Server) encoded(ev ledger.Event) ([]byte, error) {
 		return b, nil
 	}
 	c.mu.Unlock()
-	b, err := json.Marshal(Message{Type: "event", Event: &ev})
+	// Message{Type: "event", Event: &ev}, with the event's data as stored.
+	b, err := AppendEventJSON([]byte(`{"type":"event","event":`), ev)
 	if err != nil {
 		return nil, err
 	}
+	b = append(b, '}')
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {

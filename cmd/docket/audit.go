@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ui"
 )
 
 func init() {
@@ -19,7 +19,7 @@ func init() {
 // auditCmd is `docket audit RUN [--verify]`.
 type auditCmd struct{ env Env }
 
-const auditUsage = "audit [--data DIR | --server URL --token T] [--verify] RUN"
+const auditUsage = "audit [--data DIR | --ledger URL | --server URL --token T] [--verify] RUN"
 
 // Run prints every event of the run, one JSON object per line, each with
 // its hash: who created it and with which plan, which rule decided each
@@ -30,6 +30,7 @@ const auditUsage = "audit [--data DIR | --server URL --token T] [--verify] RUN"
 func (c *auditCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("audit", auditUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	verify := fs.Bool("verify", false, "verify the run's hash chain: exit 1 when it is broken")
 	sf := addServerFlags(fs)
 	pos, err := parseArgs(fs, args)
@@ -61,14 +62,24 @@ func (c *auditCmd) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("reading the events of run %s: %w", runID, err)
 		}
 	}
-	enc := json.NewEncoder(c.env.Stdout)
+	// Each event with its data as stored, so that a line's hash can be
+	// checked against it (but for data with line breaks, which a line
+	// cannot hold: ui.AppendEventLine).
+	var line []byte
+	var printErr error
 	for _, ev := range evs {
-		if err := enc.Encode(ev); err != nil {
+		if line, printErr = ui.AppendEventLine(line[:0], ev); printErr != nil {
+			// Data that is not JSON was not written by docket: --verify
+			// says where the chain breaks.
+			printErr = fmt.Errorf("printing the history of run %s: %w", runID, printErr)
+			break
+		}
+		if _, err := c.env.Stdout.Write(line); err != nil {
 			return err
 		}
 	}
 	if !*verify {
-		return nil
+		return printErr
 	}
 	chained, err := ledger.VerifyChain(runID, evs, head)
 	var ce *ledger.ChainError
@@ -79,6 +90,8 @@ func (c *auditCmd) Run(ctx context.Context, args []string) error {
 		return err
 	case !chained:
 		return withCode(exitFailed, fmt.Errorf("run %s has no audit chain (recorded before docket chained events): its history cannot be verified", runID))
+	case printErr != nil:
+		return printErr
 	}
 	fmt.Fprintf(c.env.Stderr, "docket audit: run %s: %d events, hash chain verified (head %s)\n", runID, len(evs), head)
 	return nil
@@ -87,7 +100,7 @@ func (c *auditCmd) Run(ctx context.Context, args []string) error {
 // remote reads the events through the service (pages of GET
 // /v1/runs/{id}/events) and the chain's head (GET /v1/runs/{id}/audit's
 // Docket-Audit-Head); the chain is verified here, not taken from the
-// service's word.
+// service's word, but for events the service cannot send.
 func (c *auditCmd) remote(ctx context.Context, sf *serverFlags, runID string) ([]ledger.Event, string, error) {
 	cl, err := sf.client(c.env)
 	if err != nil {
@@ -106,6 +119,12 @@ func (c *auditCmd) remote(ctx context.Context, sf *serverFlags, runID string) ([
 			Last   uint64         `json:"last"`
 		}
 		if err := cl.do(ctx, "GET", base+"/events?limit=10000&after="+strconv.FormatUint(after, 10), nil, nil, &page); err != nil {
+			// An event whose data is not JSON cannot be sent as it is
+			// stored; the service's own verification says where its
+			// chain breaks (a verdict of broken needs no trust).
+			if at, perr := strconv.ParseUint(h.Get("Docket-Audit-Broken-At"), 10, 64); perr == nil && h.Get("Docket-Audit") == "broken" {
+				return nil, "", withCode(exitFailed, fmt.Errorf("run %s: the audit chain is broken at event %d, the service reports (its events could not be read: %w); the ledger was changed outside docket", runID, at, err))
+			}
 			return nil, "", err
 		}
 		if len(page.Events) == 0 {

@@ -7,13 +7,16 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/gorilla/websocket"
 
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/ledger"
@@ -168,4 +171,176 @@ func TestAuditAndDryRunThroughServer(t *testing.T) {
 	if !strings.Contains(r.stdout, `"dry_run": true`) || !strings.Contains(r.stdout, `"outcome"`) {
 		t.Fatalf("remote dry run:\n%s", r)
 	}
+}
+
+// shapedBody is a JSON answer in shapes a re-encoding would change:
+// whitespace and line breaks between tokens, unsorted keys, "\u00e9" and
+// "\/" escapes, raw "<", "&" and U+2028, exponent and long numbers, nested
+// objects.
+const shapedBody = "{ \"z\": 1e2,  \"a\" : \"caf\\u00e9 <b>&amp; \\/\",\n" +
+	"  \"big\": 123456789012345678901234567890, \"neg\": -0.50,\n" +
+	"\t\"nested\": {\"y\": [1, 2.50, -0], \"x\": {\"k2\": true, \"k1\": null}},\r\n" +
+	"  \"uni\": \"é\u2028ü\" }"
+
+// shapedRun records, in a new data directory, run "shaped" whose tool
+// answered shapedBody (its output is the answer as it came) and whose
+// args hold the same shapes but the big number (a plan refuses numbers
+// beyond 2^53); it returns the data directory and tools file.
+func shapedRun(t *testing.T, ledgerArgs ...string) (data, toolsPath string) {
+	t.Helper()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, shapedBody)
+	}))
+	t.Cleanup(api.Close)
+	dir := t.TempDir()
+	data, toolsPath = filepath.Join(dir, "data"), filepath.Join(dir, "tools.json")
+	tf := `{"version": 1, "tools": [{"name": "shapes", "description": "Answer JSON of many shapes.", "effect": "read_only",
+		"input_schema": {"type": "object", "properties": {"q": {"type": "object"}}, "required": ["q"]},
+		"request": {"method": "GET", "url": "` + api.URL + `/shapes"}, "timeout": "5s"}]}`
+	planPath := filepath.Join(dir, "plan.json")
+	pl := `{"goal": "shapes", "actions": [{"id": "s", "tool": "shapes", "args": {"q": ` + strings.Replace(shapedBody, "123456789012345678901234567890", "12345", 1) + `}}]}`
+	for p, b := range map[string]string{toolsPath: tf, planPath: pl} {
+		if err := os.WriteFile(p, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ledgerArgs) == 0 {
+		ledgerArgs = []string{"--data", data}
+	}
+	wantCode(t, inproc(t, append([]string{"run", "--tools", toolsPath, "--plan", planPath, "--run-id", "shaped", "--approve", "all"}, ledgerArgs...)...), 0)
+	return data, toolsPath
+}
+
+// TestAuditVerifyThroughServerStoredBytes: docket audit --server --verify
+// holds on an untouched run whose events carry data in shapes the service's
+// JSON would re-encode (the service serves each event's data as the ledger
+// holds it), and still reports an event edited in the files: a changed
+// number, and a change of whitespace alone.
+func TestAuditVerifyThroughServerStoredBytes(t *testing.T) {
+	t.Parallel()
+	data, toolsPath := shapedRun(t)
+	wantCode(t, inproc(t, "audit", "--data", data, "--verify", "shaped"), 0)
+
+	s := startServe(t, nil, "--data", data, "--tools", toolsPath)
+	r := inproc(t, "audit", "--server", s.base, "--token", s.token, "--verify", "shaped")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stderr, "hash chain verified") {
+		t.Fatalf("remote audit:\n%s", r)
+	}
+	checkAuditLines(t, r.stdout)
+	// On the wire: the events page and the run's WebSocket carry the
+	// output as the tool answered it; the audit download has it on one line.
+	if body := s.getRaw(t, "/v1/runs/shaped/events"); !strings.Contains(body, `"data":{"output":`+shapedBody+`}`) {
+		t.Fatalf("GET /v1/runs/shaped/events does not carry the stored bytes:\n%s", body)
+	}
+	var frame string
+	for m := range streamRunRaw(t, s.base, s.token, "shaped") {
+		if strings.Contains(m, `"type":"action.succeeded"`) {
+			frame = m
+		}
+		if strings.Contains(m, `"type":"run.completed"`) {
+			break
+		}
+	}
+	if !strings.Contains(frame, `"data":{"output":`+shapedBody+`}`) {
+		t.Fatalf("the WebSocket frame does not carry the stored bytes:\n%s", frame)
+	}
+	checkAuditLines(t, s.getRaw(t, "/v1/runs/shaped/audit"))
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, edit := range []struct{ name, old, new string }{
+		{"a number", `"z": 1e2`, `"z": 1e3`},
+		{"whitespace alone", `"y": [1, 2.50, -0]`, `"y": [1,2.50,  -0]`},
+		{"not JSON", `"z": 1e2`, `"z": 1e?`},
+	} {
+		editBadger(t, data, "action.succeeded", edit.old, edit.new, false)
+		r := inproc(t, "audit", "--data", data, "--verify", "shaped")
+		wantCode(t, r, 1)
+		if !strings.Contains(r.stderr, "audit chain is broken at event 5") {
+			t.Fatalf("%s edited: not reported:\n%s", edit.name, r)
+		}
+		s2 := startServe(t, nil, "--data", data, "--tools", toolsPath) // the token is kept in the data directory
+		r = inproc(t, "audit", "--server", s2.base, "--token", s.token, "--verify", "shaped")
+		wantCode(t, r, 1)
+		if !strings.Contains(r.stderr, "audit chain is broken at event 5") {
+			t.Fatalf("%s edited: not reported:\n%s", edit.name, r)
+		}
+		if err := s2.stop(); err != nil {
+			t.Fatal(err)
+		}
+		editBadger(t, data, "action.succeeded", edit.new, edit.old, false)
+	}
+	wantCode(t, inproc(t, "audit", "--data", data, "--verify", "shaped"), 0)
+}
+
+// checkAuditLines: JSON Lines of the run "shaped", one event per line, the
+// output whole.
+func checkAuditLines(t *testing.T, out string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	var seen bool
+	for i, l := range lines {
+		var ev ledger.Event
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || ev.Seq != uint64(i)+1 {
+			t.Fatalf("line %d is not event %d: %v\n%s", i+1, i+1, err, out)
+		}
+		if ev.Type == ledger.EventActionSucceeded {
+			var got, want any
+			if err := json.Unmarshal(ev.Data, &got); err != nil {
+				t.Fatal(err)
+			}
+			json.Unmarshal([]byte(`{"output":`+shapedBody+`}`), &want)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("the output on the line is %v, want %v", got, want)
+			}
+			seen = true
+		}
+	}
+	if !seen {
+		t.Fatalf("no action.succeeded line:\n%s", out)
+	}
+}
+
+// getRaw GETs path from the service and returns the answer's body.
+func (s *served) getRaw(t *testing.T, path string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v\n%s", path, resp.StatusCode, err, b)
+	}
+	return string(b)
+}
+
+// streamRunRaw dials a run's WebSocket from its first event and sends each
+// frame as it came (the channel closes when the socket ends).
+func streamRunRaw(t *testing.T, base, token, runID string) <-chan string {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/runs/" + runID + "/ws?after=0"
+	c, resp, err := websocket.DefaultDialer.Dial(u, http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil {
+		t.Fatalf("dial %s: %v (%v)", u, err, resp)
+	}
+	t.Cleanup(func() { c.Close() })
+	ch := make(chan string, 256)
+	go func() {
+		defer close(ch)
+		for {
+			_, b, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			ch <- string(b)
+		}
+	}()
+	return ch
 }

@@ -101,6 +101,7 @@ type restoreCmd struct{ env Env }
 func (c *restoreCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("restore", "restore --data DIR [--in FILE]", c.env.Stderr)
 	data := fs.String("data", "", "new or empty data directory to restore into (required; never overwritten)")
+	ledgerFlag(fs, data, c.env.Getenv)
 	in := fs.String("in", "", "read the backup from this file (default: stdin)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -108,6 +109,9 @@ func (c *restoreCmd) Run(ctx context.Context, args []string) error {
 	}
 	if len(pos) > 0 {
 		return usageError("restore takes no positional arguments (got %q)", pos)
+	}
+	if postgres.IsURL(*data) {
+		return usageError("the shared ledger lives in PostgreSQL: docket backup files restore into a data directory (--data DIR); restore a pg_dump of the shared ledger with PostgreSQL's own tools, e.g. pg_restore --dbname 'postgres://…' docket.dump")
 	}
 	if *data == "" {
 		fs.Usage()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/docketrun/docket/executor/mcpserve/mcpservetest"
 
@@ -388,5 +389,106 @@ func TestMCPSharedLedger(t *testing.T) {
 		if strings.Contains(c.stderr.String(), pw) {
 			t.Fatalf("docket mcp logged the password: %s", c.stderr)
 		}
+	}
+}
+
+// docket audit takes --ledger postgres://… and $DOCKET_LEDGER: an untouched
+// run on the shared ledger verifies there and through a service on it; an
+// event edited in the database is reported by all three.
+func TestSharedLedgerAudit(t *testing.T) {
+	t.Parallel()
+	url, pw := sharedLedger(t)
+	shapedRun(t, "--ledger", url)
+	env := map[string]string{"DOCKET_LEDGER": url}
+	s := startServe(t, nil, "--ledger", url)
+	check := func(wantExit int, want string) {
+		t.Helper()
+		for _, r := range []result{
+			inproc(t, "audit", "--ledger", url, "--verify", "shaped"),
+			inprocEnv(t, env, "audit", "--verify", "shaped"),
+			inproc(t, "audit", "--server", s.base, "--token", s.token, "--verify", "shaped"),
+		} {
+			wantCode(t, r, wantExit)
+			if !strings.Contains(r.stderr, want) || strings.Contains(r.stdout+r.stderr, pw) {
+				t.Fatalf("want %q on stderr, no password:\n%s", want, r)
+			}
+			if wantExit == exitOK {
+				checkAuditLines(t, r.stdout)
+			}
+		}
+	}
+	check(exitOK, "hash chain verified")
+
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tag, err := conn.Exec(context.Background(), `UPDATE docket.events SET data = convert_to(replace(convert_from(data, 'UTF8'), '"z": 1e2', '"z": 1e3'), 'UTF8')
+		WHERE run_id = 'shaped' AND type = 'action.succeeded'`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("editing the event: %v (%s)", err, tag)
+	}
+	check(exitFailed, "audit chain is broken at event 5")
+}
+
+// Every command that takes --data takes --ledger through ledgerFlag, with
+// $DOCKET_LEDGER as its default (shown without the password), but demo:
+// its --data defaults to a temporary directory, and $DOCKET_LEDGER would
+// put the demo's runs into the shared ledger. A command that does not
+// open a ledger the usual way (chaos has its own --ledger, for the nodes
+// experiment only) takes no --data.
+func TestEveryDataCommandTakesLedger(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DOCKET_LEDGER": "postgres://u:secret-pw@127.0.0.1:1/db"}
+	var lines [][]string
+	for name := range commands {
+		switch name {
+		case "demo":
+		case "runs":
+			lines = append(lines, []string{"runs", "list"}, []string{"runs", "show"})
+		default:
+			lines = append(lines, []string{name})
+		}
+	}
+	n := 0
+	for _, line := range lines {
+		r := inprocEnv(t, env, append(line, "--help")...)
+		if strings.Contains(r.stdout+r.stderr, "secret-pw") {
+			t.Fatalf("the password was printed:\n%s", r)
+		}
+		if !strings.Contains(r.stderr, "\n  -data ") {
+			continue
+		}
+		n++
+		if !strings.Contains(r.stderr, "\n  -ledger value\n") || !strings.Contains(r.stderr, "(default postgres://u:xxxxx@127.0.0.1:1/db)") {
+			t.Errorf("docket %s takes --data without --ledger (default $DOCKET_LEDGER):\n%s", strings.Join(line, " "), r)
+		}
+	}
+	if n < 15 {
+		t.Fatalf("only %d commands take --data", n)
+	}
+}
+
+// docket restore writes a data directory: --ledger (or $DOCKET_LEDGER
+// without --data) is refused with what to use instead; an explicit --data
+// wins over $DOCKET_LEDGER.
+func TestRestoreSharedLedger(t *testing.T) {
+	t.Parallel()
+	url := "postgres://u:secret-pw@127.0.0.1:1/db"
+	env := map[string]string{"DOCKET_LEDGER": url}
+	for _, r := range []result{
+		inproc(t, "restore", "--ledger", url, "--in", "backup.docket"),
+		inprocEnv(t, env, "restore", "--in", "backup.docket"),
+	} {
+		wantCode(t, r, exitBad)
+		if !strings.Contains(r.stderr, "pg_restore") || strings.Contains(r.stderr, "secret-pw") {
+			t.Fatalf("restore into the shared ledger:\n%s", r)
+		}
+	}
+	r := inprocEnv(t, env, "restore", "--data", filepath.Join(t.TempDir(), "data"), "--in", filepath.Join(t.TempDir(), "missing"))
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "reading backup") {
+		t.Fatalf("restore --data with $DOCKET_LEDGER set:\n%s", r)
 	}
 }
