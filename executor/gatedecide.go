@@ -11,8 +11,9 @@ import (
 // the facts (the policy's gate, the budgets', the approvals that count, the
 // key's record). The replay preview (PreviewReplay) walks a new revision
 // with the same functions and the same inputs the drive reads (the rules
-// with the run's totals summed by driver.policyRun, the budgets measured by
-// checkBudgets), so that what it says is what the replay does.
+// with the run's totals of runInput, the budgets measured by checkBudgets,
+// the approvals of driver.approved), so that what it says is what the
+// replay does.
 
 // startVerdict is what becomes of an action when the drive reaches it.
 type startVerdict int
@@ -84,8 +85,8 @@ func decideStart(f startFacts) startVerdict {
 }
 
 // decideGate is the gate an action is decided under: the policy's
-// decision (gateFor on the resolved arguments, with in.Run as
-// driver.policyRun sums it), or the budgets' when stricter. bc is the
+// decision (gateFor on the resolved arguments, with in.Run from
+// runInput), or the budgets' when stricter. bc is the
 // budgets' check of the key's first claim (checkBudgets); a key that
 // already has a record holds its share and is not measured again (pass
 // the zero budgetCheck).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/policy"
 )
 
@@ -102,7 +103,7 @@ func (e *Engine) PreviewReplay(ctx context.Context, runID string, p *plan.Plan) 
 	w := &previewWalk{
 		e: e, pol: pol, run: next,
 		// A driver that is never driven: its rows are the replay's as the
-		// walk goes, so that policyRun sums the totals the drive would.
+		// walk goes (the totals of runInput, the approvals of approved).
 		d:       &driver{e: e, runID: runID, run: next, pol: pol, nodes: map[string]*node{}},
 		steps:   map[string]*PreviewStep{},
 		state:   map[string]walkState{},
@@ -250,7 +251,7 @@ func (w *previewWalk) decide(ctx context.Context, a plan.Action, st *PreviewStep
 		// Only a key's first claim reserves: an existing key holds its share.
 		bc = e.checkBudgets(ctx, w.run.ID, w.run.CreatedBy, a.Tool, resolved, w.pending)
 	}
-	g := e.decideGate(w.pol, n.spec, policy.Input{ActionID: a.ID, Key: st.Key, Args: resolved, Run: w.d.policyRun(a.ID, n.spec)}, bc)
+	g := e.decideGate(w.pol, n.spec, policy.Input{ActionID: a.ID, Key: st.Key, Args: resolved, Run: w.runInput(a.ID, n.spec)}, bc)
 	approved, _ := w.d.approved(n, resolved, g)
 	v := decideStart(startFacts{gate: g, approved: approved, rec: rec})
 	switch {
@@ -322,6 +323,17 @@ func (w *previewWalk) decide(ctx context.Context, a plan.Action, st *PreviewStep
 		}
 	}
 	return nil
+}
+
+// runInput is the run as the policy sees it for action id of tool spec
+// when the replay reaches it: its totals count the actions started before
+// it (the walk's rows, as the drive's would be by then).
+func (w *previewWalk) runInput(id string, spec tools.Spec) policy.Run {
+	rows := make([]ledger.Action, 0, len(w.d.nodes))
+	for _, n := range w.d.nodes {
+		rows = append(rows, n.row)
+	}
+	return w.e.runInput(w.run, spec, rows, id)
 }
 
 // failed notes that the replay fails at action id (the first such action
