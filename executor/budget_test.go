@@ -202,12 +202,21 @@ func TestPreviewReplayBudgets(t *testing.T) {
 	if s := got["p1"]; s.Outcome != PreviewKeeps {
 		t.Errorf("p1: %+v", s)
 	}
-	if s := got["p3"]; s.Outcome != PreviewRuns || s.Approval == nil || s.Approval.Budget != "daily-spend" || s.Approval.Need != 1 ||
+	// n3 is denied: the replay fails there, and p3, waiting for a person
+	// to approve going past the budget, is never started.
+	if s := got["p3"]; s.Outcome != PreviewSkipped || s.Approval == nil || s.Approval.Budget != "daily-spend" || s.Approval.Need != 1 ||
 		!strings.Contains(s.Why, "1000 used + 0.2 > limit 1000.1") {
 		t.Errorf("p3: %+v %+v", s, s.Approval)
 	}
 	if s := got["n3"]; s.Outcome != PreviewDenied || s.Approval == nil || s.Approval.Budget != "notes-per-run" || !strings.Contains(s.Why, "two notes per run") {
 		t.Errorf("n3: %+v %+v", s, s.Approval)
+	}
+	// Without n3, p3 waits for that person.
+	next.Actions = next.Actions[:len(next.Actions)-1]
+	got = b.preview("r", next)
+	if s := got["p3"]; s.Outcome != PreviewRuns || s.Approval == nil || s.Approval.Budget != "daily-spend" || s.Approval.Need != 1 ||
+		!strings.Contains(s.Why, "1000 used + 0.2 > limit 1000.1") {
+		t.Errorf("p3: %+v %+v", s, s.Approval)
 	}
 	if n := len(b.events("r")); n != before {
 		t.Fatalf("the preview recorded %d events", n-before)

@@ -555,18 +555,8 @@ func (e *Engine) recordRevision(ctx context.Context, g *gate, runID string, p *p
 	if err != nil {
 		return 0, fmt.Errorf("executor: replay run %s: %w", runID, err)
 	}
-	for _, r := range cur {
-		switch {
-		case r.Status == ledger.StatusNeedsReview:
-			return 0, &ActionError{RunID: runID, ActionID: r.ID, Key: r.Key, Op: "replay", Err: fmt.Errorf(
-				"%w: action %s needs review (its outcome is unknown): check the external system and settle it first with "+
-					"docket resolve %s %s (--done OUTPUT_JSON | --retry | --skip), or POST /v1/runs/%s/actions/%s/resolve; then replay",
-				ErrBusy, r.ID, runID, r.ID, runID, r.ID)}
-		case r.Status == ledger.StatusClaimed || sentBefore(r):
-			return 0, &ActionError{RunID: runID, ActionID: r.ID, Key: r.Key, Op: "replay", Err: fmt.Errorf(
-				"%w: action %s was started and has no recorded outcome yet: continue the run (the same docket command, "+
-					"or docket approve/resolve) so that it is concluded, then replay", ErrBusy, r.ID)}
-		}
+	if err := unsettled(runID, cur); err != nil {
+		return 0, err
 	}
 	rev, err := e.led.AddRevision(ctx, runID, p, rows)
 	if err != nil {
@@ -588,6 +578,26 @@ func (e *Engine) recordRevision(ctx context.Context, g *gate, runID string, p *p
 		e.obs.RunStatus(runID, ledger.RunRunning)
 	}
 	return rev, nil
+}
+
+// unsettled refuses (ErrBusy) a new revision over cur, the rows of the
+// current one, while one of them has no settled outcome: it needs review,
+// is claimed, or waits for another attempt.
+func unsettled(runID string, cur []ledger.Action) error {
+	for _, r := range cur {
+		switch {
+		case r.Status == ledger.StatusNeedsReview:
+			return &ActionError{RunID: runID, ActionID: r.ID, Key: r.Key, Op: "replay", Err: fmt.Errorf(
+				"%w: action %s needs review (its outcome is unknown): check the external system and settle it first with "+
+					"docket resolve %s %s (--done OUTPUT_JSON | --retry | --skip), or POST /v1/runs/%s/actions/%s/resolve; then replay",
+				ErrBusy, r.ID, runID, r.ID, runID, r.ID)}
+		case r.Status == ledger.StatusClaimed || sentBefore(r):
+			return &ActionError{RunID: runID, ActionID: r.ID, Key: r.Key, Op: "replay", Err: fmt.Errorf(
+				"%w: action %s was started and has no recorded outcome yet: continue the run (the same docket command, "+
+					"or docket approve/resolve) so that it is concluded, then replay", ErrBusy, r.ID)}
+		}
+	}
+	return nil
 }
 
 // Fork starts newRunID with the current revision's recorded plan of runID:

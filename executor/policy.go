@@ -114,6 +114,17 @@ func readsRun(rules []policy.Rule) bool {
 	return false
 }
 
+// runInput is run as the policy sees it for action skip of tool spec, the
+// run's rows being rows: its totals are summed (O(rows)) only when one of
+// the rules that apply to spec can read the run.
+func (e *Engine) runInput(run ledger.Run, spec tools.Spec, rows []ledger.Action, skip string) policy.Run {
+	r := policy.Run{ID: run.ID, Goal: run.Goal, Creator: run.CreatedBy, Revision: run.Revision}
+	if readsRun(e.rules(spec)) {
+		r.Totals = totals(rows, skip)
+	}
+	return r
+}
+
 // totals sums, per tool, the actions of rows that were claimed in this
 // revision (count, and the numeric top-level arguments), except skip.
 func totals(rows []ledger.Action, skip string) map[string]policy.Total {

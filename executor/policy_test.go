@@ -267,6 +267,23 @@ func TestPreviewReplay(t *testing.T) {
 		pa("n2", "note", `{"paid": "${p1.output}"}`, "p1"),
 		pa("btc", "pay", `{"amount": 5, "currency": "BTC"}`))
 	got := b.preview("r", next)
+	// btc is denied: the replay fails there, and what waits for p1's
+	// approvers is never started (p1 says whom it was waiting for).
+	if s := got["p1"]; s.Outcome != PreviewSkipped || s.Approval == nil || s.Approval.Need != 2 || s.Approval.Rule != "four-eyes" {
+		t.Fatalf("p1: %+v", s)
+	}
+	if s := got["n"]; s.Outcome != PreviewKeeps || s.Approval != nil {
+		t.Fatalf("n: %+v", s)
+	}
+	if s := got["n2"]; s.Outcome != PreviewSkipped {
+		t.Fatalf("n2: %+v", s)
+	}
+	if s := got["btc"]; s.Outcome != PreviewDenied || !strings.Contains(s.Why, "no-crypto") {
+		t.Fatalf("btc: %+v", s)
+	}
+	// Without btc, p1 waits for its two approvers and n2 for p1's output.
+	next.Actions = next.Actions[:3]
+	got = b.preview("r", next)
 	if s := got["p1"]; s.Outcome != PreviewRuns || s.Approval == nil || s.Approval.Need != 2 || s.Approval.Rule != "four-eyes" {
 		t.Fatalf("p1: %+v", s)
 	}
@@ -275,9 +292,6 @@ func TestPreviewReplay(t *testing.T) {
 	}
 	if s := got["n2"]; s.Outcome != PreviewFollows {
 		t.Fatalf("n2: %+v", s)
-	}
-	if s := got["btc"]; s.Outcome != PreviewDenied || !strings.Contains(s.Why, "no-crypto") {
-		t.Fatalf("btc: %+v", s)
 	}
 	if n := len(b.events("r")); n != before {
 		t.Fatalf("the preview recorded %d events", n-before)

@@ -24,7 +24,7 @@ func (c *replayCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("replay", "replay [--data DIR] --tools FILE RUN --plan FILE", c.env.Stderr)
 	f := addRunFlags(fs, c.env.Getenv)
 	planPath := fs.String("plan", "", "the edited plan (JSON)")
-	dryRun := fs.Bool("dry-run", false, "record nothing: print which actions would keep their outputs, which would run, and which would need approvals again")
+	dryRun := fs.Bool("dry-run", false, "record nothing: print what the replay would do with each action (keep its output, run, wait for approvals, mirror a failure, be denied or skipped)")
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
 	if err != nil {
@@ -141,8 +141,8 @@ func (c *forkCmd) remote(ctx context.Context, f runFlags, runID, newID string, p
 
 // preview is `docket replay --dry-run`: the replay's preview as JSON
 // ({"run_id", "dry_run": true, "actions": [{"action_id", "tool", "outcome",
-// "key"?, "approval"?, "why"}]}), locally or through the service; nothing is
-// recorded.
+// "key"?, "approval"?, "undone"?, "why"}]}), locally or through the service;
+// nothing is recorded. The outcomes are executor.PreviewStep's.
 func (c *replayCmd) preview(ctx context.Context, f runFlags, runID string, p *plan.Plan, planPath string) error {
 	var out struct {
 		RunID   string                 `json:"run_id"`
