@@ -33,10 +33,10 @@ type Case struct {
 	Messages []Message `json:"messages,omitempty"`
 	// Tools are tool definitions given inline.
 	Tools []ToolDef `json:"tools"`
-	// ToolsFile is a tools file (DESIGN.md) relative to the dataset file.
+	// ToolsFile is a tools file (tools/README.md) relative to the dataset file.
 	ToolsFile string `json:"tools_file,omitempty"`
 	// Approve is the run policy the plan would be executed under: "safe"
-	// (default), "all" or "none" (DESIGN.md, docket run --approve).
+	// (default), "all" or "none" (executor/README.md, Approvals).
 	Approve string `json:"approve,omitempty"`
 	// Rules selects the scoring rules: "docket" (default) or one of the
 	// leaderboard checkers "bfcl_simple", "bfcl_multiple", "bfcl_parallel",
@@ -55,7 +55,7 @@ type Case struct {
 	// expectations are tested too, and test models answer with it.
 	Reference []Call `json:"reference,omitempty"`
 	// Observations answer read_only tools while the model plans (they run
-	// during planning, DESIGN.md rule 3): a call gets the output of the
+	// during planning, executor/README.md rule 3): a call gets the output of the
 	// first observation for its tool whose args equal the call's (or that
 	// gives no args). Evaluations never reach real systems.
 	Observations []Observation `json:"observations,omitempty"`

@@ -8,7 +8,7 @@ import (
 	"os"
 )
 
-// PlanLine is one line of a plans file (DESIGN.md, docket eval score):
+// PlanLine is one line of a plans file (cmd/docket/README.md, eval score):
 // the calls planned for one case. Runs also write Error (the planner failed)
 // and Usage; Try numbers repeated runs of the same case (1-based).
 type PlanLine struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/docketrun/docket/tools"
 )
 
-// Call is one planned tool call as a plans file gives it (DESIGN.md,
+// Call is one planned tool call as a plans file gives it (cmd/docket/README.md, eval,
 // docket eval score): {"tool", "args", "id"?, "depends_on"?}.
 type Call struct {
 	ID        string          `json:"id,omitempty"`

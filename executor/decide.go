@@ -9,7 +9,7 @@ import (
 )
 
 // The decision core: what to do next with an action's key, as a pure
-// function of the facts (DESIGN.md "Effect classes" and its failure
+// function of the facts (tools/README.md, "Effect classes" and its failure
 // classes). No ledger, no clock, no tool: the driver gathers the facts,
 // asks decide, and performs the decision.
 

@@ -11,7 +11,7 @@ import (
 )
 
 // The decision core's tables: no ledger, no disk, no clock. Every row of
-// DESIGN.md's class table meets every failure class, key_ttl, the lookup
+// the class table (tools/README.md, Effect classes) meets every failure class, key_ttl, the lookup
 // window, exhausted retries, earlier unknown outcomes and compensation.
 
 var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)

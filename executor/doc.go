@@ -7,13 +7,13 @@
 // independent actions in parallel, the engine resolves references to earlier
 // outputs, validates the resolved arguments, derives the action's key
 // (plan.Key), claims the key durably in the ledger, calls the tool according to
-// its effect class (DESIGN.md "Effect classes") and records the outcome durably
+// its effect class (tools/README.md, "Effect classes") and records the outcome durably
 // before any dependent is claimed. A key that already succeeded returns its stored
 // output without calling the tool. When an outcome and a dependent's claim are
 // ready together they share one ledger.Apply call, so a chain costs one synced
 // commit per action.
 //
-// Decisions this package makes where DESIGN.md leaves room:
+// Decisions this package makes beyond the effect classes (executor/README.md, Decisions):
 //
 //   - A rejected action fails the run "cleanly": no new action starts, every
 //     action that was never claimed is skipped, and nothing is compensated (the
@@ -54,7 +54,7 @@
 //     FirstClaimedAt (on a record written before it existed: the claim of
 //     attempt 1, else key_ttl counts as passed).
 //
-// All of these decisions, and DESIGN.md's class table and failure classes,
+// All of these decisions, and the class table and failure classes (tools/README.md),
 // are made in one pure function (decide, decide.go) of the facts: the
 // effect class, the tool's key_ttl, lookup, timeout and visibility_lag,
 // the key record, the last failure, the retry budget and the time. The

@@ -74,7 +74,7 @@ func (e *ActionError) Error() string {
 
 func (e *ActionError) Unwrap() error { return e.Err }
 
-// Policy is a run's approval policy (DESIGN.md): "safe" (default), "all", "none".
+// Policy is a run's approval policy (executor/README.md, Approvals): "safe" (default), "all", "none".
 type Policy string
 
 const (

@@ -17,7 +17,7 @@
 // Imports: the standard library and docket's plan package (to hash and
 // store plans); never a database. It knows nothing about running tools.
 //
-// # Action state machine (DESIGN.md)
+// # Action state machine (ledger/README.md)
 //
 // Key record: (absent) → claimed(attempt 1, owner, at) → succeeded(output) |
 // failed(error) | needs_review | pending (retryable failure; next claim is

@@ -1,6 +1,6 @@
 package ledger
 
-// EventType names an event of a run's log (DESIGN.md "Events"). Every type
+// EventType names an event of a run's log (ledger/README.md, "Events"). Every type
 // that any docket package writes is a constant here; the ledger writes the
 // action.* state transitions and run.created, plan.recorded, run.replayed,
 // run.tools_changed, run.paused and run.resumed itself, the executor the

@@ -3,7 +3,7 @@ package ledger
 import "fmt"
 
 // SetToolsHash records that run runID now runs with the tool definitions
-// whose hash is hash (someone accepted a change of the tools file, DESIGN.md
+// whose hash is hash (someone accepted a change of the tools file, executor/README.md,
 // "Runs, revisions, forks"), so that later resumes with the same tools are
 // not asked again. The run's ToolsHash becomes hash and event
 // run.tools_changed {"from", "to"} is appended in the same commit. A run that

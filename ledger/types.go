@@ -85,7 +85,7 @@ type RealClock struct{}
 // Now is time.Now.
 func (RealClock) Now() time.Time { return time.Now() }
 
-// Status is an action status (DESIGN.md).
+// Status is an action status (ledger/README.md, Action state machine).
 type Status string
 
 const (
@@ -100,7 +100,7 @@ const (
 	StatusCompensated Status = "compensated"
 )
 
-// RunStatus is a run status (DESIGN.md).
+// RunStatus is a run status (ledger/README.md, Action state machine).
 type RunStatus string
 
 const (
@@ -204,7 +204,7 @@ type KeyRecord struct {
 	Failure Failure `json:"failure,omitempty"`
 }
 
-// Failure classifies a failed attempt (DESIGN.md "Effect classes"): the
+// Failure classifies a failed attempt (tools/README.md, "Failures"): the
 // executor's failure classes as the ledger records them.
 type Failure string
 
@@ -227,7 +227,7 @@ func (f Failure) mayHaveTakenEffect() bool {
 	return true
 }
 
-// Event is one entry of a run's event log (DESIGN.md "Events").
+// Event is one entry of a run's event log (ledger/README.md, "Events").
 type Event struct {
 	Seq      uint64          `json:"seq"`
 	RunID    string          `json:"run_id"`
@@ -240,7 +240,7 @@ type Event struct {
 	Hash string `json:"hash,omitempty"`
 }
 
-// RunDoc is the Run JSON of DESIGN.md's contracts.
+// RunDoc is the Run JSON (ledger/README.md, Run JSON).
 type RunDoc struct {
 	Run     Run
 	Actions []Action

@@ -59,7 +59,7 @@ func canonicalString(what, s string) ([]byte, error) {
 	return jcs.Transform(b)
 }
 
-// Key derives the idempotency key of an action, as DESIGN.md defines it:
+// Key derives the idempotency key of an action, as plan/README.md, Key derivation, defines it:
 //
 //	"dk1_" + lowercase_hex(sha256(JCS([runID, actionID, tool, resolvedArgs])))
 //

@@ -56,7 +56,7 @@
 // that have more digits than a double holds are rounded to the nearest double
 // as RFC 8785 prescribes (0.10000000000000000001 becomes 0.1, 1e-400 becomes 0).
 //
-// [Key] derives an action's idempotency key exactly as DESIGN.md defines it:
+// [Key] derives an action's idempotency key exactly as plan/README.md, Key derivation, defines it:
 //
 //	"dk1_" + lowercase_hex(sha256(JCS([run_id, action_id, tool, resolved_args])))
 //

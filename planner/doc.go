@@ -6,7 +6,7 @@
 // # The planning loop (ModeTools)
 //
 // Every registered tool is offered to the model as a function. Tools of class
-// read_only run at once while the model thinks (DESIGN.md, "Side effects come
+// read_only run at once while the model thinks (executor/README.md, "Side effects come
 // last"): their results go back to the model and into the plan's transcript,
 // and they touch no ledger record. A call to a tool of any other class is not
 // executed: it becomes a queued plan action ("a1", "a2", ...) and the model

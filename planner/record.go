@@ -131,7 +131,7 @@ func Recorded(ctx context.Context, l ledger.Store, runID string) (*Result, error
 
 // GoalRunID derives the run id of a goal planned without an explicit id, so
 // that rerunning the same goal with the same tools resumes the same run
-// (DESIGN.md: "derived from ... the goal and the tools file's hash"):
+// (cmd/docket/README.md, run: "derived from ... the goal and the tools file's hash"):
 // "run_" + the first 16 hex digits of sha256 over both.
 func GoalRunID(req Request, toolsHash string) string {
 	h := sha256.New()

@@ -11,7 +11,7 @@ import (
 )
 
 // Class is a tool's effect class: how it stays safe when it may run again.
-// See DESIGN.md, "Effect classes".
+// See tools/README.md, "Effect classes".
 type Class string
 
 // The effect classes. Every tool declares exactly one.
@@ -127,7 +127,7 @@ type Tool interface {
 
 // Looker is implemented by tools of class Lookup: it searches for the effect of
 // call (ideally by call.Key). found=false with a nil error is a trusted "not found"
-// only after the visibility rules of DESIGN.md hold; the executor checks them.
+// only after the visibility rules hold (executor/README.md, Decisions); the executor checks them.
 type Looker interface {
 	Lookup(ctx context.Context, call Call) (output json.RawMessage, found bool, err error)
 }

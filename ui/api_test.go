@@ -76,7 +76,7 @@ func TestGoalPlannedApprovedExecuted(t *testing.T) {
 	}
 }
 
-// DESIGN.md's identity rules for POST /v1/runs.
+// The identity rules of POST /v1/runs (ui/README.md, Runs).
 func TestCreateIdentity(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})

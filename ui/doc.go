@@ -6,7 +6,7 @@
 // planned (from a goal, with the planner) or taken as given (a plan), recorded,
 // and then executed by the executor while people watch its events over a
 // WebSocket and approve, reject, edit or resolve its actions. POST /v1/runs
-// answers once the plan is recorded and its drive has begun (DESIGN.md's
+// answers once the plan is recorded and its drive has begun (ui/README.md, Runs:
 // identity rules: 201 new, 200 the same request again, 422 a different request
 // under the same identity, 409 while the first is still being accepted; "the
 // same request" is executor.SameRequest, the rule docket run, docket step and

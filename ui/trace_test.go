@@ -13,7 +13,7 @@ import (
 
 // TestRunJSONCarriesTraceID: with tracing on (Config.TraceID), every Run
 // JSON the server answers names the run's trace (the id its spans carry);
-// without it the field is left out (the Run JSON of DESIGN.md, unchanged).
+// without it the field is left out (the Run JSON of ledger/README.md, Run JSON, unchanged).
 func TestRunJSONCarriesTraceID(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{tune: func(c *ui.Config) { c.TraceID = oteltrace.TraceID }})

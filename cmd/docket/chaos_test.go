@@ -349,7 +349,7 @@ func TestChaosRegressionLookupTrustWindow(t *testing.T) {
 // sent and may have taken effect. Run 232: c1_contact attempt 1 timed out
 // (the CRM committed late: ct_3), c2_charge1 was declined, c1_contact became
 // skipped. Run 317: c1_lead's create committed and dropped the connection
-// (EOF), c1_charge2 was declined, c1_lead became skipped. DESIGN.md: an
+// (EOF), c1_charge2 was declined, c1_lead became skipped. tools/README.md, Failures: an
 // unknown outcome is handled like a crash after the call; it ends in
 // needs_review (or a lookup), never as an action that did not happen.
 func TestChaosRegressionSkippedAfterUnknown(t *testing.T) {

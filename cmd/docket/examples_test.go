@@ -85,28 +85,28 @@ func exampleEffects(t *testing.T, base string) map[string]int {
 	return c.Effects
 }
 
-// readmeBlock returns the lines of the first ```sh block after the line of
-// README.md that contains marker.
-func readmeBlock(t *testing.T, marker, fence string) []string {
+// readmeBlock returns the lines of the first ```fence block after the line
+// of the markdown file path (relative to this package) that contains marker.
+func readmeBlock(t *testing.T, path, marker, fence string) []string {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(raw)
 	i := strings.Index(text, marker)
 	if i < 0 {
-		t.Fatalf("README.md no longer contains %q", marker)
+		t.Fatalf("%s no longer contains %q", path, marker)
 	}
 	text = text[i:]
 	start := strings.Index(text, "```"+fence+"\n")
 	if start < 0 {
-		t.Fatalf("no ```%s block after %q in README.md", fence, marker)
+		t.Fatalf("no ```%s block after %q in %s", fence, marker, path)
 	}
 	text = text[start+len("```"+fence+"\n"):]
 	end := strings.Index(text, "```")
 	if end < 0 {
-		t.Fatal("unterminated block in README.md")
+		t.Fatalf("unterminated block in %s", path)
 	}
 	return strings.Split(strings.TrimRight(text[:end], "\n"), "\n")
 }
@@ -119,7 +119,7 @@ var exitComment = regexp.MustCompile(`\bexit (\d)\b`)
 // a temporary directory). Every line is either understood here or the test
 // fails: the README cannot drift from what works.
 func TestReadmeRunYourOwnPlan(t *testing.T) {
-	lines := readmeBlock(t, "start from the example pair", "sh")
+	lines := readmeBlock(t, "../../README.md", "start from the example pair", "sh")
 	base := startExampleAPI(t)
 	repoCmd, err := filepath.Abs("..")
 	if err != nil {
@@ -133,7 +133,7 @@ func TestReadmeRunYourOwnPlan(t *testing.T) {
 
 	vars := map[string]string{}
 	var runLine []string
-	sawCurl := false
+	sawCurl, startedAPI, killedAPI := false, false, false
 	for _, line := range lines {
 		cmdText, comment, _ := strings.Cut(line, "#")
 		cmdText = strings.TrimSpace(cmdText)
@@ -143,18 +143,28 @@ func TestReadmeRunYourOwnPlan(t *testing.T) {
 		}
 		fields := strings.Fields(cmdText)
 		switch {
-		case cmdText == "go run ./cmd/docket/examples/api &":
+		case cmdText == "go build -o bin/example-api ./cmd/docket/examples/api":
+			// Built by startExampleAPI above.
+		case cmdText == "bin/example-api & pid=$!":
 			// Started above, on a free port instead of 8765.
+			startedAPI = true
 			if !strings.Contains(comment, "127.0.0.1:8765") {
 				t.Errorf("the README no longer says where the API listens: %q", line)
 			}
+		case cmdText == "kill $pid":
+			// The API is stopped by its PID (the test's cleanup stops it).
+			if !startedAPI {
+				t.Errorf("README line %q stops an API it did not start", line)
+			}
+			killedAPI = true
 		case strings.HasPrefix(cmdText, "export EXAMPLE_API="):
 			if got := strings.TrimPrefix(cmdText, "export EXAMPLE_API="); got != "http://127.0.0.1:8765" {
 				t.Errorf("README exports EXAMPLE_API=%s, but the API listens on http://127.0.0.1:8765 by default", got)
 			}
 			vars["EXAMPLE_API"] = base
-		case strings.HasPrefix(cmdText, "go run ./cmd/docket "):
-			args := fields[3:]
+		case strings.HasPrefix(cmdText, "./docket "):
+			// The binary of the quick start's `go build -o docket ./cmd/docket`.
+			args := fields[1:]
 			r := inprocEnv(t, vars, args...)
 			if r.code != want {
 				t.Fatalf("README line %q: exit %d, want %d\n%s", line, r.code, want, r)
@@ -174,7 +184,7 @@ func TestReadmeRunYourOwnPlan(t *testing.T) {
 			t.Fatalf("README line %q is not understood by this test: teach it, or keep the block literal", line)
 		}
 	}
-	if runLine == nil || !sawCurl {
+	if runLine == nil || !sawCurl || !startedAPI || !killedAPI {
 		t.Fatalf("the README block lost its run or its curl line:\n%s", strings.Join(lines, "\n"))
 	}
 	// "Run the run line again: it finds the run completed, calls nothing and exits 0."
@@ -255,7 +265,7 @@ func TestExampleAPIKeyedInFlight(t *testing.T) {
 // (every tool it names is defined), given its environment variables.
 func TestReadmeToolsExample(t *testing.T) {
 	t.Parallel()
-	lines := readmeBlock(t, "runs as shipped: [cmd/docket/examples/tools.json]", "json")
+	lines := readmeBlock(t, "../../tools/README.md", "runs as shipped: [cmd/docket/examples/tools.json]", "json")
 	path := filepath.Join(t.TempDir(), "tools.json")
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
 		t.Fatal(err)

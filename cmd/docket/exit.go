@@ -10,7 +10,7 @@ import (
 	"github.com/docketrun/docket/tools"
 )
 
-// exitCode maps an error to the process exit code (DESIGN.md contracts).
+// exitCode maps an error to the process exit code (cmd/docket/README.md, Exit codes).
 // Package-level sentinel errors (ledger.ErrLocked → 4, plan/tools input errors
 // → 2, ...) are mapped by exitMappers.
 func exitCode(err error) int {

@@ -35,7 +35,7 @@ func report(err error, stderr io.Writer) int {
 	return exitCode(err)
 }
 
-// Exit codes, a contract (DESIGN.md).
+// Exit codes, a contract (cmd/docket/README.md, Exit codes).
 const (
 	exitOK     = 0
 	exitFailed = 1

@@ -185,7 +185,7 @@ func startBlocked(t *testing.T, crash string, args ...string) *proc {
 	return p
 }
 
-// runJSON is the Run JSON contract (DESIGN.md), decoded strictly enough to
+// runJSON is the Run JSON contract (ledger/README.md, Run JSON), decoded strictly enough to
 // notice a missing or misspelled field.
 type runJSON struct {
 	RunID     string       `json:"run_id"`

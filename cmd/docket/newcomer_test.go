@@ -199,10 +199,11 @@ func TestServeDemoModelUnknownGoal(t *testing.T) {
 }
 
 // TestReadmeCLIReferenceShowsTools: the commands that continue a run refuse
-// to work without --tools, so the README's CLI reference shows it on each.
+// to work without --tools, so the CLI reference (cmd/docket/README.md) shows
+// it on each.
 func TestReadmeCLIReferenceShowsTools(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func init() {
 }
 
 // stepCmd is `docket step`, the language-neutral way to run docket as a step
-// of another workflow engine (DESIGN.md contracts). The request on stdin
+// of another workflow engine (cmd/docket/README.md, step). The request on stdin
 // carries the step's identity as the run id, a plan or a goal, and an
 // approval policy:
 //
@@ -80,7 +80,7 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 		}
 		return c.exec(ctx, *data, *toolsPath, req)
 	}()
-	// DESIGN.md: while a step waits for a person it says "paused", whether an
+	// cmd/docket/README.md, step: while a step waits for a person it says "paused", whether an
 	// approval or a review is awaited; the actions' statuses tell which.
 	outDoc := doc
 	if outDoc.Run.Status == ledger.RunAwaitingApproval {

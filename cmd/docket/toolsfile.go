@@ -14,7 +14,7 @@ import (
 	"github.com/docketrun/docket/tools/toolsfile"
 )
 
-// loadTools reads a tools file (DESIGN.md "Tools file"), connects to its MCP
+// loadTools reads a tools file (tools/README.md, "The tools file"), connects to its MCP
 // servers, whose tools join the registry as "server.tool", and builds the
 // registry. Secrets the file names with {{env "NAME"}} come from env.Getenv. The returned
 // function stops the servers; call it when the command ends. A server that

@@ -193,7 +193,7 @@ type ToolsOptions struct {
 	LagDeclared time.Duration // the leads tool's visibility_lag
 }
 
-// ToolsFile returns the tools file (DESIGN.md, version 1) for the world's
+// ToolsFile returns the tools file (tools/README.md, version 1) for the world's
 // services. Unprotected, the same tools are declared idempotent without
 // key_header or lookup, and the CRM note carries no key: plain retries.
 func ToolsFile(o ToolsOptions) []byte {

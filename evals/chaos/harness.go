@@ -423,7 +423,7 @@ func (h *harness) noteLocked(force bool) {
 	fmt.Fprintln(h.cfg.Progress, b.String())
 }
 
-// runDoc is the part of the Run JSON (DESIGN.md) the harness reads.
+// runDoc is the part of the Run JSON (ledger/README.md, Run JSON) the harness reads.
 type runDoc struct {
 	RunID    string      `json:"run_id"`
 	Status   string      `json:"status"`

@@ -30,7 +30,7 @@ type WorldConfig struct {
 	Timeout time.Duration `json:"timeout"`
 	// LateMax bounds how far past Timeout a late commit lands. Default 300ms
 	// (below the executor's default clock-skew margin of 2s, so a lookup that
-	// waits as DESIGN.md says sees it).
+	// waits as executor/README.md, Decisions, says sees it).
 	LateMax time.Duration `json:"late_max"`
 	// AnswerDelayMax bounds the random delay between committing and
 	// answering. Default 120ms.

@@ -320,7 +320,7 @@ type ToolsOptions struct {
 	Timeout string
 }
 
-// ToolsFile returns a tools file (DESIGN.md "Tools file", version 1) that
+// ToolsFile returns a tools file (tools/README.md, "The tools file", version 1) that
 // describes every system of w, one tool per system:
 // catalogue_price (read_only), crm_create_contact (lookup),
 // payments_create_invoice (keyed), settings_put (idempotent),

@@ -73,7 +73,7 @@
 //   - A read-only call without a key runs at once every time (fresh data), as
 //     run S + ".r_" + a random suffix, recorded like any other.
 //
-// The action's idempotency key is then DESIGN's key of that run and action,
+// The action's idempotency key is then docket's key (plan/README.md) of that run and action,
 // dk1(run, action, tool, arguments): the key sent to the tool (headers,
 // {{key}}, the MCP server's _meta) is the same for every retry of one call
 // and differs between two intended calls. Arguments are the client's as

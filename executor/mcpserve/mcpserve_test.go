@@ -502,7 +502,7 @@ func TestOwnToolsProposeStatusWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The email's subject came from the charge: it is shown again, resolved,
-	// and approved as sent (DESIGN: an approval binds what the reviewer saw).
+	// and approved as sent (executor/README.md, Approvals: an approval binds what the reviewer saw).
 	if doc.Run.Status == ledger.RunAwaitingApproval {
 		if err := b.eng.ApproveAll(context.Background(), runID, "test"); err != nil {
 			t.Fatal(err)

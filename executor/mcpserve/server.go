@@ -26,7 +26,7 @@ import (
 	"github.com/docketrun/docket/tools/mcptool"
 )
 
-// The _meta names a client may set on tools/call (DESIGN.md, contracts).
+// The _meta names a client may set on tools/call (executor/README.md, Use docket from any MCP client).
 // The key's name is the one docket itself sends to the MCP servers behind a
 // tools file (mcptool.KeyMeta): a docket in front of another docket mcp
 // hands it its own action keys.

@@ -281,7 +281,7 @@ type Request struct {
 // Result is RunPlan's output: the run's summary.
 type Result struct {
 	RunID  string `json:"run_id"`
-	Status string `json:"status"` // the run's status (DESIGN.md Run statuses)
+	Status string `json:"status"` // the run's status (ledger/README.md, Action state machine)
 	// AwaitingApproval lists the actions that wait for a person's approval
 	// before their first attempt (the Approve activity).
 	AwaitingApproval []string `json:"awaiting_approval,omitempty"`

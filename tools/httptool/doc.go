@@ -1,11 +1,11 @@
 // Package httptool makes callable HTTP tools of a tools file's definitions
-// (JSON, version 1; DESIGN.md, "Tools file"; parsed and checked by
+// (JSON, version 1; tools/README.md, "The tools file"; parsed and checked by
 // tools/toolsfile) and calls them.
 //
 // Each tool becomes a tools.Tool (a *Tool, or a *LookupTool that also
 // implements tools.Looker when it declares a lookup block). Loading refuses a
 // wrong file with every problem listed, each naming the tool and the field.
-// Decisions beyond DESIGN.md:
+// Decisions beyond tools/README.md:
 //   - key_header is refused on a tool that is not keyed (a provider that
 //     deduplicates by a header makes the tool keyed; to send the key anyway use
 //     {{key}} in a header), and a keyed tool must send its key somewhere.

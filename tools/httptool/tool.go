@@ -62,7 +62,7 @@ func (t *Tool) String() string {
 // GoString keeps environment values out of %#v.
 func (t *Tool) GoString() string { return "httptool.Tool{" + t.String() + "}" }
 
-// Call sends the request and classifies its failure (DESIGN.md): nothing
+// Call sends the request and classifies its failure (tools/README.md, Failures): nothing
 // written → tools.NotSent; 429, or 503 with Retry-After → tools.RetryAfter;
 // 409 on a keyed tool → tools.InFlight; other 4xx except 408/409/425 →
 // tools.Permanent (with the response body, truncated); 408, 409 on other

@@ -12,7 +12,7 @@
 //	defer set.Close()
 //	reg, err := tools.NewRegistry(append(f.Tools, set.Tools()...)...)
 //
-// Effect classes follow DESIGN.md: the tools file's classification of a tool
+// Effect classes follow tools/README.md, MCP servers: the tools file's classification of a tool
 // is used as it is; a tool the file does not classify is at_most_once, unless
 // the server is marked trust_annotations and the tool says readOnlyHint
 // (read_only) or idempotentHint (idempotent). Annotations are hints: from an

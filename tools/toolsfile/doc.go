@@ -1,5 +1,5 @@
-// Package toolsfile owns the tools-file format (JSON, version 1; DESIGN.md
-// "Tools file", README's tools-file reference): it parses and checks a file
+// Package toolsfile owns the tools-file format (JSON, version 1; tools/README.md,
+// "The tools file"): it parses and checks a file
 // once, for everyone — tools/httptool builds callable HTTP tools from its
 // definitions, tools/mcptool connects its mcp_servers, cmd/docket loads and
 // checks files, ui previews requests, evals reads specs.
