@@ -568,6 +568,12 @@ func (d *driver) unstart(ns []*node, awaiting bool) {
 	for _, n := range ns {
 		d.unpickLocked(n, awaiting)
 	}
+	if awaiting {
+		// They leave the scan for good (a person decides): the actions
+		// behind them in the scan may start now, so the scheduler looks
+		// again even when nothing else settled.
+		d.settledGen++
+	}
 	d.mu.Unlock()
 }
 
@@ -611,6 +617,14 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 	prun, uncounted := d.policyRun(n.id, n.spec, planned)
 	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: prun}, false)
 	bc := d.checkBudgets(ctx, row.Tool, resolved)
+	if bc.gate != nil {
+		// Exceeded, unless the key reserved its share before (a replay's
+		// unchanged action): its hold is in the usage already and a claim
+		// never reserves twice.
+		if _, err := d.e.led.Key(ctx, key); err == nil {
+			bc = budgetCheck{}
+		}
+	}
 	if bc.gate != nil && stricter(*bc.gate, g) {
 		g = *bc.gate // a budget would be exceeded: its outcome decides
 	}
