@@ -615,25 +615,36 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		return p // attempted before under this key: decide from the record
 	}
 	prun, uncounted := d.policyRun(n.id, n.spec, planned)
-	g := d.e.gateFor(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: prun}, false)
 	bc := d.checkBudgets(ctx, row.Tool, resolved)
+	var rec *ledger.KeyRecord
 	if bc.gate != nil {
 		// Exceeded, unless the key reserved its share before (a replay's
 		// unchanged action): its hold is in the usage already and a claim
 		// never reserves twice.
-		if _, err := d.e.led.Key(ctx, key); err == nil {
+		if rec, err = d.key(ctx, n, key); err != nil {
+			p.a, p.await = nil, true
+			return p
+		} else if rec != nil {
 			bc = budgetCheck{}
 		}
 	}
-	if bc.gate != nil && stricter(*bc.gate, g) {
-		g = *bc.gate // a budget would be exceeded: its outcome decides
-	}
+	g := d.e.decideGate(d.pol, n.spec, policy.Input{ActionID: n.id, Key: key, Args: resolved, Run: prun}, bc)
 	var decideOp []ledger.Op
 	if (row.Gate != nil || g.Rule != "") && !gateEqual(row.Gate, g) {
 		decideOp = []ledger.Op{ledger.Decide(d.runID, n.id, g)}
 		p.gate = &g
 	}
-	if g.Outcome == string(policy.Deny) {
+	ok, why := d.approved(n, resolved, g)
+	if !ok && rec == nil {
+		// Maybe the key has an outcome already (replay of an unchanged action).
+		if rec, err = d.key(ctx, n, key); err != nil {
+			p.a, p.await = nil, true
+			return p
+		}
+	}
+	// The replay preview decides with the same function (PreviewReplay).
+	switch decideStart(startFacts{gate: g, approved: ok, rec: rec}) {
+	case startDeny:
 		// Never runs: recorded as rejected by the policy, with the rule's
 		// message (the run fails; a new plan can do without it).
 		reason := deniedReason(g)
@@ -642,18 +653,10 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		p.ops = append(decideOp, ledger.Reject(d.runID, n.id, reason, "policy"))
 		d.e.log.Info("action denied by policy", "run_id", d.runID, "action_id", n.id, "rule", g.Rule)
 		return p
-	}
-	if ok, why := d.approved(n, resolved, g); !ok {
-		// Maybe the key already succeeded (replay of an unchanged action).
-		if rec, err := d.e.led.Key(ctx, key); err == nil {
-			p.a.rec = &rec
-			return p
-		} else if !errors.Is(err, ledger.ErrNotFound) {
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: n.id, Key: key, Op: "read key", Err: err})
-			p.a = nil
-			p.await = true
-			return p
-		}
+	case startKeep, startMirrorFailed, startMirrorReview, startMirrorSkipped, startRefuse:
+		p.a.rec = rec // the worker mirrors the key's outcome
+		return p
+	case startAwait:
 		p.a = nil
 		p.await = true
 		if !jsonEqual(row.Args, resolved) {
@@ -674,6 +677,7 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		d.e.log.Debug("action waits for approval", "run_id", d.runID, "action_id", n.id, "reason", why)
 		return p
 	}
+	// startRun
 	p.a.fresh = true
 	rowArgs, anyApproval := row.Args, d.anyApproval(n, g)
 	p.a.basis = func(o ledger.Op) ledger.Op {
@@ -690,6 +694,20 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 	p.claim = true
 	p.ops = decideOp // written with the claim
 	return p
+}
+
+// key reads key's record for prepare: nil when it has none; on a read
+// error the drive stops (fatal) and err is set.
+func (d *driver) key(ctx context.Context, n *node, key string) (*ledger.KeyRecord, error) {
+	rec, err := d.e.led.Key(ctx, key)
+	switch {
+	case err == nil:
+		return &rec, nil
+	case errors.Is(err, ledger.ErrNotFound):
+		return nil, nil
+	}
+	d.setFatal(&ActionError{RunID: d.runID, ActionID: n.id, Key: key, Op: "read key", Err: err})
+	return nil, err
 }
 
 func (d *driver) prepFail(n *node, msg string) *prepared {
