@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
@@ -22,9 +23,12 @@ func init() {
 // exit code.
 type runCmd struct {
 	env Env
+	// leaseWait bounds the wait for other processes' claims on the shared
+	// ledger (--lease-wait).
+	leaseWait time.Duration
 }
 
-const runUsage = "run [--data DIR] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
+const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
 
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
@@ -36,6 +40,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
 	approve := fs.String("approve", "", "approval policy stored with a new run: all, safe or none (default safe; given, a rerun must name the policy the run was created with)")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
+	leaseWait := leaseWaitFlag(fs)
 	policyPath := policyFlag(fs)
 	as := identityFlag(fs)
 	mf := addModelFlags(fs)
@@ -57,6 +62,10 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		if sf.remote() {
 			return c.remote(ctx, sf, *planPath, *goal, runID, policy)
 		}
+		if *leaseWait < 0 {
+			return ledger.RunDoc{}, usageError("--lease-wait must not be negative")
+		}
+		c.leaseWait = *leaseWait
 		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools, mf)
 	}()
 	// The Run JSON is printed when there is a run to show, as the ledger (or
@@ -179,7 +188,9 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	var doc ledger.RunDoc
 	if _, err = executor.SameRequest(ctx, l, *runID, ident); err == nil || errors.Is(err, ledger.ErrNotFound) {
 		if err = ident.Stamp(p); err == nil {
-			doc, err = eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+			doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
+				return eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+			})
 		}
 	}
 	if err != nil && doc.Run.ID == "" {
@@ -213,7 +224,12 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+	if *runID == "" {
+		*runID = planner.GoalRunID(planner.Request{Goal: goal}, reg.Hash()) // as runGoal derives it
+	}
+	doc, err := driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
+		return runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+	})
 	if err != nil && doc.Run.ID == "" {
 		doc, _ = storedDoc(ctx, l, *runID)
 	}
