@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -81,7 +83,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if sf.remote() {
-		return outcome(doc, " --server "+*sf.url)
+		return remoteOutcome(doc, *sf.url)
 	}
 	return runOutcome(doc, *data, *toolsPath)
 }
@@ -131,9 +133,46 @@ func (c *runCmd) remote(ctx context.Context, sf *serverFlags, planPath, goal str
 	}
 	body["run_id"] = *runID
 	if err := cl.do(ctx, "POST", "/v1/runs", body, nil, nil); err != nil {
+		if exitCode(err) == exitSentUnknown {
+			return ledger.RunDoc{}, withCode(exitSentUnknown, fmt.Errorf("run %s may have been recorded, and its calls started, by the service at %s: the request was sent but its answer was lost (%w); "+
+				"see it with docket runs show --server %s %s once the service answers, or run this same command again (it repeats nothing)", *runID, cl.base, err, cl.base, *runID))
+		}
 		return ledger.RunDoc{}, err
 	}
-	return cl.settled(ctx, *runID)
+	doc, err := cl.settled(ctx, *runID)
+	if err != nil && ctx.Err() == nil && errors.Is(err, errUnreachable) {
+		// The service accepted the run: whatever became of the connection
+		// since, "nothing was sent" is not true of it.
+		return doc, withCode(exitSentUnknown, fmt.Errorf("run %s was recorded by the service at %s, which went away before the run stopped (%v); its calls may have been made: "+
+			"see where it is with docket runs show --server %s %s once the service answers, or run this same command again (it repeats nothing)",
+			*runID, cl.base, plainUnreachable(err), cl.base, *runID))
+	}
+	return doc, err
+}
+
+// plainUnreachable is what went wrong with the connection, without the
+// advice that fits a request nobody knows was received.
+func plainUnreachable(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// remoteOutcome is outcome for a run done through a service: a run the
+// service stopped driving while it was still running (it is shutting down)
+// has an outcome nobody knows yet (exit 6), not a failure.
+func remoteOutcome(doc ledger.RunDoc, server string) error {
+	if doc.Run.Status == ledger.RunRunning {
+		return withCode(exitSentUnknown, fmt.Errorf("run %s is still running, but the service at %s stopped driving it (it may be shutting down); its calls may have been made: "+
+			"run this same command again once the service answers (it repeats nothing), or see it with docket runs show --server %s %s", doc.Run.ID, server, server, doc.Run.ID))
+	}
+	return outcome(doc, " --server "+server)
 }
 
 // exec does the work of `docket run`. It sets *runID once it is known, so the
