@@ -188,10 +188,22 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	if ctx.Err() != nil {
 		return doc(fmt.Errorf("executor: run %s: %w", runID, ctx.Err()))
 	}
+	if d.e.draining() && !d.isSettled() {
+		// Stopped starting work (Drain): what is left waits for the next start.
+		return doc(fmt.Errorf("executor: run %s: %w", runID, ErrDraining))
+	}
 	if err := d.finish(ctx); err != nil {
 		return doc(err)
 	}
 	return doc(nil)
+}
+
+// isSettled reports whether the run's final status was written with its
+// last outcome.
+func (d *driver) isSettled() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settled
 }
 
 // load builds the nodes from the run's rows.
@@ -433,7 +445,7 @@ func (d *driver) start(ctx context.Context, lead []ledger.Op, finishing *act, ou
 		slots++ // its slot is free once its outcome is recorded with these claims
 	}
 	var picks []*node
-	canStart := d.fatal == nil && !d.redrive && ctx.Err() == nil && (finishing == nil || len(out) <= maxMergedOutput)
+	canStart := d.fatal == nil && !d.redrive && ctx.Err() == nil && !d.e.draining() && (finishing == nil || len(out) <= maxMergedOutput)
 	if canStart {
 		fin := (*node)(nil)
 		if finishing != nil {

@@ -30,6 +30,10 @@ var (
 	// this process is driving the run (edit, reject, replay), or an action
 	// has no settled outcome yet (replay over needs_review or claimed).
 	ErrBusy = errors.New("executor: the run has work in progress")
+	// ErrDraining: the engine was told to stop starting work (Drain); the
+	// drive ended before the run did. The next start goes on from the
+	// ledger.
+	ErrDraining = errors.New("executor: the engine is shutting down: no new attempt starts")
 )
 
 // invalidPlan wraps the problems a plan's validation found so that
@@ -279,6 +283,10 @@ type Engine struct {
 	// scanVisits counts the nodes that drives looked at for ready actions
 	// (tests check that it grows with the actions, not with actions × plan).
 	scanVisits atomic.Uint64
+
+	// drained ends when Drain is called (drain cancels it).
+	drained context.Context
+	drain   context.CancelFunc
 }
 
 // New validates cfg and returns an Engine.
@@ -287,15 +295,49 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	drained, drain := context.WithCancel(context.Background())
 	return &Engine{
-		cfg:    cfg,
-		led:    cfg.Ledger,
-		reg:    cfg.Tools,
-		clock:  cfg.Clock,
-		log:    cfg.Logger.With("component", "executor"),
-		obs:    cmp.Or[Observer](cfg.Observer, NopObserver{}),
-		tracer: cmp.Or[Tracer](cfg.Tracer, nopTracer{}),
+		cfg:     cfg,
+		led:     cfg.Ledger,
+		reg:     cfg.Tools,
+		clock:   cfg.Clock,
+		log:     cfg.Logger.With("component", "executor"),
+		obs:     cmp.Or[Observer](cfg.Observer, NopObserver{}),
+		tracer:  cmp.Or[Tracer](cfg.Tracer, nopTracer{}),
+		drained: drained,
+		drain:   drain,
 	}, nil
+}
+
+// Drain stops the engine from starting work, for a graceful shutdown: once
+// it returns, no drive claims an action or starts an attempt (a first one, a
+// retry or a takeover), and backoff and lookup waits end at once. Calls in
+// flight go on until they return or their drive's context ends, and their
+// outcomes are recorded as usual: a call cut off by the context has an
+// unknown outcome, which the next start decides by the tool's class (call
+// again with the key, look up first, or ask a person). A claim written
+// together with others but not yet called goes back to pending, marked not
+// sent. Drives end once nothing of theirs is in flight, with ErrDraining
+// when their run is not finished. Drain cannot be undone; it may be called
+// more than once.
+func (e *Engine) Drain() { e.drain() }
+
+// draining reports whether Drain was called.
+func (e *Engine) draining() bool { return e.drained.Err() != nil }
+
+// sleep is Config.Sleep, cut short by Drain (then it returns ErrDraining).
+func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(e.drained, func() { cancel(ErrDraining) })
+	defer stop()
+	if err := e.cfg.Sleep(sctx, d); err != nil {
+		if c := context.Cause(sctx); errors.Is(c, ErrDraining) {
+			return c
+		}
+		return err
+	}
+	return nil
 }
 
 // RunOptions are per-run settings used when the run is created.

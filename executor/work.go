@@ -445,6 +445,9 @@ func (d *driver) link(ctx context.Context, a *act, rec *ledger.KeyRecord) {
 // endSucceeded with a.rec set when the claim met another record (decide again),
 // or the action is stopped.
 func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
+	if d.e.draining() {
+		return false, endStopped // shutting down: no new claim
+	}
 	if h := d.e.cfg.Hooks.BeforeClaim; h != nil {
 		h(a.n.id)
 	}
@@ -543,6 +546,11 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		d.abandon(ctx, a, "interrupted before the call")
 		return nil, endStopped, false
 	}
+	if d.e.draining() {
+		// Shutting down: claimed, never sent. The next start calls it.
+		d.abandon(ctx, a, "not called: this process is shutting down")
+		return nil, endStopped, false
+	}
 	if lh, ok := d.e.led.(leaseHolder); ok && !lh.LeaseValid() {
 		// A shared ledger, and this node's lease may have lapsed (a pause
 		// longer than it): another node may have taken the claim over.
@@ -619,11 +627,18 @@ func (d *driver) retry(ctx context.Context, a *act, dec decision, msg string) (j
 	if !d.record(ctx, a, ledger.FailWith(a.key, a.attempt, msg, true, failureOf(dec.failure), data)) {
 		return nil, endStopped, false
 	}
+	if d.e.draining() {
+		d.e.log.Info("attempt failed; not retried now: shutting down (the next start decides)", "run_id", d.runID, "action_id", a.n.id, "key", a.key,
+			"attempt", a.attempt, "outcome", dec.failure.String())
+		return nil, endStopped, false
+	}
 	d.e.log.Info("attempt failed, retrying", "run_id", d.runID, "action_id", a.n.id, "key", a.key,
 		"attempt", a.attempt, "outcome", dec.failure.String(), "retry_in", wait)
 	prev := a.attempt
 	d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusPending, msg })
-	if err := d.e.cfg.Sleep(ctx, wait); err != nil {
+	if err := d.e.sleep(ctx, wait); err != nil {
+		// Interrupted, or shutting down (Drain): the failed attempt is
+		// recorded; the next start decides what follows by the class.
 		return nil, endStopped, false
 	}
 	a.attempt = 0
@@ -706,7 +721,7 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, dec decision) (res dec
 	noted := false
 	errs := 0
 	for {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || d.e.draining() {
 			return decision{}, nil, true
 		}
 		tctx, end := d.e.tracer.Start(ctx, Work{Kind: WorkLookup, AttemptInfo: d.lookInfo(a, n)})
@@ -752,7 +767,7 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, dec decision) (res dec
 				d.e.log.Info("lookup not found yet; waiting for visibility", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "wait", wait)
 			}
 		}
-		if err := d.e.cfg.Sleep(ctx, wait); err != nil {
+		if err := d.e.sleep(ctx, wait); err != nil {
 			return decision{}, nil, true
 		}
 	}

@@ -40,6 +40,16 @@ func exitCode(err error) int {
 // a workflow engine may retry both but should alert on 5.
 const exitNoSpace = 5
 
+// exitSentUnknown (6) is a request to a running service (--server URL) that
+// was sent, or a run it accepted, whose outcome this command could not see:
+// the connection broke after the request was written, or the service went
+// away (restarting, shutting down) before the run settled. The run may have
+// been recorded and its calls made; the message names the run. It is not 4
+// ("nothing was sent", retry freely) and not 1 (nothing is known to have
+// failed): look at the run (docket runs show --server URL RUN) or run the
+// same command again once the service is back, which repeats nothing.
+const exitSentUnknown = 6
+
 // exitMappers let packages' sentinel errors choose exit codes; each command
 // file may append one in init.
 var exitMappers = []func(error) (int, bool){packageErrorCode}

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
@@ -22,9 +25,12 @@ func init() {
 // exit code.
 type runCmd struct {
 	env Env
+	// leaseWait bounds the wait for other processes' claims on the shared
+	// ledger (--lease-wait).
+	leaseWait time.Duration
 }
 
-const runUsage = "run [--data DIR] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
+const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
 
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
@@ -36,6 +42,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
 	approve := fs.String("approve", "", "approval policy stored with a new run: all, safe or none (default safe; given, a rerun must name the policy the run was created with)")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
+	leaseWait := leaseWaitFlag(fs)
 	policyPath := policyFlag(fs)
 	as := identityFlag(fs)
 	mf := addModelFlags(fs)
@@ -57,6 +64,10 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		if sf.remote() {
 			return c.remote(ctx, sf, *planPath, *goal, runID, policy)
 		}
+		if *leaseWait < 0 {
+			return ledger.RunDoc{}, usageError("--lease-wait must not be negative")
+		}
+		c.leaseWait = *leaseWait
 		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools, mf)
 	}()
 	// The Run JSON is printed when there is a run to show, as the ledger (or
@@ -72,7 +83,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if sf.remote() {
-		return outcome(doc, " --server "+*sf.url)
+		return remoteOutcome(doc, *sf.url)
 	}
 	return runOutcome(doc, *data, *toolsPath)
 }
@@ -122,9 +133,46 @@ func (c *runCmd) remote(ctx context.Context, sf *serverFlags, planPath, goal str
 	}
 	body["run_id"] = *runID
 	if err := cl.do(ctx, "POST", "/v1/runs", body, nil, nil); err != nil {
+		if exitCode(err) == exitSentUnknown {
+			return ledger.RunDoc{}, withCode(exitSentUnknown, fmt.Errorf("run %s may have been recorded, and its calls started, by the service at %s: the request was sent but its answer was lost (%w); "+
+				"see it with docket runs show --server %s %s once the service answers, or run this same command again (it repeats nothing)", *runID, cl.base, err, cl.base, *runID))
+		}
 		return ledger.RunDoc{}, err
 	}
-	return cl.settled(ctx, *runID)
+	doc, err := cl.settled(ctx, *runID)
+	if err != nil && ctx.Err() == nil && errors.Is(err, errUnreachable) {
+		// The service accepted the run: whatever became of the connection
+		// since, "nothing was sent" is not true of it.
+		return doc, withCode(exitSentUnknown, fmt.Errorf("run %s was recorded by the service at %s, which went away before the run stopped (%v); its calls may have been made: "+
+			"see where it is with docket runs show --server %s %s once the service answers, or run this same command again (it repeats nothing)",
+			*runID, cl.base, plainUnreachable(err), cl.base, *runID))
+	}
+	return doc, err
+}
+
+// plainUnreachable is what went wrong with the connection, without the
+// advice that fits a request nobody knows was received.
+func plainUnreachable(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// remoteOutcome is outcome for a run done through a service: a run the
+// service stopped driving while it was still running (it is shutting down)
+// has an outcome nobody knows yet (exit 6), not a failure.
+func remoteOutcome(doc ledger.RunDoc, server string) error {
+	if doc.Run.Status == ledger.RunRunning {
+		return withCode(exitSentUnknown, fmt.Errorf("run %s is still running, but the service at %s stopped driving it (it may be shutting down); its calls may have been made: "+
+			"run this same command again once the service answers (it repeats nothing), or see it with docket runs show --server %s %s", doc.Run.ID, server, server, doc.Run.ID))
+	}
+	return outcome(doc, " --server "+server)
 }
 
 // exec does the work of `docket run`. It sets *runID once it is known, so the
@@ -179,7 +227,9 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	var doc ledger.RunDoc
 	if _, err = executor.SameRequest(ctx, l, *runID, ident); err == nil || errors.Is(err, ledger.ErrNotFound) {
 		if err = ident.Stamp(p); err == nil {
-			doc, err = eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+			doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
+				return eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+			})
 		}
 	}
 	if err != nil && doc.Run.ID == "" {
@@ -213,7 +263,12 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+	if *runID == "" {
+		*runID = planner.GoalRunID(planner.Request{Goal: goal}, reg.Hash()) // as runGoal derives it
+	}
+	doc, err := driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
+		return runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+	})
 	if err != nil && doc.Run.ID == "" {
 		doc, _ = storedDoc(ctx, l, *runID)
 	}

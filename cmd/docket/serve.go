@@ -48,7 +48,7 @@ const tokenFile = "serve-token"
 // ledger (the default, 4096, costs ~0.4 MiB per client).
 const serveSubscriberBuffer = 256
 
-const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 30s] [--memory-limit 128MiB] [--model NAME] [--base-url URL]"
+const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 25s] [--memory-limit 128MiB] [--model NAME] [--base-url URL]"
 
 // serveCmd is `docket serve`.
 type serveCmd struct{ env Env }
@@ -77,7 +77,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", 50, "requests per second each token may make on average (HTTP and socket messages; 0: no limit)")
 	burst := fs.Int("burst", 100, "requests a token may make at once before --rate applies")
 	maxSockets := fs.Int("max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
-	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM, how long actions in flight may take to finish and be recorded")
+	grace := fs.Duration("grace", defaultGrace, "on SIGTERM or Ctrl-C: no new attempt starts, and calls in flight get this long to finish; calls still running near its end are cut off and recorded with an unknown outcome (the next start decides by the tool's class), and the process exits within it")
 	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (a token with the submit scope), on the same engine, page and tokens (see docket mcp)")
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
 	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
@@ -365,16 +365,13 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 
 	handler := srv.Handler()
+	stopMCP := func(context.Context) {}
 	if *mcpOn {
 		ms, err := newMCPServer(c.env, srv.Engine(), l, reg, mcpPolicy, *mcpWait, "", "on docket's review page at "+base+"/", log)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
-			defer cancel()
-			ms.Shutdown(shutdownCtx)
-		}()
+		stopMCP = func(ctx context.Context) { ms.Shutdown(ctx) }
 		handler = mountMCP(srv, ms)
 	}
 	hs := &http.Server{
@@ -396,24 +393,61 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}()
 	select {
 	case err := <-served:
+		srv.Engine().Drain()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
 		defer cancel()
+		stopMCP(shutdownCtx)
 		srv.Shutdown(shutdownCtx)
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	fmt.Fprintln(errOut, "docket serve: shutting down: finishing actions in flight")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
-	defer cancel()
-	if err := hs.Shutdown(shutdownCtx); err != nil {
-		hs.Close()
-	}
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		fmt.Fprintf(errOut, "docket serve: %v\n", err)
-	}
-	fmt.Fprintln(errOut, "docket serve: stopped")
+	shutdown(errOut, *grace, srv, hs, stopMCP)
 	return nil
 }
+
+// defaultGrace is --grace's default: below Kubernetes' default termination
+// grace period (30s), so the process exits by itself before it is killed.
+const defaultGrace = 25 * time.Second
+
+// shutdown stops the service within grace: the engine starts no new attempt
+// (no claim, no retry, no takeover), the listener closes, and calls in flight
+// get until the end of the grace less a reserve; then they are cut off and
+// their outcomes recorded as unknown (decided at the next start by each
+// tool's class). Requests still open (a client waiting for a run) are
+// answered when the drives end, or closed at the end of the grace.
+func shutdown(errOut io.Writer, grace time.Duration, srv *ui.Server, hs *http.Server, stopMCP func(context.Context)) {
+	began := time.Now()
+	srv.Engine().Drain()
+	deadline := began.Add(grace)
+	// The reserve is for recording what the cut-off calls did and for
+	// answering the requests that waited for them.
+	cutoff := deadline.Add(-shutdownReserve(grace))
+	fmt.Fprintf(errOut, "docket serve: shutting down: no new attempt starts; calls in flight get until %s (%v) to finish, then are cut off and recorded as unknown\n",
+		cutoff.UTC().Format(time.RFC3339), cutoff.Sub(began).Round(time.Millisecond))
+	httpDone := make(chan struct{})
+	hctx, hcancel := context.WithDeadline(context.Background(), deadline)
+	defer hcancel()
+	go func() {
+		defer close(httpDone)
+		if err := hs.Shutdown(hctx); err != nil {
+			hs.Close()
+		}
+	}()
+	mctx, mcancel := context.WithDeadline(context.Background(), cutoff)
+	stopMCP(mctx)
+	mcancel()
+	dctx, dcancel := context.WithDeadline(context.Background(), cutoff)
+	if err := srv.Shutdown(dctx); err != nil {
+		fmt.Fprintf(errOut, "docket serve: %v\n", err)
+	}
+	dcancel()
+	<-httpDone
+	fmt.Fprintf(errOut, "docket serve: stopped after %v\n", time.Since(began).Round(time.Millisecond))
+}
+
+// shutdownReserve is the part of the grace kept for after the cut-off:
+// a fifth of it, at most 5s.
+func shutdownReserve(grace time.Duration) time.Duration { return min(grace/5, 5*time.Second) }
 
 var tokenNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
 
@@ -676,18 +710,27 @@ func (e *serverError) exit() int {
 // 4 like a busy data directory (retry later).
 var errUnreachable = errors.New("the docket service is unreachable")
 
+// errNotSent marks an unreachable service whose connection was never made:
+// nothing was sent.
+var errNotSent = errors.New("nothing was sent")
+
 // unreachable explains a request that got no answer. A connection that was
-// never made sent nothing; one that broke after the request was written may
-// have been carried out.
-func (c *client) unreachable(ctx context.Context, err error) error {
+// never made sent nothing (exit 4, errNotSent); one that broke after the
+// request was written may have been carried out: exit 6 for a request that
+// changes something, 4 for a read (nothing to be carried out).
+func (c *client) unreachable(ctx context.Context, method string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("calling %s: %w", c.base, err) // interrupted here, not there
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return withCode(exitBusy, fmt.Errorf("%w: could not connect to %s (%v), so nothing was sent; is docket serve running there? Retry when it is", errUnreachable, c.base, op.Err))
+		return withCode(exitBusy, fmt.Errorf("%w: could not connect to %s (%w), so %w; is docket serve running there? Retry when it is", errUnreachable, c.base, op, errNotSent))
 	}
-	return withCode(exitBusy, fmt.Errorf("%w: the connection to %s broke before its answer (%v); the request may have been carried out: see where the run is with docket runs show --server %s RUN before acting again", errUnreachable, c.base, err, c.base))
+	code := exitSentUnknown
+	if method == http.MethodGet || method == http.MethodHead {
+		code = exitBusy
+	}
+	return withCode(code, fmt.Errorf("%w: the connection to %s broke before its answer (%w); the request may have been carried out: see where the run is with docket runs show --server %s RUN before acting again", errUnreachable, c.base, err, c.base))
 }
 
 // do sends one request and decodes a 2xx answer into out.
@@ -719,7 +762,7 @@ func (c *client) doHeader(ctx context.Context, method, path string, body any, he
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, c.unreachable(ctx, err)
+		return nil, c.unreachable(ctx, method, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -334,13 +334,20 @@ func TestServeToolsFileWithoutModel(t *testing.T) {
 	if code := s.post(t, "/v1/runs", map[string]any{"goal": "onboard ACME"}, &e); code != http.StatusNotImplemented || e.Error.Code != "no_planner" {
 		t.Fatalf("goal without a model = %d %+v", code, e)
 	}
-	var doc struct{ Status string }
+	var doc struct {
+		RunID  string `json:"run_id"`
+		Status string `json:"status"`
+	}
 	if code := s.post(t, "/v1/runs", map[string]any{"plan": json.RawMessage(demoworld.OnboardingPlan()), "approve": "all"}, &doc); code != http.StatusCreated {
 		t.Fatalf("plan = %d", code)
 	}
 	r := inproc(t, "runs", "list", "--server", s.base, "--token", s.token, "--json")
 	if r.code != exitOK || !strings.Contains(r.stdout, "Onboard ACME") {
 		t.Fatalf("runs list: %s", r)
+	}
+	// A stop starts no new action: wait for the run to end first.
+	if code := s.get(t, "/v1/runs/"+doc.RunID+"?wait=60s", &doc); code != http.StatusOK || doc.Status != "completed" {
+		t.Fatalf("GET the run after waiting: %d, status %q", code, doc.Status)
 	}
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
