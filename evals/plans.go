@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 )
 
 // PlanLine is one line of a plans file (cmd/docket/README.md, eval score):
@@ -187,5 +186,3 @@ func scoreTries(c *Case, lines []PlanLine, check func(c *Case, calls []Call, r *
 	return out
 }
 
-// writeFile writes data to path (0644).
-func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o644) }

@@ -245,19 +245,19 @@ func (cfg Config) WithDefaults() Config {
 func (cfg Config) validate() error {
 	var errs []error
 	if cfg.Ledger == nil {
-		errs = append(errs, errors.New("Ledger is required"))
+		errs = append(errs, errors.New("the Ledger field is required"))
 	}
 	if cfg.Tools == nil {
-		errs = append(errs, errors.New("Tools is required"))
+		errs = append(errs, errors.New("the Tools field is required"))
 	}
 	if cfg.Parallelism < 1 {
-		errs = append(errs, fmt.Errorf("Parallelism %d: must be at least 1", cfg.Parallelism))
+		errs = append(errs, fmt.Errorf("the Parallelism field is %d: it must be at least 1", cfg.Parallelism))
 	}
 	if cfg.Retry.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("Retry.MaxAttempts %d: must be at least 1", cfg.Retry.MaxAttempts))
+		errs = append(errs, fmt.Errorf("the Retry.MaxAttempts field is %d: it must be at least 1", cfg.Retry.MaxAttempts))
 	}
 	if cfg.Retry.Base < 0 || cfg.Retry.Max < cfg.Retry.Base || cfg.Retry.MaxElapsed < 0 {
-		errs = append(errs, fmt.Errorf("Retry: need 0 <= Base <= Max and MaxElapsed >= 0 (got %v, %v, %v)",
+		errs = append(errs, fmt.Errorf("the Retry field needs 0 <= Base <= Max and MaxElapsed >= 0 (got %v, %v, %v)",
 			cfg.Retry.Base, cfg.Retry.Max, cfg.Retry.MaxElapsed))
 	}
 	if cfg.CallTimeout < 0 || cfg.SkewMargin < 0 || cfg.BusyWait < 0 {

@@ -207,7 +207,7 @@ func (b *batch) decide(o Op) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	status := row.Status
+	var status Status
 	a := row.action(o.runID)
 	a.Gate = o.gate
 	if a.ApprovedArgs, err = b.blob(o.runID, row.ApprovedArgs); err != nil {

@@ -218,6 +218,9 @@ func (p *Planner) request(msgs []openai.ChatCompletionMessage) openai.ChatComple
 	if reasoningModel(p.cfg.Model) {
 		r.MaxCompletionTokens = p.cfg.MaxTokens
 	} else {
+		// Deprecated upstream for OpenAI's reasoning models only: the
+		// OpenAI-compatible servers docket talks to take max_tokens.
+		//lint:ignore SA1019 max_tokens is what non-reasoning models and compatible servers accept
 		r.MaxTokens = p.cfg.MaxTokens
 	}
 	if t := p.cfg.Temperature; t != nil {

@@ -42,10 +42,9 @@ type apiChecker struct {
 	comp  *jsonschema.Compiler
 	paths []specPath
 
-	mu      sync.Mutex
-	cache   map[string]*jsonschema.Schema
-	seen    map[string]map[int]bool // "METHOD /path" → statuses answered
-	nextRes int
+	mu    sync.Mutex
+	cache map[string]*jsonschema.Schema
+	seen  map[string]map[int]bool // "METHOD /path" → statuses answered
 }
 
 type specPath struct {

@@ -143,10 +143,10 @@ func (cfg Config) WithDefaults() Config {
 func (cfg Config) validate() error {
 	var errs []error
 	if cfg.Ledger == nil {
-		errs = append(errs, errors.New("Ledger is required"))
+		errs = append(errs, errors.New("the Ledger field is required"))
 	}
 	if cfg.Tools == nil {
-		errs = append(errs, errors.New("Tools is required"))
+		errs = append(errs, errors.New("the Tools field is required"))
 	}
 	if _, err := buildTokens(cfg); err != nil {
 		errs = append(errs, err)

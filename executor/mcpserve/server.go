@@ -86,24 +86,24 @@ func (cfg Config) WithDefaults() Config {
 func (cfg Config) validate() error {
 	var errs []error
 	if cfg.Engine == nil {
-		errs = append(errs, errors.New("Engine is required"))
+		errs = append(errs, errors.New("the Engine field is required"))
 	}
 	if cfg.Ledger == nil {
-		errs = append(errs, errors.New("Ledger is required"))
+		errs = append(errs, errors.New("the Ledger field is required"))
 	}
 	if cfg.Tools == nil {
-		errs = append(errs, errors.New("Tools is required"))
+		errs = append(errs, errors.New("the Tools field is required"))
 	}
 	switch cfg.Policy {
 	case executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
 	default:
-		errs = append(errs, fmt.Errorf("Policy %q: want safe, all or none", cfg.Policy))
+		errs = append(errs, fmt.Errorf("the Policy field is %q: want safe, all or none", cfg.Policy))
 	}
 	if cfg.Progress <= 0 {
-		errs = append(errs, errors.New("Progress must be positive"))
+		errs = append(errs, errors.New("the Progress field must be positive"))
 	}
 	if !validSession.MatchString(cfg.Session) {
-		errs = append(errs, fmt.Errorf("Session %q: want 1-128 letters, digits or _.:-", cfg.Session))
+		errs = append(errs, fmt.Errorf("the Session field is %q: want 1-128 letters, digits or _.:-", cfg.Session))
 	}
 	if cfg.Tools != nil {
 		for n, w := range tools.WireNames(cfg.Tools.Names()) {
@@ -555,10 +555,10 @@ func (s *Server) drive(runID string) {
 
 // driveState says whether a drive of runID is going on, how the last one
 // ended, and a channel closed when a drive next ends.
-func (s *Server) driveState(runID string) (going bool, last error, changed <-chan struct{}) {
+func (s *Server) driveState(runID string) (going bool, changed <-chan struct{}, last error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.driving[runID], s.driveErr[runID], s.changed
+	return s.driving[runID], s.changed, s.driveErr[runID]
 }
 
 // await waits for the call's run to settle and turns it into the result:
@@ -586,7 +586,7 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 		}
 	}()
 	for {
-		going, lastErr, changed := s.driveState(runID)
+		going, changed, lastErr := s.driveState(runID)
 		doc, err := s.led.Doc(ctx, runID)
 		if err != nil {
 			return nil, fmt.Errorf("docket: reading run %s: %w", runID, err)
@@ -633,7 +633,7 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 					return errorResult("docket could not finish this call now: run %s is still running (action %s is %s; another docket process may be driving it). Call again with the same arguments later: it will not run twice.", runID, actionID, act.Status), nil
 				}
 				s.drive(runID)
-				_, _, changed = s.driveState(runID)
+				_, changed, _ = s.driveState(runID)
 			}
 		}
 		select {

@@ -14,7 +14,6 @@ import (
 // implements ledger.Tx; commit folds the writes into the state.
 type tx struct {
 	s       *Store
-	now     time.Time
 	runs    map[string]ledger.RunRecord
 	init    map[revKey]*initRows
 	rows    map[rowID]ledger.RowRecord

@@ -436,9 +436,7 @@ func (p *parser) file(data []byte) *File {
 		p.tool = ""
 		f.Budgets = p.budgets(raw, "", known)
 	}
-	for _, d := range defs {
-		f.Tools = append(f.Tools, d)
-	}
+	f.Tools = append(f.Tools, defs...)
 	return f
 }
 
