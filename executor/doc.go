@@ -67,8 +67,8 @@
 //     running for the new revision.
 //   - An approval needed because resolved arguments differ from the approved
 //     ones is asked with the resolved arguments written into the row (event
-//     action.edited by "executor (references resolved)"), so Approve approves
-//     exactly what will be sent.
+//     action.args_resolved, not action.edited: no person changed it), so
+//     Approve approves exactly what will be sent.
 //
 // In-process coordination: Badger's directory lock means one process owns a
 // ledger, so engines sharing a ledger.Store coordinate in memory: a key held

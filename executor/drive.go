@@ -673,7 +673,7 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		p.await = true
 		if !jsonEqual(row.Args, resolved) {
 			// Show the reviewer what will be sent.
-			p.ops = append(p.ops, ledger.Edit(d.runID, n.id, resolved, resolvedBy))
+			p.ops = append(p.ops, ledger.ShowResolved(d.runID, n.id, resolved))
 			p.shown = resolved
 		}
 		if decideOp == nil && row.Status == ledger.StatusApproved && (row.Gate != nil || p.shown == nil) {
@@ -1196,12 +1196,8 @@ func errText(err error) string {
 	return strings.ToValidUTF8(s, "?")
 }
 
-// resolvedBy is the author of the edit that shows a reviewer an action's
-// arguments with its references resolved.
-const resolvedBy = "executor (references resolved)"
-
 // templates finds the unclaimed rows whose args the executor wrote back
-// resolved (event action.edited by resolvedBy, the latest edit of the
+// resolved (event action.args_resolved, later than any edit of the
 // current revision) and returns the args to resolve them from: the last
 // person's edit before it, else the recorded plan's. Resolved values are
 // data: parsing them again as references would refuse text that contains
@@ -1221,23 +1217,24 @@ func (d *driver) templates(ctx context.Context, run ledger.Run, rows []ledger.Ac
 	if err != nil {
 		return nil, fmt.Errorf("executor: run %s: read events: %w", d.runID, err)
 	}
-	lastBy := map[string]string{}
+	shown := map[string]bool{} // the latest change of the row's args was docket's resolution
 	personArgs := map[string]json.RawMessage{}
 	for _, ev := range evs {
 		switch ev.Type {
 		case ledger.EventRunReplayed:
-			clear(lastBy) // a new revision: its plan holds the edits before it
+			clear(shown) // a new revision: its plan holds the edits before it
 			clear(personArgs)
+		case ledger.EventActionArgsResolved:
+			shown[ev.ActionID] = true
 		case ledger.EventActionEdited:
 			var data struct {
 				Args json.RawMessage `json:"args"`
-				By   string          `json:"by"`
 			}
 			if json.Unmarshal(ev.Data, &data) != nil {
 				continue
 			}
-			lastBy[ev.ActionID] = data.By
-			if data.By != resolvedBy && len(data.Args) > 0 {
+			shown[ev.ActionID] = false
+			if len(data.Args) > 0 {
 				personArgs[ev.ActionID] = data.Args
 			}
 		}
@@ -1245,7 +1242,7 @@ func (d *driver) templates(ctx context.Context, run ledger.Run, rows []ledger.Ac
 	var out map[string]json.RawMessage
 	var planned map[string]json.RawMessage
 	for _, r := range rows {
-		if r.Key != "" || lastBy[r.ID] != resolvedBy {
+		if r.Key != "" || !shown[r.ID] {
 			continue
 		}
 		tm, ok := personArgs[r.ID]

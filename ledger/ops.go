@@ -193,6 +193,15 @@ func Edit(runID, actionID string, args json.RawMessage, by string) Op {
 	return Op{kind: opEdit, runID: runID, actionID: actionID, args: args, by: by, big: bigOf(args)}
 }
 
+// ShowResolved is docket's own Edit: it writes a not-yet-claimed row's args
+// with its references resolved, so that a reviewer approves what will be
+// sent. The row changes as with Edit (approvals cleared, back to pending);
+// the event is action.args_resolved {"args"}, so no person appears to have
+// changed the action.
+func ShowResolved(runID, actionID string, args json.RawMessage) Op {
+	return Op{kind: opEdit, runID: runID, actionID: actionID, args: args, big: bigOf(args), eventType: EventActionArgsResolved}
+}
+
 // Skip marks a not-yet-claimed row skipped (e.g. a dependent of a rejected or
 // failed action when the run ends): the row must be pending or approved; if it
 // has a key (a retryable failure left it pending) the key record is skipped
@@ -937,6 +946,9 @@ func (b *batch) review(o Op) (Result, error) {
 		}
 		row.Status, row.Args, row.ApprovedArgs, row.Approvals = StatusPending, args, nil, nil
 		evType, data = EventActionEdited, argsData(o.args, "by", o.by)
+		if o.eventType == EventActionArgsResolved {
+			evType, data = EventActionArgsResolved, argsData(o.args)
+		}
 	case opSkip:
 		if row.Status == StatusSkipped {
 			return done()

@@ -432,8 +432,10 @@ function connect() {
 // the resolved arguments, and the page says why.
 function track(ev) {
   if (!ev.action_id) return;
-  if (ev.type === "action.edited") {
-    state.resolved[ev.action_id] = !!(ev.data && typeof ev.data.by === "string" && ev.data.by.startsWith("executor"));
+  if (ev.type === "action.args_resolved") {
+    state.resolved[ev.action_id] = true;
+  } else if (ev.type === "action.edited") {
+    state.resolved[ev.action_id] = false;
   } else if (ev.type !== "run.awaiting_approval") {
     delete state.resolved[ev.action_id];
   }

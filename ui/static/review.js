@@ -558,8 +558,8 @@ function sentence(ev) {
     case "run.tools_changed": return "the tool definitions changed since the run started";
     case "action.approved": return a + " approved" + (d.by === "policy" ? " by the run's policy" : by);
     case "action.rejected": return a + " rejected" + by + (d.reason ? ": " + d.reason : "");
-    case "action.edited": return d.by && String(d.by).startsWith("executor") ?
-      a + " arguments resolved (references filled in): approve again" : a + " arguments edited" + by;
+    case "action.args_resolved": return a + " arguments resolved (references filled in): approve what will be sent";
+    case "action.edited": return a + " arguments edited" + by;
     case "action.claimed": return a + " claimed (attempt " + d.attempt + ", key " + short(d.key) + ")";
     case "action.lookup_wait": return lookup("lookup");
     case "action.attempt_failed":
