@@ -19,15 +19,15 @@ const (
 	EventRunFailed           EventType = "run.failed"
 	EventRunCancelled        EventType = "run.cancelled"
 
-	EventActionApproved      EventType = "action.approved"
-	EventActionRejected      EventType = "action.rejected"
-	EventActionEdited        EventType = "action.edited"
+	EventActionApproved EventType = "action.approved"
+	EventActionRejected EventType = "action.rejected"
+	EventActionEdited   EventType = "action.edited"
 	// EventActionArgsResolved: docket filled in an action's references to
 	// show a reviewer the arguments that will be sent (ShowResolved):
 	// {"args"} ({"args_truncated":true} for 64 KiB or more). Like an edit,
 	// the approvals of the earlier arguments stop counting; unlike one, no
 	// person changed anything.
-	EventActionArgsResolved EventType = "action.args_resolved"
+	EventActionArgsResolved  EventType = "action.args_resolved"
 	EventActionClaimed       EventType = "action.claimed"
 	EventActionSucceeded     EventType = "action.succeeded"
 	EventActionAttemptFailed EventType = "action.attempt_failed"
