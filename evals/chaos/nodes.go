@@ -113,7 +113,7 @@ type NodesReport struct {
 // died by itself, nothing the harness could not finish.
 func (r *NodesReport) OK() bool {
 	return r.Runs > 0 && len(r.Errors) == 0 && r.Unplanned == 0 && r.Duplicates.Total == 0 &&
-		r.Lost == 0 && r.AtMostOnce == 0 && r.NodeSelfExits == 0 && (r.Control == nil || r.Control.Violations() == 0)
+		r.Lost == 0 && r.AtMostOnce == 0 && r.NodeSelfExits == 0 && (r.Control == nil || r.Control.Violations == 0)
 }
 
 // WriteTable prints the report for people.
@@ -157,7 +157,7 @@ func (r *NodesReport) WriteTable(w io.Writer) error {
 		row("operations too late (run ended, nothing left)", c.Late)
 		row("runs checked (world requests compared)", fmt.Sprintf("%d (%d)", c.RunsChecked, c.RequestsChecked))
 		row("violations (pause / edit / reject / approval)", fmt.Sprintf("%d (%d / %d / %d / %d)",
-			c.Violations()-c.BudgetMismatches, c.PauseViolations, c.EditViolations, c.RejectViolations, c.ApprovalViolations))
+			c.Violations-c.BudgetMismatches, c.PauseViolations, c.EditViolations, c.RejectViolations, c.ApprovalViolations))
 		row("budget usage unlike the world's (runs checked)", fmt.Sprintf("%d (%d)", c.BudgetMismatches, c.BudgetChecked))
 	}
 	row("elapsed", (time.Duration(r.ElapsedSeconds * float64(time.Second))).Round(time.Second))

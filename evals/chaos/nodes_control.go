@@ -45,7 +45,7 @@ func crossFor(seed uint64, n, nodes int) crossOp {
 	x := rng.Float64()
 	c := crossOp{
 		Home:  rng.IntN(nodes),
-		Delay: 20*time.Millisecond + time.Duration(rng.Int64N(int64(900*time.Millisecond))),
+		Delay: 20*time.Millisecond + time.Duration(rng.Int64N(int64(600*time.Millisecond))),
 		Hold:  100*time.Millisecond + time.Duration(rng.Int64N(int64(1500*time.Millisecond))),
 		Pick:  rng.Float64(),
 	}
@@ -92,11 +92,8 @@ type CrossControl struct {
 	// world's charges, and those that differ.
 	BudgetChecked    int `json:"budget_checked"`
 	BudgetMismatches int `json:"budget_mismatches"`
-}
-
-// Violations is the number of broken expectations.
-func (c *CrossControl) Violations() int {
-	return c.PauseViolations + c.EditViolations + c.RejectViolations + c.ApprovalViolations + c.BudgetMismatches
+	// Violations is the sum of the violations and budget mismatches.
+	Violations int `json:"violations"`
 }
 
 // person is the cross-node person's progress through one run.
@@ -223,8 +220,8 @@ func (x *nodesExp) step(ctx context.Context, token string, p *person, d *runDoc)
 		}
 		count(func(c *CrossControl) { c.Edits++ })
 		// An edit clears the action's approval: approve the new arguments,
-		// a moment later, through another node again.
-		p.edited, p.phase, p.next = a, "approve", time.Now().Add(time.Duration(p.c.Pick*float64(300*time.Millisecond)))
+		// a while later (as a person would), through another node again.
+		p.edited, p.phase, p.next = a, "approve", time.Now().Add(100*time.Millisecond+time.Duration(p.c.Pick*float64(700*time.Millisecond)))
 	case p.phase == "approve":
 		a := actionOf(d, p.edited)
 		if ended || a == nil || a.Status != "pending" || a.Attempts != 0 {
@@ -563,6 +560,7 @@ func (x *nodesExp) crossAudit(ctx context.Context, token string, w *Audit) ([]st
 			find(&c.BudgetMismatches, "%s", f)
 		}
 	}
+	c.Violations = c.PauseViolations + c.EditViolations + c.RejectViolations + c.ApprovalViolations + c.BudgetMismatches
 	sort.Strings(out)
 	return out, nil
 }
