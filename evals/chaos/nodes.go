@@ -62,7 +62,8 @@ type NodesConfig struct {
 	// which drives it until a kill moves it): pauses it, holds, resumes;
 	// edits an action that has not started and approves the new arguments;
 	// rejects one; or submits the run with approve "none" and approves its
-	// actions a few at a time. The end checks the ledger's events and the
+	// actions a few at a time (editing one it approved in half of those
+	// runs, and approving it again). The end checks the ledger's events and the
 	// world's log of requests against what the person did (CrossControl).
 	Control bool
 	// Dir keeps the tools file and the nodes' last words ("" = a
@@ -748,7 +749,7 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 	}
 	x.mu.Lock()
 	if ps != nil {
-		x.crossed[runID] = &crossRecord{pauseAck: ps.pauseAck, resumeAt: ps.resumeAt}
+		x.crossed[runID] = &crossRecord{op: ps.c.Op, pauseAck: ps.pauseAck, resumeAt: ps.resumeAt}
 	}
 	x.rep.Runs++
 	x.rep.Actions += size

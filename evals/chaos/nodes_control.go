@@ -82,8 +82,9 @@ type CrossControl struct {
 	// Violations: an action started while a person's pause held (in the
 	// ledger's events, or a request the world received between the pause's
 	// acknowledgement and the resume); an effect with arguments an edit had
-	// replaced; a rejected action that started; an action started without
-	// an approval of its arguments.
+	// replaced; a rejected action that started; an action claimed before
+	// any approval, or (in a run submitted with approve none) claimed after
+	// an edit before a person approved the edited arguments.
 	PauseViolations    int `json:"pause_violations"`
 	EditViolations     int `json:"edit_violations"`
 	RejectViolations   int `json:"reject_violations"`
@@ -107,10 +108,15 @@ type person struct {
 	resumeAt time.Time // the resume was sent (zero: never)
 	edited   string    // the action an acknowledged edit changed
 	tries    int
+	// editApproved: in a run submitted with approve none, whether the
+	// person still has to edit an action they approved (then approve it
+	// again: the first approval no longer counts).
+	editApproved bool
 }
 
 // crossRecord is what the audit needs of a run the person acted on.
 type crossRecord struct {
+	op                 string
 	pauseAck, resumeAt time.Time
 }
 
@@ -126,6 +132,7 @@ func (x *nodesExp) newPerson(n int, runID string, planRaw []byte) *person {
 	json.Unmarshal(planRaw, &p.plan)
 	if c.Op == OpApprove {
 		p.phase, p.next = "approving", time.Now().Add(c.Delay/4)
+		p.editApproved = c.Pick < 0.5
 	}
 	x.mu.Lock()
 	x.rep.Control.Runs++
@@ -247,6 +254,30 @@ func (x *nodesExp) step(ctx context.Context, token string, p *person, d *runDoc)
 		if ended {
 			p.phase = ""
 			return nil
+		}
+		if p.editApproved {
+			// Edit an action approved and not started yet: the approval was
+			// for the old arguments; the loop approves it again later.
+			approved := &runDoc{}
+			for _, a := range d.Actions {
+				if a.Status == "approved" {
+					approved.Actions = append(approved.Actions, a)
+				}
+			}
+			if a, args := pickCross(p.plan, approved, p.c.Pick, true); a != "" {
+				p.editApproved = false
+				code, b, err := post("/actions/"+url.PathEscape(a)+"/edit", map[string]any{"args": args})
+				switch {
+				case err != nil:
+					return err
+				case code == http.StatusOK:
+					count(func(c *CrossControl) { c.Edits++ })
+				case code == http.StatusConflict:
+					count(func(c *CrossControl) { c.EditsRefused++ })
+				default:
+					return fmt.Errorf("edit %s answered %d: %s", a, code, bytes.TrimSpace(b))
+				}
+			}
 		}
 		var waiting []string
 		for _, a := range d.Actions {
@@ -492,7 +523,9 @@ func (x *nodesExp) crossAudit(ctx context.Context, token string, w *Audit) ([]st
 					find(&c.EditViolations, "%s: action %s ran with %s %v, edited to %v (event %d)", d.RunID, id, strings.Join(path, "."), got, want, last.seq)
 				}
 			}
-			if s := firstAfter(claims[id], last.seq); s != 0 {
+			if s := firstAfter(claims[id], last.seq); s != 0 && rec != nil && rec.op == OpApprove {
+				// Submitted with approve none: only a person's approval of
+				// the edited arguments lets it start.
 				if ap := firstAfter(approved[id], last.seq); ap == 0 || ap > s {
 					find(&c.ApprovalViolations, "%s: action %s was claimed (event %d) after its edit (event %d) with no approval of the edited arguments before", d.RunID, id, s, last.seq)
 				}
