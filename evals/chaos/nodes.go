@@ -62,8 +62,8 @@ type NodesConfig struct {
 	// which drives it until a kill moves it): pauses it, holds, resumes;
 	// edits an action that has not started and approves the new arguments;
 	// rejects one; or submits the run with approve "none" and approves its
-	// actions a few at a time (editing one it approved in half of those
-	// runs, and approving it again). The end checks the ledger's events and the
+	// actions a few at a time (editing one it approved, and approving it
+	// again). The end checks the ledger's events and the
 	// world's log of requests against what the person did (CrossControl).
 	Control bool
 	// Dir keeps the tools file and the nodes' last words ("" = a

@@ -39,7 +39,7 @@ type crossOp struct {
 	Pick  float64       // which action an edit or a reject takes
 }
 
-// crossFor draws run n's operation: about one run in two gets one.
+// crossFor draws run n's operation: a little over one run in two gets one.
 func crossFor(seed uint64, n, nodes int) crossOp {
 	rng := newRand(seed, "nodes-control", n)
 	x := rng.Float64()
@@ -56,7 +56,7 @@ func crossFor(seed uint64, n, nodes int) crossOp {
 		c.Op = OpEdit
 	case x < 0.40:
 		c.Op = OpReject
-	case x < 0.50:
+	case x < 0.55:
 		c.Op = OpApprove
 	}
 	return c
@@ -112,6 +112,7 @@ type person struct {
 	// person still has to edit an action they approved (then approve it
 	// again: the first approval no longer counts).
 	editApproved bool
+	reapprove    time.Time // not before then is the edited action approved again
 }
 
 // crossRecord is what the audit needs of a run the person acted on.
@@ -132,7 +133,7 @@ func (x *nodesExp) newPerson(n int, runID string, planRaw []byte) *person {
 	json.Unmarshal(planRaw, &p.plan)
 	if c.Op == OpApprove {
 		p.phase, p.next = "approving", time.Now().Add(c.Delay/4)
-		p.editApproved = c.Pick < 0.5
+		p.editApproved = true
 	}
 	x.mu.Lock()
 	x.rep.Control.Runs++
@@ -272,6 +273,7 @@ func (x *nodesExp) step(ctx context.Context, token string, p *person, d *runDoc)
 					return err
 				case code == http.StatusOK:
 					count(func(c *CrossControl) { c.Edits++ })
+					p.edited, p.reapprove = a, time.Now().Add(300*time.Millisecond+time.Duration(p.c.Pick*float64(time.Second)))
 				case code == http.StatusConflict:
 					count(func(c *CrossControl) { c.EditsRefused++ })
 				default:
@@ -281,7 +283,7 @@ func (x *nodesExp) step(ctx context.Context, token string, p *person, d *runDoc)
 		}
 		var waiting []string
 		for _, a := range d.Actions {
-			if a.Status == "pending" && a.Attempts == 0 {
+			if a.Status == "pending" && a.Attempts == 0 && (a.ID != p.edited || time.Now().After(p.reapprove)) {
 				waiting = append(waiting, a.ID)
 			}
 		}
