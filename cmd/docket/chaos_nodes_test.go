@@ -97,7 +97,8 @@ func TestChaosNodesSoak(t *testing.T) {
 	runChaosNodes(t, 1000, 60, true)
 }
 
-// docket chaos --nodes takes a shared ledger, and refuses --resume.
+// docket chaos --nodes takes a shared ledger, and refuses --resume; --control
+// needs a shared ledger and a second node.
 func TestChaosNodesFlags(t *testing.T) {
 	t.Parallel()
 	r := inproc(t, "chaos", "--nodes", "3")
@@ -107,6 +108,16 @@ func TestChaosNodesFlags(t *testing.T) {
 	}
 	r = inproc(t, "chaos", "--ledger", "/tmp/dir", "--nodes", "3")
 	wantCode(t, r, exitBad)
+	r = inproc(t, "chaos", "--control")
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "--ledger postgres://") {
+		t.Fatalf("--control without --ledger:\n%s", r)
+	}
+	r = inproc(t, "chaos", "--ledger", "postgres://u:secret-pw@127.0.0.1:1/db", "--nodes", "1", "--control")
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "at least 2 nodes") || strings.Contains(r.stdout+r.stderr, "secret-pw") {
+		t.Fatalf("--control with one node:\n%s", r)
+	}
 	r = inproc(t, "chaos", "--ledger", "postgres://u:secret-pw@127.0.0.1:1/db", "--runs-dir", t.TempDir(), "--resume")
 	wantCode(t, r, exitBad)
 	if !strings.Contains(r.stderr, "--resume") || strings.Contains(r.stdout+r.stderr, "secret-pw") {
