@@ -22,6 +22,7 @@ type chaosNodesFlags struct {
 	lease     *time.Duration
 	killEvery *time.Duration
 	restartDB *string
+	control   *bool
 }
 
 func addChaosNodesFlags(fs *flag.FlagSet) *chaosNodesFlags {
@@ -31,18 +32,22 @@ func addChaosNodesFlags(fs *flag.FlagSet) *chaosNodesFlags {
 	f.lease = fs.Duration("lease", 2*time.Second, "with --ledger: each node's --lease (how soon a killed node's runs are adopted)")
 	f.killEvery = fs.Duration("kill-every", 2*time.Second, "with --ledger: mean time between two SIGKILLs of a node")
 	f.restartDB = fs.String("restart-db", "", "with --ledger: a shell command that restarts the database, run once when half of the runs ended (e.g. 'pg_ctl -D DIR restart -m immediate')")
+	f.control = fs.Bool("control", false, "with --ledger: a person acts on about half of the runs through a node other than the one driving each (pause and resume, edit and approve, reject, approve runs submitted with approve none), checked against the ledger's events and the world")
 	return f
 }
 
-func (f *chaosNodesFlags) on() bool { return *f.ledger != "" || *f.nodes != 0 }
+func (f *chaosNodesFlags) on() bool { return *f.ledger != "" || *f.nodes != 0 || *f.control }
 
 // runNodes is `docket chaos --ledger URL --nodes N`.
 func (c *chaosCmd) runNodes(ctx context.Context, f *chaosNodesFlags, docket chaos.Docket, seed uint64, fs *flag.FlagSet, minKills int, asJSON bool) error {
 	if *f.ledger == "" {
-		return usageError("--nodes needs --ledger postgres://… (the database the nodes share)")
+		return usageError("--nodes and --control need --ledger postgres://… (the database the nodes share)")
 	}
 	if *f.nodes < 0 || *f.lease < time.Second || *f.killEvery <= 0 {
 		return usageError("--nodes must not be negative, --lease must be at least 1s, --kill-every positive")
+	}
+	if *f.control && *f.nodes == 1 {
+		return usageError("--control needs at least 2 nodes: the person acts through a node other than the one driving the run")
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
@@ -57,6 +62,7 @@ func (c *chaosCmd) runNodes(ctx context.Context, f *chaosNodesFlags, docket chao
 		Lease:     *f.lease,
 		KillEvery: *f.killEvery,
 		MinKills:  minKills,
+		Control:   *f.control,
 		Dir:       fs.Lookup("runs-dir").Value.String(),
 		Progress:  c.env.Stderr,
 	}
@@ -97,7 +103,7 @@ func (c *chaosCmd) runNodes(ctx context.Context, f *chaosNodesFlags, docket chao
 		return err
 	}
 	if !rep.OK() {
-		return withCode(exitFailed, errors.New("chaos: the nodes experiment shows duplicates, losses, at-most-once re-executions, runs that ended otherwise than planned or nodes that died by themselves (see the report)"))
+		return withCode(exitFailed, errors.New("chaos: the nodes experiment shows duplicates, losses, at-most-once re-executions, runs that ended otherwise than planned, nodes that died by themselves or (with --control) a person's pause, edit, reject or approval not honoured (see the report)"))
 	}
 	return nil
 }

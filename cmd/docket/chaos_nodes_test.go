@@ -14,7 +14,7 @@ import (
 // runChaosNodes runs the nodes experiment on a throwaway cluster of its own
 // (restarted in the middle, so not the package's shared one) and checks
 // that the promise held.
-func runChaosNodes(t *testing.T, actions, minKills int) *chaos.NodesReport {
+func runChaosNodes(t *testing.T, actions, minKills int, control bool) *chaos.NodesReport {
 	t.Helper()
 	var own pgtest.Shared
 	c := own.Get(t)
@@ -28,7 +28,7 @@ func runChaosNodes(t *testing.T, actions, minKills int) *chaos.NodesReport {
 	start := time.Now()
 	rep, err := chaos.RunNodes(ctx, chaos.NodesConfig{
 		Seed: seed, Actions: actions, Docket: testDocket(), Ledger: url, Nodes: 3,
-		Lease: 2 * time.Second, KillEvery: time.Second, MinKills: minKills,
+		Lease: 2 * time.Second, KillEvery: time.Second, MinKills: minKills, Control: control,
 		RestartDB: func(ctx context.Context) error { return c.Restart(ctx, "immediate") },
 		Progress:  testLogWriter{t},
 	})
@@ -51,6 +51,9 @@ func runChaosNodes(t *testing.T, actions, minKills int) *chaos.NodesReport {
 		t.Errorf("seed %d: %d actions, %d node kills, %d database restarts, OK %v: want at least %d actions and %d kills, one restart, OK",
 			seed, rep.Actions, rep.NodeKills, rep.DBRestarts, rep.OK(), actions, minKills)
 	}
+	if c := rep.Control; control && (c == nil || c.Runs == 0 || c.RunsChecked != rep.Runs || c.BudgetChecked != rep.Runs || c.Violations != 0) {
+		t.Errorf("seed %d: the person's report %+v: want runs acted on, every run checked, 0 violations", seed, c)
+	}
 	return rep
 }
 
@@ -64,16 +67,38 @@ func TestChaosNodes(t *testing.T) {
 		t.Skip("-short: starts a PostgreSQL cluster and three services")
 	}
 	t.Parallel()
-	runChaosNodes(t, 80, 4)
+	runChaosNodes(t, 80, 4, false)
+}
+
+// The same with a person on a second node: on about half of the runs a
+// person acts through a node other than the one the run was submitted to
+// (and driven by, until a kill moves it), at random moments, while nodes
+// keep being killed: pauses, holds and resumes; edits an action that has
+// not started and approves the new arguments; rejects one; approves, a few
+// at a time, the actions of runs submitted with approve none. Checked for
+// every run against the ledger's events and the world's log of requests:
+// no action started while the pause held, no effect with arguments an edit
+// replaced, no rejected action started, none without an approval, the
+// charges budget's usage equal to the world's charges.
+func TestChaosNodesControl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a PostgreSQL cluster and three services")
+	}
+	t.Parallel()
+	rep := runChaosNodes(t, 500, 10, true)
+	if c := rep.Control; c != nil && c.Pauses+c.Edits+c.Rejects+c.Approvals == 0 {
+		t.Errorf("the person did nothing that was acknowledged: %+v", c)
+	}
 }
 
 // The soak run's nodes experiment (DOCKET_SOAK=1, make soak).
 func TestChaosNodesSoak(t *testing.T) {
 	soak(t)
-	runChaosNodes(t, 1000, 60)
+	runChaosNodes(t, 1000, 60, true)
 }
 
-// docket chaos --nodes takes a shared ledger, and refuses --resume.
+// docket chaos --nodes takes a shared ledger, and refuses --resume; --control
+// needs a shared ledger and a second node.
 func TestChaosNodesFlags(t *testing.T) {
 	t.Parallel()
 	r := inproc(t, "chaos", "--nodes", "3")
@@ -83,6 +108,16 @@ func TestChaosNodesFlags(t *testing.T) {
 	}
 	r = inproc(t, "chaos", "--ledger", "/tmp/dir", "--nodes", "3")
 	wantCode(t, r, exitBad)
+	r = inproc(t, "chaos", "--control")
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "--ledger postgres://") {
+		t.Fatalf("--control without --ledger:\n%s", r)
+	}
+	r = inproc(t, "chaos", "--ledger", "postgres://u:secret-pw@127.0.0.1:1/db", "--nodes", "1", "--control")
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "at least 2 nodes") || strings.Contains(r.stdout+r.stderr, "secret-pw") {
+		t.Fatalf("--control with one node:\n%s", r)
+	}
 	r = inproc(t, "chaos", "--ledger", "postgres://u:secret-pw@127.0.0.1:1/db", "--runs-dir", t.TempDir(), "--resume")
 	wantCode(t, r, exitBad)
 	if !strings.Contains(r.stderr, "--resume") || strings.Contains(r.stdout+r.stderr, "secret-pw") {

@@ -641,13 +641,18 @@ func (h *harness) finish(ctx context.Context, res RunResult, rf runFiles, retrie
 // audit reads a namespace's state from the world once no request of it is
 // still being processed (late commits have landed).
 func (h *harness) audit(ctx context.Context, ns string) (*Audit, error) {
-	return worldAudit(ctx, h.http, h.world.url, ns, time.Minute)
+	return worldAudit(ctx, h.http, h.world.url, ns, time.Minute, false)
 }
 
 // worldAudit asks the world at url for namespace ns's audit, waiting up to
-// quiet for the requests still being processed (late commits) to land.
-func worldAudit(ctx context.Context, client *http.Client, url, ns string, quiet time.Duration) (*Audit, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", url+"/"+ns+"/_audit?quiet="+quiet.String(), nil)
+// quiet for the requests still being processed (late commits) to land;
+// withLog asks for the log of write requests too (Audit.Log).
+func worldAudit(ctx context.Context, client *http.Client, url, ns string, quiet time.Duration, withLog bool) (*Audit, error) {
+	q := "?quiet=" + quiet.String()
+	if withLog {
+		q += "&log=1"
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/"+ns+"/_audit"+q, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,15 @@ type NodesConfig struct {
 	RestartDB func(ctx context.Context) error
 	// Faults are the world's fault rates (zero = DefaultFaults).
 	Faults Faults
+	// Control, when set, adds a person who acts on about half of the runs
+	// through a node other than the one each was submitted to (its home,
+	// which drives it until a kill moves it): pauses it, holds, resumes;
+	// edits an action that has not started and approves the new arguments;
+	// rejects one; or submits the run with approve "none" and approves its
+	// actions a few at a time (editing one it approved, and approving it
+	// again). The end checks the ledger's events and the
+	// world's log of requests against what the person did (CrossControl).
+	Control bool
 	// Dir keeps the tools file and the nodes' last words ("" = a
 	// temporary directory, removed at the end).
 	Dir string
@@ -93,8 +102,11 @@ type NodesReport struct {
 	RunMeanSeconds float64        `json:"run_seconds_mean"`
 	RunP99Seconds  float64        `json:"run_seconds_p99"`
 	ElapsedSeconds float64        `json:"elapsed_seconds"`
-	Errors         []string       `json:"errors,omitempty"`
-	Findings       []string       `json:"findings,omitempty"`
+	// Control is what the cross-node person did and what the checks found
+	// (NodesConfig.Control; nil without it).
+	Control  *CrossControl `json:"control,omitempty"`
+	Errors   []string      `json:"errors,omitempty"`
+	Findings []string      `json:"findings,omitempty"`
 }
 
 // OK reports whether the promise held: every run ended as planned, no
@@ -102,7 +114,7 @@ type NodesReport struct {
 // died by itself, nothing the harness could not finish.
 func (r *NodesReport) OK() bool {
 	return r.Runs > 0 && len(r.Errors) == 0 && r.Unplanned == 0 && r.Duplicates.Total == 0 &&
-		r.Lost == 0 && r.AtMostOnce == 0 && r.NodeSelfExits == 0
+		r.Lost == 0 && r.AtMostOnce == 0 && r.NodeSelfExits == 0 && (r.Control == nil || r.Control.Violations == 0)
 }
 
 // WriteTable prints the report for people.
@@ -137,6 +149,18 @@ func (r *NodesReport) WriteTable(w io.Writer) error {
 	row("retries visible to customers", r.RepeatWrites)
 	row("lookups that found a prior effect", r.LookupHits)
 	row("run seconds (mean / p99)", fmt.Sprintf("%.1f / %.1f", r.RunMeanSeconds, r.RunP99Seconds))
+	if c := r.Control; c != nil {
+		row("runs a person acted on through another node", c.Runs)
+		row("pauses (resumes)", fmt.Sprintf("%d (%d)", c.Pauses, c.Resumes))
+		row("edits (refused: started)", fmt.Sprintf("%d (%d)", c.Edits, c.EditsRefused))
+		row("rejects (refused: started)", fmt.Sprintf("%d (%d)", c.Rejects, c.RejectsRefused))
+		row("approvals", c.Approvals)
+		row("operations too late (run ended, nothing left)", c.Late)
+		row("runs checked (world requests compared)", fmt.Sprintf("%d (%d)", c.RunsChecked, c.RequestsChecked))
+		row("violations (pause / edit / reject / approval)", fmt.Sprintf("%d (%d / %d / %d / %d)",
+			c.Violations-c.BudgetMismatches, c.PauseViolations, c.EditViolations, c.RejectViolations, c.ApprovalViolations))
+		row("budget usage unlike the world's (runs checked)", fmt.Sprintf("%d (%d)", c.BudgetMismatches, c.BudgetChecked))
+	}
 	row("elapsed", (time.Duration(r.ElapsedSeconds * float64(time.Second))).Round(time.Second))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -172,6 +196,8 @@ type nodesExp struct {
 	rep        NodesReport
 	finals     []runDoc
 	retries    map[string]int // person --retry decisions, by run/action
+	numbers    map[string]int // plan number by run id
+	crossed    map[string]*crossRecord
 	seconds    []float64
 	ended      int
 	half       chan struct{} // closed when half of the planned runs ended
@@ -196,6 +222,9 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	cfg.Lag = cmpOrDur(cfg.Lag, time.Second)
 	cfg.Lease = cmpOrDur(cfg.Lease, 2*time.Second)
 	cfg.KillEvery = cmpOrDur(cfg.KillEvery, 2*time.Second)
+	if cfg.Control && cfg.Nodes < 2 {
+		return nil, errors.New("chaos: NodesConfig.Control needs at least 2 nodes (the person acts through another node)")
+	}
 	if cfg.Faults == (Faults{}) {
 		cfg.Faults = DefaultFaults
 	}
@@ -216,6 +245,8 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 		http:    &http.Client{Timeout: time.Minute},
 		tag:     strconv.FormatInt(started.UnixNano()%1e9, 36),
 		retries: map[string]int{},
+		numbers: map[string]int{},
+		crossed: map[string]*crossRecord{},
 		half:    make(chan struct{}),
 		nodes:   make([]*serveProc, cfg.Nodes),
 		killed:  make([]bool, cfg.Nodes),
@@ -224,6 +255,9 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	x.dk = cfg.Docket
 	x.dk.Env = append(append([]string{}, cfg.Docket.Env...), "DOCKET_LEDGER="+cfg.Ledger)
 	x.rep = NodesReport{Seed: cfg.Seed, Nodes: cfg.Nodes, Workers: cfg.Workers, Lease: cfg.Lease.String(), ResolvedBy: map[string]int{}}
+	if cfg.Control {
+		x.rep.Control = &CrossControl{}
+	}
 
 	w, err := cfg.Docket.startWorld(ctx, WorldConfig{Seed: cfg.Seed, Timeout: cfg.Timeout, LagMax: cfg.Lag, Faults: cfg.Faults})
 	if err != nil {
@@ -327,6 +361,10 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	}
 	x.mu.Unlock()
 	audit, err := x.audit(ctx)
+	var violations []string
+	if err == nil && cfg.Control {
+		violations, err = x.crossAudit(ctx, token, audit)
+	}
 	x.stopAll()
 	if err != nil {
 		return nil, err
@@ -339,6 +377,7 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	r.AtMostOnce = ra.AtMostOnceReexec
 	r.RepeatWrites, r.LookupHits = ra.RepeatWrites, ra.LookupHits
 	r.Findings = append(r.Findings, ra.Findings...)
+	r.Findings = append(r.Findings, violations...)
 	if len(r.Findings) > 100 {
 		r.Findings = r.Findings[:100]
 	}
@@ -501,6 +540,12 @@ func (x *nodesExp) stopAll() {
 // none answers (a killed node, a database restarting: 503). resent says
 // that an earlier copy may have been acted on.
 func (x *nodesExp) call(ctx context.Context, token, method, path string, body any) (code int, b []byte, resent bool, err error) {
+	return x.callVia(ctx, token, method, path, body, -1, -1)
+}
+
+// callVia is call sent first to the node of slot want (if not negative and
+// up) and never to the node of slot avoid (if not negative).
+func (x *nodesExp) callVia(ctx context.Context, token, method, path string, body any, want, avoid int) (code int, b []byte, resent bool, err error) {
 	var raw []byte
 	if body != nil {
 		if raw, err = json.Marshal(body); err != nil {
@@ -525,8 +570,15 @@ func (x *nodesExp) call(ctx context.Context, token, method, path string, body an
 			case <-time.After(150 * time.Millisecond):
 			}
 		}
+		slot := rng.IntN(len(x.nodes))
+		for avoid >= 0 && slot == avoid && len(x.nodes) > 1 {
+			slot = rng.IntN(len(x.nodes))
+		}
+		if want >= 0 && attempt == 0 {
+			slot = want
+		}
 		x.mu.Lock()
-		p := x.nodes[rng.IntN(len(x.nodes))]
+		p := x.nodes[slot]
 		x.mu.Unlock()
 		if p == nil || p.dead() {
 			last = "node down"
@@ -569,9 +621,20 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 		x.addError(fmt.Sprintf("run %s: %v", runID, err))
 		x.ended1()
 	}
-	body := map[string]any{"run_id": runID, "plan": json.RawMessage(planRaw), "approve": "all"}
+	ps := x.newPerson(n, runID, planRaw)
+	home, approve := -1, "all"
+	if ps != nil {
+		home = ps.c.Home
+		if ps.c.Op == OpApprove {
+			approve = "none"
+		}
+	}
+	x.mu.Lock()
+	x.numbers[runID] = n
+	x.mu.Unlock()
+	body := map[string]any{"run_id": runID, "plan": json.RawMessage(planRaw), "approve": approve}
 	for {
-		code, b, _, err := x.call(ctx, token, "POST", "/v1/runs", body)
+		code, b, _, err := x.callVia(ctx, token, "POST", "/v1/runs", body, home, -1)
 		if err != nil {
 			fail(err)
 			return
@@ -629,6 +692,12 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 			fail(fmt.Errorf("GET answered %d: %s", code, bytes.TrimSpace(b)))
 			return
 		}
+		if ps != nil {
+			if err := x.step(ctx, token, ps, &d); err != nil {
+				fail(fmt.Errorf("the person (%s through another node than %d): %w", ps.c.Op, ps.c.Home, err))
+				return
+			}
+		}
 		var review *docAction
 		for i := range d.Actions {
 			if d.Actions[i].Status == "needs_review" {
@@ -675,7 +744,13 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 		time.Sleep(150 * time.Millisecond)
 	}
 	declined := bytes.Contains(planRaw, []byte(`"amount": 9500`))
+	for _, a := range final.Actions {
+		declined = declined || a.Status == "rejected" // a person declined it
+	}
 	x.mu.Lock()
+	if ps != nil {
+		x.crossed[runID] = &crossRecord{op: ps.c.Op, pauseAck: ps.pauseAck, resumeAt: ps.resumeAt}
+	}
 	x.rep.Runs++
 	x.rep.Actions += size
 	switch final.Status {
@@ -693,7 +768,7 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 	case final.Status == "cancelled":
 	case declined != (final.Status == "failed"):
 		x.rep.Unplanned++
-		x.rep.Findings = append(x.rep.Findings, fmt.Sprintf("%s ended %s (a declined charge planned: %v): %s", runID, final.Status, declined, final.Error))
+		x.rep.Findings = append(x.rep.Findings, fmt.Sprintf("%s ended %s (a declined charge planned or an action rejected: %v): %s", runID, final.Status, declined, final.Error))
 	}
 	x.finals = append(x.finals, final)
 	x.seconds = append(x.seconds, time.Since(start).Seconds())
@@ -733,7 +808,7 @@ func (x *nodesExp) ended1() {
 
 // audit reads the shared namespace once no request is being processed.
 func (x *nodesExp) audit(ctx context.Context) (*Audit, error) {
-	return worldAudit(ctx, x.http, x.world.url, nodesNS, 2*time.Minute)
+	return worldAudit(ctx, x.http, x.world.url, nodesNS, 2*time.Minute, x.cfg.Control)
 }
 
 // person decides an action in needs_review as harness.person does, from the

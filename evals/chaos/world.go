@@ -149,6 +149,18 @@ type Audit struct {
 	Lookups    int                 `json:"lookups"`     // searches served
 	LookupHits int                 `json:"lookup_hits"` // searches that found something
 	Processing int                 `json:"processing"`  // requests still being processed (a late commit pending)
+	// Log is every write request that reached a service, in order of
+	// arrival (GET /{ns}/_audit?log=1 only).
+	Log []Received `json:"log,omitempty"`
+}
+
+// Received is one write request as it reached its service: when, for which
+// logical effect (as in Audit.Requests) and with which body (its JSON, keys
+// sorted; for settings the new value).
+type Received struct {
+	At   time.Time       `json:"at"`
+	Name string          `json:"name"`
+	Body json.RawMessage `json:"body"`
 }
 
 // World is the simulated external world: an http.Handler whose first path
@@ -174,6 +186,7 @@ type tenant struct {
 	processing int
 	idle       chan struct{} // closed when processing drops to 0
 	seq        int
+	log        []Received
 }
 
 type keyEntry struct {
@@ -294,11 +307,16 @@ func (w *World) fateOf(ns, name string, n int, write bool) fate {
 	return f
 }
 
-// begin counts a request for (service, identity) and draws its fate.
-func (w *World) begin(ns, name string, write bool) fate {
+// begin counts a request for (service, identity) and draws its fate. A
+// write's body (canonical JSON) goes to the namespace's log.
+func (w *World) begin(ns, name string, write bool, body []byte) fate {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := w.tenantLocked(ns).req(name)
+	t := w.tenantLocked(ns)
+	if write {
+		t.log = append(t.log, Received{At: time.Now().UTC(), Name: name, Body: append(json.RawMessage{}, body...)})
+	}
+	st := t.req(name)
 	st.Received++
 	f := w.fateOf(ns, name, st.Received, write)
 	if f.kind == fateThrottle {
@@ -444,7 +462,7 @@ var prices = map[string]int{"basic": 900, "pro": 2900, "team": 7900}
 
 func (w *World) catalogue(rw http.ResponseWriter, r *http.Request) {
 	ns, sku := r.PathValue("ns"), r.PathValue("sku")
-	f := w.begin(ns, "catalogue/"+sku, false)
+	f := w.begin(ns, "catalogue/"+sku, false, nil)
 	switch f.kind {
 	case fateThrottle:
 		w.throttle(rw)
@@ -472,7 +490,7 @@ func (w *World) charge(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := "payments/" + ref
-	f := w.begin(ns, name, true)
+	f := w.begin(ns, name, true, canon)
 	if f.kind == fateThrottle {
 		w.throttle(rw)
 		return
@@ -527,14 +545,14 @@ func (w *World) charge(rw http.ResponseWriter, r *http.Request) {
 
 func (w *World) createContact(rw http.ResponseWriter, r *http.Request, service string) {
 	ns := r.PathValue("ns")
-	in, _, err := readObject(r)
+	in, canon, err := readObject(r)
 	email := str(in, "email")
 	if err != nil || email == "" || str(in, "name") == "" {
 		badRequest(rw, "name and email are required")
 		return
 	}
 	name := service + "/" + email
-	f := w.begin(ns, name, true)
+	f := w.begin(ns, name, true, canon)
 	if f.kind == fateThrottle {
 		w.throttle(rw)
 		return
@@ -556,7 +574,7 @@ func (w *World) createContact(rw http.ResponseWriter, r *http.Request, service s
 
 func (w *World) search(rw http.ResponseWriter, r *http.Request, service string) {
 	ns, note := r.PathValue("ns"), r.URL.Query().Get("note")
-	f := w.begin(ns, "search/"+note, false)
+	f := w.begin(ns, "search/"+note, false, nil)
 	switch f.kind {
 	case fateThrottle:
 		w.throttle(rw)
@@ -595,7 +613,7 @@ func (w *World) putSettings(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := "settings/" + account
-	f := w.begin(ns, name, true)
+	f := w.begin(ns, name, true, canon)
 	if f.kind == fateThrottle {
 		w.throttle(rw)
 		return
@@ -618,14 +636,14 @@ func (w *World) putSettings(rw http.ResponseWriter, r *http.Request) {
 
 func (w *World) sendEmail(rw http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("ns")
-	in, _, err := readObject(r)
+	in, canon, err := readObject(r)
 	to, tmpl := str(in, "to"), str(in, "template")
 	if err != nil || to == "" || tmpl == "" {
 		badRequest(rw, "to and template are required")
 		return
 	}
 	name := "email/" + to + "|" + tmpl
-	f := w.begin(ns, name, true)
+	f := w.begin(ns, name, true, canon)
 	if f.kind == fateThrottle {
 		w.throttle(rw)
 		return
@@ -667,7 +685,13 @@ func (w *World) audit(rw http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	writeJSON(rw, http.StatusOK, w.Snapshot(ns))
+	a := w.Snapshot(ns)
+	if r.URL.Query().Get("log") != "" {
+		w.mu.Lock()
+		a.Log = append([]Received{}, w.tenantLocked(ns).log...)
+		w.mu.Unlock()
+	}
+	writeJSON(rw, http.StatusOK, a)
 }
 
 // Snapshot returns a copy of a namespace's state.

@@ -236,3 +236,34 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("fates: same seed same=%v, other seed differs=%v", same, differ)
 	}
 }
+
+// The audit's log (asked with ?log=1) holds every write request that reached
+// a service, with its time and its body, throttled ones included; reads are
+// not in it, and the plain audit leaves it out.
+func TestWorldLog(t *testing.T) {
+	t.Parallel()
+	_, srv := setup(t, WorldConfig{})
+	before := time.Now().UTC()
+	do(t, "GET", srv.URL+"/ns/catalogue/items/pro", "", nil)
+	do(t, "POST", srv.URL+"/ns/payments/charges", `{"reference": "r1", "customer": "ct_1", "amount": 100, "currency": "EUR"}`, nil)
+	do(t, "PUT", srv.URL+"/ns/settings/accounts/ct_1", `{"plan": "pro"}`, nil)
+	var a Audit
+	if err := json.Unmarshal([]byte(do(t, "GET", srv.URL+"/ns/_audit?log=1", "", nil).body), &a); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ name, body string }{
+		{"payments/r1", `{"amount":100,"currency":"EUR","customer":"ct_1","reference":"r1"}`},
+		{"settings/ct_1", `{"plan":"pro"}`},
+	}
+	if len(a.Log) != len(want) {
+		t.Fatalf("log %+v, want %d writes", a.Log, len(want))
+	}
+	for i, w := range want {
+		if got := a.Log[i]; got.Name != w.name || string(got.Body) != w.body || got.At.Before(before) || got.At.After(time.Now()) {
+			t.Errorf("log[%d] = %s %s at %s, want %s %s", i, got.Name, got.Body, got.At, w.name, w.body)
+		}
+	}
+	if plain := do(t, "GET", srv.URL+"/ns/_audit", "", nil).body; strings.Contains(plain, `"log"`) {
+		t.Errorf("the plain audit carries the log: %s", plain)
+	}
+}
