@@ -17,7 +17,9 @@
 # was skipped: make test and make soak end with a summary of the tests the
 # helpers skipped for a missing extra or a property of the machine (not root:
 # no tmpfs to fill), read from the file $DOCKET_TEST_SKIPS names
-# (evals/testextra; .ci/skips prints it).
+# (evals/testextra; .ci/skips prints it). The file is inside the main module,
+# so go test's cache sees it written: a package that skipped a test runs
+# again next time rather than answering "(cached)" without recording its skips.
 
 GO ?= go
 GOTEST = $(GO) test -race

@@ -40,7 +40,10 @@ func truthy(v string) bool {
 
 // SkipsEnv names a file that every test skipped here (Missing, MountTmpfs)
 // appends one line to: the package directory, the test, and why, separated
-// by tabs. Unset, nothing is recorded.
+// by tabs. Unset, nothing is recorded. Name a file inside the module under
+// test: go test's cache then notices the write and runs a package that
+// skipped again, instead of answering "(cached)" and recording nothing (it
+// does not look at files outside the module).
 const SkipsEnv = "DOCKET_TEST_SKIPS"
 
 // skip records why t is skipped (SkipsEnv), then skips it.
