@@ -36,11 +36,7 @@ func (c *backupCmd) Run(ctx context.Context, args []string) error {
 	if postgres.IsURL(*data) {
 		return usageError("the shared ledger lives in PostgreSQL: back it up with PostgreSQL's own tools, e.g. pg_dump --format=custom --schema=docket --file docket.dump 'postgres://…' (restore with pg_restore)")
 	}
-	// Opening a missing directory would create an empty ledger and back it up.
-	if st, err := os.Stat(*data); err != nil || !st.IsDir() {
-		return usageError("data directory %s does not exist", *data)
-	}
-	l, err := openLedger(ctx, *data, c.env.Stderr)
+	l, err := openRecorded(ctx, *data, c.env.Stderr)
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func (c *budgetsCmd) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		l, err := openLedger(ctx, *data, c.env.Stderr)
+		l, err := openRecorded(ctx, *data, c.env.Stderr)
 		if err != nil {
 			return err
 		}

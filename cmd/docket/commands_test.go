@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -14,10 +17,205 @@ import (
 
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	r := inproc(t, "version")
+	want := ""
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		r := inproc(t, args...)
+		wantCode(t, r, exitOK)
+		if !strings.HasPrefix(r.stdout, "docket ") || !strings.Contains(r.stdout, runtime.Version()) || r.stderr != "" {
+			t.Fatalf("version output:\n%s", r)
+		}
+		if want == "" {
+			want = r.stdout
+		} else if r.stdout != want {
+			t.Fatalf("docket %s printed\n%s\nbut docket version printed\n%s", args[0], r.stdout, want)
+		}
+	}
+	// The built binary, as a person runs it.
+	r := child(t, "", "--version")
 	wantCode(t, r, exitOK)
-	if !strings.HasPrefix(r.stdout, "docket ") || !strings.Contains(r.stdout, runtime.Version()) {
-		t.Fatalf("version output:\n%s", r)
+	if r.stdout != want || r.stderr != "" {
+		t.Fatalf("docket --version as a process:\n%s", r)
+	}
+	wantCode(t, inproc(t, "version", "extra"), exitBad)
+	wantCode(t, inproc(t, "--version", "--bogus"), exitBad)
+}
+
+// TestVersionFrom: the module version when the build has one, "devel"
+// when it has none, and the VCS revision and time when the build was made
+// from a checkout.
+func TestVersionFrom(t *testing.T) {
+	t.Parallel()
+	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2025-01-02T03:04:05Z"}}
+	for _, c := range []struct {
+		name   string
+		bi     *debug.BuildInfo
+		module string
+		commit string
+	}{
+		{"no build information", nil, "devel", ""},
+		{"go run in a checkout without VCS stamping", &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Version: "(devel)"}}, "devel", ""},
+		{"go install of a release", &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Version: "v1.2.3"}}, "v1.2.3", ""},
+		{"build in a checkout", &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Version: "v0.0.0-20250102030405-0123abcd+dirty"},
+			Settings: append(vcs, debug.BuildSetting{Key: "vcs.modified", Value: "true"})},
+			"v0.0.0-20250102030405-0123abcd+dirty", "0123abcd (2025-01-02T03:04:05Z) dirty"},
+		{"clean checkout", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs}, "devel", "0123abcd (2025-01-02T03:04:05Z)"},
+	} {
+		v := versionFrom(c.bi)
+		if v.module != c.module || v.commit != c.commit {
+			t.Errorf("%s: module %q commit %q, want %q and %q", c.name, v.module, v.commit, c.module, c.commit)
+		}
+		if c.bi != nil && c.bi.GoVersion != "" && v.goVersion != c.bi.GoVersion {
+			t.Errorf("%s: go %q, want %q", c.name, v.goVersion, c.bi.GoVersion)
+		}
+	}
+}
+
+// helpLines are the command lines that have a usage of their own: every
+// registered command, and the subcommands that parse their own flags.
+func helpLines() [][]string {
+	lines := [][]string{{"runs", "list"}, {"runs", "show"}}
+	for _, sub := range []string{"import-bfcl", "score", "run", "check", "compare", "report"} {
+		lines = append(lines, []string{"eval", sub})
+	}
+	for name := range commands {
+		lines = append(lines, []string{name})
+	}
+	return lines
+}
+
+// TestHelp: help that was asked for goes to stdout with exit 0 and nothing
+// on stderr, for docket itself and for every command, in every spelling.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"-help"}} {
+		r := inproc(t, args...)
+		wantCode(t, r, exitOK)
+		if !strings.HasPrefix(r.stdout, "usage: docket <command>") || !strings.Contains(r.stdout, "\n  run ") || r.stderr != "" {
+			t.Errorf("docket %s: want the usage on stdout only\n%s", args[0], r)
+		}
+	}
+	for _, line := range helpLines() {
+		name := strings.Join(line, " ")
+		for _, args := range [][]string{
+			append(append([]string(nil), line...), "-h"),
+			append(append([]string(nil), line...), "--help"),
+			append([]string{"help"}, line...),
+		} {
+			r := inproc(t, args...)
+			if r.code != exitOK || !strings.HasPrefix(r.stdout, "usage: docket "+name) || r.stderr != "" {
+				t.Errorf("want exit 0 and the usage of %q on stdout only\n%s", name, r)
+			}
+		}
+	}
+	// The built binary, as a person runs it.
+	for _, args := range [][]string{{"--help"}, {"help", "runs", "list"}, {"serve", "-h"}} {
+		r := child(t, "", args...)
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, "usage: docket") || r.stderr != "" {
+			t.Errorf("want exit 0 and the usage on stdout only\n%s", r)
+		}
+	}
+}
+
+// TestUsageOnStderr: a mistake (an unknown flag, a missing argument, no
+// command) prints the usage on stderr, nothing on stdout, and exits 2, for
+// every command.
+func TestUsageOnStderr(t *testing.T) {
+	t.Parallel()
+	for _, line := range helpLines() {
+		r := inproc(t, append(line, "--no-such-flag")...)
+		said := "flag provided but not defined: -no-such-flag"
+		if len(line) == 1 && (line[0] == "runs" || line[0] == "eval") {
+			said = `subcommand "--no-such-flag"` // they take a subcommand first
+		}
+		if r.code != exitBad || r.stdout != "" || !strings.Contains(r.stderr, said) ||
+			!strings.Contains(r.stderr, "usage: docket "+strings.Join(line, " ")) {
+			t.Errorf("want exit 2 and the error and usage on stderr only\n%s", r)
+		}
+	}
+	for _, args := range [][]string{nil, {"runs"}, {"runs", "show"}, {"eval"}, {"tools"}, {"restore"}, {"help", "nosuch"}} {
+		r := inproc(t, args...)
+		if r.code != exitBad || r.stdout != "" || !strings.Contains(r.stderr, "usage: docket") {
+			t.Errorf("want exit 2 and the usage on stderr only\n%s", r)
+		}
+	}
+	r := child(t, "", "runs", "list", "--no-such-flag")
+	if r.code != exitBad || r.stdout != "" || !strings.Contains(r.stderr, "usage: docket runs list") {
+		t.Errorf("want exit 2 and the usage on stderr only\n%s", r)
+	}
+}
+
+// TestMissingDataDir: a command that reads or continues recorded runs
+// refuses a data directory that does not exist (exit 2, saying so) and
+// leaves it uncreated; the commands that record runs create it.
+func TestMissingDataDir(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.plan(t, "plan", crashPlan(crashClasses[2]))
+	missing := filepath.Join(b.dir, "typo")
+	file := b.plan(t, "a-file", "{}")
+	for _, line := range [][]string{
+		{"runs", "list"},
+		{"runs", "show", "r1"},
+		{"audit", "r1"},
+		{"audit", "--verify", "r1"},
+		{"budgets"},
+		{"backup"},
+		{"approve", "--tools", b.tools, "r1"},
+		{"reject", "--tools", b.tools, "r1", "a1"},
+		{"resolve", "--tools", b.tools, "r1", "a1", "--skip"},
+		{"pause", "r1"},
+		{"resume", "--tools", b.tools, "r1"},
+		{"replay", "--tools", b.tools, "r1", "--plan", p},
+		{"fork", "--tools", b.tools, "r1"},
+	} {
+		r := inproc(t, append(line, "--data", missing)...)
+		if r.code != exitBad || !strings.Contains(r.stderr, "data directory "+missing+" does not exist") || r.stdout != "" {
+			t.Errorf("want exit 2 saying the data directory does not exist\n%s", r)
+		}
+		if _, err := os.Stat(missing); !os.IsNotExist(err) {
+			t.Fatalf("docket %s created the data directory it was refused (stat: %v)", strings.Join(line, " "), err)
+		}
+		r = inproc(t, append(line, "--data", file)...)
+		if r.code != exitBad || !strings.Contains(r.stderr, "is not a directory") {
+			t.Errorf("want exit 2 saying --data is not a directory\n%s", r)
+		}
+	}
+	// docket run records into a new directory; then the others read it.
+	wantCode(t, inproc(t, "run", "--data", missing, "--tools", b.tools, "--plan", p), exitOK)
+	wantCode(t, inproc(t, "runs", "list", "--data", missing), exitOK)
+}
+
+// TestDataAndLedger: --data and --ledger both given are refused, for every
+// command that takes them; $DOCKET_LEDGER with an explicit --data is not
+// (--data wins).
+func TestDataAndLedger(t *testing.T) {
+	t.Parallel()
+	url := "postgres://u:secret-pw@127.0.0.1:1/db"
+	n := 0
+	for _, line := range helpLines() {
+		h := inproc(t, append(line, "-h")...)
+		if !strings.Contains(h.stdout, "\n  -ledger value\n") || !strings.Contains(h.stdout, "\n  -data ") {
+			continue
+		}
+		n++
+		for _, args := range [][]string{
+			append(append([]string(nil), line...), "--data", t.TempDir(), "--ledger", url),
+			append(append([]string(nil), line...), "--ledger", url, "--data", t.TempDir()),
+		} {
+			r := inproc(t, args...)
+			if r.code != exitBad || !strings.Contains(r.stderr, "--data and --ledger both name the ledger") || strings.Contains(r.stderr, "secret-pw") {
+				t.Errorf("want exit 2 refusing --data with --ledger\n%s", r)
+			}
+		}
+	}
+	if n < 15 {
+		t.Fatalf("only %d commands take --data and --ledger", n)
+	}
+	dir := t.TempDir()
+	r := inprocEnv(t, map[string]string{"DOCKET_LEDGER": url}, "runs", "list", "--data", dir)
+	wantCode(t, r, exitOK)
+	if !strings.Contains(r.stdout, "no runs") {
+		t.Fatalf("runs list --data with $DOCKET_LEDGER set:\n%s", r)
 	}
 }
 
@@ -30,8 +228,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, exitBad, "usage: docket"},
 		{[]string{"frobnicate"}, exitBad, `unknown command "frobnicate"`},
-		{[]string{"help"}, exitOK, "usage: docket"},
-		{[]string{"run", "-h"}, exitOK, "--plan"},
+		{[]string{"help", "frobnicate"}, exitBad, `unknown command "frobnicate"`},
 		{[]string{"runs"}, exitBad, "list or show"},
 		{[]string{"runs", "list", "--status", "sleeping"}, exitBad, "--status must be one of"},
 		{[]string{"runs", "list", "--limit", "0"}, exitBad, "--limit"},

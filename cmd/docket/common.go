@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -23,14 +24,17 @@ import (
 // defaultDataDir is where every command keeps its ledger unless --data says otherwise.
 const defaultDataDir = "./docket-data"
 
-// newFlags makes a command's FlagSet; errors and -h go to stderr.
+// newFlags makes a command's FlagSet. Its usage goes to stderr after a
+// mistake (an unknown flag, a bad value, a missing argument) and to stdout
+// when asked for with -h or --help (parseArgs).
 func newFlags(name, usageLine string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: docket %s\n", usageLine)
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: docket %s\n", usageLine)
 		if hasFlags(fs) {
-			fmt.Fprintln(stderr, "\nflags:")
+			fmt.Fprintln(w, "\nflags:")
 			fs.PrintDefaults()
 		}
 	}
@@ -45,27 +49,56 @@ func hasFlags(fs *flag.FlagSet) bool {
 
 // parseArgs parses flags placed anywhere among args (before, between or after
 // the positional arguments) and returns the positional arguments in order.
-// Everything after "--" is positional. A parse error was already printed by
-// the FlagSet: it comes back as a quiet exit 2 (a quiet exit 0 for -h).
+// Everything after "--" is positional. A parse error was already printed on
+// the FlagSet's output (stderr): it comes back as a quiet exit 2. Help (-h,
+// --help) comes back as showHelp: the usage on stdout, exit 0.
+// --data and --ledger given together are refused (exit 2).
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, withCode(exitOK, errQuiet)
-			}
-			return nil, withCode(exitBad, errQuiet)
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, nil
+			break
 		}
 		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
-			return append(pos, rest...), nil
+			pos = append(pos, rest...)
+			break
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+	if set := setFlags(fs); set["data"] && set["ledger"] {
+		return nil, usageError("--data and --ledger both name the ledger: give one (--data DIR for a data directory, --ledger URL for the shared ledger)")
+	}
+	return pos, nil
+}
+
+// parseFlags is fs.Parse with what it prints held back until it is known
+// whether it was asked for (help: stdout) or a mistake (stderr).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return showHelp(buf.String())
+	case err != nil:
+		out.Write(buf.Bytes())
+		return withCode(exitBad, errQuiet)
+	}
+	return nil
+}
+
+// setFlags is the set of flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // ledgerEnv names the shared ledger when neither --ledger nor --data is given.
@@ -105,6 +138,42 @@ func ledgerFlag(fs *flag.FlagSet, data *string, getenv func(string) string) {
 // as exit 4 with a message saying what to do.
 func openLedger(ctx context.Context, dir string, stderr io.Writer) (ledger.Store, error) {
 	return openLedgerConfig(ctx, badgerdb.Config{Dir: dir, Logger: cliLogger(stderr)})
+}
+
+// openRecorded opens the ledger of a command that reads or continues runs
+// already recorded (runs, audit, budgets, backup, approve, reject, resolve,
+// pause, resume, replay, fork). A data directory that does not exist is
+// refused with exit 2 (a mistyped --data would otherwise get a new, empty
+// ledger); the commands that record new runs (run, step, serve, mcp, chat,
+// demo, restore) create it with openLedger.
+func openRecorded(ctx context.Context, dir string, stderr io.Writer) (ledger.Store, error) {
+	if err := dataDirExists(dir); err != nil {
+		return nil, err
+	}
+	return openLedger(ctx, dir, stderr)
+}
+
+// dataDirExists refuses (exit 2) a data directory that does not exist or is
+// not a directory. The shared ledger (a postgres:// URL) is not checked here:
+// opening it says whether it can be reached.
+func dataDirExists(dir string) error {
+	if dir == "" || postgres.IsURL(dir) {
+		return nil
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		hint := "check --data"
+		if dir == defaultDataDir {
+			hint = "give --data DIR, the directory the run was recorded in"
+		}
+		return usageError("data directory %s does not exist: nothing was recorded there (%s; docket run creates one)", dir, hint)
+	case err != nil:
+		return fmt.Errorf("data directory %s: %w", dir, err)
+	case !st.IsDir():
+		return usageError("data directory %s is not a directory", dir)
+	}
+	return nil
 }
 
 // openLedgerConfig is openLedger with a whole configuration (for the

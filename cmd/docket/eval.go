@@ -69,9 +69,8 @@ func (c *evalCmd) Run(ctx context.Context, args []string) error {
 		return c.compare(args[1:])
 	case "report":
 		return c.report(args[1:])
-	case "-h", "--help", "help":
-		fmt.Fprintln(c.env.Stderr, evalUsage)
-		return nil
+	case "-h", "-help", "--help", "help":
+		return showHelp(evalUsage + "\n")
 	}
 	fmt.Fprintln(c.env.Stderr, evalUsage)
 	return usageError("unknown eval subcommand %q", args[0])

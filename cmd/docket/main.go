@@ -116,18 +116,31 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 // runEnv runs one command line with env (tests set hooks through it).
+// Help that was asked for (docket help [CMD...], -h, --help, CMD -h) goes to
+// stdout with exit 0; usage printed because of a mistake goes to stderr with
+// exit 2.
 func runEnv(ctx context.Context, args []string, env Env) error {
-	stderr := env.Stderr
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return withCode(exitBad, errQuiet)
-		}
+	if len(args) == 0 {
+		usage(env.Stderr)
+		return withCode(exitBad, errQuiet)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(env.Stdout)
 		return nil
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
+	case "help":
+		if len(args) == 1 {
+			usage(env.Stdout)
+			return nil
+		}
+		// docket help CMD [SUB] is docket CMD [SUB] -h.
+		args = append(append([]string(nil), args[1:]...), "-h")
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		usage(stderr)
+		usage(env.Stderr)
 		return usageError("unknown command %q", args[0])
 	}
 	// Traces go where the OTEL_* variables say (nowhere when they name no
@@ -137,8 +150,25 @@ func runEnv(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer stopTracing()
-	return c.new(env).Run(ctx, args[1:])
+	err = c.new(env).Run(ctx, args[1:])
+	var h *helpError
+	if errors.As(err, &h) {
+		_, werr := io.WriteString(env.Stdout, h.text)
+		return werr
+	}
+	return err
 }
+
+// helpError is help a person asked for (-h): runEnv prints its text on
+// stdout and exits 0.
+type helpError struct{ text string }
+
+func (e *helpError) Error() string { return "help" }
+func (e *helpError) Unwrap() error { return errQuiet }
+
+// showHelp is what a command returns when asked for help: text goes to
+// stdout, exit 0.
+func showHelp(text string) error { return withCode(exitOK, &helpError{text: text}) }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: docket <command> [flags]\n\ncommands:")
@@ -150,5 +180,5 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'docket <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'docket <command> -h' (or 'docket help <command>') for a command's flags;\n'docket --version' prints the version.")
 }

@@ -79,7 +79,7 @@ func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := openLedger(ctx, *f.data, env.Stderr)
+	l, err := openRecorded(ctx, *f.data, env.Stderr)
 	if err != nil {
 		closeTools()
 		return nil, err

@@ -50,7 +50,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 
 	pos, err := parseArgs(fs, args)
 	if err != nil && exitCode(err) == exitOK {
-		return nil // -h
+		return err // -h: runEnv prints the usage on stdout
 	}
 	c.env.PolicyFile, c.env.As = *policyPath, *as
 	policy := executor.Policy(*approve)

@@ -18,12 +18,14 @@ func init() {
 	register("runs", "list runs (runs list) or show one (runs show RUN)", func(env Env) command { return &runsCmd{env: env} })
 }
 
+const runsUsage = "usage: docket runs list [--data DIR | --server URL --token T] [--json] [--status S] [--limit N]\n       docket runs show [--data DIR | --server URL --token T] [--json] RUN"
+
 // runsCmd is `docket runs list` and `docket runs show`.
 type runsCmd struct{ env Env }
 
 func (c *runsCmd) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		fmt.Fprintln(c.env.Stderr, "usage: docket runs list [--data DIR | --server URL --token T] [--json] [--status S] [--limit N]\n       docket runs show [--data DIR | --server URL --token T] [--json] RUN")
+		fmt.Fprintln(c.env.Stderr, runsUsage)
 		return usageError("runs needs a subcommand: list or show")
 	}
 	switch args[0] {
@@ -31,10 +33,10 @@ func (c *runsCmd) Run(ctx context.Context, args []string) error {
 		return c.list(ctx, args[1:])
 	case "show":
 		return c.show(ctx, args[1:])
-	case "-h", "--help", "help":
-		fmt.Fprintln(c.env.Stderr, "usage: docket runs list [--data DIR | --server URL --token T] [--json] [--status S] [--limit N]\n       docket runs show [--data DIR | --server URL --token T] [--json] RUN")
-		return nil
+	case "-h", "-help", "--help", "help":
+		return showHelp(runsUsage + "\n\nRun 'docket runs list -h' or 'docket runs show -h' for their flags.\n")
 	}
+	fmt.Fprintln(c.env.Stderr, runsUsage)
 	return usageError("unknown runs subcommand %q: use list or show", args[0])
 }
 
@@ -90,7 +92,7 @@ func (c *runsCmd) list(ctx context.Context, args []string) error {
 		}
 		runs, next = list.Runs, list.Next
 	} else {
-		l, err := openLedger(ctx, *data, c.env.Stderr)
+		l, err := openRecorded(ctx, *data, c.env.Stderr)
 		if err != nil {
 			return err
 		}
@@ -153,7 +155,7 @@ func (c *runsCmd) show(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		l, err := openLedger(ctx, *data, c.env.Stderr)
+		l, err := openRecorded(ctx, *data, c.env.Stderr)
 		if err != nil {
 			return err
 		}

@@ -457,11 +457,11 @@ func TestEveryDataCommandTakesLedger(t *testing.T) {
 		if strings.Contains(r.stdout+r.stderr, "secret-pw") {
 			t.Fatalf("the password was printed:\n%s", r)
 		}
-		if !strings.Contains(r.stderr, "\n  -data ") {
+		if !strings.Contains(r.stdout, "\n  -data ") {
 			continue
 		}
 		n++
-		if !strings.Contains(r.stderr, "\n  -ledger value\n") || !strings.Contains(r.stderr, "(default postgres://u:xxxxx@127.0.0.1:1/db)") {
+		if !strings.Contains(r.stdout, "\n  -ledger value\n") || !strings.Contains(r.stdout, "(default postgres://u:xxxxx@127.0.0.1:1/db)") {
 			t.Errorf("docket %s takes --data without --ledger (default $DOCKET_LEDGER):\n%s", strings.Join(line, " "), r)
 		}
 	}

@@ -65,7 +65,7 @@ func (c *stepCmd) Run(ctx context.Context, args []string) error {
 	pos, err := parseArgs(fs, args)
 	c.env.PolicyFile, c.env.As = *policyPath, *as
 	if err != nil && exitCode(err) == exitOK {
-		return nil // -h
+		return err // -h: runEnv prints the usage on stdout
 	}
 	var req stepRequest
 	doc, err := func() (ledger.RunDoc, error) {

@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	register("version", "print the version of docket and of Go it was built with", func(env Env) command { return &versionCmd{env: env} })
+	register("version", "print the version of docket and of Go it was built with (also: docket --version)", func(env Env) command { return &versionCmd{env: env} })
 }
 
 // versionCmd is `docket version`.
@@ -33,18 +33,27 @@ func (c *versionCmd) Run(ctx context.Context, args []string) error {
 }
 
 type versionInfo struct {
-	module    string // module version, "(devel)" for a build from a work tree
+	module    string // module version; "devel" for a build that has none (go build or go run in a checkout)
 	goVersion string
 	commit    string // VCS revision (+ time, "dirty"), when the build recorded it
 }
 
 func buildVersion() versionInfo {
-	v := versionInfo{module: "(unknown)", goVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
+		bi = nil
+	}
+	return versionFrom(bi)
+}
+
+// versionFrom reads the version out of the build information the Go
+// toolchain stamped into the binary (nil: none).
+func versionFrom(bi *debug.BuildInfo) versionInfo {
+	v := versionInfo{module: "devel", goVersion: runtime.Version()}
+	if bi == nil {
 		return v
 	}
-	if bi.Main.Version != "" {
+	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		v.module = bi.Main.Version
 	}
 	if bi.GoVersion != "" {

@@ -2,6 +2,8 @@ package testextra_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -45,5 +47,33 @@ func TestMissing(t *testing.T) {
 				t.Errorf("message %q: want one line naming what is missing and how to get it", got)
 			}
 		})
+	}
+}
+
+// TestSkipsRecorded: with $DOCKET_TEST_SKIPS set, every skip appends one
+// line (the package directory, the test, the reason) to that file; a
+// failure (extras required) and an unset variable record nothing.
+func TestSkipsRecorded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "skips")
+	t.Setenv("CI", "")
+	t.Setenv(testextra.RequireEnv, "")
+	t.Setenv(testextra.SkipsEnv, path)
+	testextra.Missing(&recorder{TB: t}, "PostgreSQL's server binaries", "apt-get install -y postgresql")
+	testextra.Missing(&recorder{TB: t}, "Node.js", "apt-get install -y\nnodejs")
+	t.Setenv(testextra.RequireEnv, "1")
+	testextra.Missing(&recorder{TB: t}, "Chromium", "apt-get install -y chromium")
+	t.Setenv(testextra.RequireEnv, "")
+	t.Setenv(testextra.SkipsEnv, "")
+	testextra.Missing(&recorder{TB: t}, "promtool", "apt-get install -y prometheus")
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := os.Getwd()
+	want := dir + "\t" + t.Name() + "\tmissing PostgreSQL's server binaries: apt-get install -y postgresql (skipping; `make test` installs what it can and requires the rest)\n" +
+		dir + "\t" + t.Name() + "\tmissing Node.js: apt-get install -y nodejs (skipping; `make test` installs what it can and requires the rest)\n"
+	if string(b) != want {
+		t.Fatalf("skips file:\n%s\nwant:\n%s", b, want)
 	}
 }
