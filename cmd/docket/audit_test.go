@@ -166,6 +166,11 @@ func TestAuditAndDryRunThroughServer(t *testing.T) {
 	if err := os.WriteFile(planPath, demoworld.OnboardingPlan(), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A replay (and so its preview) waits for the run's actions to settle:
+	// an action still claimed is refused as work in progress.
+	if code := s.get(t, "/v1/runs/srv-audit?wait=60s", &doc); code != http.StatusOK || doc.Status != "completed" {
+		t.Fatalf("GET /v1/runs/srv-audit?wait=60s = %d, status %q", code, doc.Status)
+	}
 	r = inproc(t, "replay", "--server", s.base, "--token", s.token, "--plan", planPath, "--dry-run", "srv-audit")
 	wantCode(t, r, 0)
 	if !strings.Contains(r.stdout, `"dry_run": true`) || !strings.Contains(r.stdout, `"outcome"`) {
