@@ -122,6 +122,14 @@ func (g *gen) strs() []string {
 	return s
 }
 
+func (g *gen) texts() []string {
+	s := g.strs()
+	for i := range s {
+		s[i] = strings.ToValidUTF8(s[i], "?")
+	}
+	return s
+}
+
 func (g *gen) keyRec() ledger.KeyRecord {
 	k := ledger.KeyRecord{Key: g.str(), RunID: "r", ActionID: g.str(), Tool: g.str(), Args: g.raw(),
 		State: ledger.Status(g.str()), Attempt: g.int(), Owner: g.str(), ClaimedAt: g.time(), Output: g.rawNoRef(),
@@ -146,10 +154,10 @@ func (g *gen) row(ord int) ledger.RowRecord {
 		r.ApprovedArgs = g.raw()
 	}
 	if g.byte()%4 == 0 {
-		r.Gate = &ledger.Gate{Rule: g.str(), Outcome: g.str(), Need: g.int(), Names: g.strs()}
+		r.Gate = &ledger.Gate{Rule: g.text(), Outcome: g.text(), Need: g.int(), Names: g.texts()}
 	}
-	if g.byte()%4 == 0 {
-		r.Approvals = []ledger.Approval{{By: g.str(), Groups: g.strs(), At: g.time(), Args: g.str(), Used: g.str()}}
+	if g.byte()%4 == 0 { // the extension is JSON: text
+		r.Approvals = []ledger.Approval{{By: g.text(), Groups: g.texts(), At: g.time(), Args: g.text(), Used: g.text()}}
 	}
 	return r
 }
