@@ -56,8 +56,8 @@ func (l *Ledger) Backup(ctx context.Context, w io.Writer) error {
 	if l.closed {
 		return ledger.ErrClosed
 	}
-	hdr := append([]byte(backupMagic), byte(len(l.format)))
-	hdr = append(hdr, l.format...)
+	hdr := append([]byte(backupMagic), byte(len(formatVersion)))
+	hdr = append(hdr, formatVersion...)
 	if _, err := w.Write(hdr); err != nil {
 		return fmt.Errorf("ledger: writing backup header: %w", err)
 	}
@@ -227,8 +227,8 @@ func readBackupHeader(r io.Reader) error {
 	if _, err := io.ReadFull(r, v); err != nil {
 		return fmt.Errorf("%w: backup header cut short", ErrCorrupt)
 	}
-	if !knownFormat(string(v)) {
-		return fmt.Errorf("%w: backup has format %q, this build reads %q and %q", ledger.ErrFormat, v, formatTextKeys, formatVersion)
+	if err := formatError("the backup", string(v)); err != nil {
+		return err
 	}
 	return nil
 }
@@ -338,8 +338,8 @@ func checkRestored(db *badger.DB) error {
 	if err != nil {
 		return fmt.Errorf("ledger: checking the restored ledger: %w", err)
 	}
-	if !knownFormat(string(v)) {
-		return fmt.Errorf("%w: backup data has format %q, this build reads %q and %q", ledger.ErrFormat, v, formatTextKeys, formatVersion)
+	if err := formatError("the backup's data", string(v)); err != nil {
+		return err
 	}
 	return nil
 }

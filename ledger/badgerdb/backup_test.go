@@ -382,11 +382,14 @@ func TestRestoreRefusesForeignStream(t *testing.T) {
 	t.Parallel()
 	stream := backupOf(t)
 	newer := bytes.Clone(stream)
-	newer[len("DOCKETBK")+1] = '9' // a format newer than this build's ("1" and "2")
+	newer[len("DOCKETBK")+1] = '9' // a format newer than this build's ("3")
+	older := bytes.Clone(stream)
+	older[len("DOCKETBK")+1] = '2' // a development build's format before it
 	cases := map[string][]byte{
 		"empty":           nil,
 		"not a backup":    []byte("{\"run_id\":\"x\"}\n"),
 		"newer format":    newer,
+		"older format":    older,
 		"raw badger dump": stream[len("DOCKETBK")+2+8:],
 	}
 	for name, data := range cases {

@@ -26,27 +26,45 @@ var (
 func budgetKey(id string) []byte { return simpleKey(kindBudget, id) }
 func holdKey(key string) []byte  { return simpleKey(kindHold, key) }
 
+// A budget bucket and a hold are the JSON of their ledger types.
+func encodeBudget(r ledger.BudgetRecord) ([]byte, error) { return json.Marshal(r) }
+
+func decodeBudget(b []byte) (ledger.BudgetRecord, error) {
+	return decodeJSON[ledger.BudgetRecord]("budget bucket", b)
+}
+
+func encodeHold(h ledger.Hold) ([]byte, error) { return json.Marshal(h) }
+
+func decodeHold(b []byte) (ledger.Hold, error) { return decodeJSON[ledger.Hold]("budget hold", b) }
+
+func decodeJSON[T any](what string, b []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("%w: %s: %v", ledger.ErrFormat, what, err)
+	}
+	return v, nil
+}
+
 // Budget returns a budget bucket as this batch sees it (ledger.BudgetTx).
 func (b *batch) Budget(id string) (ledger.BudgetRecord, bool, error) {
-	var r ledger.BudgetRecord
-	ok, err := b.getJSON(budgetKey(id), &r)
-	return r, ok, err
+	return getRecord(b, budgetKey(id), decodeBudget)
 }
 
 // PutBudget writes a budget bucket (ledger.BudgetTx).
-func (b *batch) PutBudget(r ledger.BudgetRecord) error { return b.putJSON(budgetKey(r.ID), r) }
+func (b *batch) PutBudget(r ledger.BudgetRecord) error {
+	return putRecord(b, budgetKey(r.ID), r, encodeBudget)
+}
 
 // Hold returns a key's budget hold (ledger.BudgetTx).
 func (b *batch) Hold(key string) (ledger.Hold, bool, error) {
-	var h ledger.Hold
-	ok, err := b.getJSON(holdKey(key), &h)
-	return h, ok, err
+	return getRecord(b, holdKey(key), decodeHold)
 }
 
 // PutHold writes a key's budget hold (ledger.BudgetTx).
-func (b *batch) PutHold(h ledger.Hold) error { return b.putJSON(holdKey(h.Key), h) }
+func (b *batch) PutHold(h ledger.Hold) error { return putRecord(b, holdKey(h.Key), h, encodeHold) }
 
-func (b *batch) getJSON(k []byte, v any) (bool, error) {
+func getRecord[T any](b *batch, k []byte, decode func([]byte) (T, error)) (T, bool, error) {
+	var v T
 	raw := []byte(nil)
 	if e, ok := b.lookup(k); ok {
 		raw = e.val
@@ -54,17 +72,18 @@ func (b *batch) getJSON(k []byte, v any) (bool, error) {
 		var found bool
 		var err error
 		if raw, found, err = b.getRaw(k); err != nil || !found {
-			return false, err
+			return v, false, err
 		}
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return false, fmt.Errorf("ledger: decoding %q: %w", k, err)
+	v, err := decode(raw)
+	if err != nil {
+		return v, false, fmt.Errorf("ledger: decoding %q: %w", k, err)
 	}
-	return true, nil
+	return v, true, nil
 }
 
-func (b *batch) putJSON(k []byte, v any) error {
-	raw, err := json.Marshal(v)
+func putRecord[T any](b *batch, k []byte, v T, encode func(T) ([]byte, error)) error {
+	raw, err := encode(v)
 	if err != nil {
 		return err
 	}
@@ -82,7 +101,7 @@ func (l *Ledger) Budgets(ctx context.Context) ([]ledger.BudgetRecord, error) {
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			var r ledger.BudgetRecord
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &r) }); err != nil {
+			if err := it.Item().Value(func(v []byte) (err error) { r, err = decodeBudget(v); return err }); err != nil {
 				return fmt.Errorf("ledger: reading budget %q: %w", it.Item().Key(), err)
 			}
 			out = append(out, r)
@@ -98,7 +117,7 @@ func (l *Ledger) Budgets(ctx context.Context) ([]ledger.BudgetRecord, error) {
 func (l *Ledger) Hold(ctx context.Context, key string) (ledger.Hold, error) {
 	var h ledger.Hold
 	err := l.view(ctx, func(txn *badger.Txn) error {
-		ok, err := getDecoded(txn, holdKey(key), func(v []byte) error { return json.Unmarshal(v, &h) })
+		ok, err := getDecoded(txn, holdKey(key), func(v []byte) (err error) { h, err = decodeHold(v); return err })
 		if err != nil {
 			return fmt.Errorf("ledger: reading the budget hold of key %s: %w", key, err)
 		}
@@ -115,7 +134,7 @@ func (l *Ledger) Hold(ctx context.Context, key string) (ledger.Hold, error) {
 func (l *Ledger) Budget(ctx context.Context, id string) (ledger.BudgetRecord, error) {
 	var r ledger.BudgetRecord
 	err := l.view(ctx, func(txn *badger.Txn) error {
-		ok, err := getDecoded(txn, budgetKey(id), func(v []byte) error { return json.Unmarshal(v, &r) })
+		ok, err := getDecoded(txn, budgetKey(id), func(v []byte) (err error) { r, err = decodeBudget(v); return err })
 		if err != nil {
 			return fmt.Errorf("ledger: reading budget bucket %s: %w", id, err)
 		}

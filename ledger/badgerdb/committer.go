@@ -186,8 +186,8 @@ func (b *batch) Run(runID string) (ledger.RunRecord, bool, error) {
 	if !ok || err != nil {
 		return ledger.RunRecord{}, false, err
 	}
-	var r ledger.RunRecord
-	if _, err := decode(raw, &r); err != nil {
+	r, err := decodeRun(raw)
+	if err != nil {
 		return r, false, fmt.Errorf("ledger: run %q: %w", runID, err)
 	}
 	b.cacheRead(k, r, raw)
@@ -205,7 +205,7 @@ func (b *batch) PutRun(r ledger.RunRecord) error {
 		// moves the header): encoded once, at accept.
 		e.obj, e.stale = r, true
 	} else {
-		v, err := encode(r, nil)
+		v, err := encodeRun(r)
 		if err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func (b *batch) Row(runID string, rev int, actionID string) (ledger.RowRecord, b
 				return ledger.RowRecord{}, false, err
 			}
 		}
-		r, err := decodeRowRecord(actionID, raw, base, false)
+		r, err := decodeRowRecord(actionID, raw, base)
 		if err != nil {
 			return r, false, fmt.Errorf("ledger: row %q/%q: %w", runID, actionID, err)
 		}
@@ -331,33 +331,19 @@ func (b *batch) initialRow(runID string, rev int, actionID string) (*ledger.RowR
 	return &r, nil
 }
 
+// PutRow writes a row record: what changed since the row's initial state
+// in the revision's rows record (ledger.Tx).
 func (b *batch) PutRow(runID string, rev int, r ledger.RowRecord) error {
-	// A key record may leave its args to this row (keyRecValue): when the
-	// row moves to another key or other args, that record is written again
-	// (with its args, read before the row changes).
-	if old, ok, err := b.Row(runID, rev, r.ID); err != nil {
-		return err
-	} else if ok && old.Key != "" && (old.Key != r.Key || !bytes.Equal(old.Args, r.Args)) {
-		rec, has, err := b.KeyRec(runID, old.Key)
-		if err != nil {
-			return err
-		}
-		if has {
-			if err := b.PutKeyRec(rec, false); err != nil {
-				return err
-			}
-		}
-	}
 	base, err := b.initialRow(runID, rev, r.ID)
 	if err != nil {
 		return err
 	}
-	b.put(rowKey(runID, rev, r.ID), r, encodeRow2(r, base))
+	b.put(rowKey(runID, rev, r.ID), r, encodeRow(r, base))
 	return nil
 }
 
 func (b *batch) KeyRun(key string) (string, bool, error) {
-	k := b.l.keyNames.idx(key)
+	k := keyIdxKey(key)
 	if e, ok := b.lookup(k); ok {
 		return string(e.val), true, nil
 	}
@@ -369,7 +355,7 @@ func (b *batch) KeyRun(key string) (string, bool, error) {
 }
 
 func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
-	k := b.l.keyNames.rec(runID, key)
+	k := keyRecKey(runID, key)
 	if e, ok := b.lookup(k); ok {
 		return e.obj.(ledger.KeyRecord), true, nil
 	}
@@ -377,65 +363,24 @@ func (b *batch) KeyRec(runID, key string) (ledger.KeyRecord, bool, error) {
 	if !ok || err != nil {
 		return ledger.KeyRecord{}, false, err
 	}
-	rec, argsRev, err := decodeKeyRec(runID, key, raw)
-	if err == nil && argsRev > 0 {
-		var row ledger.RowRecord
-		row, ok, err = b.Row(runID, argsRev, rec.ActionID)
-		rec.Args, err = argsFromRow(rec, argsRev, row, ok, err)
-	}
+	rec, err := decodeKeyRec(runID, key, raw)
 	if err != nil {
-		return rec, false, fmt.Errorf("ledger: key %s: %w", key, err)
+		return rec, false, fmt.Errorf("ledger: %w", err)
 	}
 	b.cacheRead(k, rec, raw)
 	return rec, true, nil
 }
 
-// argsFromRow returns the args of a key record that leaves them to the row
-// of revision argsRev (row, found ok, read error err).
-func argsFromRow(rec ledger.KeyRecord, argsRev int, row ledger.RowRecord, ok bool, err error) (json.RawMessage, error) {
-	switch {
-	case err != nil:
-		return nil, err
-	case !ok || row.Key != rec.Key:
-		return nil, fmt.Errorf("%w: the args of key %s are in the row of action %q revision %d, which does not hold them",
-			ledger.ErrFormat, rec.Key, rec.ActionID, argsRev)
-	}
-	return row.Args, nil
-}
-
 // PutKeyRec writes a key record (ledger.Tx). It is encoded at the end of the
-// request (keyRecValue), once the request's rows are written too: its args
-// are left to the row when the row holds the same bytes.
+// request (evalRequest), once, however often the request rewrote it.
 func (b *batch) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
-	k := b.l.keyNames.rec(rec.RunID, rec.Key)
-	v := encodeKeyRec2(rec, 0) // the size with the args, until keyRecValue
+	k := keyRecKey(rec.RunID, rec.Key)
+	v := encodeKeyRec(rec)
 	b.cur.put(&entry{key: k, val: v, obj: rec, size: estimate(k, v), stale: true})
 	if isNew {
-		b.put(b.l.keyNames.idx(rec.Key), nil, []byte(rec.RunID))
+		b.put(keyIdxKey(rec.Key), nil, []byte(rec.RunID))
 	}
 	return nil
-}
-
-// keyRecValue encodes a key record as this batch leaves it: without its
-// args when the row of the run's current revision holds the key and the
-// same args (rows are written only in the current revision, and PutRow
-// rewrites the key record of a row whose key or args change).
-func (b *batch) keyRecValue(rec ledger.KeyRecord) ([]byte, error) {
-	if len(rec.Args) == 0 {
-		return encodeKeyRec2(rec, 0), nil
-	}
-	run, ok, err := b.Run(rec.RunID)
-	if err != nil || !ok {
-		return encodeKeyRec2(rec, 0), err
-	}
-	row, ok, err := b.Row(rec.RunID, run.Revision, rec.ActionID)
-	if err != nil {
-		return nil, err
-	}
-	if ok && row.Key == rec.Key && bytes.Equal(row.Args, rec.Args) {
-		return encodeKeyRec2(rec, run.Revision), nil
-	}
-	return encodeKeyRec2(rec, 0), nil
 }
 
 // Now is the ledger's clock, in UTC (ledger.Tx).
@@ -451,16 +396,13 @@ func (b *batch) MaxOutputBytes() int { return b.l.cfg.MaxOutputBytes }
 // any size is one record: large ones go to the value log); rows that change
 // later get their own row records, which take precedence (ledger.Tx).
 func (b *batch) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
-	b.put(rowsBlobKey(runID, rev), newRowsBlob(rows), encodeRows2(rows))
+	b.put(rowsBlobKey(runID, rev), newRowsBlob(rows), encodeRows(rows))
 	return nil
 }
 
 // PutPlan records a plan revision (immutable) (ledger.Tx).
 func (b *batch) PutPlan(runID string, rev int, planJSON []byte, argRefs map[string]string) error {
-	v, err := planRecord(planJSON, argRefs)
-	if err != nil {
-		return err
-	}
+	v := planRecord(planJSON, argRefs)
 	// Encoded again at the end of the request (planValue), once the
 	// revision's rows are written: its actions may then be left to them.
 	k := planKey(runID, rev)
@@ -478,8 +420,8 @@ type pendingPlan struct {
 	v        []byte // its record without the rows (planRecord)
 }
 
-// planValue is the record of a plan revision: encPlan2 when the revision's
-// rows (written by the same request) give its actions back, else v.
+// planValue is the record of a plan revision: without its actions when the
+// revision's rows (written by the same request) give them back, else v.
 func (b *batch) planValue(pp pendingPlan) []byte {
 	e, ok := b.lookup(rowsBlobKey(pp.runID, pp.rev))
 	if !ok {
@@ -565,10 +507,7 @@ func (b *batch) AppendEvent(runID string, typ ledger.EventType, actionID string,
 		return err
 	}
 	ev := ledger.Event{Seq: last + 1, RunID: runID, Type: typ, ActionID: actionID, At: b.Now(), Data: data}
-	v, err := encodeEvent(ev)
-	if err != nil {
-		return err
-	}
+	v := encodeEvent(ev)
 	b.put(eventKey(runID, ev.Seq), ev, v)
 	b.cur.seqs[runID] = ev.Seq
 	b.cur.events = append(b.cur.events, ev)
@@ -584,10 +523,7 @@ func (b *batch) AppendHashedEvent(runID string, typ ledger.EventType, actionID s
 	}
 	ev := ledger.Event{Seq: last + 1, RunID: runID, Type: typ, ActionID: actionID, At: b.Now().UTC(), Data: data}
 	ev.Hash = hash(ev)
-	v, err := encodeEvent(ev)
-	if err != nil {
-		return ledger.Event{}, err
-	}
+	v := encodeEvent(ev)
 	b.put(eventKey(runID, ev.Seq), ev, v)
 	b.cur.seqs[runID] = ev.Seq
 	b.cur.events = append(b.cur.events, ev)
@@ -881,11 +817,13 @@ func (b *batch) evalRequest(r *request) ([]ledger.Result, error) {
 			var err error
 			switch o := e.obj.(type) {
 			case ledger.KeyRecord:
-				v, err = b.keyRecValue(o)
+				v = encodeKeyRec(o)
 			case pendingPlan:
 				v = b.planValue(o)
+			case ledger.RunRecord:
+				v, err = encodeRun(o)
 			default:
-				v, err = encode(e.obj, nil)
+				err = fmt.Errorf("ledger: no encoding for a %T", e.obj)
 			}
 			if err != nil {
 				return nil, err

@@ -46,11 +46,12 @@
 // value-log GC on a ticker, the pages of the files Badger leaves mapped
 // (value log, tables, memtable logs) handed back to the kernel each second
 // after writes (MADV_PAGEOUT on Linux: otherwise the resident set grows with
-// every byte written), and a
-// format-version record checked at open (an unknown or newer format, or a
-// non-empty directory without one, is ErrFormat; nothing is overwritten:
-// a new directory gets format "2", and format "1" directories are read and
-// written as they are, see keys.go). A
+// every byte written), and a format-version record checked at open: a new
+// directory gets format "3"; a directory of any other format (the formats
+// "1" and "2" of development builds before it, or one this build does not
+// know) is refused with a *FormatError (ledger.ErrFormat) saying what it is
+// and what to do, and a non-empty Badger directory without the record with
+// ErrFormat; none of their records is changed. A
 // directory held by another handle or process gives ErrLocked. The first open
 // after a crash can fail once on a memtable file (upstream badger#2207): Open
 // retries once.
@@ -81,44 +82,45 @@
 // (which may not contain NUL) and NUL, so one run's records of a kind are one
 // contiguous prefix and reading a run costs what the run holds, not the ledger:
 //
-//	v\0format                        format version ("2"; "1": keys as text below)
-//	h\0<run>                         run header (Run + row count)
+//	v\0format                        format version ("3")
+//	h\0<run>                         run header (JSON ledger.RunRecord)
 //	t\0<^created_ns BE8><run>        list index, newest first; value = status
-//	p\0<run>\0<rev BE4>              plan revision (JSON, immutable)
-//	b\0<run>\0<rev BE4>              a revision's initial rows, one record
-//	a\0<run>\0<rev BE4><action id>   a row once it changed (output not stored here)
-//	x\0<run>\0<key>                  key record (output stored here, once)
+//	p\0<run>\0<rev BE4>              plan revision (immutable; large.go)
+//	b\0<run>\0<rev BE4>              a revision's initial rows, one record (rowenc.go)
+//	a\0<run>\0<rev BE4><action id>   a row once it changed (rowenc.go; output not stored here)
+//	x\0<run>\0<key>                  key record (keyrecenc.go; output stored here, once)
 //	k\0<key>                         key -> run id
-//	e\0<run>\0<seq BE8>              event
-//	m\0<run>\0<name>                 memo
+//	e\0<run>\0<seq BE8>              event (eventenc.go)
+//	m\0<run>\0<name>                 memo (the value as given)
 //	c\0<run>\0<sha256 hex>           a value of 64 KiB or more, stored once (large.go)
 //	u\0<bucket id>                   budget bucket (JSON ledger.BudgetRecord; budget.go)
 //	r\0<key>                         a key's budget hold (JSON ledger.Hold; budget.go)
 //
-// In format "2", the <key> of x and k records is NUL + the 32 bytes of an
-// executor-derived key ("dk1_" + 64 hex digits), any other key its text.
+// The <key> of x and k records is NUL + the 32 bytes of an executor-derived
+// key ("dk1_" + 64 lowercase hex digits), any other key its text.
 //
-// Records start with an encoding tag byte, so a directory can hold records
-// of every encoding a version of this package wrote, and each decodes as it
-// was written. What is written now holds nothing twice:
-//   - key records (keyrecenc.go, encKeyRec2): binary fields without the key
-//     and run id (their Badger key holds them), status codes, times as Unix
-//     nanoseconds (relative where they follow another), then the output as
-//     raw JSON; the args are left to the row of the run's current revision
-//     when it holds the key and the same bytes (a row that moves to another
-//     key or other args writes the key record again, with its args);
-//   - events (eventenc.go, encEvent2): no run id or seq (the Badger key), a
-//     type code, the commonest data shapes without their JSON framing (read
-//     back byte for byte), and half the audit hash, completed by readers
-//     from the previous event's (every 64th event keeps the whole one);
-//   - rows (rowenc.go): a revision's initial rows in one record, and a row
-//     record holding only what changed since its initial row;
-//   - plan revisions (large.go): without their actions when the revision's
-//     initial rows give them back.
+// Each record kind has one encoding, named by the directory's format (no
+// record carries a tag of its own), and a fuzz target (fuzz_test.go). A
+// record decodes with its Badger key and nothing else (args of 64 KiB or
+// more are then a reference to their blob), except that a row record holds
+// only what changed since its revision's initial row, and a plan revision
+// may leave its actions to those initial rows. What is
+// written holds nothing twice where that pays on disk (measured after
+// Badger's compression, TestLedgerBytes):
+//   - key records: binary fields without the key and run id (their Badger
+//     key holds them), status codes, times as Unix nanoseconds (relative
+//     where they follow another), the args, then the output as raw JSON;
+//   - events: no run id or seq (the Badger key), a type code, the
+//     commonest data shapes without their JSON framing (read back byte for
+//     byte), and the whole audit hash (32 bytes);
+//   - rows: a revision's initial rows in one record, and a row record
+//     holding only what changed since its initial row;
+//   - plan revisions: without their actions when the revision's initial
+//     rows give them back (the record is large enough to go to Badger's
+//     value log, which is not compressed).
 //
 // Args of 64 KiB or more are written once per run, as a content blob that
-// the plan revision, the rows and the key record refer to (large.go). Runs
-// are JSON metadata (a uvarint length, the JSON).
+// the plan revision, the rows and the key record refer to (large.go).
 //
 // # Events and subscriptions
 //

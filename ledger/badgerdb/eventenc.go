@@ -13,34 +13,21 @@ import (
 	"github.com/docketrun/docket/ledger"
 )
 
-// Events are written in a binary encoding (a run has several per action, so
-// JSON metadata was a good part of the bytes and of the CPU of each step):
+// An event (e\0<run>\0<seq BE8>) holds nothing its Badger key holds (the
+// run id and seq), names its type by a one-byte code, and stores the data
+// of the commonest shapes without their JSON framing:
 //
-//	encEvent, seq (uvarint), at (varint, Unix nanoseconds, UTC), run id,
-//	type, action id (each uvarint length + bytes), hash form (one byte:
-//	0 none, 1 "sha256:" + 32 raw bytes, 2 uvarint length + bytes), then the
-//	data, raw JSON, to the end.
-//
-// Events written before it (encJSONBlob, JSON metadata) decode as they did:
-// a data directory keeps its old events and appends new ones after them.
-// Since encEvent2 (below) it is only read.
-const encEvent = 6
-
-// encEvent2 is the event as written now. It holds nothing its Badger key
-// (e\0<run>\0<seq BE8>) holds, names its type by a one-byte code, and
-// stores the data of the commonest shapes without their JSON framing:
-//
-//	encEvent2, at (varint, Unix nanoseconds, UTC), type (one byte, a code
-//	of eventCodes; 0: uvarint length + bytes follow), action id (uvarint
-//	length + bytes), hash (as in encEvent), then the data: a form byte
-//	(dataForms) and its fields, the last one to the end.
+//	at (varint, Unix nanoseconds, UTC), type (one byte, a code of
+//	eventCodes; 0: uvarint length + bytes follow), action id (uvarint
+//	length + bytes), hash (one byte, hashNone, hashSHA256 and its 32
+//	bytes, or hashString, a uvarint length and bytes), then the data: a
+//	form byte (dataNone...) and its fields, the last one to the end.
 //
 // The data read back is byte for byte the data written (the audit chain
 // hashes it): a shape is used only when rebuilding it gives the same
-// bytes, else the data is stored as it is (dataRaw).
-const encEvent2 = 9
-
-// eventCodes are the one-byte codes of event types in encEvent2 records
+// bytes, else the data is stored as it is (dataRaw). The audit hash is
+// stored whole, so each event is checked on its own.
+// eventCodes are the one-byte codes of event types in event records
 // (never renumbered: records on disk hold them). A type without a code is
 // stored by name.
 var eventCodes = []ledger.EventType{1: ledger.EventRunCreated, 2: ledger.EventPlanRecorded, 3: ledger.EventRunReplayed,
@@ -61,7 +48,7 @@ var eventCodeOf = func() map[ledger.EventType]byte {
 	return m
 }()
 
-// The data forms of encEvent2.
+// The data forms of an event record.
 const (
 	dataNone   = 0 // no data
 	dataRaw    = 1 // the data's bytes, to the end
@@ -72,53 +59,19 @@ const (
 	dataBy    = 4 // {"by":S}: S's text (uvarint length + bytes)
 )
 
+// The forms of an event's audit hash.
 const (
-	hashNone   = 0
-	hashSHA256 = 1
-	hashString = 2
-	// hashHalf: the first 16 of the 32 bytes of a "sha256:" hash (encEvent2
-	// only). An audit chain's hash is computed from the previous event's
-	// hash and the event itself (ledger.ChainHash), so readers complete it
-	// (completeHash) and check it against the half that is stored: an
-	// edited event fails there as it did with the whole hash. Every
-	// hashCheckpoint-th event keeps its whole hash, so a reader starts at
-	// most that many events back.
-	hashHalf = 3
+	hashNone   = 0 // no hash (a run without an audit chain)
+	hashSHA256 = 1 // "sha256:" + 64 lowercase hex digits: the 32 bytes
+	hashString = 2 // any other: uvarint length + bytes
 )
-
-// hashCheckpoint: events whose seq is a multiple of it keep their whole hash.
-const hashCheckpoint = 64
-
-// halfPrefix marks, inside this package, a hash of which only the first
-// half was read (hex); completeHash replaces it.
-const halfPrefix = "sha256-half:"
-
-func halfHash(h string) bool { return strings.HasPrefix(h, halfPrefix) }
-
-// completeHash replaces ev's half hash by the whole one, computed after
-// prev (the previous event's hash), if it matches the half stored; if not
-// (the event or one before it was edited), by the half itself as
-// "sha256:<32 hex digits>", which no chain hash equals, so that
-// ledger.VerifyChain reports this event.
-func completeHash(prev string, ev *ledger.Event) {
-	half, ok := strings.CutPrefix(ev.Hash, halfPrefix)
-	if !ok {
-		return
-	}
-	if h := ledger.ChainHash(prev, *ev); strings.HasPrefix(h, sha256Prefix+half) {
-		ev.Hash = h
-		return
-	}
-	ev.Hash = sha256Prefix + half
-}
 
 const sha256Prefix = "sha256:"
 
-// encodeEvent encodes e as an encEvent2 record (its key holds its run id
+// encodeEvent encodes an event record (its Badger key holds its run id
 // and seq).
-func encodeEvent(e ledger.Event) ([]byte, error) {
-	b := make([]byte, 0, 24+len(e.ActionID)+32+len(e.Data))
-	b = append(b, encEvent2)
+func encodeEvent(e ledger.Event) []byte {
+	b := make([]byte, 0, 24+len(e.ActionID)+33+len(e.Data))
 	b = binary.AppendVarint(b, e.At.UnixNano())
 	if c, ok := eventCodeOf[e.Type]; ok {
 		b = append(b, c)
@@ -126,26 +79,8 @@ func encodeEvent(e ledger.Event) ([]byte, error) {
 		b = appendStr(append(b, 0), string(e.Type))
 	}
 	b = appendStr(b, e.ActionID)
-	if raw, ok := sha256Hash(e.Hash); ok && e.Seq%hashCheckpoint != 0 {
-		b = append(append(b, hashHalf), raw[:16]...)
-	} else {
-		b = appendHash(b, e.Hash)
-	}
-	return appendData(b, e.Data), nil
-}
-
-// encodeEvent1 encodes e as an encEvent record (the encoding before
-// encEvent2; tests write it to check that it is still read).
-func encodeEvent1(e ledger.Event) []byte {
-	b := make([]byte, 0, 40+len(e.RunID)+len(e.Type)+len(e.ActionID)+32+len(e.Data))
-	b = append(b, encEvent)
-	b = binary.AppendUvarint(b, e.Seq)
-	b = binary.AppendVarint(b, e.At.UnixNano())
-	b = appendStr(b, e.RunID)
-	b = appendStr(b, string(e.Type))
-	b = appendStr(b, e.ActionID)
 	b = appendHash(b, e.Hash)
-	return append(b, e.Data...)
+	return appendData(b, e.Data)
 }
 
 func appendHash(b []byte, h string) []byte {
@@ -237,12 +172,20 @@ const (
 const dk1Prefix = "dk1_"
 
 func appendKey(b []byte, key string) []byte {
-	if rest, ok := strings.CutPrefix(key, dk1Prefix); ok && len(rest) == 64 && strings.ToLower(rest) == rest {
-		if raw, err := hex.DecodeString(rest); err == nil {
-			return append(append(b, keyDK1), raw...)
-		}
+	if raw, ok := dk1Bytes(key); ok {
+		return append(append(b, keyDK1), raw...)
 	}
 	return appendStr(append(b, keyText), key)
+}
+
+// dk1Bytes returns the 32 bytes of an executor-derived key.
+func dk1Bytes(key string) ([]byte, bool) {
+	rest, ok := strings.CutPrefix(key, dk1Prefix)
+	if !ok || len(rest) != 64 || strings.ToLower(rest) != rest {
+		return nil, false
+	}
+	raw, err := hex.DecodeString(rest)
+	return raw, err == nil
 }
 
 func (d *rowReader) key() string {
@@ -272,25 +215,13 @@ func sha256Hash(h string) ([]byte, bool) {
 	return raw, err == nil
 }
 
-// decodeEvent decodes the event record of (runID, seq) in any of its
-// encodings.
+// decodeEvent decodes the event record of (runID, seq).
 func decodeEvent(runID string, seq uint64, b []byte) (ledger.Event, error) {
-	switch {
-	case len(b) > 0 && b[0] == encJSONBlob:
-		return decodeJSONEvent(b)
-	case len(b) > 0 && b[0] == encEvent:
-		return decodeEvent1(b)
-	case len(b) == 0 || b[0] != encEvent2:
-		return ledger.Event{}, fmt.Errorf("%w: not an event record", ledger.ErrFormat)
-	}
-	d := rowReader{b: b[1:], tag: encEvent2}
+	d := rowReader{b: b}
 	e := ledger.Event{Seq: seq, RunID: runID}
-	at, n := binary.Varint(d.b)
-	if n <= 0 {
-		return e, fmt.Errorf("%w: truncated event record", ledger.ErrFormat)
+	if at := d.varint(); d.err == nil {
+		e.At = time.Unix(0, at).UTC()
 	}
-	d.b = d.b[n:]
-	e.At = time.Unix(0, at).UTC()
 	switch c := d.bytes(1); {
 	case d.err != nil:
 	case c[0] == 0:
@@ -301,10 +232,21 @@ func decodeEvent(runID string, seq uint64, b []byte) (ledger.Event, error) {
 		return e, fmt.Errorf("%w: event %d: unknown type code %d", ledger.ErrFormat, seq, c[0])
 	}
 	e.ActionID = d.str()
-	d.hash(&e)
+	switch form := d.bytes(1); {
+	case d.err != nil:
+	case form[0] == hashNone:
+	case form[0] == hashSHA256:
+		if raw := d.bytes(32); d.err == nil {
+			e.Hash = sha256Prefix + hex.EncodeToString(raw)
+		}
+	case form[0] == hashString:
+		e.Hash = d.str()
+	default:
+		d.err = fmt.Errorf("%w: event %d: unknown hash form %d", ledger.ErrFormat, seq, form[0])
+	}
 	form := d.bytes(1)
 	if d.err != nil {
-		return e, d.err
+		return e, fmt.Errorf("event %d: %w", seq, d.err)
 	}
 	switch form[0] {
 	case dataNone:
@@ -313,7 +255,7 @@ func decodeEvent(runID string, seq uint64, b []byte) (ledger.Event, error) {
 		}
 	case dataRaw, dataOutput:
 		if len(d.b) == 0 {
-			return e, fmt.Errorf("%w: truncated event record", ledger.ErrFormat)
+			return e, fmt.Errorf("%w: event %d: truncated data", ledger.ErrFormat, seq)
 		}
 		if form[0] == dataRaw {
 			e.Data = append([]byte(nil), d.b...)
@@ -333,63 +275,8 @@ func decodeEvent(runID string, seq uint64, b []byte) (ledger.Event, error) {
 	default:
 		return e, fmt.Errorf("%w: event %d: unknown data form %d", ledger.ErrFormat, seq, form[0])
 	}
-	return e, d.err
-}
-
-func (d *rowReader) hash(e *ledger.Event) {
-	switch form := d.bytes(1); {
-	case d.err != nil:
-	case form[0] == hashNone:
-	case form[0] == hashSHA256:
-		if raw := d.bytes(32); d.err == nil {
-			e.Hash = sha256Prefix + hex.EncodeToString(raw)
-		}
-	case form[0] == hashString:
-		e.Hash = d.str()
-	case form[0] == hashHalf && d.tag == encEvent2:
-		if raw := d.bytes(16); d.err == nil {
-			e.Hash = halfPrefix + hex.EncodeToString(raw)
-		}
-	default:
-		d.err = fmt.Errorf("%w: event %d: unknown hash form %d", ledger.ErrFormat, e.Seq, form[0])
-	}
-}
-
-// decodeEvent1 decodes an encEvent record.
-func decodeEvent1(b []byte) (ledger.Event, error) {
-	d := rowReader{b: b[1:]}
-	var e ledger.Event
-	e.Seq = d.uvarint()
-	if d.err == nil {
-		at, n := binary.Varint(d.b)
-		if n <= 0 {
-			return e, fmt.Errorf("%w: truncated event record", ledger.ErrFormat)
-		}
-		d.b = d.b[n:]
-		e.At = time.Unix(0, at).UTC()
-	}
-	e.RunID = d.str()
-	e.Type = ledger.EventType(d.str())
-	e.ActionID = d.str()
-	d.hash(&e)
 	if d.err != nil {
-		return e, d.err
-	}
-	if len(d.b) > 0 {
-		e.Data = append([]byte(nil), d.b...)
-	}
-	return e, nil
-}
-
-// decodeJSONEvent decodes an event of the JSON metadata encoding.
-func decodeJSONEvent(b []byte) (ledger.Event, error) {
-	var e ledger.Event
-	blob, err := decode(b, &e)
-	if err != nil {
-		return e, err
-	}
-	if len(blob) > 0 {
-		e.Data = append([]byte(nil), blob...)
+		return e, fmt.Errorf("event %d: %w", seq, d.err)
 	}
 	return e, nil
 }

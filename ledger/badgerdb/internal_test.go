@@ -1,13 +1,10 @@
 package badgerdb
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,127 +122,5 @@ func TestOpenValidates(t *testing.T) {
 		if _, err := Open(context.Background(), cfg); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("Open(%+v) = %v, want ledger.ErrInvalid", cfg, err)
 		}
-	}
-}
-
-func TestRecordEncoding(t *testing.T) {
-	rec := ledger.KeyRecord{Key: "dk1_x", RunID: "r", State: ledger.StatusSucceeded, Attempt: 2, Output: json.RawMessage(`{"a":[1,2]}`)}
-	b := encodeKeyRec2(rec, 0)
-	got, _, err := decodeKeyRec(rec.RunID, rec.Key, b)
-	if err != nil || got.Key != rec.Key || got.Attempt != 2 || string(got.Output) != `{"a":[1,2]}` {
-		t.Fatalf("round trip %+v, %v", got, err)
-	}
-	for _, bad := range [][]byte{nil, {2, 1, '{'}, {1, 200}, {1, 5, '{', '}'}, {encKeyRec2, 200}} {
-		if _, _, err := decodeKeyRec(rec.RunID, rec.Key, bad); err == nil {
-			t.Errorf("decode(%v) succeeded", bad)
-		}
-	}
-}
-
-func TestRowEncoding(t *testing.T) {
-	rows := []ledger.RowRecord{
-		{ID: "a1", Tool: "t", Class: "keyed", Key: "dk1_x", Status: ledger.StatusClaimed, Attempts: 3,
-			Args: json.RawMessage(`{"a":1}`), DependsOn: []string{"a0", "b"}, Error: "e",
-			ApprovedArgs: json.RawMessage(`{}`), Undo: true, Ord: 7},
-		{ID: "a2", Status: ledger.StatusPending},
-	}
-	for _, r := range rows {
-		got, err := decodeRow(encodeRow(r))
-		if err != nil || fmt.Sprint(got) != fmt.Sprint(r) {
-			t.Fatalf("row round trip:\n got  %+v (%v)\n want %+v", got, err, r)
-		}
-	}
-	got, err := decodeRows(encodeRows(rows))
-	if err != nil || fmt.Sprint(got) != fmt.Sprint(rows) || got[1].Args != nil || got[1].DependsOn != nil {
-		t.Fatalf("rows round trip %+v, %v", got, err)
-	}
-	enc := encodeRow(rows[0])
-	for i := 0; i < len(enc); i++ {
-		if _, err := decodeRow(enc[:i]); err == nil {
-			t.Fatalf("truncated row of %d/%d bytes decoded", i, len(enc))
-		}
-	}
-	if _, err := decodeRows([]byte{encRows, 0xff, 0xff, 0xff, 0x0f}); err == nil {
-		t.Fatal("rows blob with a huge count decoded")
-	}
-}
-
-// Rows as written now: initial rows with a table of tools and approved args
-// that are the args not repeated; row records holding only what changed
-// since their initial row (or everything, without one).
-func TestRowEncoding2(t *testing.T) {
-	gate := &ledger.Gate{Rule: "four-eyes", Need: 2}
-	key := "dk1_" + strings.Repeat("ab", 32)
-	initial := []ledger.RowRecord{
-		{ID: "a0", Tool: "pay", Class: "keyed", Status: ledger.StatusApproved, Args: json.RawMessage(`{"n":0}`),
-			ApprovedArgs: json.RawMessage(`{"n":0}`), Ord: 0},
-		{ID: "a1", Tool: "mail", Class: "some_class", Status: ledger.StatusPending, Args: json.RawMessage(`{"to":"${a0.output.id}"}`),
-			DependsOn: []string{"a0"}, Ord: 1, Gate: gate},
-		{ID: "a2", Tool: "pay", Class: "", Status: "future", Args: json.RawMessage(`{}`), ApprovedArgs: json.RawMessage(`{"n":1}`),
-			Ord: 7, Undo: true, Key: "k", Attempts: 2, Error: "e"},
-	}
-	enc := encodeRows2(initial)
-	if enc[0] != encRows2 {
-		t.Fatalf("rows encoded with tag %d", enc[0])
-	}
-	got, err := decodeRows(enc)
-	if err != nil || !reflect.DeepEqual(got, initial) {
-		t.Fatalf("rows round trip:\n got  %+v (%v)\n want %+v", got, err, initial)
-	}
-	for i := 1; i < len(enc); i++ {
-		if _, err := decodeRows(enc[:i]); err == nil {
-			t.Fatalf("rows cut to %d/%d bytes decoded", i, len(enc))
-		}
-	}
-	if bytes.Count(enc, []byte(`{"n":0}`)) != 1 || bytes.Count(enc, []byte("pay")) != 1 {
-		t.Fatalf("approved args that are the args, or a tool, stored twice: %q", enc)
-	}
-	claimed := initial[0]
-	claimed.Key, claimed.Status, claimed.Attempts = key, ledger.StatusClaimed, 1
-	edited := initial[1]
-	edited.Gate, edited.Approvals, edited.DependsOn, edited.Class = nil, []ledger.Approval{{By: "bob"}}, nil, "keyed"
-	undo := ledger.RowRecord{ID: "a0.undo", Tool: "refund", Class: "keyed", Status: ledger.StatusPending, Undo: true, Ord: 3}
-	for _, c := range []struct {
-		r    ledger.RowRecord
-		base *ledger.RowRecord
-		max  int
-	}{
-		{claimed, &initial[0], 1 + 1 + 33 + 1 + 1 + 8 + 1},
-		{edited, &initial[1], 0},
-		{initial[2], &initial[2], 0},
-		{undo, nil, 0},
-	} {
-		v := encodeRow2(c.r, c.base)
-		if c.max > 0 && len(v) > c.max {
-			t.Fatalf("row %s takes %d bytes: %q", c.r.ID, len(v), v)
-		}
-		got, err := decodeRowRecord(c.r.ID, v, c.base, false)
-		if err != nil || !reflect.DeepEqual(got, c.r) {
-			t.Fatalf("row round trip:\n got  %+v (%v)\n want %+v", got, err, c.r)
-		}
-		if rowNeedsBase(v) != (c.base != nil) {
-			t.Fatalf("row %s: needs its initial row: %v", c.r.ID, rowNeedsBase(v))
-		}
-		if c.base != nil {
-			if _, err := decodeRowRecord(c.r.ID, v, nil, false); err == nil {
-				t.Fatalf("row %s decoded without its initial row", c.r.ID)
-			}
-			p, err := decodeRowRecord(c.r.ID, v, nil, true)
-			if err != nil || p.Key != c.r.Key || string(p.Args) != string(c.r.Args) || p.Status != c.r.Status {
-				t.Fatalf("row %s, partly: %+v, %v", c.r.ID, p, err)
-			}
-		}
-		for i := 1; i < len(v); i++ {
-			if _, err := decodeRowRecord(c.r.ID, v[:i], c.base, false); err == nil {
-				t.Fatalf("row %s cut to %d/%d bytes decoded", c.r.ID, i, len(v))
-			}
-		}
-	}
-	// Records of the encoding before still read, checked against their key.
-	if got, err := decodeRowRecord("a0", encodeRow(claimed), nil, false); err != nil || !reflect.DeepEqual(got, claimed) {
-		t.Fatalf("old row record: %+v, %v", got, err)
-	}
-	if _, err := decodeRowRecord("a9", encodeRow(claimed), nil, false); err == nil {
-		t.Fatal("an old row record decoded under another action id")
 	}
 }

@@ -12,51 +12,35 @@ import (
 	"github.com/docketrun/docket/ledger"
 )
 
-// Key records are written in a binary encoding framed like encJSONBlob (so
-// keyRecOutput reads the output of either without decoding the rest):
+// A key record (x\0<run>\0<key>) is its fields, then its output:
 //
-//	encKeyRec, uvarint length of the fields, the fields, then the output
-//	(raw JSON) to the end.
+//	uvarint length of the fields, the fields, then the output (raw JSON)
+//	to the end, so that keyRecOutput reads the output without decoding
+//	the rest.
 //
-// Fields, in order: key, run id, action id, tool, state, owner, error,
-// failure, args_ref (each uvarint length + bytes), attempt (uvarint), flags
-// (one byte: 1 retryable, 2 maybe_took_effect), claimed_at, updated_at,
-// first_claimed_at (each: 0 for the zero time, else 1 and a varint of Unix
-// nanoseconds, UTC), then args (uvarint length+1, 0 = none; none when
-// args_ref names the blob that holds them, large.go).
+// Fields, in order: action id, tool (uvarint length + bytes), state (one
+// byte, a code of statusCodes; 0: uvarint length + bytes follow), owner
+// (appendOwner), error, failure, args_ref (strings; args_ref names the blob
+// holding args of largeValue bytes or more, large.go), attempt (uvarint),
+// flags (one byte: keyRecRetryable, keyRecMaybeTookEffect,
+// keyRecFirstIsClaimed, keyRecUpdatedDelta), claimed_at (appendTime),
+// updated_at (a varint of nanoseconds after claimed_at with
+// keyRecUpdatedDelta, else appendTime), first_claimed_at (absent with
+// keyRecFirstIsClaimed: it equals claimed_at), then the args (appendRaw;
+// none when args_ref names them).
 //
-// Key records written before it (encJSONBlob with storedKeyRec metadata)
-// decode as they did. Since encKeyRec2 (below) it is only read.
-const encKeyRec = 7
-
-// encKeyRec2 is the key record as written now, framed like encKeyRec. It
-// holds nothing its Badger key or the row already holds:
-//
-//	fields: action id, tool (uvarint length + bytes), state (one byte, a
-//	code of statusCodes; 0: a string follows), owner (appendOwner), error,
-//	failure, args_ref (strings), attempt (uvarint), flags (one byte: 1 retryable,
-//	2 maybe_took_effect, 4 first_claimed_at equals claimed_at, 8 the args
-//	are the row's, 16 updated_at is given relative to claimed_at),
-//	claimed_at (as in encKeyRec), updated_at (a varint of nanoseconds after
-//	claimed_at with flag 16, else as claimed_at), first_claimed_at (absent
-//	with flag 4), then the args: with flag 8 the revision whose row holds
-//	them (uvarint; the row's key is this key and its args are the bytes
-//	the key was derived from: argsFromRow), else as in encKeyRec.
-//
-// The key and the run id are those of the record's Badger key
-// (x\0<run>\0<key>), given to the decoder.
-const encKeyRec2 = 8
-
+// The key and the run id are those of the record's Badger key, given to the
+// decoder: the record and its Badger key are all it takes to read it.
 const (
-	keyRecRetryable = 1 << iota
-	keyRecMaybeTookEffect
-	keyRecFirstIsClaimed
-	keyRecArgsInRow
-	keyRecUpdatedDelta
+	keyRecRetryable       = 1 << iota
+	keyRecMaybeTookEffect // an earlier attempt may have taken effect
+	keyRecFirstIsClaimed  // first_claimed_at equals claimed_at (and is absent)
+	keyRecUpdatedDelta    // updated_at is given relative to claimed_at
+	keyRecFlags           = 1<<iota - 1
 )
 
-// statusCodes are the one-byte codes of the action statuses in encKeyRec2
-// and encRow2 records (never renumbered: records on disk hold them).
+// statusCodes are the one-byte codes of the action statuses in key records
+// and rows (never renumbered: records on disk hold them).
 var statusCodes = []ledger.Status{1: ledger.StatusPending, 2: ledger.StatusApproved, 3: ledger.StatusRejected,
 	4: ledger.StatusClaimed, 5: ledger.StatusSucceeded, 6: ledger.StatusFailed, 7: ledger.StatusNeedsReview,
 	8: ledger.StatusSkipped, 9: ledger.StatusCompensated}
@@ -119,9 +103,9 @@ func (d *rowReader) owner() string {
 	return ""
 }
 
-// encodeKeyRec2 encodes k as an encKeyRec2 record; argsRev > 0 leaves the
-// args out: they are the row's of that revision.
-func encodeKeyRec2(k ledger.KeyRecord, argsRev int) []byte {
+// encodeKeyRec encodes a key record (its key and run id are its Badger
+// key's).
+func encodeKeyRec(k ledger.KeyRecord) []byte {
 	args, ref := k.Args, ""
 	if h, ok := refHash(k.Args); ok {
 		args, ref = nil, h
@@ -135,12 +119,15 @@ func encodeKeyRec2(k ledger.KeyRecord, argsRev int) []byte {
 		m = appendStr(m, s)
 	}
 	m = binary.AppendUvarint(m, uint64(k.Attempt))
-	flags := outcomeFlags(k)
+	var flags byte
+	if k.Retryable {
+		flags |= keyRecRetryable
+	}
+	if k.MaybeTookEffect {
+		flags |= keyRecMaybeTookEffect
+	}
 	if k.FirstClaimedAt.Equal(k.ClaimedAt) && k.FirstClaimedAt.IsZero() == k.ClaimedAt.IsZero() {
 		flags |= keyRecFirstIsClaimed
-	}
-	if argsRev > 0 && ref == "" {
-		flags |= keyRecArgsInRow
 	}
 	if !k.ClaimedAt.IsZero() && !k.UpdatedAt.IsZero() {
 		flags |= keyRecUpdatedDelta
@@ -155,127 +142,86 @@ func encodeKeyRec2(k ledger.KeyRecord, argsRev int) []byte {
 	if flags&keyRecFirstIsClaimed == 0 {
 		m = appendTime(m, k.FirstClaimedAt)
 	}
-	switch {
-	case flags&keyRecArgsInRow != 0:
-		m = binary.AppendUvarint(m, uint64(argsRev))
-	case args == nil:
-		m = append(m, 0)
-	default:
-		m = binary.AppendUvarint(m, uint64(len(args))+1)
-		m = append(m, args...)
-	}
-	return frameKeyRec(encKeyRec2, m, k.Output)
+	m = appendRaw(m, args)
+	b := make([]byte, 0, binary.MaxVarintLen64+len(m)+len(k.Output))
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	b = append(b, m...)
+	return append(b, k.Output...)
 }
 
-// decodeKeyRec2 decodes an encKeyRec2 record of (runID, key). argsRev > 0:
-// the args are not in the record but in the row of that revision
-// (argsFromRow); args held in a blob come back as a reference.
-func decodeKeyRec2(runID, key string, b []byte) (k ledger.KeyRecord, argsRev int, err error) {
-	n, w := binary.Uvarint(b[1:])
-	if w <= 0 || uint64(len(b)-1-w) < n {
-		return k, 0, fmt.Errorf("%w: corrupt key record header", ledger.ErrFormat)
+// decodeKeyRec decodes the key record of (runID, key). Args held in a blob
+// come back as a reference (large.go), which the readers resolve.
+func decodeKeyRec(runID, key string, b []byte) (k ledger.KeyRecord, err error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return k, fmt.Errorf("%w: key record %s: corrupt header", ledger.ErrFormat, key)
 	}
 	k.Key, k.RunID = key, runID
-	d := rowReader{b: b[1+w : 1+w+int(n)]}
+	d := rowReader{b: b[w : w+int(n)]}
 	k.ActionID, k.Tool = d.str(), d.str()
 	k.State = d.status()
 	k.Owner = d.owner()
 	k.Error, k.Failure = d.str(), ledger.Failure(d.str())
 	ref := d.str()
-	k.Attempt = int(d.uvarint())
+	k.Attempt = d.int()
 	var flags byte
 	if f := d.bytes(1); d.err == nil {
 		flags = f[0]
+		if flags&^keyRecFlags != 0 {
+			d.err = fmt.Errorf("%w: key record %s: unknown flags %#x", ledger.ErrFormat, key, flags)
+		}
 	}
 	k.Retryable, k.MaybeTookEffect = flags&keyRecRetryable != 0, flags&keyRecMaybeTookEffect != 0
 	k.ClaimedAt = d.time()
-	if flags&keyRecUpdatedDelta != 0 {
-		if v, n := binary.Varint(d.b); n <= 0 {
-			d.err = cmp.Or(d.err, fmt.Errorf("%w: truncated key record", ledger.ErrFormat))
-		} else {
-			d.b = d.b[n:]
+	switch {
+	case flags&keyRecUpdatedDelta == 0:
+		k.UpdatedAt = d.time()
+	case d.err == nil && k.ClaimedAt.IsZero():
+		d.err = fmt.Errorf("%w: key record %s: updated_at relative to no claimed_at", ledger.ErrFormat, key)
+	default:
+		if v := d.varint(); d.err == nil {
 			k.UpdatedAt = time.Unix(0, k.ClaimedAt.UnixNano()+v).UTC()
 		}
-	} else {
-		k.UpdatedAt = d.time()
 	}
 	if flags&keyRecFirstIsClaimed != 0 {
 		k.FirstClaimedAt = k.ClaimedAt
 	} else {
 		k.FirstClaimedAt = d.time()
 	}
-	if flags&keyRecArgsInRow != 0 {
-		argsRev = int(d.uvarint())
-		if d.err == nil && argsRev <= 0 {
-			d.err = fmt.Errorf("%w: key record %s: args in revision 0", ledger.ErrFormat, key)
-		}
-	} else {
-		k.Args = d.raw()
-	}
+	k.Args = d.raw()
 	if d.err != nil {
-		return k, 0, d.err
+		return k, fmt.Errorf("key record %s: %w", key, d.err)
 	}
 	if len(d.b) != 0 {
-		return k, 0, fmt.Errorf("%w: key record %s: %d bytes after its fields", ledger.ErrFormat, key, len(d.b))
+		return k, fmt.Errorf("%w: key record %s: %d bytes after its fields", ledger.ErrFormat, key, len(d.b))
 	}
 	if ref != "" {
-		if !validHash(ref) {
-			return k, 0, fmt.Errorf("%w: key record names a malformed args blob", ledger.ErrFormat)
+		if !validHash(ref) || k.Args != nil {
+			return k, fmt.Errorf("%w: key record %s names a malformed args blob", ledger.ErrFormat, key)
 		}
 		k.Args = refOf(ref)
 	}
-	if out := b[1+w+int(n):]; len(out) > 0 {
+	if out := b[w+int(n):]; len(out) > 0 {
 		k.Output = json.RawMessage(append([]byte(nil), out...))
 	}
-	return k, argsRev, nil
+	return k, nil
 }
 
-// outcomeFlags are the flag bits both key-record encodings share.
-func outcomeFlags(k ledger.KeyRecord) byte {
-	var flags byte
-	if k.Retryable {
-		flags |= keyRecRetryable
+// keyRecOutput returns a key record's output without decoding its fields.
+func keyRecOutput(b []byte) (json.RawMessage, error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return nil, fmt.Errorf("%w: key record: corrupt header", ledger.ErrFormat)
 	}
-	if k.MaybeTookEffect {
-		flags |= keyRecMaybeTookEffect
+	out := b[w+int(n):]
+	if len(out) == 0 {
+		return nil, nil
 	}
-	return flags
+	return json.RawMessage(append([]byte(nil), out...)), nil
 }
 
-func encodeKeyRecBinary(k ledger.KeyRecord) []byte {
-	args, ref := k.Args, ""
-	if h, ok := refHash(k.Args); ok {
-		args, ref = nil, h
-	}
-	m := make([]byte, 0, 160+len(args))
-	for _, s := range []string{k.Key, k.RunID, k.ActionID, k.Tool, string(k.State), k.Owner, k.Error, string(k.Failure), ref} {
-		m = appendStr(m, s)
-	}
-	m = binary.AppendUvarint(m, uint64(k.Attempt))
-	flags := outcomeFlags(k)
-	m = append(m, flags)
-	for _, t := range []time.Time{k.ClaimedAt, k.UpdatedAt, k.FirstClaimedAt} {
-		m = appendTime(m, t)
-	}
-	if args == nil {
-		m = append(m, 0)
-	} else {
-		m = binary.AppendUvarint(m, uint64(len(args))+1)
-		m = append(m, args...)
-	}
-	return frameKeyRec(encKeyRec, m, k.Output)
-}
-
-// frameKeyRec is a key record as stored: its tag, the length of its
-// metadata m, m, then the output as it is.
-func frameKeyRec(tag byte, m, output []byte) []byte {
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m)+len(output))
-	b = append(b, tag)
-	b = binary.AppendUvarint(b, uint64(len(m)))
-	b = append(b, m...)
-	return append(b, output...)
-}
-
+// appendTime appends t: 0 for the zero time, else 1 and a varint of its
+// Unix nanoseconds (read back in UTC).
 func appendTime(b []byte, t time.Time) []byte {
 	if t.IsZero() {
 		return append(b, 0)
@@ -284,51 +230,31 @@ func appendTime(b []byte, t time.Time) []byte {
 }
 
 func (d *rowReader) time() time.Time {
-	present := d.bytes(1)
-	if d.err != nil || present[0] == 0 {
+	switch present := d.bytes(1); {
+	case d.err != nil:
+		return time.Time{}
+	case present[0] == 0:
+		return time.Time{}
+	case present[0] != 1:
+		d.err = fmt.Errorf("%w: unknown time form %d", ledger.ErrFormat, present[0])
 		return time.Time{}
 	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = fmt.Errorf("%w: truncated record", ledger.ErrFormat)
+	v := d.varint()
+	if d.err != nil {
 		return time.Time{}
 	}
-	d.b = d.b[n:]
 	return time.Unix(0, v).UTC()
 }
 
-// decodeKeyRecBinary decodes an encKeyRec record; args held in a blob come
-// back as a reference, as from decodeKeyRec.
-func decodeKeyRecBinary(b []byte) (ledger.KeyRecord, error) {
-	var k ledger.KeyRecord
-	n, w := binary.Uvarint(b[1:])
-	if w <= 0 || uint64(len(b)-1-w) < n {
-		return k, fmt.Errorf("%w: corrupt key record header", ledger.ErrFormat)
-	}
-	d := rowReader{b: b[1+w : 1+w+int(n)]}
-	k.Key, k.RunID, k.ActionID, k.Tool = d.str(), d.str(), d.str(), d.str()
-	k.State, k.Owner, k.Error, k.Failure = ledger.Status(d.str()), d.str(), d.str(), ledger.Failure(d.str())
-	ref := d.str()
-	k.Attempt = int(d.uvarint())
-	if f := d.bytes(1); d.err == nil {
-		k.Retryable, k.MaybeTookEffect = f[0]&keyRecRetryable != 0, f[0]&keyRecMaybeTookEffect != 0
-	}
-	k.ClaimedAt, k.UpdatedAt, k.FirstClaimedAt = d.time(), d.time(), d.time()
-	k.Args = d.raw()
+func (d *rowReader) varint() int64 {
 	if d.err != nil {
-		return k, d.err
+		return 0
 	}
-	if len(d.b) != 0 {
-		return k, fmt.Errorf("%w: key record %s: %d bytes after its fields", ledger.ErrFormat, k.Key, len(d.b))
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = cmp.Or(d.err, fmt.Errorf("%w: truncated record", ledger.ErrFormat))
+		return 0
 	}
-	if ref != "" {
-		if !validHash(ref) {
-			return k, fmt.Errorf("%w: key record names a malformed args blob", ledger.ErrFormat)
-		}
-		k.Args = refOf(ref)
-	}
-	if out := b[1+w+int(n):]; len(out) > 0 {
-		k.Output = json.RawMessage(append([]byte(nil), out...))
-	}
-	return k, nil
+	d.b = d.b[n:]
+	return v
 }

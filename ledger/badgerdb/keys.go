@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/docketrun/docket/ledger"
 )
@@ -27,22 +26,14 @@ const (
 	kindBlob   = 'c' // c\0<run>\0<sha256 hex>         -> a large value, stored once (large.go)
 )
 
-// formatVersion is the on-disk format of the directories this code
-// creates. Format "2" writes an executor-derived key ("dk1_" + 64 lowercase
-// hex digits) in Badger keys as a NUL and its 32 bytes (x and k records:
-// compactKeys); format "1" (formatTextKeys), the directories created before
-// it, writes every key as its text, and is still read and written as it is
-// (its records take the newer value encodings, which are read by their tag
-// byte). A build that knows only format "1" refuses a format "2" directory
-// (it would not find its keys).
-const formatVersion = "2"
-
-// formatTextKeys is the format of directories whose Badger keys hold every
-// idempotency key as its text.
-const formatTextKeys = "1"
-
-// knownFormat reports whether this build reads and writes format v.
-func knownFormat(v string) bool { return v == formatVersion || v == formatTextKeys }
+// formatVersion is the on-disk format of a data directory: its Badger keys
+// (above, with an executor-derived idempotency key as NUL + its 32 bytes:
+// appendKeyName) and one encoding per record kind (rowenc.go, keyrecenc.go,
+// eventenc.go, large.go; run headers, budgets and holds are JSON). Open
+// refuses a directory of any other format (checkFormat): the formats
+// before "3" were written only by development builds, and this build has
+// no reader for them.
+const formatVersion = "3"
 
 var metaFormatKey = []byte{kindMeta, 0, 'f', 'o', 'r', 'm', 'a', 't'}
 
@@ -84,39 +75,25 @@ func rowKey(runID string, rev int, actionID string) []byte {
 	return append(rowPrefix(runID, rev), actionID...)
 }
 
-// keyRecKey and keyIdxKey are the key record's and key index's Badger keys
-// with the key as its text (format "1").
-func keyRecKey(runID, key string) []byte { return append(runPrefix(kindKeyRec, runID), key...) }
+// keyRecKey is the Badger key of (runID, key)'s key record.
+func keyRecKey(runID, key string) []byte { return appendKeyName(runPrefix(kindKeyRec, runID), key) }
 
-func keyIdxKey(key string) []byte { return simpleKey(kindKeyIdx, key) }
+// keyIdxKey is the Badger key of key's index entry (-> run id).
+func keyIdxKey(key string) []byte { return appendKeyName([]byte{kindKeyIdx, 0}, key) }
 
-// keyNames says how idempotency keys are written in a directory's Badger
-// keys: compact (format "2") or as their text (format "1").
-type keyNames struct{ compact bool }
-
-func (n keyNames) appendKey(b []byte, key string) []byte {
-	if n.compact {
-		if rest, ok := strings.CutPrefix(key, dk1Prefix); ok && len(rest) == 64 && strings.ToLower(rest) == rest {
-			if raw, err := hex.DecodeString(rest); err == nil {
-				return append(append(b, 0), raw...)
-			}
-		}
+// appendKeyName appends an idempotency key as Badger keys hold it: an
+// executor-derived key ("dk1_" + 64 lowercase hex digits) as NUL and its 32
+// bytes, any other key as its text (which never holds a NUL: ledger ids).
+func appendKeyName(b []byte, key string) []byte {
+	if raw, ok := dk1Bytes(key); ok {
+		return append(append(b, 0), raw...)
 	}
 	return append(b, key...)
 }
 
-// rec is the Badger key of (runID, key)'s key record.
-func (n keyNames) rec(runID, key string) []byte {
-	return n.appendKey(runPrefix(kindKeyRec, runID), key)
-}
-
-// idx is the Badger key of key's index entry (-> run id).
-func (n keyNames) idx(key string) []byte { return n.appendKey([]byte{kindKeyIdx, 0}, key) }
-
-// key reads a key back from the end of a Badger key. A key's text never
-// holds a NUL (ledger ids), so a NUL starts the compact form.
-func (n keyNames) key(b []byte) string {
-	if n.compact && len(b) == 33 && b[0] == 0 {
+// keyFromName reads a key back from the end of a Badger key.
+func keyFromName(b []byte) string {
+	if len(b) == 33 && b[0] == 0 {
 		return dk1Prefix + hex.EncodeToString(b[1:])
 	}
 	return string(b)
@@ -130,86 +107,13 @@ func memoKey(runID, name string) []byte { return append(runPrefix(kindMemo, runI
 
 func blobKey(runID, hash string) []byte { return append(runPrefix(kindBlob, runID), hash...) }
 
-// Records are stored as: a one-byte encoding tag, a uvarint length, that many
-// bytes of JSON metadata, then a raw JSON blob (a key record's output, an
-// event's data) kept out of the metadata so that reading it never re-parses
-// large outputs.
-const encJSONBlob = 1
+// A run header (h\0<run>) is the JSON of its ledger.RunRecord.
+func encodeRun(r ledger.RunRecord) ([]byte, error) { return json.Marshal(r) }
 
-func encode(meta any, blob []byte) ([]byte, error) {
-	m, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
+func decodeRun(b []byte) (ledger.RunRecord, error) {
+	var r ledger.RunRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%w: run header: %v", ledger.ErrFormat, err)
 	}
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m)+len(blob))
-	b = append(b, encJSONBlob)
-	b = binary.AppendUvarint(b, uint64(len(m)))
-	b = append(b, m...)
-	return append(b, blob...), nil
-}
-
-// decode unmarshals the metadata into meta and returns the blob (aliasing b).
-func decode(b []byte, meta any) (blob []byte, err error) {
-	if len(b) < 2 || b[0] != encJSONBlob {
-		return nil, fmt.Errorf("%w: unknown record encoding", ledger.ErrFormat)
-	}
-	n, k := binary.Uvarint(b[1:])
-	if k <= 0 || uint64(len(b)-1-k) < n {
-		return nil, fmt.Errorf("%w: corrupt record header", ledger.ErrFormat)
-	}
-	start := 1 + k
-	if err := json.Unmarshal(b[start:start+int(n)], meta); err != nil {
-		return nil, fmt.Errorf("decoding record: %w", err)
-	}
-	return b[start+int(n):], nil
-}
-
-// storedKeyRec is a key record's metadata as stored. Args of largeValue
-// bytes or more are not copied into it: ArgsRef names the content blob that
-// holds them (shared with the row and the plan, large.go) and "args" is null.
-// Records written before ArgsRef existed carry their args inline and read
-// the same way.
-type storedKeyRec struct {
-	ledger.KeyRecord
-	Args    json.RawMessage `json:"args"` // shadows KeyRecord.Args
-	ArgsRef string          `json:"args_ref,omitempty"`
-}
-
-// decodeKeyRec decodes the key record of (runID, key) in any of its
-// encodings. argsRev > 0: the args are those of the row of that revision
-// (argsFromRow); args held in a blob come back as a reference (large.go),
-// which the readers resolve.
-func decodeKeyRec(runID, key string, b []byte) (rec ledger.KeyRecord, argsRev int, err error) {
-	if len(b) > 0 && b[0] == encKeyRec2 {
-		return decodeKeyRec2(runID, key, b)
-	}
-	rec, err = decodeKeyRec1(b)
-	if err == nil && (rec.Key != key || rec.RunID != runID) {
-		err = fmt.Errorf("%w: the key record of %s names key %s of run %q", ledger.ErrFormat, key, rec.Key, rec.RunID)
-	}
-	return rec, 0, err
-}
-
-// decodeKeyRec1 decodes a key record of the encodings before encKeyRec2.
-func decodeKeyRec1(b []byte) (ledger.KeyRecord, error) {
-	if len(b) > 0 && b[0] == encKeyRec {
-		return decodeKeyRecBinary(b)
-	}
-	var s storedKeyRec
-	blob, err := decode(b, &s)
-	k := s.KeyRecord
-	if err != nil {
-		return k, err
-	}
-	k.Args = s.Args
-	if s.ArgsRef != "" {
-		if !validHash(s.ArgsRef) {
-			return k, fmt.Errorf("%w: key record names a malformed args blob", ledger.ErrFormat)
-		}
-		k.Args = refOf(s.ArgsRef)
-	}
-	if len(blob) > 0 {
-		k.Output = json.RawMessage(blob)
-	}
-	return k, nil
+	return r, nil
 }

@@ -3,7 +3,6 @@ package badgerdb
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -209,78 +208,6 @@ func TestLargeArgsEditedAndApproved(t *testing.T) {
 	evs, _ = l.Events(ctx, "r", evs[len(evs)-1].Seq, 0)
 	if len(evs) != 1 || string(evs[0].Data) != `{"args":{"n": 1},"by":"bob"}` {
 		t.Errorf("edit back to small args: %v", evs)
-	}
-}
-
-// TestLargeArgsOldRecordsRead: a directory written before large values were
-// stored once (plan as plain JSON, rows and key record with their args
-// inline, the key record's metadata written by hand in that shape) still
-// reads, and its action still completes.
-func TestLargeArgsOldRecordsRead(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	l := openLarge(t, dir)
-	args := largeArgs("old-shape-55d2", 128<<10)
-	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: json.RawMessage(`{}`)}}}
-	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
-		t.Fatal(err)
-	}
-	key, _ := plan.Key("r", "a", "t", args)
-	if res := apply1(t, l, ledger.Claim("r", "a", "t", key, json.RawMessage(`{}`), 1)); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	rec, err := l.Key(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// Rewrite the records the old way, with the large args inline.
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldPlan, _ := json.Marshal(&plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a", Tool: "t", Args: args}}})
-	row := ledger.RowRecord{ID: "a", Tool: "t", Key: key, Status: ledger.StatusClaimed, Attempts: 1, Args: args, ApprovedArgs: args}
-	meta, _ := json.Marshal(map[string]any{"key": key, "run_id": "r", "action_id": "a", "tool": "t", "args": args,
-		"state": "claimed", "attempt": 1, "owner": rec.Owner, "claimed_at": rec.ClaimedAt, "updated_at": rec.UpdatedAt})
-	oldRec := binary.AppendUvarint([]byte{encJSONBlob}, uint64(len(meta)))
-	oldRec = append(oldRec, meta...)
-	err = db.Update(func(txn *badger.Txn) error {
-		return errors.Join(txn.Set(planKey("r", 1), oldPlan),
-			txn.Set(rowsBlobKey("r", 1), encodeRows([]ledger.RowRecord{{ID: "a", Tool: "t", Status: ledger.StatusApproved, Args: args, ApprovedArgs: args}})),
-			txn.Set(rowKey("r", 1, "a"), encodeRow(row)),
-			// A directory of that time had format "1": keys as text.
-			txn.Set(metaFormatKey, []byte(formatTextKeys)),
-			txn.Delete(keyNames{compact: true}.rec("r", key)), txn.Delete(keyNames{compact: true}.idx(key)),
-			txn.Set(keyIdxKey(key), []byte("r")),
-			txn.Set(keyRecKey("r", key), oldRec))
-	})
-	if err := errors.Join(err, db.Close()); err != nil {
-		t.Fatal(err)
-	}
-
-	l = openLarge(t, dir)
-	defer l.Close()
-	got, err := l.Plan(ctx, "r", 1)
-	if err != nil || !jsonEqual(got.Actions[0].Args, args) {
-		t.Fatalf("old plan record: %v", err)
-	}
-	if rec, err := l.Key(ctx, key); err != nil || !jsonEqual(rec.Args, args) || rec.Owner == "" {
-		t.Fatalf("old key record: %v (%d bytes of args)", err, len(rec.Args))
-	}
-	// The old claim was made by another incarnation: take it over, succeed.
-	res := apply1(t, l, ledger.Claim("r", "a", "t", key, args, 2))
-	if res.Err != nil || !bytes.Equal(res.Key.Args, args) {
-		t.Fatalf("claim over an old record: %v", res.Err)
-	}
-	if res := apply1(t, l, ledger.Succeed(key, 2, json.RawMessage(`{"ok": true}`))); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	acts, err := l.Actions(ctx, "r")
-	if err != nil || acts[0].Status != ledger.StatusSucceeded || !bytes.Equal(acts[0].Args, args) || !bytes.Equal(acts[0].ApprovedArgs, args) {
-		t.Fatalf("actions after completing an old record: %v %+v", err, acts)
 	}
 }
 

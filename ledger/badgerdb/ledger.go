@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -105,10 +106,6 @@ type Ledger struct {
 	db          *badger.DB
 	incarnation string
 	local       ledger.Local // process-local state of this handle (ledger.Store.Local)
-	// format is the directory's format version, keyNames how its Badger
-	// keys hold idempotency keys (keys.go).
-	format   string
-	keyNames keyNames
 
 	mu     sync.RWMutex // guards closed against Apply's enqueue
 	closed bool
@@ -137,8 +134,9 @@ type Ledger struct {
 
 // Open opens (creating if needed) the data directory. Errors: ErrLocked (the
 // directory is held by another handle or process, still after waiting up to
-// a second for it: lockWait), ErrFormat (the directory
-// holds a newer or unknown format, or is not a docket ledger), ErrInvalid.
+// a second for it: lockWait), ErrFormat (the directory holds another
+// format than formatVersion, older or newer, or is not a docket ledger:
+// nothing in it is changed), ErrInvalid.
 func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -199,8 +197,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		}
 		return nil, fmt.Errorf("ledger: opening %s: %w", cfg.Dir, err)
 	}
-	format, err := checkFormat(db, space.readOnly)
-	if err != nil {
+	if err := checkFormat(db, cfg.Dir, space.readOnly); err != nil {
 		db.Close()
 		if space.readOnly && errors.Is(err, errEmptyReadOnly) {
 			return nil, fmt.Errorf("%w: a new ledger cannot be created", space.noSpace(free, space.minFree))
@@ -217,8 +214,6 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		log:           log,
 		db:            db,
 		incarnation:   "inc_" + hex.EncodeToString(inc[:]),
-		format:        format,
-		keyNames:      keyNames{compact: format != formatTextKeys},
 		reqCh:         make(chan *request, 1024),
 		committerDone: make(chan struct{}),
 		gcStop:        make(chan struct{}),
@@ -328,9 +323,8 @@ func isCrashLeftoverErr(err error) bool {
 var errEmptyReadOnly = errors.New("ledger: empty directory opened read-only")
 
 // checkFormat writes the format version into an empty directory and refuses
-// a directory holding another version or other data; it returns the
-// directory's format.
-func checkFormat(db *badger.DB, readOnly bool) (string, error) {
+// a directory holding another version or other data, changing nothing.
+func checkFormat(db *badger.DB, dir string, readOnly bool) error {
 	var have []byte
 	var empty bool
 	err := db.View(func(txn *badger.Txn) error {
@@ -349,25 +343,56 @@ func checkFormat(db *badger.DB, readOnly bool) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("ledger: reading format version: %w", err)
+		return fmt.Errorf("ledger: reading format version: %w", err)
 	}
 	switch {
-	case have != nil && knownFormat(string(have)):
-		return string(have), nil
 	case have != nil:
-		return "", fmt.Errorf("%w: directory has format %q, this build reads %q and %q", ledger.ErrFormat, have, formatTextKeys, formatVersion)
+		return formatError(dir, string(have))
 	case !empty:
-		return "", fmt.Errorf("%w: directory holds data but no docket format record", ledger.ErrFormat)
+		return fmt.Errorf("%w: %s is a Badger directory without a docket format record, not a docket ledger: "+
+			"nothing in it was changed; open a new or empty directory instead", ledger.ErrFormat, dir)
 	case readOnly:
-		return "", errEmptyReadOnly
+		return errEmptyReadOnly
 	}
 	if err := db.Update(func(txn *badger.Txn) error {
 		return txn.Set(metaFormatKey, []byte(formatVersion))
 	}); err != nil {
-		return "", fmt.Errorf("ledger: writing format version: %w", err)
+		return fmt.Errorf("ledger: writing format version: %w", err)
 	}
-	return formatVersion, nil
+	return nil
 }
+
+// currentFormat is formatVersion as a number.
+var currentFormat, _ = strconv.Atoi(formatVersion)
+
+// formatError says what a directory (or backup) of format have is and what
+// to do, or nil when it is this build's format. It is a ledger.ErrFormat.
+func formatError(what, have string) error {
+	if have == formatVersion {
+		return nil
+	}
+	if n, err := strconv.Atoi(have); err == nil && n > 0 && strconv.Itoa(n) == have && n < currentFormat {
+		return &FormatError{Have: have, msg: fmt.Sprintf("ledger: %s is a docket ledger of data directory format %q, "+
+			"written by a development build before format %q (no release wrote it); this build reads only format %q "+
+			"and has no reader for it. None of its records was changed: read it with the build that wrote it, "+
+			"or move it aside and start with a new directory", what, have, formatVersion, formatVersion)}
+	}
+	return &FormatError{Have: have, msg: fmt.Sprintf("ledger: %s is a docket ledger of data directory format %q, "+
+		"which this build does not know (it reads only format %q; a newer build may have written it). "+
+		"None of its records was changed: open it with the build that wrote it", what, have, formatVersion)}
+}
+
+// FormatError is the ledger.ErrFormat of a data directory or backup of
+// another format than this build's.
+type FormatError struct {
+	Have string // the directory's (or backup's) format
+	msg  string
+}
+
+func (e *FormatError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, ledger.ErrFormat) hold.
+func (e *FormatError) Is(target error) bool { return target == ledger.ErrFormat }
 
 // Close stops the committer (after committing and acknowledging every write
 // already submitted), ends subscriptions and closes Badger. Later calls return

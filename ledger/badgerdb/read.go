@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/dgraph-io/badger/v4"
@@ -62,8 +63,8 @@ func getDecoded(txn *badger.Txn, key []byte, fn func(v []byte) error) (bool, err
 
 func readRun(txn *badger.Txn, runID string) (ledger.RunRecord, error) {
 	var r ledger.RunRecord
-	ok, err := getDecoded(txn, runKey(runID), func(v []byte) error {
-		_, err := decode(v, &r)
+	ok, err := getDecoded(txn, runKey(runID), func(v []byte) (err error) {
+		r, err = decodeRun(v)
 		return err
 	})
 	if err != nil {
@@ -210,13 +211,13 @@ func (l *Ledger) Actions(ctx context.Context, runID string) ([]ledger.Action, er
 		if err != nil {
 			return err
 		}
-		out, err = readActions(txn, r, l.keyNames)
+		out, err = readActions(txn, r)
 		return err
 	})
 	return out, err
 }
 
-func readActions(txn *badger.Txn, r ledger.RunRecord, names keyNames) ([]ledger.Action, error) {
+func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
 	var rows []ledger.RowRecord
 	ok, err := getDecoded(txn, rowsBlobKey(r.ID, r.Revision), func(v []byte) (err error) {
 		rows, err = decodeRows(v)
@@ -244,7 +245,7 @@ func readActions(txn *badger.Txn, r ledger.RunRecord, names keyNames) ([]ledger.
 			b := rows[i] // rows[:initial] are the initial rows until their record is read
 			base = &b
 		}
-		if err := it.Item().Value(func(v []byte) (err error) { row, err = decodeRowRecord(id, v, base, false); return err }); err != nil {
+		if err := it.Item().Value(func(v []byte) (err error) { row, err = decodeRowRecord(id, v, base); return err }); err != nil {
 			it.Close()
 			return nil, fmt.Errorf("ledger: reading rows of run %q: %w", r.ID, err)
 		}
@@ -276,7 +277,7 @@ func readActions(txn *badger.Txn, r ledger.RunRecord, names keyNames) ([]ledger.
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Rewind(); it.Valid(); it.Next() {
 				item := it.Item()
-				key := names.key(item.Key()[len(prefix):])
+				key := keyFromName(item.Key()[len(prefix):])
 				if !want[key] {
 					continue
 				}
@@ -316,7 +317,7 @@ func (l *Ledger) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
 			return err
 		}
 		d.Run = r.Run
-		d.Actions, err = readActions(txn, r, l.keyNames)
+		d.Actions, err = readActions(txn, r)
 		return err
 	})
 	return d, err
@@ -327,57 +328,26 @@ func (l *Ledger) Key(ctx context.Context, key string) (ledger.KeyRecord, error) 
 	var rec ledger.KeyRecord
 	err := l.view(ctx, func(txn *badger.Txn) error {
 		var runID string
-		ok, err := getDecoded(txn, l.keyNames.idx(key), func(v []byte) error { runID = string(v); return nil })
+		ok, err := getDecoded(txn, keyIdxKey(key), func(v []byte) error { runID = string(v); return nil })
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return fmt.Errorf("%w: key %s", ledger.ErrNotFound, key)
 		}
-		item, err := txn.Get(l.keyNames.rec(runID, key))
-		if err != nil {
+		ok, err = getDecoded(txn, keyRecKey(runID, key), func(v []byte) (err error) {
+			rec, err = decodeKeyRec(runID, key, v)
+			return err
+		})
+		switch {
+		case err != nil:
 			return fmt.Errorf("ledger: reading key %s: %w", key, err)
-		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		var argsRev int
-		if rec, argsRev, err = decodeKeyRec(runID, key, v); err != nil {
-			return err
-		}
-		if argsRev > 0 {
-			row, ok, err := readRow(txn, runID, argsRev, rec.ActionID)
-			if rec.Args, err = argsFromRow(rec, argsRev, row, ok, err); err != nil {
-				return err
-			}
+		case !ok:
+			return fmt.Errorf("%w: key %s is indexed to run %q, which has no record of it", ledger.ErrFormat, key, runID)
 		}
 		return ledger.ResolveKey(txnResolver(txn, runID), &rec)
 	})
 	return rec, err
-}
-
-// readRow reads the key and args of a row of a revision as they are now
-// (the other fields of the row it returns may be unset).
-func readRow(txn *badger.Txn, runID string, rev int, actionID string) (row ledger.RowRecord, ok bool, err error) {
-	ok, err = getDecoded(txn, rowKey(runID, rev, actionID), func(v []byte) (err error) {
-		row, err = decodeRowRecord(actionID, v, nil, true)
-		return err
-	})
-	if ok || err != nil {
-		return row, ok, err
-	}
-	var rows []ledger.RowRecord
-	ok, err = getDecoded(txn, rowsBlobKey(runID, rev), func(v []byte) (err error) { rows, err = decodeRows(v); return err })
-	if !ok || err != nil {
-		return row, false, err
-	}
-	for _, r := range rows {
-		if r.ID == actionID {
-			return r, true, nil
-		}
-	}
-	return row, false, nil
 }
 
 // Events returns up to limit events of a run with seq > after (limit <= 0:
@@ -385,51 +355,32 @@ func readRow(txn *badger.Txn, runID string, rev int, actionID string) (row ledge
 // Errors: ErrClosed.
 func (l *Ledger) Events(ctx context.Context, runID string, after uint64, limit int) ([]ledger.Event, error) {
 	var out []ledger.Event
+	if after == math.MaxUint64 {
+		return nil, ctx.Err()
+	}
 	err := l.view(ctx, func(txn *badger.Txn) error {
-		// Most events of a chained run hold half their hash (eventenc.go):
-		// it is completed from the previous event's, so reading starts at
-		// the last event at or before after that holds a whole one.
-		from := after - after%hashCheckpoint
-		for {
-			var again bool
-			out, again = nil, false
-			prefix := runPrefix(kindEvent, runID)
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 128})
-			prev, known := "", from == 0
-			for it.Seek(eventKey(runID, max(from, 1))); it.Valid(); it.Next() {
-				if limit > 0 && len(out) == limit {
-					break
-				}
-				k := it.Item().Key()
-				if len(k) != len(prefix)+8 {
-					it.Close()
-					return fmt.Errorf("%w: malformed event key", ledger.ErrFormat)
-				}
-				var ev ledger.Event
-				err := it.Item().Value(func(v []byte) (err error) {
-					ev, err = decodeEvent(runID, beUint64(k[len(prefix):]), v)
-					return err
-				})
-				if err != nil {
-					it.Close()
-					return fmt.Errorf("ledger: reading events of run %q: %w", runID, err)
-				}
-				if halfHash(ev.Hash) && !known {
-					again = true // no whole hash where one was expected: from the start
-					break
-				}
-				completeHash(prev, &ev)
-				prev, known = ev.Hash, true
-				if ev.Seq > after {
-					out = append(out, ev)
-				}
+		prefix := runPrefix(kindEvent, runID)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 128})
+		defer it.Close()
+		for it.Seek(eventKey(runID, after+1)); it.Valid(); it.Next() {
+			if limit > 0 && len(out) == limit {
+				break
 			}
-			it.Close()
-			if !again || from == 0 {
-				return nil
+			k := it.Item().Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("%w: malformed event key", ledger.ErrFormat)
 			}
-			from = 0
+			var ev ledger.Event
+			err := it.Item().Value(func(v []byte) (err error) {
+				ev, err = decodeEvent(runID, beUint64(k[len(prefix):]), v)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("ledger: reading events of run %q: %w", runID, err)
+			}
+			out = append(out, ev)
 		}
+		return nil
 	})
 	return out, err
 }

@@ -6,61 +6,40 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/docketrun/docket/ledger"
 )
 
 // Rows are the most numerous records a resume reads, so they have a compact
-// binary encoding instead of JSON metadata (JSON decoding dominated the cost
-// of loading a 10,000-action run):
+// binary encoding (JSON decoding dominated the cost of loading a
+// 10,000-action run). A revision's initial rows are one record
+// (b\0<run>\0<rev>):
 //
-//	row:  encRow,  then the row's fields
-//	blob: encRows, uvarint count, then each row's fields
+//	count (uvarint), the tools (uvarint count, then strings), then each
+//	row: flags (one byte: rowSameApproved, rowUndo, rowOrdIsIndex,
+//	rowWithExt), id (string), tool (uvarint index in the tools), class
+//	(appendClass), key (appendKey), status (appendStatus), attempts
+//	(uvarint), args (appendRaw), depends_on (appendDeps), error (string),
+//	then approved_args (appendRaw) unless rowSameApproved, ord (uvarint)
+//	unless rowOrdIsIndex, the extension (appendExt: gate and approvals)
+//	with rowWithExt.
 //
-// Fields, in order: id, tool, class, key, status (uvarint length + bytes),
-// attempts (uvarint), args (uvarint length+1, 0 = null), depends_on (uvarint
-// count, then strings), error (string), approved_args (like args), undo (one
-// byte), ord (uvarint); in the extended encodings (encRowX, encRowsX, used
-// only when a row has a policy gate or approvals) then a JSON object
-// {"gate","approvals"} (like args). Records written before the extension
-// decode as before.
+// A row that changed since the revision was recorded has a row record
+// (a\0<run>\0<rev><id>) holding what changed, its id being in its Badger
+// key:
 //
-// Those four encodings are only read since encRow2 and encRows2 (below).
-const (
-	encRow   = 2
-	encRows  = 3
-	encRowX  = 4
-	encRowsX = 5
-)
-
-// encRow2 is a row record as written now: what changed since the revision
-// was recorded, its id being in its Badger key (a\0<run>\0<rev><id>):
-//
-//	encRow2, mask (uvarint: which of the static fields follow; the others
-//	are the row's initial ones, from the revision's rows record), key
-//	(appendKey), status (appendStatus), attempts (uvarint), args (uvarint
-//	length+1, 0 = null), error (string), then the static fields the mask
-//	names, in this order: tool (string), class (appendClass), depends_on
-//	(uvarint count, then strings), approved_args (like args), undo (one
-//	byte), ord (uvarint), extension (as in encRowX).
+//	mask (uvarint: which of the static fields follow; the others are the
+//	row's initial ones, from the revision's rows record), key, status,
+//	attempts, args, error, then the static fields the mask names, in this
+//	order: tool (string), class, depends_on, approved_args, undo (one
+//	byte, 0 or 1), ord (uvarint), extension.
 //
 // A row without an initial one (a compensating row) names them all.
 //
-// encRows2 is a revision's initial rows:
-//
-//	encRows2, count (uvarint), the tools (uvarint count, then strings),
-//	then each row: flags (one byte: rowSameApproved, rowUndo,
-//	rowOrdIsIndex, rowWithExt), id (string), tool (uvarint index in the
-//	tools), class, key, status, attempts, args, depends_on, error, then
-//	approved_args unless rowSameApproved, ord unless rowOrdIsIndex, the
-//	extension with rowWithExt.
-const (
-	encRow2  = 10
-	encRows2 = 11
-)
-
-// The static fields of encRow2's mask.
+// Strings are a uvarint length and the bytes.
+// The static fields of a row record's mask.
 const (
 	rowHasTool = 1 << iota
 	rowHasClass
@@ -72,12 +51,13 @@ const (
 	rowHasAll = 1<<iota - 1
 )
 
-// The flags of a row in encRows2.
+// The flags of a row in a rows record.
 const (
 	rowSameApproved = 1 << iota // approved_args are the args (bytes equal, both set)
 	rowUndo
 	rowOrdIsIndex
 	rowWithExt
+	rowFlags = 1<<iota - 1
 )
 
 // classCodes are the one-byte codes of the effect classes (never
@@ -131,9 +111,9 @@ func (d *rowReader) deps() []string {
 	return deps
 }
 
-// encodeRow2 encodes r as an encRow2 record; base is its initial row (nil:
+// encodeRow encodes r as a row record; base is its initial row (nil:
 // none).
-func encodeRow2(r ledger.RowRecord, base *ledger.RowRecord) []byte {
+func encodeRow(r ledger.RowRecord, base *ledger.RowRecord) []byte {
 	mask := rowHasAll
 	var ext []byte
 	if extended(r) {
@@ -168,7 +148,7 @@ func encodeRow2(r ledger.RowRecord, base *ledger.RowRecord) []byte {
 		}
 	}
 	b := make([]byte, 0, 64+len(r.Args)+len(r.ApprovedArgs)+len(ext))
-	b = binary.AppendUvarint(append(b, encRow2), uint64(mask))
+	b = binary.AppendUvarint(b, uint64(mask))
 	b = appendKey(b, r.Key)
 	b = appendStatus(b, r.Status)
 	b = binary.AppendUvarint(b, uint64(r.Attempts))
@@ -209,28 +189,17 @@ func boolByte(v bool) byte {
 }
 
 // rowNeedsBase reports whether a row record names fields it leaves to its
-// initial row (only encRow2 records do).
+// initial row.
 func rowNeedsBase(b []byte) bool {
-	if len(b) < 2 || b[0] != encRow2 {
-		return false
-	}
-	mask, n := binary.Uvarint(b[1:])
+	mask, n := binary.Uvarint(b)
 	return n > 0 && mask != rowHasAll
 }
 
-// decodeRowRecord decodes the row record of action id in any of its
-// encodings. base is the row's initial row (nil: none): an encRow2 record
-// that leaves fields to it is then an error, unless partial, when only
-// the fields it holds are set (id, key, status, attempts, args, error).
-func decodeRowRecord(id string, b []byte, base *ledger.RowRecord, partial bool) (ledger.RowRecord, error) {
-	if len(b) == 0 || b[0] != encRow2 {
-		r, err := decodeRow(b)
-		if err == nil && r.ID != id {
-			err = fmt.Errorf("%w: the row record of %q names action %q", ledger.ErrFormat, id, r.ID)
-		}
-		return r, err
-	}
-	d := rowReader{b: b[1:]}
+// decodeRowRecord decodes the row record of action id. base is the row's
+// initial row (nil: none): a record that leaves fields to it is then an
+// error.
+func decodeRowRecord(id string, b []byte, base *ledger.RowRecord) (ledger.RowRecord, error) {
+	d := rowReader{b: b}
 	mask := d.uvarint()
 	if d.err == nil && mask&^rowHasAll != 0 {
 		return ledger.RowRecord{}, fmt.Errorf("%w: row %q: unknown fields %#x", ledger.ErrFormat, id, mask)
@@ -239,13 +208,13 @@ func decodeRowRecord(id string, b []byte, base *ledger.RowRecord, partial bool) 
 	switch {
 	case base != nil:
 		r = *base
-	case mask != rowHasAll && !partial && d.err == nil:
+	case mask != rowHasAll && d.err == nil:
 		return r, fmt.Errorf("%w: row %q of a revision without its initial row", ledger.ErrFormat, id)
 	}
 	r.ID = id
 	r.Key = d.key()
 	r.Status = d.status()
-	r.Attempts = int(d.uvarint())
+	r.Attempts = d.int()
 	r.Args = d.raw()
 	r.Error = d.str()
 	if mask&rowHasTool != 0 {
@@ -261,12 +230,10 @@ func decodeRowRecord(id string, b []byte, base *ledger.RowRecord, partial bool) 
 		r.ApprovedArgs = d.raw()
 	}
 	if mask&rowHasUndo != 0 {
-		if u := d.bytes(1); d.err == nil {
-			r.Undo = u[0] == 1
-		}
+		r.Undo = d.bool()
 	}
 	if mask&rowHasOrd != 0 {
-		r.Ord = int(d.uvarint())
+		r.Ord = d.int()
 	}
 	if mask&rowHasExt != 0 {
 		r.Gate, r.Approvals = nil, nil
@@ -278,8 +245,8 @@ func decodeRowRecord(id string, b []byte, base *ledger.RowRecord, partial bool) 
 	return r, d.err
 }
 
-// encodeRows2 encodes a revision's initial rows as an encRows2 record.
-func encodeRows2(rows []ledger.RowRecord) []byte {
+// encodeRows encodes a revision's initial rows as a rows record.
+func encodeRows(rows []ledger.RowRecord) []byte {
 	var tools []string
 	toolIdx := map[string]int{}
 	for _, r := range rows {
@@ -288,7 +255,7 @@ func encodeRows2(rows []ledger.RowRecord) []byte {
 			tools = append(tools, r.Tool)
 		}
 	}
-	b := binary.AppendUvarint([]byte{encRows2}, uint64(len(rows)))
+	b := binary.AppendUvarint(nil, uint64(len(rows)))
 	b = binary.AppendUvarint(b, uint64(len(tools)))
 	for _, t := range tools {
 		b = appendStr(b, t)
@@ -330,8 +297,8 @@ func encodeRows2(rows []ledger.RowRecord) []byte {
 	return b
 }
 
-func decodeRows2(b []byte) ([]ledger.RowRecord, error) {
-	d := rowReader{b: b[1:]}
+func decodeRows(b []byte) ([]ledger.RowRecord, error) {
+	d := rowReader{b: b}
 	n := d.uvarint()
 	nt := d.uvarint()
 	if d.err != nil || n > uint64(len(b)) || nt > uint64(len(b)) {
@@ -346,7 +313,9 @@ func decodeRows2(b []byte) ([]ledger.RowRecord, error) {
 		var r ledger.RowRecord
 		var flags byte
 		if f := d.bytes(1); d.err == nil {
-			flags = f[0]
+			if flags = f[0]; flags&^rowFlags != 0 {
+				d.err = fmt.Errorf("%w: rows record: row %d has unknown flags %#x", ledger.ErrFormat, i, flags)
+			}
 		}
 		r.ID = d.str()
 		if t := d.uvarint(); d.err == nil && t >= uint64(len(tools)) {
@@ -357,7 +326,7 @@ func decodeRows2(b []byte) ([]ledger.RowRecord, error) {
 		r.Class = d.class()
 		r.Key = d.key()
 		r.Status = d.status()
-		r.Attempts = int(d.uvarint())
+		r.Attempts = d.int()
 		r.Args = d.raw()
 		r.DependsOn = d.deps()
 		r.Error = d.str()
@@ -370,7 +339,7 @@ func decodeRows2(b []byte) ([]ledger.RowRecord, error) {
 		if flags&rowOrdIsIndex != 0 {
 			r.Ord = int(i)
 		} else {
-			r.Ord = int(d.uvarint())
+			r.Ord = d.int()
 		}
 		if flags&rowWithExt != 0 {
 			d.ext(&r)
@@ -383,7 +352,8 @@ func decodeRows2(b []byte) ([]ledger.RowRecord, error) {
 	return rows, d.err
 }
 
-// rowExt holds the fields of the extended row encoding.
+// rowExt holds the fields of a row's extension: its gate and approvals
+// (JSON, written only when a row has either).
 type rowExt struct {
 	Gate      *ledger.Gate      `json:"gate,omitempty"`
 	Approvals []ledger.Approval `json:"approvals,omitempty"`
@@ -415,59 +385,11 @@ func appendRaw(b []byte, r json.RawMessage) []byte {
 	return append(b, r...)
 }
 
-func appendRow(b []byte, r ledger.RowRecord) []byte {
-	b = appendStr(b, r.ID)
-	b = appendStr(b, r.Tool)
-	b = appendStr(b, r.Class)
-	b = appendStr(b, r.Key)
-	b = appendStr(b, string(r.Status))
-	b = binary.AppendUvarint(b, uint64(r.Attempts))
-	b = appendRaw(b, r.Args)
-	b = binary.AppendUvarint(b, uint64(len(r.DependsOn)))
-	for _, d := range r.DependsOn {
-		b = appendStr(b, d)
-	}
-	b = appendStr(b, r.Error)
-	b = appendRaw(b, r.ApprovedArgs)
-	undo := byte(0)
-	if r.Undo {
-		undo = 1
-	}
-	b = append(b, undo)
-	return binary.AppendUvarint(b, uint64(r.Ord))
-}
-
-func encodeRow(r ledger.RowRecord) []byte {
-	if extended(r) {
-		return appendExt(appendRow(append(make([]byte, 0, 128+len(r.Args)+len(r.ApprovedArgs)), encRowX), r), r)
-	}
-	return appendRow(append(make([]byte, 0, 64+len(r.Args)+len(r.ApprovedArgs)), encRow), r)
-}
-
-func encodeRows(rows []ledger.RowRecord) []byte {
-	tag := byte(encRows)
-	for _, r := range rows {
-		if extended(r) {
-			tag = encRowsX
-			break
-		}
-	}
-	b := binary.AppendUvarint([]byte{tag}, uint64(len(rows)))
-	for _, r := range rows {
-		b = appendRow(b, r)
-		if tag == encRowsX {
-			b = appendExt(b, r)
-		}
-	}
-	return b
-}
-
 // rowReader decodes the binary row encoding; the first error sticks. Decoded
 // strings and raw JSON are copies (the input may be Badger's buffer).
 type rowReader struct {
 	b   []byte
 	err error
-	tag byte // the record's encoding, where a field's forms depend on it
 }
 
 func (d *rowReader) uvarint() uint64 {
@@ -496,6 +418,28 @@ func (d *rowReader) bytes(n uint64) []byte {
 	return v
 }
 
+// int reads a uvarint that must fit an int.
+func (d *rowReader) int() int {
+	v := d.uvarint()
+	if v > math.MaxInt && d.err == nil {
+		d.err = fmt.Errorf("%w: number %d out of range", ledger.ErrFormat, v)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *rowReader) bool() bool {
+	switch v := d.bytes(1); {
+	case d.err != nil:
+		return false
+	case v[0] > 1:
+		d.err = fmt.Errorf("%w: boolean %d", ledger.ErrFormat, v[0])
+		return false
+	default:
+		return v[0] == 1
+	}
+}
+
 func (d *rowReader) str() string { return string(d.bytes(d.uvarint())) }
 
 func (d *rowReader) raw() json.RawMessage {
@@ -506,35 +450,7 @@ func (d *rowReader) raw() json.RawMessage {
 	return json.RawMessage(append([]byte(nil), d.bytes(n-1)...))
 }
 
-func (d *rowReader) row() ledger.RowRecord {
-	var r ledger.RowRecord
-	r.ID = d.str()
-	r.Tool = d.str()
-	r.Class = d.str()
-	r.Key = d.str()
-	r.Status = ledger.Status(d.str())
-	r.Attempts = int(d.uvarint())
-	r.Args = d.raw()
-	if n := d.uvarint(); n > 0 && d.err == nil {
-		if n > uint64(len(d.b)) {
-			d.err = fmt.Errorf("%w: truncated row record", ledger.ErrFormat)
-			return r
-		}
-		r.DependsOn = make([]string, n)
-		for i := range r.DependsOn {
-			r.DependsOn[i] = d.str()
-		}
-	}
-	r.Error = d.str()
-	r.ApprovedArgs = d.raw()
-	if u := d.bytes(1); len(u) == 1 {
-		r.Undo = u[0] == 1
-	}
-	r.Ord = int(d.uvarint())
-	return r
-}
-
-// ext decodes the extension of a row of the extended encodings.
+// ext decodes a row's extension (appendExt).
 func (d *rowReader) ext(r *ledger.RowRecord) {
 	raw := d.raw()
 	if raw == nil || d.err != nil {
@@ -546,56 +462,4 @@ func (d *rowReader) ext(r *ledger.RowRecord) {
 		return
 	}
 	r.Gate, r.Approvals = e.Gate, e.Approvals
-}
-
-func decodeRow(b []byte) (ledger.RowRecord, error) {
-	if len(b) == 0 || (b[0] != encRow && b[0] != encRowX) {
-		return ledger.RowRecord{}, fmt.Errorf("%w: not a row record", ledger.ErrFormat)
-	}
-	d := rowReader{b: b[1:]}
-	r := d.row()
-	if b[0] == encRowX {
-		d.ext(&r)
-	}
-	return r, d.err
-}
-
-func decodeRows(b []byte) ([]ledger.RowRecord, error) {
-	if len(b) > 0 && b[0] == encRows2 {
-		return decodeRows2(b)
-	}
-	if len(b) == 0 || (b[0] != encRows && b[0] != encRowsX) {
-		return nil, fmt.Errorf("%w: not a rows record", ledger.ErrFormat)
-	}
-	ext := b[0] == encRowsX
-	d := rowReader{b: b[1:]}
-	n := d.uvarint()
-	if n > uint64(len(b)) {
-		return nil, fmt.Errorf("%w: corrupt rows record", ledger.ErrFormat)
-	}
-	rows := make([]ledger.RowRecord, 0, n)
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		r := d.row()
-		if ext {
-			d.ext(&r)
-		}
-		rows = append(rows, r)
-	}
-	return rows, d.err
-}
-
-// keyRecOutput returns a key record's output without decoding its metadata.
-func keyRecOutput(b []byte) (json.RawMessage, error) {
-	if len(b) < 2 || (b[0] != encJSONBlob && b[0] != encKeyRec && b[0] != encKeyRec2) {
-		return nil, fmt.Errorf("%w: unknown record encoding", ledger.ErrFormat)
-	}
-	n, k := binary.Uvarint(b[1:])
-	if k <= 0 || uint64(len(b)-1-k) < n {
-		return nil, fmt.Errorf("%w: corrupt record header", ledger.ErrFormat)
-	}
-	out := b[1+k+int(n):]
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return json.RawMessage(append([]byte(nil), out...)), nil
 }
