@@ -21,7 +21,7 @@ import (
 // Fields, in order: action id, tool (uvarint length + bytes), state (one
 // byte, a code of statusCodes; 0: uvarint length + bytes follow), owner
 // (appendOwner), error, failure, args_ref (strings; args_ref names the blob
-// holding args of largeValue bytes or more, large.go), attempt (uvarint),
+// holding args of blobref.Large bytes or more, large.go), attempt (uvarint),
 // flags (one byte: keyRecRetryable, keyRecMaybeTookEffect,
 // keyRecFirstIsClaimed, keyRecUpdatedDelta), claimed_at (appendTime),
 // updated_at (a varint of nanoseconds after claimed_at with

@@ -22,7 +22,7 @@ import (
 // them: the plan revision, the revision's rows (twice when pre-approved:
 // args and approved args), the key record and the row record at the claim,
 // and both again at the outcome. One action with a 15 MiB argument wrote
-// 135 MiB of values. Now a value of largeValue bytes or more is written once
+// 135 MiB of values. Now a value of blobref.Large bytes or more is written once
 // per run as a content blob,
 //
 //	c\0<run>\0<sha256 hex>   the value's bytes, exactly as given
@@ -39,9 +39,8 @@ import (
 // Inside the committer rows and key records carry references; every value
 // that leaves the package (Actions, Doc, Key, Plan, Apply's results and
 // conflicts) has them replaced by the bytes. Events never carry a large
-// value: action.edited says {"args_truncated": true} above eventInlineMax,
-// as action.succeeded does for outputs.
-const largeValue = blobref.Large
+// value: action.edited says {"args_truncated": true} above the ledger's
+// event inline limit (64 KiB), as action.succeeded does for outputs.
 
 func refOf(hash string) json.RawMessage { return blobref.Of(hash) }
 

@@ -57,8 +57,6 @@ const (
 	DefaultGCInterval       = 5 * time.Minute
 	DefaultMemTableSize     = 8 << 20
 	DefaultSubscriberBuffer = 4096
-	// eventInlineMax is the largest output inlined in an action.succeeded event.
-	eventInlineMax = 64 << 10
 	// valueThreshold: values at least this large go to Badger's value log;
 	// smaller ones stay in the LSM tree (and its WAL), so a commit of small
 	// records dirties only the WAL. Outputs of a few KiB go to the value log:
