@@ -319,8 +319,6 @@ func killRound(t *testing.T, seed uint64, round int, rng *rand.Rand) int {
 	return kills
 }
 
-var mixedIDs = []string{"p1", "c1", "i1", "s1", "c2", "i2", "s2", "e1", "i3", "e2"}
-
 const mixedPlan = `{"goal": "onboard two customers", "actions": [
   {"id": "p1", "tool": "catalogue_price", "args": {"plan": "pro"}},
   {"id": "c1", "tool": "crm_create_contact", "args": {"company": "ACME", "email": "a@acme.example"}},

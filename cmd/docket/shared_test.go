@@ -355,9 +355,7 @@ func waitStatus(t *testing.T, s *servedChild, token, runID, want string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("run %s is %q, want %q\n%s", runID, doc.Status, want, s.output())
 		}
-		select {
-		case <-time.After(100 * time.Millisecond):
-		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -30,16 +30,6 @@ var service = map[string]string{
 	ToolEmail:     "email",
 }
 
-// Services with effects, in report order, with the class they have when
-// protected.
-var effectServices = []struct{ name, class string }{
-	{"payments", "keyed"},
-	{"crm", "lookup"},
-	{"leads", "lookup, eventually consistent"},
-	{"settings", "idempotent"},
-	{"email", "at_most_once"},
-}
-
 // newRand returns a generator seeded by seed and the given labels, so that
 // each run's plan and each step's kill are drawn independently of the order
 // in which workers reach them.
