@@ -55,7 +55,7 @@ func view(r *toolsfile.Request) RequestView {
 	if r == nil {
 		return RequestView{}
 	}
-	v := RequestView{Method: r.Method, URL: r.URL.String()}
+	v := RequestView{Method: r.Method, URL: toolsfile.MaskURL(r.URL.String())}
 	if len(r.Headers) > 0 {
 		v.Headers = map[string]string{}
 		for _, h := range r.Headers {
