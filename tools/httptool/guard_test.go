@@ -3,6 +3,7 @@ package httptool
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/toolsfile"
 )
 
 // recorder is a real HTTP server that records what reaches it.
@@ -297,5 +299,43 @@ func TestTypedSecretsRedacted(t *testing.T) {
 	}
 	if r := api.requests(); len(r) != 1 || r[0].Header.Get("Authorization") != "Bearer "+typedHeader || !strings.Contains(r[0].RawQuery, typedQuery) {
 		t.Errorf("the API did not receive the credentials: %+v", r)
+	}
+}
+
+// TestDestination: where a call would go, for the approval view: the origin
+// with its port, the path as sent with environment values redacted, no
+// query; refused arguments give the call's refusal; nothing is sent.
+func TestDestination(t *testing.T) {
+	t.Parallel()
+	api := newRecorder(t, nil)
+	ts := loadTools(t, `[{"name":"item","effect":"keyed","key_header":"Idempotency-Key",
+	  "input_schema":{"type":"object","properties":{"id":{"type":"string"}},"additionalProperties":false},
+	  "request":{"method":"POST","url":"{{env \"BASE\"}}/acct/{{env \"ACCT\"}}/items/{{.id}}?token={{env \"TOKEN\"}}"},
+	  "lookup":{"method":"GET","url":"https://lookup.example/items?key={{key}}","found":"nonempty"}},
+	 {"name":"open","effect":"read_only","input_schema":{"type":"object","properties":{"path":{"type":"string"}}},
+	  "request":{"method":"GET","url":"{{env \"HOST\"}}{{.path}}"}}]`,
+		map[string]string{"BASE": api.srv.URL, "ACCT": "acct_private_77", "TOKEN": secret, "HOST": "http://127.0.0.1"})
+	item := ts["item"].(*LookupTool)
+	d, err := item.Destination(tools.Call{Key: "dk1_k", Args: json.RawMessage(`{"id":"a b"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Destination{Method: "POST", Origin: "http://127.0.0.1:" + api.port(), Path: "/acct/[redacted]/items/a%20b"}); d != want {
+		t.Errorf("destination %+v, want %+v", d, want)
+	}
+	if d, err := item.LookupDestination(tools.Call{Key: "dk1_k", Args: json.RawMessage(`{"id":"x"}`)}); err != nil ||
+		d != (Destination{Method: "GET", Origin: "https://lookup.example:443", Path: "/items"}) {
+		t.Errorf("lookup destination %+v, %v", d, err)
+	}
+	_, err = ts["open"].(*Tool).Destination(tools.Call{Key: "dk1_k", Args: json.RawMessage(`{"path":"@evil.example"}`)})
+	if !errors.Is(err, toolsfile.ErrURLArgument) {
+		t.Errorf("a changed host: %v", err)
+	}
+	refused(t, "destination", err, "path")
+	if _, err := item.Destination(tools.Call{Key: "dk1_k", Args: json.RawMessage(`{"id":"x","extra":1}`)}); err == nil {
+		t.Error("an undeclared argument: no error")
+	}
+	if r := api.requests(); len(r) != 0 {
+		t.Errorf("Destination sent %+v", r)
 	}
 }
