@@ -34,7 +34,7 @@ func InputNames(schema json.RawMessage) (declared []string, open bool) {
 	return declared, open
 }
 
-// extraPropsOpen reports whether the schema allows undeclared properties
+// extraPropsAllowed reports whether the schema allows undeclared properties
 // at all (additionalProperties absent or not false).
 func extraPropsAllowed(schema json.RawMessage) bool {
 	var top struct {

@@ -178,7 +178,7 @@ func checkSegments(raw string, spans []span) error {
 		pathEnd = pathStart + q
 	}
 	for _, s := range spans {
-		if s.p.esc != escPath || s.start < pathStart || s.start > pathEnd {
+		if s.p.esc != escPath || s.start < pathStart || s.end > pathEnd {
 			continue
 		}
 		segStart := pathStart
