@@ -796,11 +796,11 @@ func (p *parser) warnExtraArgs(schema json.RawMessage, reqs ...*Request) {
 	which := strings.Join(sends, " and ")
 	var msg string
 	if _, open := InputNames(schema); open {
-		msg = "input_schema allows properties it does not declare (\"additionalProperties\" is not false, or it declares no properties), " +
+		msg = "allows properties it does not declare (\"additionalProperties\" is not false, or it declares no properties), " +
 			"and the " + which + " has no body template, so the arguments themselves are its body: whatever the model adds reaches the service unchecked " +
 			"(a policy or approval limit sees only the names it checks); declare the properties and set \"additionalProperties\": false, or write a body template"
 	} else {
-		msg = "input_schema does not set \"additionalProperties\": false, and the " + which + " has no body template, so the arguments themselves are its body: " +
+		msg = "does not set \"additionalProperties\": false, and the " + which + " has no body template, so the arguments themselves are its body: " +
 			"docket refuses a call with an argument the schema does not declare (nothing is sent), after the plan was accepted and perhaps approved; " +
 			"set \"additionalProperties\": false so that such a plan is refused when it is checked"
 	}
