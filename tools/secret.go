@@ -41,9 +41,18 @@ var authSchemes = []string{"bearer", "basic", "token", "digest", "bot", "apikey"
 // parameter names written before a template ("session=").
 // "Bearer {{env \"PAY_KEY\"}}" is not one; "Bearer sk_live_abc" is.
 func LiteralSecret(name, value string) bool {
+	return len(LiteralSecretWords(name, value)) > 0
+}
+
+// LiteralSecretWords returns the words of value that LiteralSecret takes for
+// a credential typed into the file ("sk_live_abc" of "Bearer sk_live_abc"),
+// for redacting them from errors; nil when name does not look like a
+// credential's or value types none.
+func LiteralSecretWords(name, value string) []string {
 	if !CredentialName(name) {
-		return false
+		return nil
 	}
+	var out []string
 	for _, w := range strings.Fields(templateAction.ReplaceAllString(value, " ")) {
 		w = strings.Trim(w, `"',;`)
 		if w == "" || strings.HasSuffix(w, "=") || strings.HasSuffix(w, ":") {
@@ -57,10 +66,10 @@ func LiteralSecret(name, value string) bool {
 			}
 		}
 		if !known {
-			return true
+			out = append(out, w)
 		}
 	}
-	return false
+	return out
 }
 
 // MaskHeader returns a header's template safe to show: Mask when it types a

@@ -149,7 +149,8 @@ func New(def *toolsfile.Tool, opts Options) tools.Tool {
 }
 
 func newTool(def *toolsfile.Tool, o Options) tools.Tool {
-	t := &Tool{def: def, client: o.Client, now: o.Now, max: o.MaxResponseBytes}
+	t := &Tool{def: def, client: o.Client, now: o.Now, max: o.MaxResponseBytes,
+		names: newArgNames(def.Spec.InputSchema), hidden: hiddenValues(def)}
 	if def.Lookup != nil {
 		return &LookupTool{t}
 	}

@@ -2,6 +2,7 @@ package httptool
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,6 +38,11 @@ type Tool struct {
 	client *http.Client
 	now    func() time.Time
 	max    int64
+	names  argNames
+	// hidden are what errors and log values never show, longest first: the
+	// environment values and the credentials typed into the file's request
+	// and lookup (toolsfile.Request.LiteralSecrets).
+	hidden []string
 }
 
 // LookupTool is a Tool with a lookup block: it also implements tools.Looker.
@@ -50,13 +57,13 @@ func (t *Tool) LogValue() slog.Value {
 		slog.String("tool", t.def.Spec.Name),
 		slog.String("class", string(t.def.Spec.Class)),
 		slog.String("method", t.def.Request.Method),
-		slog.String("url", t.def.Request.URL.String()),
+		slog.String("url", t.redact(t.def.Request.URL.String())),
 	)
 }
 
 // String describes the tool without any environment value.
 func (t *Tool) String() string {
-	return fmt.Sprintf("%s (%s %s %s)", t.def.Spec.Name, t.def.Spec.Class, t.def.Request.Method, t.def.Request.URL.String())
+	return t.redact(fmt.Sprintf("%s (%s %s %s)", t.def.Spec.Name, t.def.Spec.Class, t.def.Request.Method, t.def.Request.URL.String()))
 }
 
 // GoString keeps environment values out of %#v.
@@ -143,14 +150,9 @@ func isEmpty(v json.RawMessage) bool {
 
 // do builds and sends one request and reads its body (up to the cap).
 func (t *Tool) do(ctx context.Context, r *toolsfile.Request, call tools.Call, isCall bool) (*http.Response, []byte, error) {
-	args, err := decodeArgs(call.Args)
+	req, err := t.build(ctx, r, call, isCall)
 	if err != nil {
-		return nil, nil, tools.Permanent(t.errorf(r, "arguments: %v", err))
-	}
-	d := &toolsfile.Data{Args: args, Key: call.Key, Env: t.def.Env}
-	req, err := t.newRequest(ctx, r, d, isCall)
-	if err != nil {
-		return nil, nil, tools.Permanent(t.errorf(r, "building the request: %v", err))
+		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, tools.NotSent(t.errorf(r, "not sent: %v", err))
@@ -222,6 +224,24 @@ func mib(n int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
+// build checks the arguments and builds the request; its errors are
+// tools.Permanent (nothing was sent; the same call would be refused again).
+func (t *Tool) build(ctx context.Context, r *toolsfile.Request, call tools.Call, isCall bool) (*http.Request, error) {
+	args, err := decodeArgs(call.Args)
+	if err == nil {
+		err = t.names.check(args, r)
+	}
+	if err != nil {
+		return nil, tools.Permanent(t.wrap(r, err, "arguments"))
+	}
+	d := &toolsfile.Data{Args: args, Key: call.Key, Env: t.def.Env}
+	req, err := t.newRequest(ctx, r, d, isCall)
+	if err != nil {
+		return nil, tools.Permanent(t.wrap(r, err, "building the request"))
+	}
+	return req, nil
+}
+
 func decodeArgs(raw json.RawMessage) (map[string]any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return map[string]any{}, nil
@@ -238,7 +258,10 @@ func decodeArgs(raw json.RawMessage) (map[string]any, error) {
 }
 
 func (t *Tool) newRequest(ctx context.Context, r *toolsfile.Request, d *toolsfile.Data, isCall bool) (*http.Request, error) {
-	u := r.URL.RenderURL(d)
+	u, err := r.URL.RenderGuardedURL(d)
+	if err != nil {
+		return nil, fmt.Errorf("url: %w", err)
+	}
 	var body io.Reader
 	var hasBody bool
 	switch {
@@ -454,15 +477,31 @@ type toolError struct {
 func (e *toolError) Error() string { return e.msg }
 func (e *toolError) Unwrap() error { return e.err }
 
-// redact replaces every environment value (and its URL-escaped forms) in s.
+// redact replaces every environment value and every credential typed into
+// the file (and their URL-escaped forms) in s.
 func (t *Tool) redact(s string) string {
-	for _, v := range t.def.Env {
-		if len(v) < 3 {
-			continue // too short to tell from ordinary text
-		}
+	for _, v := range t.hidden {
 		for _, form := range []string{v, url.QueryEscape(v), url.PathEscape(v)} {
 			s = strings.ReplaceAll(s, form, "[redacted]")
 		}
 	}
 	return s
+}
+
+// hiddenValues lists what redact replaces: the tool's environment values
+// and the credentials typed into its file, each at least 3 bytes long
+// (shorter ones cannot be told from ordinary text), longest first (so that
+// a value holding another is replaced whole).
+func hiddenValues(def *toolsfile.Tool) []string {
+	var out []string
+	for _, v := range def.Env {
+		out = append(out, v)
+	}
+	out = append(out, def.Request.LiteralSecrets()...)
+	if def.Lookup != nil {
+		out = append(out, def.Lookup.Request.LiteralSecrets()...)
+	}
+	out = slices.DeleteFunc(out, func(v string) bool { return len(v) < 3 })
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(out)
 }

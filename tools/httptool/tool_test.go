@@ -139,7 +139,7 @@ func TestCallRendersRequest(t *testing.T) {
 func TestCallBodyFromArgumentsAndOutputs(t *testing.T) {
 	t.Parallel()
 	defs := `[
-	 {"name":"put","effect":"idempotent","input_schema":{"type":"object","properties":{"id":{"type":"string"}}},
+	 {"name":"put","effect":"idempotent","input_schema":{"type":"object","properties":{"id":{"type":"string"},"value":{"type":"number"}}},
 	  "request":{"method":"PUT","url":"{{env \"BASE\"}}/things/{{.id}}"}},
 	 {"name":"get","effect":"read_only","input_schema":{"type":"object","properties":{"id":{"type":"string"}}},
 	  "request":{"method":"GET","url":"{{env \"BASE\"}}/things/{{.id}}"}, "output":"/data/0/a~1b"}

@@ -12,8 +12,9 @@ import (
 
 // View is an HTTP tool's request and lookup as the tools file writes them,
 // safe to show: templates as written ({{env "NAME"}} names a variable, never
-// its value), and every header value or body string that types a credential
-// into the file (tools.LiteralSecret) replaced by tools.Mask.
+// its value), and every header value, URL query value or body string that
+// types a credential into the file (tools.LiteralSecret) replaced by
+// tools.Mask.
 type View struct {
 	Request   RequestView `json:"request"`
 	Output    string      `json:"output,omitempty"`
@@ -55,7 +56,7 @@ func view(r *toolsfile.Request) RequestView {
 	if r == nil {
 		return RequestView{}
 	}
-	v := RequestView{Method: r.Method, URL: r.URL.String()}
+	v := RequestView{Method: r.Method, URL: toolsfile.MaskURL(r.URL.String())}
 	if len(r.Headers) > 0 {
 		v.Headers = map[string]string{}
 		for _, h := range r.Headers {

@@ -25,8 +25,17 @@
 //   - mcp_servers: one of command or url, tools classified with the same
 //     vocabulary, lookups through a tool of the same server.
 //
+// Warnings (File.Warnings, printed by docket tools check) never quote a
+// value: a credential typed into the file (a header, MCP variable or URL
+// query parameter named like one); a URL whose origin an argument could
+// reach (Template.OriginFixed); a request that sends the arguments
+// themselves as its body while the input schema does not refuse undeclared
+// properties.
+//
 // It also renders templates (Template.Render, RenderURL, RenderBody), since
-// what a template means is part of the format, and computes each tool's
+// what a template means is part of the format (RenderGuardedURL: the URL of
+// a request, refused when an argument would change its origin or make a
+// dot or empty path segment), and computes each tool's
 // tools.Spec.Binding (what decides where a call goes, for the tools hash).
 //
 // Imports: the standard library and tools. Never ledger, executor or a

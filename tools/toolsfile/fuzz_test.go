@@ -53,7 +53,10 @@ func FuzzTemplate(f *testing.F) {
 			t.Fatalf("literal template %q rendered as %q", s, out)
 		}
 		if u, err := ParseURLTemplate(s); err == nil {
-			_ = u.RenderURL(d)
+			out := u.RenderURL(d)
+			if g, err := u.RenderGuardedURL(d); err == nil && g != out {
+				t.Fatalf("%q: guarded %q, unguarded %q", s, g, out)
+			}
 		}
 	})
 }

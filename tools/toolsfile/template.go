@@ -180,33 +180,38 @@ func text(v any) string {
 // objects and arrays as compact JSON), escaped as its place in a URL says.
 func (t *Template) Render(d *Data) string {
 	var b strings.Builder
-	for _, p := range t.parts {
-		var s string
-		switch p.kind {
-		case litPart:
-			b.WriteString(p.lit)
-			continue
-		case keyPart:
-			s = d.Key
-		case envPart:
-			s = d.Env[p.env]
-		case fieldPart:
-			v, ok := d.Field(p.field)
-			if !ok && p.esc == escQuery {
-				b.WriteByte(absentMark) // see dropAbsent
-				continue
-			}
-			s = text(v)
-		}
-		switch p.esc {
-		case escPath:
-			s = url.PathEscape(s)
-		case escQuery:
-			s = url.QueryEscape(s)
-		}
-		b.WriteString(s)
+	for i := range t.parts {
+		t.renderPart(&b, &t.parts[i], d)
 	}
 	return b.String()
+}
+
+// renderPart writes one part's text to b (see Render).
+func (t *Template) renderPart(b *strings.Builder, p *part, d *Data) {
+	var s string
+	switch p.kind {
+	case litPart:
+		b.WriteString(p.lit)
+		return
+	case keyPart:
+		s = d.Key
+	case envPart:
+		s = d.Env[p.env]
+	case fieldPart:
+		v, ok := d.Field(p.field)
+		if !ok && p.esc == escQuery {
+			b.WriteByte(absentMark) // see finishURL
+			return
+		}
+		s = text(v)
+	}
+	switch p.esc {
+	case escPath:
+		s = url.PathEscape(s)
+	case escQuery:
+		s = url.QueryEscape(s)
+	}
+	b.WriteString(s)
 }
 
 // absentMark stands for an absent argument in a URL query while rendering;
@@ -215,32 +220,10 @@ const absentMark = 0
 
 // RenderURL renders a URL Template. In the query, a parameter whose value is
 // exactly an absent argument ("&limit={{.limit}}" without limit) is left out;
-// an absent argument inside other text is empty.
+// an absent argument inside other text is empty. It checks nothing: requests
+// are built with RenderGuardedURL.
 func (t *Template) RenderURL(d *Data) string {
-	s := t.Render(d)
-	if strings.IndexByte(s, absentMark) < 0 {
-		return s
-	}
-	q := strings.IndexByte(s, '?')
-	if q < 0 {
-		return strings.ReplaceAll(s, "\x00", "")
-	}
-	base, query, frag := s[:q], s[q+1:], ""
-	if h := strings.IndexByte(query, '#'); h >= 0 {
-		query, frag = query[:h], query[h:]
-	}
-	var kept []string
-	for _, param := range strings.Split(query, "&") {
-		if k, v, ok := strings.Cut(param, "="); ok && v == "\x00" && k != "" {
-			continue
-		}
-		kept = append(kept, strings.ReplaceAll(param, "\x00", ""))
-	}
-	out := base
-	if len(kept) > 0 {
-		out += "?" + strings.Join(kept, "&")
-	}
-	return out + strings.ReplaceAll(frag, "\x00", "")
+	return finishURL(t.Render(d))
 }
 
 // Fields returns every argument path the Template names.

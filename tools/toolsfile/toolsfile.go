@@ -63,7 +63,7 @@ var _ slog.LogValuer = (*Tool)(nil)
 
 // String describes the tool without any environment value.
 func (t *Tool) String() string {
-	return fmt.Sprintf("%s (%s %s %s)", t.Spec.Name, t.Spec.Class, t.Request.Method, t.Request.URL)
+	return fmt.Sprintf("%s (%s %s %s)", t.Spec.Name, t.Spec.Class, t.Request.Method, MaskURL(t.Request.URL.String()))
 }
 
 // GoString keeps environment values out of %#v.
@@ -544,6 +544,11 @@ func (p *parser) toolDef(i int, raw json.RawMessage) *Tool {
 	} else if s.Class == tools.Lookup {
 		p.add("lookup", "effect lookup needs a lookup block")
 	}
+	if d.Lookup != nil {
+		p.warnExtraArgs(s.InputSchema, d.Request, d.Lookup.Request)
+	} else {
+		p.warnExtraArgs(s.InputSchema, d.Request)
+	}
 	if s.Class == tools.Keyed && d.KeyHeader == "" && d.Request != nil && !d.Request.sendsKey() {
 		p.add("key_header", "effect keyed but the key is never sent: set key_header or use {{key}} in the request")
 	}
@@ -641,6 +646,10 @@ func (p *parser) request(raw json.RawMessage, where string, props schemaProps, e
 			r.URL = t
 			p.useTemplate(t, join(where, "url"), props, env)
 			p.checkURL(r, join(where, "url"), env)
+			p.warnOrigin(t, join(where, "url"), env)
+			for _, q := range queryParams(urlSrc) {
+				p.secret(join(where, "url"), "query parameter", q.name, q.value)
+			}
 		}
 	}
 	hdrs := p.strMap(m, where, "headers")
@@ -745,6 +754,57 @@ func (sp schemaProps) has(path []string) error {
 		props = sub.Properties
 	}
 	return nil
+}
+
+// warnOrigin warns about a URL template that does not fix its origin before
+// its first argument (Template.OriginFixed).
+func (p *parser) warnOrigin(t *Template, where string, env map[string]string) {
+	if t.OriginFixed(env) {
+		return
+	}
+	vars := t.Envs()
+	for i, v := range vars {
+		vars[i] = fmt.Sprintf("{{env %q}}", v)
+	}
+	p.warnings = append(p.warnings, Problem{Tool: p.tool, Field: where, Msg: fmt.Sprintf(
+		"the URL's origin is not fixed in the file: its scheme and host come from %s, and an argument follows before a \"/\" ends them, "+
+			"so an argument could change the host, the port or the user information (\"@other-host\", \":8080\", \".other.org\") and send the request, headers included, elsewhere; "+
+			"docket refuses such calls (nothing is sent), but write the URL so that a \"/\" follows the origin before any argument "+
+			"(%s/path/{{.field}}, with the variable holding only scheme://host[:port]), or write the origin itself in the file",
+		strings.Join(vars, " and "), cmpOr(vars, `{{env "BASE"}}`))})
+}
+
+func cmpOr(vars []string, dflt string) string {
+	if len(vars) > 0 {
+		return vars[0]
+	}
+	return dflt
+}
+
+// warnExtraArgs warns about a request that sends the arguments themselves as
+// its body while the input schema lets the model add properties.
+func (p *parser) warnExtraArgs(schema json.RawMessage, reqs ...*Request) {
+	var sends []string
+	for i, r := range reqs {
+		if r.SendsArgs() {
+			sends = append(sends, []string{"request", "lookup"}[i])
+		}
+	}
+	if len(sends) == 0 || !extraPropsAllowed(schema) {
+		return
+	}
+	which := strings.Join(sends, " and ")
+	var msg string
+	if _, open := InputNames(schema); open {
+		msg = "allows properties it does not declare (\"additionalProperties\" is not false, or it declares no properties), " +
+			"and the " + which + " has no body template, so the arguments themselves are its body: whatever the model adds reaches the service unchecked " +
+			"(a policy or approval limit sees only the names it checks); declare the properties and set \"additionalProperties\": false, or write a body template"
+	} else {
+		msg = "does not set \"additionalProperties\": false, and the " + which + " has no body template, so the arguments themselves are its body: " +
+			"docket refuses a call with an argument the schema does not declare (nothing is sent), after the plan was accepted and perhaps approved; " +
+			"set \"additionalProperties\": false so that such a plan is refused when it is checked"
+	}
+	p.warnings = append(p.warnings, Problem{Tool: p.tool, Field: "input_schema", Msg: msg})
 }
 
 // checkURL renders the URL with placeholder values and checks it parses as
