@@ -73,7 +73,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM; reloaded on SIGHUP); with --tls-cert")
 	fs.Var(&origins, "origin", "another origin whose pages may use the API with a session (e.g. https://review.example.com); repeatable")
 	notify := fs.String("notify", "", "URL to POST to when a run waits for a person")
-	notifySecret := fs.String("notify-secret", "", "sign every --notify call with this secret (Docket-Signature: t=…,v1=…) (default $DOCKET_NOTIFY_SECRET)")
+	notifySecret := fs.String("notify-secret", "", "sign every --notify call with this secret (Docket-Signature: t=…,v2=…, over the delivery id, the time and the body) (default $DOCKET_NOTIFY_SECRET)")
 	rate := fs.Float64("rate", 50, "requests per second each token may make on average (HTTP and socket messages; 0: no limit)")
 	burst := fs.Int("burst", 100, "requests a token may make at once before --rate applies")
 	maxSockets := fs.Int("max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
