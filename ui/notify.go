@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -16,21 +18,29 @@ import (
 
 // Webhook headers: every --notify call carries its delivery's id (the same
 // on every retry of that delivery, so a receiver drops repeats) and, with a
-// secret, its signature.
+// secret, its signature, which covers the id, the call's time and the body.
 const (
 	HeaderDelivery  = "Docket-Delivery"
 	HeaderSignature = "Docket-Signature"
 )
 
-// SignWebhook is the Docket-Signature value of body sent at unix time t:
-// "t=T,v1=" + hex(HMAC-SHA256(secret, "T." + body)).
-func SignWebhook(secret []byte, t int64, body []byte) string {
+// SignWebhook is the Docket-Signature value of delivery id's body sent at
+// unix time t: "t=T,v2=" + hex(HMAC-SHA256(secret, ID + "." + T + "." +
+// body)). The id is signed so that a captured call cannot be replayed under
+// a new id past a receiver that drops repeated ids.
+func SignWebhook(secret []byte, id string, t int64, body []byte) string {
 	ts := strconv.FormatInt(t, 10)
+	return "t=" + ts + ",v2=" + hex.EncodeToString(webhookMAC(secret, id, ts, body))
+}
+
+func webhookMAC(secret []byte, id, ts string, body []byte) []byte {
 	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(id))
+	mac.Write([]byte{'.'})
 	mac.Write([]byte(ts))
 	mac.Write([]byte{'.'})
 	mac.Write(body)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+	return mac.Sum(nil)
 }
 
 // Webhook verification errors.
@@ -39,45 +49,49 @@ var (
 	ErrWebhookStale     = errors.New("webhook timestamp is outside the tolerance")
 )
 
-// VerifyWebhook checks a Docket-Signature header against body: some v1
-// signature matches (a header may carry several while secrets rotate) and
-// its timestamp is within tolerance of now (replays of an old call are
-// refused). A receiver in Go can call it; the README shows the same in a
-// few lines for receivers that do not import docket.
-func VerifyWebhook(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+// deliveryIDRE is what a delivery id may hold: no '.', so that the signed
+// string splits one way only.
+var deliveryIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// VerifyWebhook checks a call's Docket-Signature header against its
+// Docket-Delivery id and body: some v2 signature matches (a header may carry
+// several while secrets rotate) and its timestamp is within tolerance of now
+// (replays of an old call are refused). A receiver still drops an id it has
+// seen within the tolerance: that is a retry, or a replay of a recent call.
+// A receiver in Go can call it; the README shows the same in a few lines for
+// receivers that do not import docket.
+func VerifyWebhook(secret []byte, id, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	if !deliveryIDRE.MatchString(id) {
+		return fmt.Errorf("%w: bad delivery id %q", ErrWebhookSignature, id)
+	}
 	var (
-		ts   int64
+		ts   string
 		sigs []string
-		hasT bool
 	)
 	for _, part := range strings.Split(header, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
 		switch k {
 		case "t":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return fmt.Errorf("%w: bad t", ErrWebhookSignature)
-			}
-			ts, hasT = n, true
-		case "v1":
+			ts = v
+		case "v2":
 			sigs = append(sigs, v)
 		}
 	}
-	if !hasT || len(sigs) == 0 {
-		return fmt.Errorf("%w: the header needs t= and v1=", ErrWebhookSignature)
+	t, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || len(sigs) == 0 {
+		return fmt.Errorf("%w: the header needs t= and v2=", ErrWebhookSignature)
 	}
-	want := SignWebhook(secret, ts, body)
-	_, wantSig, _ := strings.Cut(want, ",v1=")
+	want := hex.EncodeToString(webhookMAC(secret, id, ts, body))
 	ok := false
 	for _, sig := range sigs {
-		if hmac.Equal([]byte(sig), []byte(wantSig)) {
+		if hmac.Equal([]byte(sig), []byte(want)) {
 			ok = true
 		}
 	}
 	if !ok {
 		return ErrWebhookSignature
 	}
-	if d := now.Sub(time.Unix(ts, 0)); d > tolerance || d < -tolerance {
+	if d := now.Sub(time.Unix(t, 0)); d > tolerance || d < -tolerance {
 		return fmt.Errorf("%w: signed %s ago, tolerance %s", ErrWebhookStale, d.Round(time.Second), tolerance)
 	}
 	return nil
@@ -134,15 +148,39 @@ func (s *Server) notifyOnce(id string, body []byte) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderDelivery, id)
 	if s.cfg.NotifySecret != "" {
-		req.Header.Set(HeaderSignature, SignWebhook([]byte(s.cfg.NotifySecret), s.cfg.Now().Unix(), body))
+		req.Header.Set(HeaderSignature, SignWebhook([]byte(s.cfg.NotifySecret), id, s.cfg.Now().Unix(), body))
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// Redirects are not followed: the call (its body, its signature) goes
+	// to the configured URL only, whoever answers it.
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return fmt.Errorf("answered %d with a redirect to %s, not followed (webhook calls go to the --notify URL only)", resp.StatusCode, redactedLocation(resp.Header.Get("Location")))
+	case resp.StatusCode < 200 || resp.StatusCode >= 300:
 		return fmt.Errorf("answered %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// redactedLocation is a redirect's Location for the log: without user
+// information or query, which may hold credentials.
+func redactedLocation(loc string) string {
+	if loc == "" {
+		return "(no Location)"
+	}
+	u, err := url.Parse(loc)
+	if err != nil {
+		return "(an unreadable Location)"
+	}
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = "…"
+	}
+	u.Fragment = ""
+	return strconv.Quote(u.String())
 }

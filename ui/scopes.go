@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/docketrun/docket/executor/mcpserve"
 )
 
 // Scope is what a token may do. Every API route and every WebSocket op needs
@@ -87,6 +89,29 @@ var opScopes = map[string]Scope{
 	"pause":   ScopeControl,
 	"resume":  ScopeControl,
 	"cancel":  ScopeControl,
+}
+
+// mcpToolScopes is what each of docket's own MCP tools needs at /mcp
+// (ServeMCP), under the name clients call it by. Every tool of the tools file
+// needs submit: a call records a run. An own tool without an entry needs
+// admin (TestEveryMCPToolHasAScope fails for it).
+var mcpToolScopes = map[string]Scope{
+	mcpserve.ToolProposePlan: ScopeSubmit,
+	mcpserve.ToolRunStatus:   ScopeRead,
+	mcpserve.ToolWaiting:     ScopeRead,
+}
+
+// mcpToolScope is the scope a call of the MCP tool name needs: its entry in
+// mcpToolScopes; submit for the tools of the tools file; admin for any other
+// name of docket's own (fail closed).
+func mcpToolScope(name string) Scope {
+	if sc, ok := mcpToolScopes[name]; ok {
+		return sc
+	}
+	if mcpserve.IsOwnTool(name) {
+		return ScopeAdmin
+	}
+	return ScopeSubmit
 }
 
 // routeScope is the scope a route needs: its entry in routeScopes, else

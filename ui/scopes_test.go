@@ -1,8 +1,11 @@
 package ui
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/docketrun/docket/executor/mcpserve"
 )
 
 // TestEveryRouteHasAScope: every route of the route table that is not public
@@ -39,5 +42,36 @@ func TestEveryRouteHasAScope(t *testing.T) {
 	}
 	if got := routeScope("GET", "/v1/not-in-the-table"); got != ScopeAdmin {
 		t.Errorf("a route without an entry needs %q, want admin (fail closed)", got)
+	}
+}
+
+// TestEveryMCPToolHasAScope: each of docket's own MCP tools has its entry in
+// mcpToolScopes (one added later without one fails here; at run time it
+// would need admin), the tools that read runs need read as GET /v1/runs/{id}
+// does, and a tool of the tools file needs submit.
+func TestEveryMCPToolHasAScope(t *testing.T) {
+	for _, name := range mcpserve.OwnTools() {
+		if _, ok := mcpToolScopes[name]; !ok {
+			t.Errorf("docket's MCP tool %s has no scope: add it to mcpToolScopes (scopes.go)", name)
+		}
+	}
+	for name := range mcpToolScopes {
+		if !slices.Contains(mcpserve.OwnTools(), name) {
+			t.Errorf("mcpToolScopes names %s, which is not one of docket's tools", name)
+		}
+	}
+	for _, name := range []string{mcpserve.ToolRunStatus, mcpserve.ToolWaiting} {
+		if got, want := mcpToolScope(name), routeScope("GET", "/v1/runs/{id}"); got != want {
+			t.Errorf("%s needs %q, want %q as reading a run over HTTP", name, got, want)
+		}
+	}
+	if got, want := mcpToolScope(mcpserve.ToolProposePlan), routeScope("POST", "/v1/runs"); got != want {
+		t.Errorf("%s needs %q, want %q as creating a run over HTTP", mcpserve.ToolProposePlan, got, want)
+	}
+	if got := mcpToolScope("crm_create_contact"); got != ScopeSubmit {
+		t.Errorf("a tool of the tools file needs %q, want submit", got)
+	}
+	if got := mcpToolScope("docket_not_in_the_table"); got != ScopeAdmin {
+		t.Errorf("an own tool without an entry needs %q, want admin (fail closed)", got)
 	}
 }

@@ -77,8 +77,9 @@ type Config struct {
 	// retried with backoff until it is answered 2xx or NotifyAttempts run out.
 	Notify string
 	// NotifySecret, when set, signs every webhook call: Docket-Signature:
-	// t=UNIX,v1=hex(HMAC-SHA256(NotifySecret, "UNIX." + body)). See
-	// VerifyWebhook.
+	// t=UNIX,v2=hex(HMAC-SHA256(NotifySecret, ID + "." + UNIX + "." +
+	// body)), ID being the call's Docket-Delivery. See VerifyWebhook.
+	// Redirects are never followed (a 3xx answer is a failed call).
 	NotifySecret string
 	// NotifyAttempts caps the calls of one delivery. Default 5.
 	NotifyAttempts int

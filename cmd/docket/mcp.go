@@ -46,7 +46,7 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "", "with stdio: also serve the review page and the API on this address (e.g. 127.0.0.1:8089), so a person can approve while a call waits")
 	addr := fs.String("addr", "", "serve MCP over streamable HTTP at ADDR/mcp (instead of stdio), with the review page and the API at ADDR/")
 	var tokens stringList
-	fs.Var(&tokens, "token", "API token with every scope, optionally named (NAME=TOKEN); repeatable (default: $DOCKET_TOKEN, else one generated and kept in the data directory); /mcp needs a token with the submit scope")
+	fs.Var(&tokens, "token", "API token with every scope, optionally named (NAME=TOKEN); repeatable (default: $DOCKET_TOKEN, else one generated and kept in the data directory); at /mcp, calling a tool of the tools file needs the submit scope, reading runs (docket_run_status, docket_waiting) the read scope")
 	tokensPath := fs.String("tokens", "", "tokens file, as for docket serve")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -232,11 +232,13 @@ func newMCPServer(env Env, eng *executor.Engine, l ledger.Store, reg *tools.Regi
 	return srv, nil
 }
 
-// mountMCP serves MCP at /mcp (a token with the submit scope: an agent's
-// token needs read and submit, never review) beside the page and the API.
+// mountMCP serves MCP at /mcp beside the page and the API: any token
+// connects, and each tool needs its scope (calls of the tools file's tools
+// and docket_propose_plan submit, docket_run_status and docket_waiting
+// read; an agent's token needs read and submit, never review).
 func mountMCP(page *ui.Server, srv *mcpserve.Server) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", page.Protect(ui.ScopeSubmit, srv.Handler()))
+	mux.Handle("/mcp", page.ServeMCP(srv))
 	mux.Handle("/", page.Handler())
 	return mux
 }

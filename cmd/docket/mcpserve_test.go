@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -511,5 +513,83 @@ func TestMCPOverHTTPWithAddr(t *testing.T) {
 	}
 	if e := w.Effects(); e.SettingPuts != 1 || e.SettingReqs != 1 {
 		t.Errorf("setting writes %d from %d requests, want 1 from 1 (the repeat returns the first outcome)", e.SettingPuts, e.SettingReqs)
+	}
+}
+
+// docket serve --mcp --tokens FILE: at /mcp each tool needs the scope the
+// API needs for the same thing. A submit-only token proposes a plan, but
+// docket_run_status and docket_waiting refuse it (tool errors naming read),
+// as GET /v1/runs/{id} does; a token with read reads the run.
+func TestServeMCPToolScopes(t *testing.T) {
+	t.Parallel()
+	const bot, agent = "bot-token-0123456789abcdef", "agent-token-0123456789abc"
+	w := mcpservetest.Start()
+	t.Cleanup(w.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(toolsPath, mcpservetest.ToolsFile(w.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(bot))
+	tokensPath := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(tokensPath, []byte(`{"version": 1, "tokens": [
+  {"name": "bot", "scopes": ["submit"], "sha256": "`+hex.EncodeToString(sum[:])+`"},
+  {"name": "agent", "scopes": ["read", "submit"], "env": "AGENT_TOKEN"}
+]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, map[string]string{"AGENT_TOKEN": agent}, "--tools", toolsPath, "--data", filepath.Join(dir, "data"), "--tokens", tokensPath, "--mcp")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	connect := func(tok string) *mcp.ClientSession {
+		t.Helper()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: s.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	call := func(cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r
+	}
+	b := connect(bot)
+	const goal = "mail grace a hello"
+	r := call(b, mcpserve.ToolProposePlan, map[string]any{"goal": goal, "run_id": "proposed",
+		"actions": []any{map[string]any{"id": "mail", "tool": "send_email", "args": map[string]any{"to": "grace@example.com", "subject": "hello"}}}})
+	if r.IsError {
+		t.Fatalf("docket_propose_plan with submit: %s", resultText(r))
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/v1/runs/proposed", nil)
+	req.Header.Set("Authorization", "Bearer "+bot)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("GET /v1/runs/proposed with the submit-only token: %d, want 403", resp.StatusCode)
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{{mcpserve.ToolRunStatus, map[string]any{"run_id": "proposed"}}, {mcpserve.ToolWaiting, map[string]any{}}} {
+		r := call(b, c.tool, c.args)
+		if text := resultText(r); !r.IsError || strings.Contains(text, goal) || !strings.Contains(text, "read scope") {
+			t.Errorf("%s with the submit-only token: isError=%v %q, want a tool error naming read, without the run", c.tool, r.IsError, text)
+		}
+	}
+	a := connect(agent)
+	if r := call(a, mcpserve.ToolRunStatus, map[string]any{"run_id": "proposed"}); r.IsError || !strings.Contains(resultText(r), goal) {
+		t.Errorf("docket_run_status with read: isError=%v %q", r.IsError, resultText(r))
+	}
+	if r := call(a, mcpserve.ToolWaiting, map[string]any{}); r.IsError || !strings.Contains(resultText(r), "proposed") {
+		t.Errorf("docket_waiting with read: isError=%v %q", r.IsError, resultText(r))
 	}
 }

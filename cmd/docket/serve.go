@@ -73,12 +73,12 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM; reloaded on SIGHUP); with --tls-cert")
 	fs.Var(&origins, "origin", "another origin whose pages may use the API with a session (e.g. https://review.example.com); repeatable")
 	notify := fs.String("notify", "", "URL to POST to when a run waits for a person")
-	notifySecret := fs.String("notify-secret", "", "sign every --notify call with this secret (Docket-Signature: t=…,v1=…) (default $DOCKET_NOTIFY_SECRET)")
+	notifySecret := fs.String("notify-secret", "", "sign every --notify call with this secret (Docket-Signature: t=…,v2=…, over the delivery id, the time and the body) (default $DOCKET_NOTIFY_SECRET)")
 	rate := fs.Float64("rate", 50, "requests per second each token may make on average (HTTP and socket messages; 0: no limit)")
 	burst := fs.Int("burst", 100, "requests a token may make at once before --rate applies")
 	maxSockets := fs.Int("max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
 	grace := fs.Duration("grace", defaultGrace, "on SIGTERM or Ctrl-C: no new attempt starts, and calls in flight get this long to finish; calls still running near its end are cut off and recorded with an unknown outcome (the next start decides by the tool's class), and the process exits within it")
-	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (a token with the submit scope), on the same engine, page and tokens (see docket mcp)")
+	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (each tool needs its scope: submit to call a tool, read for docket_run_status and docket_waiting), on the same engine, page and tokens (see docket mcp)")
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
 	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
 	lease := fs.Duration("lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
@@ -312,7 +312,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "  data directory: %s\n", *data)
 	}
 	if *mcpOn {
-		fmt.Fprintf(out, "  MCP (streamable HTTP): %s/mcp (a token with the submit scope)\n", base)
+		fmt.Fprintf(out, "  MCP (streamable HTTP): %s/mcp (calls need the submit scope, reading runs the read scope)\n", base)
 	}
 	switch {
 	case world != nil && pcfg.Model == demomodel.Model:

@@ -210,3 +210,27 @@ func TestServePlainHTTPWarnsInReadyz(t *testing.T) {
 		t.Fatalf("no admin note: %s", s.stderr)
 	}
 }
+
+// TestServeUnsignedWebhookWarns: --notify without a secret is said at start
+// and in /readyz; with $DOCKET_NOTIFY_SECRET it is not.
+func TestServeUnsignedWebhookWarns(t *testing.T) {
+	t.Parallel()
+	for _, signed := range []bool{false, true} {
+		env := map[string]string{}
+		if signed {
+			env["DOCKET_NOTIFY_SECRET"] = "whsec-0123456789abcdef"
+		}
+		s := startServe(t, env, "--data", filepath.Join(t.TempDir(), "data"), "--notify", "http://127.0.0.1:9/hook")
+		resp, err := http.Get(s.base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		warned := strings.Contains(s.stderr.String(), "--notify calls are unsigned")
+		inReadyz := strings.Contains(string(body), "--notify calls are unsigned")
+		if resp.StatusCode != 200 || warned == signed || inReadyz == signed {
+			t.Errorf("signed=%v: warned at start %v, in /readyz %v (%d %s)\nstderr: %s", signed, warned, inReadyz, resp.StatusCode, body, s.stderr)
+		}
+	}
+}

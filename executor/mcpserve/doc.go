@@ -34,6 +34,17 @@
 // for a person and what each waits for). No tool of the tools file may be
 // seen under a name starting with "docket_".
 //
+// # Who may call what
+//
+// Over stdio the client is the process that started docket, and may call
+// every tool. Over HTTP the server in front decides: ui.Server.ServeMCP
+// (what docket serve --mcp and docket mcp --addr mount at /mcp) takes a
+// bearer token and gives each tool the scope the API gives the same thing:
+// docket_run_status and docket_waiting need read (as GET /v1/runs/{id}),
+// docket_propose_plan and every tool of the tools file need submit (as
+// POST /v1/runs). A call without the scope is a tool error naming it, and
+// tools/list lists only the tools the token may call.
+//
 // # Runs, actions and keys
 //
 // A session has a session id S: the client's _meta["io.docket/run_id"] on the

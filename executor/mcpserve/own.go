@@ -48,6 +48,13 @@ const proposeSchema = `{
   "required": ["actions"]
 }`
 
+// OwnTools lists the names of docket's own tools, as clients call them.
+func OwnTools() []string { return []string{ToolProposePlan, ToolRunStatus, ToolWaiting} }
+
+// IsOwnTool says whether name is in the namespace of docket's own tools
+// (no tool of the tools file may be seen under such a name).
+func IsOwnTool(name string) bool { return strings.HasPrefix(name, ownPrefix) }
+
 const runIDSchema = `{"type": "object", "properties": {"run_id": {"type": "string"}}, "required": ["run_id"]}`
 
 func (s *Server) addOwnTools() {
