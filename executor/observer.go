@@ -35,6 +35,16 @@ type Observer interface {
 	RunStatus(runID string, st ledger.RunStatus)
 }
 
+// ApprovalObserver is an Observer that is also told when a person's
+// approval lets an action start. Implementing it is optional: the engine
+// (and Observers) tell the observers that implement it.
+type ApprovalObserver interface {
+	// Approved: action actionID of run runID is approved (the approval its
+	// gate needs, the last one when it needs several), durably; a drive may
+	// claim it now.
+	Approved(runID, actionID string)
+}
+
 // AttemptInfo names one attempt of one action.
 type AttemptInfo struct {
 	RunID    string

@@ -65,3 +65,12 @@ func (f fanout) RunStatus(runID string, st ledger.RunStatus) {
 		o.RunStatus(runID, st)
 	}
 }
+
+// Approved tells the observers that implement ApprovalObserver.
+func (f fanout) Approved(runID, actionID string) {
+	for _, o := range f {
+		if ao, ok := o.(ApprovalObserver); ok {
+			ao.Approved(runID, actionID)
+		}
+	}
+}

@@ -73,9 +73,15 @@ func (e *Engine) rowsByID(ctx context.Context, runID, op string) (map[string]led
 // applyReview applies ops and turns conflicts into ErrNotReviewable errors
 // naming the action.
 func (e *Engine) applyReview(ctx context.Context, runID, op string, ids []string, ops []ledger.Op) error {
+	_, err := e.applyReviewResults(ctx, runID, op, ids, ops)
+	return err
+}
+
+// applyReviewResults is applyReview that also returns the ops' results.
+func (e *Engine) applyReviewResults(ctx context.Context, runID, op string, ids []string, ops []ledger.Op) ([]ledger.Result, error) {
 	res, err := e.led.Apply(ctx, ops...)
 	if err != nil {
-		return fmt.Errorf("executor: %s: run %s: %w", op, runID, err)
+		return nil, fmt.Errorf("executor: %s: run %s: %w", op, runID, err)
 	}
 	var errs []error
 	for i, r := range res {
@@ -89,7 +95,7 @@ func (e *Engine) applyReview(ctx context.Context, runID, op string, ids []string
 		}
 		errs = append(errs, &ActionError{RunID: runID, ActionID: ids[i], Op: op, Err: r.Err})
 	}
-	return errors.Join(errs...)
+	return res, errors.Join(errs...)
 }
 
 // ErrNothingNamed: Approve was given no action ids. Approving every waiting
@@ -157,7 +163,15 @@ func (e *Engine) approve(ctx context.Context, runID string, actionIDs []string, 
 	if len(ops) == 0 {
 		return nil
 	}
-	return e.applyReview(ctx, runID, "approve", ids, ops)
+	res, err := e.applyReviewResults(ctx, runID, "approve", ids, ops)
+	if ao, ok := e.obs.(ApprovalObserver); ok {
+		for i, r := range res {
+			if r.Err == nil && r.Action.Status == ledger.StatusApproved {
+				ao.Approved(runID, ids[i])
+			}
+		}
+	}
+	return err
 }
 
 // Reject rejects one action that was never started. The run then fails:

@@ -31,7 +31,7 @@ func FuzzRequestBodies(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s := &Server{cfg: Config{MaxBodyBytes: 1 << 16}.WithDefaults(), reg: reg, metrics: newMetrics(nil),
+	s := &Server{cfg: Config{MaxBodyBytes: 1 << 16}.WithDefaults(), reg: reg, metrics: newMetrics(nil, nil, nil),
 		accepting: map[string]bool{}, sessions: map[string]session{}, drives: map[string]int{}}
 	s.cfg.Tokens = map[string]string{"t": "0123456789abcdef"}
 	if s.tokens, err = buildTokens(s.cfg); err != nil {

@@ -62,9 +62,43 @@ var callBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 
 var planBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120}
 
-func newMetrics(led ledger.Store) *metrics {
+// waitBuckets are the buckets of waits, in seconds: for a drive (a few
+// milliseconds) to for a person (hours).
+var waitBuckets = []float64{0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600}
+
+// runBuckets are the buckets of whole runs and actions, in seconds.
+var runBuckets = []float64{0.01, 0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600}
+
+// exemplars attach a run's trace id to observations about it (when tracing
+// is on): OpenMetrics scrapes show, per bucket, the trace of a run that fell
+// in it.
+type exemplars struct{ traceID func(runID string) string }
+
+// observe records v in o, with runID's trace id as the exemplar when there
+// is one.
+func (x exemplars) observe(o prometheus.Observer, v float64, runID string) {
+	if x.traceID != nil {
+		if id := x.traceID(runID); id != "" {
+			if eo, ok := o.(prometheus.ExemplarObserver); ok {
+				eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": id})
+				return
+			}
+		}
+	}
+	o.Observe(v)
+}
+
+// newMetrics builds the server's metrics over led. traceID, when set, names
+// a run's trace (Config.TraceID): duration observations carry it as an
+// exemplar (served in OpenMetrics). now is the clock waits are measured
+// with (default time.Now).
+func newMetrics(led ledger.Store, traceID func(runID string) string, now func() time.Time) *metrics {
+	if now == nil {
+		now = time.Now
+	}
 	reg := prometheus.NewRegistry()
 	f := factory{reg}
+	ex := exemplars{traceID}
 	m := &metrics{
 		reg:          reg,
 		subscribers:  f.gauge("docket_websocket_subscribers", "Open WebSocket subscriptions."),
@@ -80,9 +114,11 @@ func newMetrics(led ledger.Store) *metrics {
 		tokens:       f.counterVec("docket_model_tokens_total", "Model tokens used for planning, by kind.", "kind"),
 		httpRequests: f.counterVec("docket_http_requests_total", "HTTP requests answered, by route pattern (never a raw path), method and status code (101: a WebSocket upgrade).", "route", "method", "code"),
 		httpSeconds:  f.histogramVec("docket_http_request_duration_seconds", "Time to answer an HTTP request, by route pattern and method (WebSocket connections left out: they last as long as the client stays).", prometheus.DefBuckets, "route", "method"),
-		engine:       newEngineMetrics(f),
+		engine:       newEngineMetrics(f, ex, now),
 		ledger:       newLedgerCounts(led),
 	}
+	m.ledger.runSeconds = f.histogramVec("docket_run_duration_seconds", "Time from a run's creation to its final status (completed, failed, cancelled), as the ledger records both, for runs this server's engine ended; by that status.", runBuckets, "status")
+	m.ledger.ex = ex
 	webhooks := f.counterVec("docket_webhooks_total", "Webhook calls by outcome.", "outcome")
 	m.webhooks, m.webhookFailures = webhooks.WithLabelValues("ok"), webhooks.WithLabelValues("failed")
 	// Series that exist from the start, at zero: a rate over them needs no
@@ -161,12 +197,48 @@ type engineMetrics struct {
 	adopted      prometheus.Counter
 	needsReview  *prometheus.CounterVec // tool, class
 	statuses     *prometheus.CounterVec // status
+
+	runQueue     prometheus.Histogram
+	actionQueue  prometheus.Histogram
+	approvalWait prometheus.Histogram
+	actionTotal  *prometheus.HistogramVec // tool, outcome
+
+	ex  exemplars
+	now func() time.Time
+
+	mu      sync.Mutex
+	runs    map[string]*runTimes    // runs with a wait going on, or actions between claim and outcome
+	actions map[actionRef]*actTimes // actions approved and not yet claimed, or claimed and without an outcome
 }
 
-var _ executor.Observer = (*engineMetrics)(nil)
+// runTimes is when a run (as this process saw it) became ready to be
+// claimed from, and when it stopped to wait for a person; zero: not so.
+type runTimes struct {
+	ready, waiting time.Time
+}
 
-func newEngineMetrics(f factory) *engineMetrics {
+type actionRef struct{ run, action string }
+
+// actTimes is when an action was approved (zero once claimed), when it was
+// first claimed (zero until then), and its tool and whether its latest
+// attempt failed (an outcome that is failed when no retry follows).
+type actTimes struct {
+	approved, claimed, failedAt time.Time
+	tool                        string
+}
+
+var (
+	_ executor.Observer         = (*engineMetrics)(nil)
+	_ executor.ApprovalObserver = (*engineMetrics)(nil)
+)
+
+func newEngineMetrics(f factory, ex exemplars, now func() time.Time) *engineMetrics {
 	return &engineMetrics{
+		ex: ex, now: now, runs: map[string]*runTimes{}, actions: map[actionRef]*actTimes{},
+		runQueue:     f.histogram("docket_run_queue_wait_seconds", "Time from a run becoming ready (recorded, replayed, resumed, an action of it approved) to its next claim, as this server saw both.", waitBuckets),
+		actionQueue:  f.histogram("docket_action_queue_wait_seconds", "Time from an action's approval (the one its gate needs) to its claim, as this server saw both.", waitBuckets),
+		approvalWait: f.histogram("docket_action_approval_wait_seconds", "Time from its run stopping to wait for a person's approval to the action's approval, as this server saw both.", waitBuckets),
+		actionTotal:  f.histogramVec("docket_action_duration_seconds", "Time from an action's first claim to its outcome (succeeded, failed, needs_review), retries included, by tool and outcome.", runBuckets, "tool", "outcome"),
 		plans:        f.counter("docket_plans_recorded_total", "Plan revisions recorded (a new run's plan, a replay's revision)."),
 		started:      f.counterVec("docket_attempts_started_total", "Tool calls started (an attempt claimed, its tool about to be called), by tool and effect class.", "tool", "class"),
 		ended:        f.counterVec("docket_attempts_ended_total", "Tool calls whose outcome is recorded, by tool, effect class and outcome (ok, not_sent, not_processed, definite, unknown, key_in_flight).", "tool", "class", "outcome"),
@@ -180,13 +252,51 @@ func newEngineMetrics(f factory) *engineMetrics {
 	}
 }
 
-func (e *engineMetrics) PlanRecorded(string, int, int) { e.plans.Inc() }
+func (e *engineMetrics) PlanRecorded(runID string, _, n int) {
+	e.plans.Inc()
+	if n > 0 {
+		e.mu.Lock()
+		e.run(runID).ready = e.now()
+		e.mu.Unlock()
+	}
+}
+
+// run is runID's times (made when missing); under mu.
+func (e *engineMetrics) run(runID string) *runTimes {
+	r := e.runs[runID]
+	if r == nil {
+		r = &runTimes{}
+		e.runs[runID] = r
+	}
+	return r
+}
 
 func (e *engineMetrics) AttemptStarted(a executor.AttemptInfo) {
 	e.started.WithLabelValues(a.Tool, string(a.Class)).Inc()
 	if a.Attempt > 1 {
 		e.retries.Inc()
 	}
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r := e.runs[a.RunID]; r != nil && !r.ready.IsZero() {
+		e.ex.observe(e.runQueue, now.Sub(r.ready).Seconds(), a.RunID)
+		r.ready = time.Time{}
+	}
+	ref := actionRef{a.RunID, a.ActionID}
+	t := e.actions[ref]
+	if t == nil {
+		t = &actTimes{}
+		e.actions[ref] = t
+	}
+	if !t.approved.IsZero() {
+		e.ex.observe(e.actionQueue, now.Sub(t.approved).Seconds(), a.RunID)
+		t.approved = time.Time{}
+	}
+	if t.claimed.IsZero() {
+		t.claimed = now
+	}
+	t.tool, t.failedAt = a.Tool, time.Time{}
 }
 
 func (e *engineMetrics) AttemptEnded(a executor.AttemptInfo, r executor.AttemptResult) {
@@ -195,7 +305,54 @@ func (e *engineMetrics) AttemptEnded(a executor.AttemptInfo, r executor.AttemptR
 		outcome = r.Failure.String()
 	}
 	e.ended.WithLabelValues(a.Tool, string(a.Class), outcome).Inc()
-	e.seconds.WithLabelValues(a.Tool, string(a.Class), outcome).Observe(r.Took.Seconds())
+	e.ex.observe(e.seconds.WithLabelValues(a.Tool, string(a.Class), outcome), r.Took.Seconds(), a.RunID)
+	if r.OK {
+		e.actionOutcome(a.RunID, a.ActionID, "succeeded")
+		return
+	}
+	// Failed, unless a retry follows (AttemptStarted) or it comes to need
+	// a person (NeedsReview): settled when the run ends.
+	e.mu.Lock()
+	if t := e.actions[actionRef{a.RunID, a.ActionID}]; t != nil {
+		t.failedAt = e.now()
+	}
+	e.mu.Unlock()
+}
+
+// actionOutcome observes the action's time from first claim to outcome,
+// when this server saw its claim.
+func (e *engineMetrics) actionOutcome(runID, actionID, outcome string) {
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ref := actionRef{runID, actionID}
+	if t := e.actions[ref]; t != nil && !t.claimed.IsZero() {
+		e.ex.observe(e.actionTotal.WithLabelValues(t.tool, outcome), now.Sub(t.claimed).Seconds(), runID)
+		delete(e.actions, ref)
+	}
+}
+
+// Approved: the run's wait for a person ends for this action (the approval
+// wait), and the action waits for its claim (the action's queue wait), as
+// does the run.
+func (e *engineMetrics) Approved(runID, actionID string) {
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.run(runID)
+	if !r.waiting.IsZero() {
+		e.ex.observe(e.approvalWait, now.Sub(r.waiting).Seconds(), runID)
+	}
+	if r.ready.IsZero() {
+		r.ready = now
+	}
+	ref := actionRef{runID, actionID}
+	t := e.actions[ref]
+	if t == nil {
+		t = &actTimes{}
+		e.actions[ref] = t
+	}
+	t.approved = now
 }
 
 func (e *engineMetrics) LookupDone(a executor.AttemptInfo, found bool) {
@@ -205,25 +362,58 @@ func (e *engineMetrics) LookupDone(a executor.AttemptInfo, found bool) {
 	}
 }
 
-func (e *engineMetrics) Adopted(executor.AttemptInfo) { e.adopted.Inc() }
+func (e *engineMetrics) Adopted(a executor.AttemptInfo) {
+	e.adopted.Inc()
+	e.actionOutcome(a.RunID, a.ActionID, "succeeded") // after a claim here: a lookup found the effect
+}
 
 func (e *engineMetrics) NeedsReview(a executor.AttemptInfo, _ string) {
 	e.needsReview.WithLabelValues(a.Tool, string(a.Class)).Inc()
+	e.actionOutcome(a.RunID, a.ActionID, "needs_review")
 }
 
-func (e *engineMetrics) RunStatus(_ string, st ledger.RunStatus) {
+func (e *engineMetrics) RunStatus(runID string, st ledger.RunStatus) {
 	e.statuses.WithLabelValues(string(st)).Inc()
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch st {
+	case ledger.RunRunning:
+		if r := e.run(runID); r.ready.IsZero() {
+			r.ready = now // resumed
+		}
+	case ledger.RunAwaitingApproval:
+		r := e.run(runID)
+		r.ready, r.waiting = time.Time{}, now
+	case ledger.RunPaused:
+		r := e.run(runID)
+		r.ready, r.waiting = time.Time{}, time.Time{}
+	case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
+		delete(e.runs, runID)
+		// An action whose latest attempt failed and that no retry followed
+		// ended failed; the others of the run are forgotten.
+		for ref, t := range e.actions {
+			if ref.run != runID {
+				continue
+			}
+			if !t.failedAt.IsZero() && !t.claimed.IsZero() {
+				e.ex.observe(e.actionTotal.WithLabelValues(t.tool, "failed"), t.failedAt.Sub(t.claimed).Seconds(), runID)
+			}
+			delete(e.actions, ref)
+		}
+	}
 }
 
 // serveMetrics brings the ledger gauges up to date (503 with the error
 // envelope when the ledger cannot be read) and serves the registry in
-// Prometheus' text format (or what the scraper's Accept asks for).
+// Prometheus' text format, or in OpenMetrics (with exemplars) when the
+// scraper's Accept asks for application/openmetrics-text.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if err := s.metrics.ledger.refresh(r.Context()); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "ledger", err.Error(), nil)
 		return
 	}
-	promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}).ServeHTTP(w, r)
 }
 
 // instrument counts and times every request by the route pattern it matched
@@ -336,8 +526,15 @@ type ledgerCounts struct {
 	cursor    string     // where the next bounded resync continues ("" = newest); under refreshMu
 	scanAfter string     // where the first full scan goes on after a page; under refreshMu
 
+	// runSeconds observes docket_run_duration_seconds for the runs in
+	// ended when a refresh reads them (the ledger's created_at and
+	// updated_at, the final status's time).
+	runSeconds *prometheus.HistogramVec
+	ex         exemplars
+
 	mu      sync.Mutex
 	loaded  bool
+	ended   map[string]struct{} // runs the engine ended since they were last read
 	dirty   map[string]struct{}
 	runs    map[string]runShare
 	byRun   map[ledger.RunStatus]int
@@ -363,7 +560,7 @@ const resyncPerScrape = 64
 var _ executor.Observer = (*ledgerCounts)(nil)
 
 func newLedgerCounts(led ledger.Store) *ledgerCounts {
-	return &ledgerCounts{led: led, dirty: map[string]struct{}{}, runs: map[string]runShare{},
+	return &ledgerCounts{led: led, ended: map[string]struct{}{}, dirty: map[string]struct{}{}, runs: map[string]runShare{},
 		byRun: map[ledger.RunStatus]int{}, byClass: map[classStatus]int{}}
 }
 
@@ -382,7 +579,15 @@ func (c *ledgerCounts) AttemptEnded(a executor.AttemptInfo, _ executor.AttemptRe
 func (c *ledgerCounts) LookupDone(a executor.AttemptInfo, _ bool)    { c.touch(a.RunID) }
 func (c *ledgerCounts) Adopted(a executor.AttemptInfo)               { c.touch(a.RunID) }
 func (c *ledgerCounts) NeedsReview(a executor.AttemptInfo, _ string) { c.touch(a.RunID) }
-func (c *ledgerCounts) RunStatus(runID string, _ ledger.RunStatus)   { c.touch(runID) }
+func (c *ledgerCounts) RunStatus(runID string, st ledger.RunStatus) {
+	switch st {
+	case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
+		c.mu.Lock()
+		c.ended[runID] = struct{}{}
+		c.mu.Unlock()
+	}
+	c.touch(runID)
+}
 
 // refresh brings the counts up to date (see ledgerCounts).
 func (c *ledgerCounts) refresh(ctx context.Context) error {
@@ -472,6 +677,15 @@ func (c *ledgerCounts) readRun(ctx context.Context, r ledger.Run) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, ok := c.ended[r.ID]; ok {
+		delete(c.ended, r.ID)
+		switch r.Status {
+		case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
+			if c.runSeconds != nil && !r.CreatedAt.IsZero() && !r.UpdatedAt.Before(r.CreatedAt) {
+				c.ex.observe(c.runSeconds.WithLabelValues(string(r.Status)), r.UpdatedAt.Sub(r.CreatedAt).Seconds(), r.ID)
+			}
+		}
+	}
 	if old, ok := c.runs[r.ID]; ok {
 		c.byRun[old.status]--
 		for _, cc := range old.actions {

@@ -230,7 +230,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := newMetrics(cfg.Ledger)
+	m := newMetrics(cfg.Ledger, cfg.TraceID, cfg.Now)
 	sig := newSignals()
 	// One engine for the server, built once: it reports to the server's
 	// metrics and live signals, and to the caller's Observer when one is set.

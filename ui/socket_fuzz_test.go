@@ -18,7 +18,7 @@ func FuzzSocketOpScopes(f *testing.F) {
 			f.Add([]byte(s), uint8(sc))
 		}
 	}
-	s := &Server{metrics: newMetrics(nil), limits: newLimiter(0, 0, 0, time.Now)}
+	s := &Server{metrics: newMetrics(nil, nil, nil), limits: newLimiter(0, 0, 0, time.Now)}
 	f.Fuzz(func(t *testing.T, data []byte, pick uint8) {
 		op, err := decodeReview(data, reviewFrom{})
 		if err != nil {
