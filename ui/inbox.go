@@ -13,6 +13,8 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
+	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/httptool"
 )
 
 // The reviewer's views across runs: the inbox (GET /v1/inbox, every action
@@ -46,6 +48,45 @@ type inboxItem struct {
 	// Approval says, for an action a policy rule decided, who approved its
 	// arguments as shown and how many more people are needed.
 	Approval *approvalView `json:"approval,omitempty"`
+	// Destination is where the call would go with these arguments (an
+	// HTTP tool, every reference resolved): method, scheme://host:port and
+	// path, resolved and checked as the call will be, so a person sees the
+	// host, not the template. DestinationError says why the call would be
+	// refused (an argument that would change the host, a dot segment).
+	Destination      *httptool.Destination `json:"destination,omitempty"`
+	DestinationError string                `json:"destination_error,omitempty"`
+}
+
+// destinationTool is a tool that can say where a call would go
+// (tools/httptool).
+type destinationTool interface {
+	Destination(tools.Call) (httptool.Destination, error)
+}
+
+// destination fills in it.Destination for an approval whose arguments are
+// all resolved.
+func (s *Server) destination(it *inboxItem) {
+	if it.Kind != "approval" || !it.Resolved || s.reg == nil {
+		return
+	}
+	t, ok := s.reg.Get(it.Tool)
+	if !ok {
+		return
+	}
+	dt, ok := t.(destinationTool)
+	if !ok {
+		return
+	}
+	key, err := plan.Key(it.RunID, it.ActionID, it.Tool, it.Args)
+	if err != nil {
+		return
+	}
+	d, err := dt.Destination(tools.Call{Key: key, RunID: it.RunID, Action: it.ActionID, Args: it.Args})
+	if err != nil {
+		it.DestinationError = err.Error()
+		return
+	}
+	it.Destination = &d
 }
 
 // approvalView is an action's policy gate as the reviewer sees it.
@@ -197,6 +238,7 @@ func (s *Server) waitingIn(ctx context.Context, run ledger.Run) ([]inboxItem, er
 			it.Args, it.Resolved = res, true
 		}
 		it.Approval = approvalOf(a, a.Args, doc.Run.CreatedBy, time.Now())
+		s.destination(&it)
 		items = append(items, it)
 	}
 	return items, nil

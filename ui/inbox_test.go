@@ -3,6 +3,7 @@ package ui_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -218,5 +219,46 @@ func TestInboxReplayDiff(t *testing.T) {
 	}
 	if code := b.call("POST", "/v1/runs/d/diff", map[string]any{"plan": map[string]any{"actions": []any{map[string]any{"id": "x", "tool": "nope", "args": map[string]any{}}}}}, nil); code != 422 {
 		t.Fatalf("a proposed plan with an unknown tool: %d", code)
+	}
+}
+
+// GET /v1/inbox shows, for an approval whose arguments are resolved, where
+// the HTTP call would go (method, scheme://host:port, path) as the call
+// will build it, and why a call would be refused before anything is sent.
+func TestInboxShowsDestination(t *testing.T) {
+	b := setup(t, options{})
+	p := `{"goal": "settings", "actions": [
+	  {"id": "ok", "tool": "settings_put", "args": {"account": "acct 1", "settings": {"plan": "pro"}}},
+	  {"id": "dots", "tool": "settings_put", "args": {"account": "..", "settings": {"plan": "pro"}}}]}`
+	if code := b.call("POST", "/v1/runs", map[string]any{"run_id": "dest", "plan": json.RawMessage(p), "approve": "none"}, nil); code != 201 {
+		t.Fatalf("creating the run: %d", code)
+	}
+	var in struct {
+		Items []struct {
+			ActionID    string `json:"action_id"`
+			Destination *struct {
+				Method, Origin, Path string
+			} `json:"destination"`
+			DestinationError string `json:"destination_error"`
+		} `json:"items"`
+	}
+	if code := b.call("GET", "/v1/inbox?run=dest", nil, &in); code != 200 || len(in.Items) != 2 {
+		t.Fatalf("GET /v1/inbox?run=dest: %d, %d items", code, len(in.Items))
+	}
+	u, err := url.Parse(b.world.Settings.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range in.Items {
+		switch it.ActionID {
+		case "ok":
+			if d := it.Destination; d == nil || d.Method != "PUT" || d.Origin != "http://"+u.Host || d.Path != "/accounts/acct%201/settings" || it.DestinationError != "" {
+				t.Fatalf("destination of ok: %+v %q (want PUT http://%s/accounts/acct%%201/settings)", d, it.DestinationError, u.Host)
+			}
+		case "dots":
+			if it.Destination != nil || !strings.Contains(it.DestinationError, "account") {
+				t.Fatalf("a dot segment: destination %+v, error %q", it.Destination, it.DestinationError)
+			}
+		}
 	}
 }

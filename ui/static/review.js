@@ -190,6 +190,10 @@ function renderInboxItem(it) {
     it.run_goal ? el("p", { class: "run-goal-line", text: it.run_goal }) : null,
     it.approval ? renderApproval(it.approval) : null,
     review ? el("p", { class: "review-note", text: (it.error ? "After " + plural(it.attempts, "attempt") + ": " + it.error : "Outcome unknown after " + plural(it.attempts, "attempt")) + ". Check the external system, then say what happened." }) : null,
+    it.destination ? el("p", { class: "destination", "data-role": "destination",
+      text: "Sends " + it.destination.method + " to " + it.destination.origin + it.destination.path }) : null,
+    it.destination_error ? el("p", { class: "review-note", "data-role": "destination-error",
+      text: "This call would be refused before anything is sent: " + it.destination_error }) : null,
     el("details", { open: true }, el("summary", { text: it.resolved ? "arguments (resolved)" : "arguments (some references resolve later)" }),
       el("pre", { text: pretty(it.args) })),
     tool.request ? renderPreview(tool.request, { args: it.args, key: it.key }) : null);
