@@ -304,7 +304,9 @@ type session struct {
 // "why"; a reply with neither content nor tool calls is answered with a
 // reminder and counts as a repair; a 200 answer carrying an error object is a
 // *ModelError; arguments that are not one JSON object, unknown tool names and
-// invalid arguments are answered with the problem as the tool result.
+// invalid arguments are answered with the problem as the tool result. Tool
+// calls written as text in the content are read as calls, or fail the
+// planning with ReasonTextCalls (the package doc's "Servers").
 func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	s, err := p.newSession(req)
 	if err != nil {
@@ -461,8 +463,12 @@ func (s *session) absorb(ctx context.Context, resp openai.ChatCompletionResponse
 		}
 	default:
 		if cfg.Mode == ModeTools && s.p.names.callSyntax(msg.Content) {
-			// never an empty or partial plan from calls docket could not read
-			return false, s.fail(ReasonTextCalls, "the model's reply has no tool calls, and %v; %s; the model answered: %s", errCallSyntax, parserHint(""), clip(strings.TrimSpace(msg.Content), 500))
+			// Never an empty plan from calls docket could not read; after
+			// queued actions the text may be a summary naming them: said.
+			if len(s.actions) == 0 {
+				return false, s.fail(ReasonTextCalls, "the model's reply has no tool calls, and %v; %s; the model answered: %s", errCallSyntax, parserHint(""), clip(strings.TrimSpace(msg.Content), 500))
+			}
+			s.warn(warnTextCalls+":unread", fmt.Sprintf("the model's closing reply %v, after %d queued actions; they are the plan, check it is complete: %s", errCallSyntax, len(s.actions), clip(strings.TrimSpace(msg.Content), 300)))
 		}
 		s.msgs = append(s.msgs, assistantText(msg))
 		s.reply = strings.TrimSpace(msg.Content)

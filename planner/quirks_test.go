@@ -96,6 +96,14 @@ func TestPlanQuirks(t *testing.T) {
 		{dir: "combined", warn: "encoded twice", want: []plan.Action{
 			{ID: "a1", Tool: "mail/send", Args: json.RawMessage(mailArgs)},
 		}},
+		{dir: "prose_json_call", warn: "fenced JSON", want: []plan.Action{
+			{ID: "a1", Tool: "mail/send", Args: json.RawMessage(mailArgs), Why: "Sure, sending it now:  and that's all."},
+		}},
+		// after queued actions, call syntax in the closing text is said,
+		// the plan kept
+		{dir: "summary_call_syntax", warn: "check it is complete", want: []plan.Action{
+			{ID: "a1", Tool: "mail/send", Args: json.RawMessage(mailArgs)},
+		}},
 		// not asked to stream (no progress function): the server streams
 		// anyway; one request per turn, no retries, and later turns ask
 		// for the stream

@@ -107,14 +107,24 @@ func oneCall(v json.RawMessage) (openai.ToolCall, bool) {
 		}
 	}
 	var name string
-	if json.Unmarshal(m["name"], &name) != nil || strings.TrimSpace(name) == "" {
+	for _, k := range []string{"name", "function", "tool_name"} {
+		if json.Unmarshal(m[k], &name) == nil && strings.TrimSpace(name) != "" {
+			break
+		}
+		name = ""
+	}
+	if name == "" {
 		return openai.ToolCall{}, false
 	}
-	args, ok := m["arguments"]
-	if !ok {
-		if args, ok = m["parameters"]; !ok {
-			return openai.ToolCall{}, false
+	var args json.RawMessage
+	ok := false
+	for _, k := range []string{"arguments", "parameters", "args"} {
+		if args, ok = m[k]; ok {
+			break
 		}
+	}
+	if !ok {
+		return openai.ToolCall{}, false
 	}
 	return openai.ToolCall{ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: strings.TrimSpace(name), Arguments: argsText(args)}}, true
 }
@@ -137,7 +147,7 @@ func argsText(args json.RawMessage) string {
 // a call object.
 func looksLikeCall(text string) bool {
 	return strings.Contains(text, `"tool_calls"`) ||
-		strings.Contains(text, `"name"`) && (strings.Contains(text, `"arguments"`) || strings.Contains(text, `"parameters"`))
+		(strings.Contains(text, `"name"`) || strings.Contains(text, `"function"`)) && (strings.Contains(text, `"arguments"`) || strings.Contains(text, `"parameters"`))
 }
 
 // mistralCalls reads Mistral's [TOOL_CALLS] forms: a JSON list of calls
@@ -342,15 +352,16 @@ func jsonCalls(content string) ([]openai.ToolCall, string, error) {
 var errCallSyntax = errors.New("it looks like tool calls written as text in a form docket does not read")
 
 // callSyntax reports whether a reply without tool calls writes calls in a
-// form none of the readers understood: a tool's name followed by "(" or a
-// JSON "name" member naming a tool, or a known tool-call marker.
+// form none of the readers understood: a tool's name followed by "(", a
+// JSON "name" (or "function", "tool", "tool_name") member naming a tool,
+// or a known tool-call marker.
 func (m nameMap) callSyntax(content string) bool {
 	for _, mark := range []string{"<tool_call", "<|tool_call", "[TOOL_CALLS]", "<function=", "<|python_tag|>", "functools[", "<tool▁call", "<|tool_calls_section_begin|>"} {
 		if strings.Contains(content, mark) {
 			return true
 		}
 	}
-	if !strings.Contains(content, "(") && !strings.Contains(content, `"name"`) {
+	if !strings.Contains(content, "(") && !strings.Contains(content, `"`) {
 		return false
 	}
 	for wire, name := range m.fromWire {
@@ -358,7 +369,7 @@ func (m nameMap) callSyntax(content string) bool {
 			if calledAt(content, n+"(") {
 				return true
 			}
-			if strings.Contains(content, `"name"`) && nameMember(n).MatchString(content) {
+			if strings.Contains(content, n+`"`) && nameMember(n).MatchString(content) {
 				return true
 			}
 		}
@@ -387,5 +398,5 @@ func isNameByte(b byte) bool {
 }
 
 func nameMember(n string) *regexp.Regexp {
-	return regexp.MustCompile(`"name"\s*:\s*"(?:functions\.)?` + regexp.QuoteMeta(n) + `"`)
+	return regexp.MustCompile(`"(?:name|function|tool|tool_name)"\s*:\s*"(?:[A-Za-z_]+[.:])?` + regexp.QuoteMeta(n) + `"`)
 }
