@@ -798,7 +798,9 @@ func (s *session) sendRetrying(ctx context.Context) (openai.ChatCompletionRespon
 			if err != nil && at.read && at.Status/100 == 2 && isEventStream(at.header, at.body) {
 				// streamed although not asked: read the stream
 				resp, err = s.readEvents(at.body, at)
-				if err == nil {
+				if err == nil && cfg.Stream == StreamOff {
+					s.warn(warnSSEUnasked, "the server answered with a stream (server-sent events) although the request did not ask for one; docket read the stream")
+				} else if err == nil {
 					s.warn(warnSSEUnasked, "the server answered with a stream (server-sent events) although the request did not ask for one; docket read the stream and asks for streamed replies from now on")
 					p.mustStream.Store(true)
 				}

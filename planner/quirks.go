@@ -189,8 +189,7 @@ func strictRefused(status int, msg string) bool {
 
 // streamRefused reports whether an HTTP 400 refuses streaming or its options.
 func streamRefused(status int, msg string) bool {
-	m := strings.ToLower(msg)
-	return status == 400 && (strings.Contains(m, "stream") || strings.Contains(m, "include_usage"))
+	return status == 400 && (mentionsStream(msg) || strings.Contains(strings.ToLower(msg), "include_usage"))
 }
 
 // textToolCalls finds tool calls a server left in the content as Hermes

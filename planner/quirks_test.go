@@ -110,6 +110,11 @@ func TestPlanQuirks(t *testing.T) {
 		{dir: "sse_unasked", warn: "server-sent events", streamed: []bool{false, true}, want: []plan.Action{
 			{ID: "a1", Tool: "mail/send", Args: json.RawMessage(mailArgs)},
 		}},
+		// streaming off by configuration: each streamed answer is read,
+		// requests stay without stream
+		{dir: "sse_unasked", cfg: planner.Config{Stream: planner.StreamOff}, warn: "server-sent events", streamed: []bool{false, false}, want: []plan.Action{
+			{ID: "a1", Tool: "mail/send", Args: json.RawMessage(mailArgs)},
+		}},
 		{dir: "stream_only", warn: "only streams", streamed: []bool{false, true, true}, want: []plan.Action{
 			{ID: "a1", Tool: "mail/send", Args: json.RawMessage(mailArgs)},
 		}},
@@ -118,7 +123,7 @@ func TestPlanQuirks(t *testing.T) {
 		{dir: "unknown_syntax", reason: planner.ReasonTextCalls, quote: []string{`[mail_send(to="ops@example.com"`}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.dir, func(t *testing.T) {
+		t.Run(tc.dir+"/stream="+string(tc.cfg.Stream), func(t *testing.T) {
 			t.Parallel()
 			p, b := setup(t, tc.cfg, quirkScript(t, tc.dir)...)
 			res, err := p.Plan(context.Background(), planner.Request{Goal: "send the status email"})
@@ -201,5 +206,20 @@ func TestPlanStreamOnlyWhenOff(t *testing.T) {
 	}
 	if n := len(b.model.requests()); n != 1 {
 		t.Errorf("%d requests, want 1", n)
+	}
+}
+
+// An HTTP 400 that names an "upstream" is not a server asking for streams:
+// one request, the server's error.
+func TestPlanUpstreamIsNotStream(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, planner.Config{}, apiError(400, "upstream provider rejected the request: invalid tool schema", "invalid_request_error", nil))
+	_, err := p.Plan(context.Background(), planner.Request{Goal: "x"})
+	var me *planner.ModelError
+	if !errors.As(err, &me) || me.Status != 400 || strings.Contains(err.Error(), "--stream") {
+		t.Fatalf("err = %v, want the server's HTTP 400 without a streaming hint", err)
+	}
+	if reqs := b.model.requests(); len(reqs) != 1 || reqs[0].body["stream"] == true {
+		t.Errorf("%d requests (want 1, not streamed)", len(reqs))
 	}
 }

@@ -241,7 +241,24 @@ func (s *session) streamOnly(status int, msg string, at *attempt) bool {
 // streamRequired reports whether an HTTP 400 (or 422) to a request without
 // streaming asks for streaming.
 func streamRequired(status int, msg string) bool {
-	return (status == 400 || status == 422) && strings.Contains(strings.ToLower(msg), "stream")
+	return (status == 400 || status == 422) && mentionsStream(msg)
+}
+
+// mentionsStream reports whether msg names streaming ("stream",
+// "streaming", "stream_options"; not "upstream").
+func mentionsStream(msg string) bool {
+	m := strings.ToLower(msg)
+	for off := 0; ; {
+		i := strings.Index(m[off:], "stream")
+		if i < 0 {
+			return false
+		}
+		i += off
+		if i == 0 || m[i-1] < 'a' || m[i-1] > 'z' {
+			return true
+		}
+		off = i + 1
+	}
 }
 
 // streamHint is added to the error of a request refused because the server
