@@ -118,7 +118,10 @@ type Config struct {
 	// Stream is StreamAuto (default: stream replies when the planning has a
 	// progress function, WithProgress), StreamOn or StreamOff. A server that
 	// refuses a streamed request (HTTP 400) or answers it with one JSON
-	// reply is asked without streaming. DOCKET_STREAM.
+	// reply is asked without streaming; with "auto" or "on", a server that
+	// only streams (an HTTP 400 asking for stream: true, or a stream
+	// answered to a request without it) is asked with streaming from then
+	// on. DOCKET_STREAM.
 	Stream Switch
 	// ToolChoice, when set, is sent as tool_choice (ModeTools): ToolChoiceAuto,
 	// or ToolChoiceRequired for servers whose models answer in prose unless

@@ -86,10 +86,19 @@
 // is a *ModelError naming what was wrong, never retried (only a body cut off
 // is retried, as a transport failure); an HTTP 400 refusing "strict" makes
 // the planner leave "strict" out from then on and send the request again
-// (Config.Strict "off" never sends it); tool calls written as Hermes
-// <tool_call>{...}</tool_call> text in the content are read as calls with a
-// warning that the server's tool parser is off, and a block that is not a
-// call fails the planning (ReasonTextCalls), never an empty plan; in
+// (Config.Strict "off" never sends it); tool calls written as text in the
+// content (Hermes <tool_call>{...}</tool_call>, Mistral's [TOOL_CALLS] in
+// both its forms, Llama's <function=name>{...}</function>, a call as JSON,
+// fenced or bare: {"name", "arguments"}, a list of them or {"tool_calls":
+// [...]}) are read as calls with a warning that the server's tool parser is
+// off; such text that is not a call, or a reply without tool calls that
+// still writes a call in a form none of these is (a tool's name and "(", a
+// JSON member naming a tool), fails the planning (ReasonTextCalls) with the
+// model's answer quoted, never an empty plan (after queued actions it is a
+// warning); a tool name with a namespace ("functions.send_email") is the
+// tool; arguments encoded twice (a JSON string holding the JSON text) are
+// decoded once more; an answer streamed (server-sent events) to a request
+// that did not ask for a stream is read as the stream, not retried; in
 // ModeJSONSchema the plan object is found after prose, a fence or a
 // <think>...</think> block. Config.ToolChoice and Config.ParallelToolCalls
 // are sent as tool_choice and parallel_tool_calls when set.
@@ -105,7 +114,10 @@
 // records nothing. The streamed reply is recorded in the exchange as the
 // chat completion it assembles into ("streamed": true). A server that
 // refuses a streamed request (HTTP 400) or answers it with one JSON reply is
-// asked without streaming.
+// asked without streaming. A server that only streams (an HTTP 400 asking
+// for stream: true, or a stream answered to a request without it) is asked
+// for streamed replies from then on, unless Config.Stream is "off" (then the
+// error says so).
 //
 // # Recording
 //

@@ -94,10 +94,10 @@ func (f *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		return
 	}
-	for k, v := range rep.header {
+	w.Header().Set("Content-Type", "application/json")
+	for k, v := range rep.header { // may replace the Content-Type
 		w.Header().Set(k, v)
 	}
-	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(max(rep.status, 200))
 	io.WriteString(w, rep.body)
 }

@@ -52,6 +52,8 @@ type Planner struct {
 	said        sync.Map    // warning kinds already logged
 	noStrict    atomic.Bool // "strict" is left out (StrictOff, or the server refused it)
 	noStream    atomic.Bool // the server refused streaming
+	mustStream  atomic.Bool // the server only streams
+	noStreamOpt atomic.Bool // the server refused stream_options
 }
 
 // Request is what to plan: a goal, a conversation, or both (the goal is then
@@ -302,7 +304,9 @@ type session struct {
 // "why"; a reply with neither content nor tool calls is answered with a
 // reminder and counts as a repair; a 200 answer carrying an error object is a
 // *ModelError; arguments that are not one JSON object, unknown tool names and
-// invalid arguments are answered with the problem as the tool result.
+// invalid arguments are answered with the problem as the tool result. Tool
+// calls written as text in the content are read as calls, or fail the
+// planning with ReasonTextCalls (the package doc's "Servers").
 func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	s, err := p.newSession(req)
 	if err != nil {
@@ -430,12 +434,12 @@ func (s *session) absorb(ctx context.Context, resp openai.ChatCompletionResponse
 		msg.FunctionCall = nil
 	}
 	if cfg.Mode == ModeTools && len(msg.ToolCalls) == 0 {
-		calls, rest, found, err := textToolCalls(msg.Content)
+		calls, rest, form, err := contentToolCalls(msg.Content)
 		switch {
 		case err != nil:
-			return false, s.fail(ReasonTextCalls, "the server returned tool calls as text in the reply's content instead of as tool_calls, and %v; enable the server's tool call parser (vLLM: --enable-auto-tool-choice --tool-call-parser hermes)", err)
-		case found:
-			s.warn(warnTextCalls, "the server returned tool calls as <tool_call> text in the content; docket read them as tool calls: enable the server's tool call parser (vLLM: --enable-auto-tool-choice --tool-call-parser hermes)")
+			return false, s.fail(ReasonTextCalls, "the server returned tool calls as %s text in the reply's content instead of as tool_calls, and %v; %s; the model answered: %s", form, err, parserHint(form), clip(strings.TrimSpace(msg.Content), 500))
+		case form != "":
+			s.warn(warnTextCalls+":"+string(form), fmt.Sprintf("the server returned tool calls as %s text in the content instead of as tool_calls; docket read them as tool calls: %s", formText(form), parserHint(form)))
 			msg.ToolCalls, msg.Content = calls, rest
 		}
 	}
@@ -458,6 +462,14 @@ func (s *session) absorb(ctx context.Context, resp openai.ChatCompletionResponse
 			return true, nil
 		}
 	default:
+		if cfg.Mode == ModeTools && s.p.names.callSyntax(msg.Content) {
+			// Never an empty plan from calls docket could not read; after
+			// queued actions the text may be a summary naming them: said.
+			if len(s.actions) == 0 {
+				return false, s.fail(ReasonTextCalls, "the model's reply has no tool calls, and %v; %s; the model answered: %s", errCallSyntax, parserHint(""), clip(strings.TrimSpace(msg.Content), 500))
+			}
+			s.warn(warnTextCalls+":unread", fmt.Sprintf("the model's closing reply %v, after %d queued actions; they are the plan, check it is complete: %s", errCallSyntax, len(s.actions), clip(strings.TrimSpace(msg.Content), 300)))
+		}
 		s.msgs = append(s.msgs, assistantText(msg))
 		s.reply = strings.TrimSpace(msg.Content)
 		return true, nil
@@ -517,6 +529,15 @@ func (s *session) handleCalls(ctx context.Context, msg openai.ChatCompletionMess
 		if !ok {
 			reject(i, Problem{Msg: fmt.Sprintf("unknown tool %q; the tools are: %s", c.Function.Name, strings.Join(p.wireNames(), ", "))})
 			continue
+		}
+		if c.Function.Name != name && c.Function.Name != p.names.toWire[name] {
+			s.warn(warnNamePrefix, fmt.Sprintf("the model named a tool %q (a namespace such as \"functions.\" before the name); docket took it for %s", c.Function.Name, p.names.toWire[name]))
+			calls[i].Function.Name = p.names.toWire[name] // the conversation names the tool as offered
+		}
+		if text, ok := unwrapArgs(c.Function.Arguments); ok {
+			s.warn(warnArgsTwice, "the server sent tool call arguments encoded twice (a JSON string holding the JSON text); docket decoded them once more")
+			c.Function.Arguments = text
+			calls[i].Function.Arguments = text
 		}
 		spec := p.specs[name]
 		args, refs, err := normalizeArgs(c.Function.Arguments, p.shapes[name])
@@ -757,7 +778,9 @@ func (s *session) sendRetrying(ctx context.Context) (openai.ChatCompletionRespon
 		}
 		if s.streaming() {
 			req.Stream = true
-			req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+			if !p.noStreamOpt.Load() {
+				req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+			}
 		}
 		return req
 	}
@@ -772,6 +795,16 @@ func (s *session) sendRetrying(ctx context.Context) (openai.ChatCompletionRespon
 			resp, err = s.stream(actx, req, at)
 		} else {
 			resp, err = p.client.CreateChatCompletion(actx, req)
+			if err != nil && at.read && at.Status/100 == 2 && isEventStream(at.header, at.body) {
+				// streamed although not asked: read the stream
+				resp, err = s.readEvents(at.body, at)
+				if err == nil && cfg.Stream == StreamOff {
+					s.warn(warnSSEUnasked, "the server answered with a stream (server-sent events) although the request did not ask for one; docket read the stream")
+				} else if err == nil {
+					s.warn(warnSSEUnasked, "the server answered with a stream (server-sent events) although the request did not ask for one; docket read the stream and asks for streamed replies from now on")
+					p.mustStream.Store(true)
+				}
+			}
 		}
 		timedOut := err != nil && isTimeout(err, actx, ctx)
 		cancel()
@@ -797,8 +830,12 @@ func (s *session) sendRetrying(ctx context.Context) (openai.ChatCompletionRespon
 				return resp, nil
 			}
 			if msg, bad := errorInBody(at.body); bad {
-				at.Error = msg
-				return resp, &ModelError{Status: at.Status, Attempts: n, Msg: "the server answered with an error: " + msg}
+				at.Error = p.redact(msg)
+				if !req.Stream && s.streamOnly(400, msg, at) {
+					req = build()
+					continue
+				}
+				return resp, &ModelError{Status: at.Status, Attempts: n, Msg: "the server answered with an error: " + at.Error + streamHint(req.Stream, 400, msg)}
 			}
 			return resp, nil
 		}
@@ -821,15 +858,26 @@ func (s *session) sendRetrying(ctx context.Context) (openai.ChatCompletionRespon
 			req = build()
 			continue
 		}
-		if req.Stream && streamRefused(status, msg) && !p.noStream.Load() {
+		if req.Stream && streamRefused(status, msg) && p.mustStream.Load() && req.StreamOptions != nil && !p.noStreamOpt.Load() {
+			// a server that only streams refuses stream_options
+			p.noStreamOpt.Store(true)
+			at.Error += " (sent again without stream_options)"
+			req = build()
+			continue
+		}
+		if req.Stream && streamRefused(status, msg) && !p.noStream.Load() && !p.mustStream.Load() {
 			p.noStream.Store(true)
 			at.Error += " (sent again without streaming)"
 			s.warn(warnStreamRefuse, "the server refused a streamed request (HTTP 400); docket asks without streaming from now on (--stream=off or DOCKET_STREAM=off skips the refused request)")
 			req = build()
 			continue
 		}
+		if !req.Stream && s.streamOnly(status, msg, at) {
+			req = build()
+			continue
+		}
 		if !retry {
-			return resp, &ModelError{Status: status, Attempts: n, Msg: msg}
+			return resp, &ModelError{Status: status, Attempts: n, Msg: msg + streamHint(req.Stream, status, msg)}
 		}
 		if n > cfg.MaxRetries {
 			return resp, &ModelError{Status: status, Attempts: n, Msg: msg}

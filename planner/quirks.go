@@ -21,6 +21,10 @@ const (
 	warnTextCalls    = "text_tool_calls"
 	warnStreamRefuse = "stream_refused"
 	warnPreamble     = "preamble"
+	warnNamePrefix   = "name_prefix"
+	warnArgsTwice    = "args_twice"
+	warnSSEUnasked   = "sse_unasked"
+	warnStreamOnly   = "stream_only"
 )
 
 // warn notes a quirk in the session (its exchange and result) and logs it
@@ -35,6 +39,49 @@ func (s *session) warn(kind, msg string) {
 	if _, said := s.p.said.LoadOrStore(kind, true); !said {
 		s.p.log.Warn(msg, "quirk", kind)
 	}
+}
+
+// formText describes a textForm in a warning.
+func formText(f textForm) string {
+	switch f {
+	case formMistral:
+		return "Mistral [TOOL_CALLS]"
+	case formJSON:
+		return "JSON (fenced JSON or a bare object)"
+	}
+	return string(f)
+}
+
+// parserHint says how to make the server return tool calls as tool_calls.
+func parserHint(f textForm) string {
+	switch f {
+	case formHermes:
+		return "enable the server's tool call parser (vLLM: --enable-auto-tool-choice --tool-call-parser hermes)"
+	case formMistral:
+		return "enable the server's tool call parser (vLLM: --enable-auto-tool-choice --tool-call-parser mistral)"
+	}
+	return "enable the server's tool call parser for this model (vLLM: --enable-auto-tool-choice --tool-call-parser NAME; Ollama: a model whose template supports tools)"
+}
+
+// unwrapArgs decodes tool call arguments encoded twice (some gateways and
+// fine-tuned models): arguments whose text is a JSON string holding the
+// object's JSON text, instead of that JSON text; at most three levels.
+func unwrapArgs(text string) (string, bool) {
+	t := strings.TrimSpace(text)
+	for range 3 {
+		if !strings.HasPrefix(t, `"`) {
+			break
+		}
+		var inner string
+		if json.Unmarshal([]byte(t), &inner) != nil {
+			return text, false
+		}
+		t = strings.TrimSpace(inner)
+		if strings.HasPrefix(t, "{") {
+			return t, true
+		}
+	}
+	return text, false
 }
 
 // fixArguments rewrites a chat-completion body whose tool call arguments
@@ -142,8 +189,7 @@ func strictRefused(status int, msg string) bool {
 
 // streamRefused reports whether an HTTP 400 refuses streaming or its options.
 func streamRefused(status int, msg string) bool {
-	m := strings.ToLower(msg)
-	return status == 400 && (strings.Contains(m, "stream") || strings.Contains(m, "include_usage"))
+	return status == 400 && (mentionsStream(msg) || strings.Contains(strings.ToLower(msg), "include_usage"))
 }
 
 // textToolCalls finds tool calls a server left in the content as Hermes

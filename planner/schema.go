@@ -37,8 +37,21 @@ func (m nameMap) registryName(wire string) (string, bool) {
 	if _, ok := m.toWire[wire]; ok { // not another tool's wire name: checked above
 		return wire, true
 	}
+	if n := strings.TrimSpace(wire); n != wire && n != "" {
+		return m.registryName(n)
+	}
+	for _, prefix := range namePrefixes {
+		if n, ok := strings.CutPrefix(wire, prefix); ok && n != "" {
+			return m.registryName(n)
+		}
+	}
 	return "", false
 }
+
+// namePrefixes are namespaces some models put before a tool's name
+// ("functions.send_email": gpt-oss and other models trained on OpenAI's
+// harmony format; "default_api.": models trained on Gemini's).
+var namePrefixes = []string{"functions.", "function.", "functions:", "default_api."}
 
 // shape records, for one schema node, which object properties were optional
 // in the original schema (and were made nullable and required for strict

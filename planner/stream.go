@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -19,6 +20,9 @@ func (s *session) streaming() bool {
 	p := s.p
 	if p.noStream.Load() {
 		return false
+	}
+	if p.mustStream.Load() {
+		return true
 	}
 	switch p.cfg.Stream {
 	case StreamOn:
@@ -207,6 +211,121 @@ func (s *session) stream(ctx context.Context, req openai.ChatCompletionRequest, 
 			return resp, fmt.Errorf("%w: the streamed reply held no chunk: %s", errBadChunk, clip(strings.TrimSpace(string(body)), 200))
 		}
 		return resp, nil
+	}
+	at.fixedArgs = at.fixedArgs || a.fixedArgs
+	resp := a.response()
+	at.assembled, _ = json.Marshal(resp)
+	at.Streamed = true
+	return resp, nil
+}
+
+// streamOnly handles an answer to a request without streaming that says
+// the server only streams (an HTTP 400 asking for stream: true): unless
+// streaming is off by configuration, requests are streamed from now on and
+// it reports true (send again). Said once per Planner.
+func (s *session) streamOnly(status int, msg string, at *attempt) bool {
+	p := s.p
+	if !streamRequired(status, msg) || p.cfg.Stream == StreamOff || p.mustStream.Load() {
+		return false
+	}
+	p.mustStream.Store(true)
+	if p.noStream.Swap(false) {
+		// streaming was refused earlier: for its stream_options, then
+		p.noStreamOpt.Store(true)
+	}
+	at.Error += " (sent again with streaming)"
+	s.warn(warnStreamOnly, "the server only streams (it refused a request without stream: true); docket asks for streamed replies from now on (--stream on skips the refused request)")
+	return true
+}
+
+// streamRequired reports whether an HTTP 400 (or 422) to a request without
+// streaming asks for streaming.
+func streamRequired(status int, msg string) bool {
+	return (status == 400 || status == 422) && mentionsStream(msg)
+}
+
+// mentionsStream reports whether msg names streaming ("stream",
+// "streaming", "stream_options"; not "upstream").
+func mentionsStream(msg string) bool {
+	m := strings.ToLower(msg)
+	for off := 0; ; {
+		i := strings.Index(m[off:], "stream")
+		if i < 0 {
+			return false
+		}
+		i += off
+		if i == 0 || m[i-1] < 'a' || m[i-1] > 'z' {
+			return true
+		}
+		off = i + 1
+	}
+}
+
+// streamHint is added to the error of a request refused because the server
+// only streams while streaming is off.
+func streamHint(streamed bool, status int, msg string) string {
+	if streamed || !streamRequired(status, msg) {
+		return ""
+	}
+	return "; the server only answers streamed requests: set --stream auto or on (DOCKET_STREAM)"
+}
+
+// isEventStream reports whether an answer is server-sent events: by its
+// Content-Type, or by its body when a server labels its stream as JSON.
+func isEventStream(h http.Header, body []byte) bool {
+	if strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream") {
+		return true
+	}
+	return bytes.HasPrefix(bytes.TrimSpace(body), []byte("data:"))
+}
+
+// readEvents assembles a whole body of server-sent events (the answer of a
+// server that streamed although not asked) into the chat completion it
+// streams, as stream does for a streamed request: "data:" fields, an event
+// per blank line, comments and other fields skipped, up to "data: [DONE]".
+func (s *session) readEvents(body []byte, at *attempt) (openai.ChatCompletionResponse, error) {
+	a := &assembler{s: s}
+	var data []byte
+	done := false
+	dispatch := func() error {
+		if data == nil || done {
+			data = nil
+			return nil
+		}
+		ev := bytes.TrimSpace(data)
+		data = nil
+		if string(ev) == "[DONE]" {
+			done = true
+			return nil
+		}
+		if msg, bad := errorInBody(ev); bad {
+			return &ModelError{Status: at.Status, Attempts: at.Attempt, Msg: "the server answered with an error in its stream: " + s.p.redact(msg)}
+		}
+		return a.add(ev)
+	}
+	for _, line := range bytes.Split(body, []byte("\n")) {
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			if err := dispatch(); err != nil {
+				return openai.ChatCompletionResponse{}, err
+			}
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		if string(field) != "data" {
+			continue // a comment (":"), event:, id:, retry:
+		}
+		value = bytes.TrimPrefix(value, []byte(" "))
+		if data != nil {
+			data = append(data, '\n')
+		}
+		data = append(append([]byte{}, data...), value...)
+	}
+	if err := dispatch(); err != nil {
+		return openai.ChatCompletionResponse{}, err
+	}
+	if a.chunks == 0 {
+		return openai.ChatCompletionResponse{}, fmt.Errorf("%w: the stream held no chunk: %s", errBadChunk, clip(strings.TrimSpace(string(body)), 200))
 	}
 	at.fixedArgs = at.fixedArgs || a.fixedArgs
 	resp := a.response()
