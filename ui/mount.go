@@ -13,7 +13,8 @@ func (s *Server) Engine() *executor.Engine { return s.eng }
 
 // Protect wraps h, served beside the API (e.g. at /mcp), so that it needs
 // what an API route needs: a bearer token (or the page's session) that holds
-// scope, within the token's rate limit; refusals answer as the API's do.
+// scope, within the token's rate limit, under the same Host allowlist, body
+// timeout and cap; refusals answer as the API's do.
 func (s *Server) Protect(scope Scope, h http.Handler) http.Handler {
-	return s.auth(scope, h.ServeHTTP)
+	return s.guard(s.auth(scope, h.ServeHTTP))
 }
