@@ -133,9 +133,9 @@ func allowedHosts(cfg Config) map[string]struct{} {
 	return out
 }
 
-// validHost checks one Hosts entry: a DNS name (or "*"), no scheme, port or
+// ValidHost checks one Config.Hosts entry: a DNS name (or "*"), no scheme, port or
 // path.
-func validHost(h string) bool {
+func ValidHost(h string) bool {
 	if h == "*" {
 		return true
 	}

@@ -197,7 +197,7 @@ func (cfg Config) validate() error {
 		}
 	}
 	for _, h := range cfg.Hosts {
-		if !validHost(h) {
+		if !ValidHost(h) {
 			errs = append(errs, fmt.Errorf("host %q: want a host name without scheme, port or path (e.g. docket.example.com), or *", h))
 		}
 	}
