@@ -2,7 +2,6 @@ package ui
 
 import (
 	"cmp"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -31,35 +30,16 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			w.Header().Set("Strict-Transport-Security", "max-age=31536000")
 		}
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-			rc := http.NewResponseController(w)
-			// An unsupported writer (a test's recorder) has no deadline to set.
-			if rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-			}
+			// Once the body is read to its end, net/http lifts the deadline
+			// (a long poll or an MCP call waiting for a person goes on); a
+			// body not read to its end keeps it, so what the server discards
+			// of it after the handler is cut off too. A writer without
+			// deadlines (a test's recorder) is left as it is.
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 			r.Body = http.MaxBytesReader(w, r.Body, max(s.cfg.MaxBodyBytes, s.cfg.MaxRunBodyBytes))
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// deadlineBody lifts the body's read deadline once the body has been read
-// to its end: a request that then waits (a long poll, an MCP call waiting
-// for a person) is not cut off. A body that failed (its deadline passed)
-// keeps it, so that what the server reads of it after the handler (it
-// discards the rest before answering) is cut off too.
-type deadlineBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.done {
-		b.done = true
-		b.rc.SetReadDeadline(time.Time{})
-	}
-	return n, err
 }
 
 // secure says whether r reached the service over HTTPS: directly, or

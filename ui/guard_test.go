@@ -222,6 +222,9 @@ func TestConnectionsPerClientCapped(t *testing.T) {
 		t.Fatalf("a connection within the cap: %q %v", line, err)
 	}
 	extra := dial()
+	// A request on it gets no answer: it was closed when accepted (without
+	// the cap it would be answered 200).
+	fmt.Fprintf(extra, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", ln.Addr())
 	if closed, got := closedByServer(extra); !closed || got != "" {
 		t.Fatalf("a connection past the cap of %d was not closed (answer %q)", max, got)
 	}

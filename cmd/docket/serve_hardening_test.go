@@ -107,6 +107,8 @@ func TestServeSlowClientsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer extra.Close()
+	// A request on it gets no answer (without the cap: 200).
+	fmt.Fprintf(extra, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 	if closed, got := serverClosed(extra); !closed || got != "" {
 		t.Fatalf("a fourth connection of one address with --max-conns-per-client 3: closed %v, answer %q", closed, got)
 	}
