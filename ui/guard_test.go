@@ -506,3 +506,30 @@ func TestShortTokensRefused(t *testing.T) {
 		t.Fatalf("a short token in a tokens file: %v", err)
 	}
 }
+
+// TestSubmittedPlanProvenance: the provenance keys of a submitted plan's
+// meta (model, planner, source, submitter) are the server's: what the
+// client claimed is dropped, source and submitted_by are set; other keys
+// stay.
+func TestSubmittedPlanProvenance(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	var p map[string]any
+	if err := json.Unmarshal(onboardingPlan(t), &p); err != nil {
+		t.Fatal(err)
+	}
+	p["meta"] = map[string]string{"model": "gpt-approved-by-security", "planner": "docket-planner/1", "source": "mcp", "submitted_by": "token:root", "note": "kept"}
+	if code := b.call("POST", "/v1/runs", map[string]any{"run_id": "claims", "plan": p, "approve": "none"}, nil); code != http.StatusCreated {
+		t.Fatalf("POST /v1/runs = %d", code)
+	}
+	var got struct {
+		Meta map[string]string `json:"meta"`
+	}
+	if code := b.call("GET", "/v1/runs/claims/plan", nil, &got); code != http.StatusOK {
+		t.Fatalf("GET plan = %d", code)
+	}
+	m := got.Meta
+	if _, ok := m["model"]; ok || m["planner"] != "" || m["source"] != "api" || m["submitted_by"] != "token:alice" || m["note"] != "kept" {
+		t.Fatalf("the recorded plan's meta: %v", m)
+	}
+}
