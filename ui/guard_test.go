@@ -509,8 +509,8 @@ func TestShortTokensRefused(t *testing.T) {
 
 // TestSubmittedPlanProvenance: the provenance keys of a submitted plan's
 // meta (model, planner, source, submitter) are the server's: what the
-// client claimed is dropped, source and submitted_by are set; other keys
-// stay.
+// client claimed is kept as claimed_KEY, source and submitted_by are set;
+// other keys stay.
 func TestSubmittedPlanProvenance(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -529,7 +529,7 @@ func TestSubmittedPlanProvenance(t *testing.T) {
 		t.Fatalf("GET plan = %d", code)
 	}
 	m := got.Meta
-	if _, ok := m["model"]; ok || m["planner"] != "" || m["source"] != "api" || m["submitted_by"] != "token:alice" || m["note"] != "kept" {
+	if _, ok := m["model"]; ok || m["planner"] != "" || m["source"] != "api" || m["submitted_by"] != "token:alice" || m["note"] != "kept" || m["claimed_model"] != "gpt-approved-by-security" || m["claimed_submitted_by"] != "token:root" {
 		t.Fatalf("the recorded plan's meta: %v", m)
 	}
 }
