@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -506,19 +505,14 @@ const maxSessionBody = 4 << 10
 // cookieName is the name of the session cookie for r: over HTTPS (or
 // behind a trusted TLS proxy) __Host-docket_session, which a browser keeps
 // only when it is Secure, with Path=/ and no Domain, so no other host (a
-// sibling subdomain, a plain-HTTP page) can set or shadow it; over plain
-// HTTP docket_session. When the Host names a port, the name ends with it
-// (-8080), so services on the same host and different ports keep their
-// sessions apart.
+// sibling subdomain, a plain-HTTP page of the same name) can set or shadow
+// it; over plain HTTP docket_session. The name does not carry the port:
+// the nodes of a shared ledger accept one another's sessions.
 func (s *Server) cookieName(r *http.Request) string {
-	name := "docket_session"
 	if s.secure(r) {
-		name = "__Host-docket_session"
+		return "__Host-docket_session"
 	}
-	if _, port, err := net.SplitHostPort(r.Host); err == nil && port != "" {
-		name += "-" + port
-	}
-	return name
+	return "docket_session"
 }
 
 // sessionCookie is the session cookie for r holding value (empty and
