@@ -166,6 +166,19 @@ func TestAuditAndDryRunThroughServer(t *testing.T) {
 	if err := os.WriteFile(planPath, demoworld.OnboardingPlan(), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The preview is of the finished run: wait for its drive to end (a
+	// preview while an action is in flight is refused with 409).
+	req, _ := http.NewRequest("GET", s.base+"/v1/runs/srv-audit?wait=5m", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"status":"completed"`) {
+		t.Fatalf("GET the run, waiting: %d %.300s", resp.StatusCode, raw)
+	}
 	r = inproc(t, "replay", "--server", s.base, "--token", s.token, "--plan", planPath, "--dry-run", "srv-audit")
 	wantCode(t, r, 0)
 	if !strings.Contains(r.stdout, `"dry_run": true`) || !strings.Contains(r.stdout, `"outcome"`) {
