@@ -219,7 +219,7 @@ func TestAuth(t *testing.T) {
 	resp.Body.Close()
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == "docket_session" {
+		if isSessionCookie(c) {
 			cookie = c
 		}
 	}
@@ -229,12 +229,12 @@ func TestAuth(t *testing.T) {
 	if strings.Contains(cookie.Value, testToken) {
 		t.Fatal("the cookie carries the token")
 	}
-	withCookie := map[string]string{"Cookie": "docket_session=" + cookie.Value}
+	withCookie := map[string]string{"Cookie": cookie.Name + "=" + cookie.Value}
 	if code := b.callWith("GET", "/v1/runs", nil, nil, withCookie); code != http.StatusOK {
 		t.Fatalf("GET with the cookie = %d", code)
 	}
 	// A write carried by the cookie from a foreign page is refused.
-	foreign := map[string]string{"Cookie": "docket_session=" + cookie.Value, "Origin": "http://evil.example"}
+	foreign := map[string]string{"Cookie": cookie.Name + "=" + cookie.Value, "Origin": "http://evil.example"}
 	if code := b.callWith("POST", "/v1/runs", map[string]any{"plan": onboardingPlan(t)}, &e, foreign); code != http.StatusForbidden || e.Error.Code != "bad_origin" {
 		t.Fatalf("foreign write = %d %+v", code, e)
 	}

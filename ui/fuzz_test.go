@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/docketrun/docket/tools"
 )
@@ -38,6 +39,8 @@ func FuzzRequestBodies(f *testing.F) {
 		f.Fatal(err)
 	}
 	s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s.limits = newLimiter(0, 0, 0, time.Now)
+	s.signins = newSignIns(-1, 1, time.Now, s.log)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req createRequest
 		trimmed := bytes.TrimSpace(body)

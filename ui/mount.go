@@ -17,12 +17,13 @@ import (
 // that the page, the API and they share one executor.
 func (s *Server) Engine() *executor.Engine { return s.eng }
 
-// Protect wraps h, served beside the API, so that it needs what an API route
-// needs: a bearer token (or the page's session) that holds scope, within the
-// token's rate limit; refusals answer as the API's do. For docket's MCP
-// server use ServeMCP, which checks each tool's scope.
+// Protect wraps h, served beside the API (e.g. at /mcp), so that it needs
+// what an API route needs: a bearer token (or the page's session) that holds
+// scope, within the token's rate limit, under the same Host allowlist, body
+// timeout and cap; refusals answer as the API's do. For docket's MCP server
+// use ServeMCP, which checks each tool's scope.
 func (s *Server) Protect(scope Scope, h http.Handler) http.Handler {
-	return s.auth(scope, h.ServeHTTP)
+	return s.guard(s.auth(scope, h.ServeHTTP))
 }
 
 // ServeMCP serves ms over streamable HTTP beside the API (mount it at /mcp)
@@ -33,7 +34,8 @@ func (s *Server) Protect(scope Scope, h http.Handler) http.Handler {
 // is read or recorded; tools/list lists only the tools the token may call.
 // An MCP session belongs to the token that opened it: another token that
 // sends its session id is refused (403). A call that reaches ms some other
-// way (stdio on the same server) is refused.
+// way (stdio on the same server) is refused. The Host allowlist, body
+// timeout and cap of the API apply.
 func (s *Server) ServeMCP(ms *mcpserve.Server) http.Handler {
 	ms.MCP().AddReceivingMiddleware(s.mcpScopes)
 	// The go-sdk takes a caller's identity only from its bearer-token
@@ -47,14 +49,14 @@ func (s *Server) ServeMCP(ms *mcpserve.Server) http.Handler {
 		return &auth.TokenInfo{UserID: "token:" + p.name, Scopes: p.scopeNames(), Extra: map[string]any{mcpPrincipal: p}}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(ms.Handler())
 	protected := s.auth(scopeSignedIn, withCaller.ServeHTTP)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := bearer(r); !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="docket"`)
 			s.authFailed(w, r, "no_token", "MCP takes a bearer token: send Authorization: Bearer TOKEN (the page's session is not accepted here)")
 			return
 		}
 		protected(w, r)
-	})
+	}))
 }
 
 // mcpPrincipal is the TokenInfo.Extra entry holding the caller's principal.

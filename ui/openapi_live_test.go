@@ -56,7 +56,7 @@ type specPath struct {
 // server and writeJSON send them on every answer) and content negotiation
 // (Vary, Content-Encoding: a metrics library may compress). The checker
 // needs every other header declared.
-var transportHeaders = []string{"Content-Type", "Content-Length", "Date", "Transfer-Encoding", "Connection", "Cache-Control", "Vary", "Content-Encoding"}
+var transportHeaders = []string{"Content-Type", "Content-Length", "Date", "Transfer-Encoding", "Connection", "Cache-Control", "Vary", "Content-Encoding", "Strict-Transport-Security"}
 
 func newAPIChecker(t *testing.T) *apiChecker {
 	t.Helper()

@@ -141,6 +141,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, err)
 			return
 		}
+		stampSubmitted(p, r)
 		ident = executor.Request{Plan: p, Policy: policy}
 		if _, err := ident.Hash(); err != nil {
 			s.fail(w, err)

@@ -154,6 +154,11 @@ type Token struct {
 	Groups []string
 }
 
+// MinTokenLength is the shortest token accepted (a tokens file's env
+// entries, Config.Tokens, Token.Secret): a 16-character token from a
+// generator is beyond guessing at the sign-in rate the server allows.
+const MinTokenLength = 16
+
 func (t Token) validate() error {
 	if t.Name == "" || strings.ContainsAny(t.Name, " \t\r\n") {
 		return fmt.Errorf("token name %q: must be non-empty, without spaces", t.Name)
@@ -172,8 +177,8 @@ func (t Token) validate() error {
 	switch {
 	case (t.Secret == "") == (t.SHA256 == ""):
 		return fmt.Errorf("token %q: give exactly one of Secret and SHA256", t.Name)
-	case t.Secret != "" && len(t.Secret) < 8:
-		return fmt.Errorf("token %q: must be at least 8 characters", t.Name)
+	case t.Secret != "" && len(t.Secret) < MinTokenLength:
+		return fmt.Errorf("token %q: must be at least %d characters (got %d)", t.Name, MinTokenLength, len(t.Secret))
 	case t.SHA256 != "" && !isSHA256Hex(t.SHA256):
 		return fmt.Errorf("token %q: SHA256 must be 64 lowercase hex digits", t.Name)
 	}

@@ -97,6 +97,33 @@ type Config struct {
 	MaxRunBodyBytes int64
 	// SessionTTL is how long a session cookie stays valid. Default 12h.
 	SessionTTL time.Duration
+	// MaxSessionsPerToken caps the live sessions made from one token (on
+	// this server); signing in once more ends the oldest of them. Default 32.
+	MaxSessionsPerToken int
+	// SignInRate is how many failed authentications (a wrong token, an
+	// unknown session) per second one client address may make on average;
+	// past SignInBurst of them, every authentication from the address is
+	// answered 429 with Retry-After until its allowance refills. Zero: 1;
+	// negative: no throttling.
+	SignInRate float64
+	// SignInBurst is how many failed authentications a client address may
+	// make at once before SignInRate applies. Default 20.
+	SignInBurst int
+	// BodyTimeout is how long a request's body may take to arrive, from the
+	// end of its headers; a client that sends it slower is cut off. Default
+	// 1m.
+	BodyTimeout time.Duration
+	// Hosts are the host names (without port) the service answers to besides
+	// IP addresses, localhost and the hosts of Origins; a request whose Host
+	// header names another is refused with 421 (a page on another name that
+	// resolves to this address: DNS rebinding). "*" accepts every name.
+	Hosts []string
+	// TrustProxy says the service is reached through a proxy that sets
+	// X-Forwarded-Proto and X-Forwarded-For: a request it marks https counts
+	// as secure (Secure __Host- session cookie, Strict-Transport-Security),
+	// and sign-in throttling counts the address the proxy saw. Set it only
+	// when no client can reach the service except through that proxy.
+	TrustProxy bool
 	// WSBuffer is how many messages may wait for one WebSocket client
 	// before it is disconnected as too slow. Default 1024.
 	WSBuffer int
@@ -126,6 +153,10 @@ func (cfg Config) WithDefaults() Config {
 	cfg.MaxRunBodyBytes = cmp.Or(cfg.MaxRunBodyBytes, cfg.MaxBodyBytes, plan.MaxDocumentSize+1<<20)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, 12*time.Hour)
+	cfg.MaxSessionsPerToken = cmp.Or(cfg.MaxSessionsPerToken, 32)
+	cfg.SignInRate = cmp.Or(cfg.SignInRate, 1)
+	cfg.SignInBurst = cmp.Or(cfg.SignInBurst, 20)
+	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, time.Minute)
 	cfg.WSBuffer = cmp.Or(cfg.WSBuffer, 1024)
 	cfg.WSPing = cmp.Or(cfg.WSPing, 20*time.Second)
 	cfg.WSSlowAfter = cmp.Or(cfg.WSSlowAfter, 5*time.Second)
@@ -165,6 +196,14 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("notify URL %q: want an http(s) URL", cfg.Notify))
 		}
 	}
+	for _, h := range cfg.Hosts {
+		if !ValidHost(h) {
+			errs = append(errs, fmt.Errorf("host %q: want a host name without scheme, port or path (e.g. docket.example.com), or *", h))
+		}
+	}
+	if cfg.MaxSessionsPerToken < 1 || cfg.SignInBurst < 1 || cfg.BodyTimeout <= 0 {
+		errs = append(errs, errors.New("MaxSessionsPerToken, SignInBurst and BodyTimeout must be positive"))
+	}
 	if cfg.MaxBodyBytes < 1 || cfg.MaxRunBodyBytes < 1 || cfg.WSBuffer < 1 || cfg.WSPing <= 0 || cfg.WSSlowAfter <= 0 || cfg.WSReadLimit < 1 {
 		errs = append(errs, errors.New("MaxBodyBytes, MaxRunBodyBytes, WSBuffer, WSPing, WSSlowAfter and WSReadLimit must be positive"))
 	}
@@ -191,6 +230,8 @@ type Server struct {
 	signals *signals // the engine's reports that requests wait for
 	tokens  []tokenEntry
 	limits  *limiter
+	signins *signIns
+	hosts   map[string]struct{} // names the Host header may give (hostAllowed)
 
 	ctx    context.Context // drives and sockets; cancelled by Shutdown
 	cancel context.CancelFunc
@@ -257,6 +298,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		tokens:    toks,
 		limits:    newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.MaxSocketsPerToken, cfg.Now),
+		hosts:     allowedHosts(cfg),
 		cfg:       cfg,
 		led:       withTraceIDs(cfg.Ledger, cfg.TraceID),
 		reg:       cfg.Tools,
@@ -277,6 +319,7 @@ func New(cfg Config) (*Server, error) {
 		sockets:   map[*socket]struct{}{},
 		joining:   map[*joiner]struct{}{},
 	}
+	s.signins = newSignIns(cfg.SignInRate, cfg.SignInBurst, cfg.Now, s.log)
 	s.up = websocket.Upgrader{
 		ReadBufferSize:  4096,
 		WriteBufferSize: 4096,
@@ -291,7 +334,9 @@ func New(cfg Config) (*Server, error) {
 
 // Handler serves everything: the API, the streams, the page, health and
 // metrics.
-func (s *Server) Handler() http.Handler { return s.metrics.instrument(http.HandlerFunc(s.serve)) }
+func (s *Server) Handler() http.Handler {
+	return s.metrics.instrument(s.guard(http.HandlerFunc(s.serve)))
+}
 
 // serve is the mux behind the answers ServeMux would give in its own plain
 // text or HTML: an API path (under /v1/, /metrics, /healthz, /readyz) that
@@ -454,7 +499,36 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // --- authentication ---
 
-const sessionCookie = "docket_session"
+// maxSessionBody caps POST /v1/session's body, read before its token is
+// known.
+const maxSessionBody = 4 << 10
+
+// cookieName is the name of the session cookie for r: over HTTPS (or
+// behind a trusted TLS proxy) __Host-docket_session, which a browser keeps
+// only when it is Secure, with Path=/ and no Domain, so no other host (a
+// sibling subdomain, a plain-HTTP page of the same name) can set or shadow
+// it; over plain HTTP docket_session. The name does not carry the port:
+// the nodes of a shared ledger accept one another's sessions.
+func (s *Server) cookieName(r *http.Request) string {
+	if s.secure(r) {
+		return "__Host-docket_session"
+	}
+	return "docket_session"
+}
+
+// sessionCookie is the session cookie for r holding value (empty and
+// maxAge -1: the cookie that ends it).
+func (s *Server) sessionCookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{
+		Name:     s.cookieName(r),
+		Value:    value,
+		Path:     "/",
+		HttpOnly: true,
+		SameSite: http.SameSiteStrictMode,
+		Secure:   s.secure(r),
+		MaxAge:   maxAge,
+	}
+}
 
 // who returns the authenticated caller's name ("token:NAME").
 func who(r *http.Request) string {
@@ -486,11 +560,13 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(tok), true
 }
 
-// authFailed counts and logs a refused authentication (never the token) and
-// answers 401.
+// authFailed counts a refused authentication, logs it (aggregated per
+// client address, never the token) and answers 401. A wrong token or an
+// unknown session also takes from the client address's sign-in allowance.
 func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, reason, msg string) {
 	s.metrics.authFailures.Add(1)
-	s.log.Warn("authentication failed", "reason", reason, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	// Sending no credentials is not a guess: logged, not counted.
+	s.signins.fail(s.clientAddr(r), reason, reason != "no_token")
 	writeError(w, http.StatusUnauthorized, "unauthorized", msg, nil)
 }
 
@@ -500,12 +576,17 @@ func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, reason, msg 
 func (s *Server) auth(scope Scope, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var p principal
+		_, hasBearer := bearer(r)
+		_, cookieErr := r.Cookie(s.cookieName(r))
+		if (hasBearer || cookieErr == nil) && s.signInThrottled(w, r) {
+			return
+		}
 		if tok, ok := bearer(r); ok {
 			if p, ok = s.tokenPrincipal(tok); !ok {
 				s.authFailed(w, r, "bad_token", "the bearer token is not valid")
 				return
 			}
-		} else if c, err := r.Cookie(sessionCookie); err == nil {
+		} else if c, err := r.Cookie(s.cookieName(r)); err == nil {
 			sess, ok, err := s.lookupSession(r.Context(), c.Value)
 			if err != nil {
 				s.fail(w, fmt.Errorf("reading the session: %w", err))
@@ -566,12 +647,21 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "bad_origin", "sessions are created by the service's own page", nil)
 		return
 	}
+	if s.signInThrottled(w, r) {
+		return
+	}
 	tok, ok := bearer(r)
 	if !ok {
+		// Read before the token is known: small, and timed (guard).
+		b, ok := s.readBodyMax(w, r, maxSessionBody)
+		if !ok {
+			return
+		}
 		var body struct {
 			Token string `json:"token"`
 		}
-		if !s.decode(w, r, &body) {
+		if err := decodeStrict(b, &body); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
 			return
 		}
 		tok = body.Token
@@ -581,6 +671,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		s.authFailed(w, r, "bad_token", "the token is not valid")
 		return
 	}
+	if wait, ok := s.limits.allow(p.name); !ok {
+		s.tooMany(w, wait, fmt.Sprintf("token %s is over its rate limit (%g requests per second, bursts of %d)", p.name, s.cfg.RateLimit, s.cfg.RateBurst))
+		return
+	}
 	id, err := randomHex(32)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", err.Error(), nil)
@@ -588,33 +682,44 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.cfg.Now()
 	s.mu.Lock()
+	var mine []string              // the token's live sessions
 	for k, v := range s.sessions { // forget expired sessions
 		if now.After(v.expires) {
+			delete(s.sessions, k)
+		} else if v.who.name == p.name {
+			mine = append(mine, k)
+		}
+	}
+	// At the cap, the oldest sessions end: a person who lost a cookie can
+	// always sign in again, and one token never holds more than the cap.
+	var evicted []string
+	if over := len(mine) + 1 - s.cfg.MaxSessionsPerToken; over > 0 {
+		slices.SortFunc(mine, func(a, b string) int { return s.sessions[a].expires.Compare(s.sessions[b].expires) })
+		evicted = mine[:over]
+		for _, k := range evicted {
 			delete(s.sessions, k)
 		}
 	}
 	s.sessions[id] = session{who: p, expires: now.Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	if ss, ok := s.led.(sharedSessions); ok {
+		for _, k := range evicted {
+			if err := ss.DeleteSession(r.Context(), sessionHash(k)); err != nil {
+				s.fail(w, fmt.Errorf("ending the token's oldest session: %w", err))
+				return
+			}
+		}
 		if err := ss.PutSession(r.Context(), sessionHash(id), p.name, now.Add(s.cfg.SessionTTL)); err != nil {
 			s.fail(w, fmt.Errorf("recording the session: %w", err))
 			return
 		}
 	}
-	http.SetCookie(w, &http.Cookie{
-		Name:     sessionCookie,
-		Value:    id,
-		Path:     "/",
-		HttpOnly: true,
-		SameSite: http.SameSiteStrictMode,
-		Secure:   r.TLS != nil,
-		MaxAge:   int(s.cfg.SessionTTL / time.Second),
-	})
+	http.SetCookie(w, s.sessionCookie(r, id, int(s.cfg.SessionTTL/time.Second)))
 	writeJSON(w, http.StatusOK, map[string]any{"name": p.name, "scopes": p.scopeNames(), "expires_at": now.Add(s.cfg.SessionTTL).UTC().Format(time.RFC3339)})
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(sessionCookie); err == nil {
+	if c, err := r.Cookie(s.cookieName(r)); err == nil {
 		s.mu.Lock()
 		delete(s.sessions, c.Value)
 		s.mu.Unlock()
@@ -625,7 +730,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: -1})
+	http.SetCookie(w, s.sessionCookie(r, "", -1))
 	w.WriteHeader(http.StatusNoContent)
 }
 

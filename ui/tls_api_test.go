@@ -46,7 +46,7 @@ func TestAPIOverTLS(t *testing.T) {
 	resp.Body.Close()
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == "docket_session" {
+		if isSessionCookie(c) {
 			cookie = c
 		}
 	}

@@ -200,8 +200,8 @@ func parseTokenEntry(raw []byte, seen map[string]bool, getenv func(string) strin
 		if v == "" {
 			return Token{}, fmt.Errorf("%s: the variable %s is not set", e.Name, e.Env)
 		}
-		if len(v) < 16 {
-			return Token{}, fmt.Errorf("%s: the token in %s must be at least 16 characters", e.Name, e.Env)
+		if len(v) < MinTokenLength {
+			return Token{}, fmt.Errorf("%s: the token in %s must be at least %d characters (it has %d)", e.Name, e.Env, MinTokenLength, len(v))
 		}
 		t.Secret = v
 	}

@@ -26,7 +26,7 @@ func init() {
 	register("mcp", "serve the tools file's tools to any MCP client, every call recorded, keyed and reviewable", func(env Env) command { return &mcpCmd{env: env} })
 }
 
-const mcpUsage = "mcp --tools FILE [--data DIR] [--approve safe|all|none] [--wait 60s] [--session ID] [--listen ADDR | --addr ADDR] [--token [NAME=]T]... [--tokens FILE]"
+const mcpUsage = "mcp --tools FILE [--data DIR] [--approve safe|all|none] [--wait 60s] [--session ID] [--listen ADDR | --addr ADDR] [--token [NAME=]T]... [--tokens FILE] [--host NAME]... [--trust-proxy] [--idle-timeout 2m] [--body-timeout 1m] [--max-conns-per-client 128]"
 
 // mcpCmd is `docket mcp`: docket as an MCP server (executor/mcpserve). Over
 // stdio by default (a desktop assistant starts it), with the review page and
@@ -48,6 +48,7 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 	var tokens stringList
 	fs.Var(&tokens, "token", "API token with every scope, optionally named (NAME=TOKEN); repeatable (default: $DOCKET_TOKEN, else one generated and kept in the data directory); at /mcp, calling a tool of the tools file needs the submit scope, reading runs (docket_run_status, docket_waiting) the read scope")
 	tokensPath := fs.String("tokens", "", "tokens file, as for docket serve")
+	hf := addHTTPFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -64,6 +65,9 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 	}
 	if *wait < 0 {
 		return usageError("--wait must not be negative")
+	}
+	if err := hf.validate(); err != nil {
+		return err
 	}
 	if *listen != "" && *addr != "" {
 		return usageError("--listen (stdio, plus the page) and --addr (MCP over HTTP, plus the page) exclude each other")
@@ -85,6 +89,9 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer l.Close()
+	if !postgres.IsURL(*data) {
+		tightenDataDir(*data, log)
+	}
 
 	where := *addr + *listen
 	var (
@@ -100,7 +107,17 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 		}
 		defer ln.Close()
 		base, _, _ := serveURL(ln.Addr(), where, "http")
-		if page, err = c.page(l, reg, *data, *tokensPath, tokens, out, base); err != nil {
+		var warnings []string
+		if !loopback(ln.Addr()) {
+			// The tokens and the page's session cross the network in clear.
+			msg := fmt.Sprintf("plain HTTP on a non-loopback address (%s): tokens and session cookies cross the network unencrypted; listen on 127.0.0.1 behind a TLS-terminating proxy (with --trust-proxy), or use docket serve --mcp --tls-cert/--tls-key", ln.Addr())
+			warnings = append(warnings, msg)
+			fmt.Fprintf(c.env.Stderr, "docket mcp: warning: %s\n", msg)
+		}
+		if page, err = c.page(l, reg, *data, *tokensPath, tokens, out, base, func(cfg *ui.Config) {
+			cfg.Warnings = warnings
+			hf.apply(cfg, ln)
+		}); err != nil {
 			return err
 		}
 		eng = page.Engine()
@@ -146,9 +163,9 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 		} else {
 			fmt.Fprintf(out, "docket mcp: review page and API at http://%s/\n", ln.Addr())
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		hs, sln := hf.server(h, ln, log)
 		served = make(chan error, 1)
-		go func() { served <- hs.Serve(ln) }()
+		go func() { served <- hs.Serve(sln) }()
 		defer func() {
 			shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -176,7 +193,7 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 }
 
 // page builds the review page and API service for docket mcp.
-func (c *mcpCmd) page(l ledger.Store, reg *tools.Registry, data, tokensPath string, tokens []string, out io.Writer, base string) (*ui.Server, error) {
+func (c *mcpCmd) page(l ledger.Store, reg *tools.Registry, data, tokensPath string, tokens []string, out io.Writer, base string, tune func(*ui.Config)) (*ui.Server, error) {
 	var scoped []ui.Token
 	if tokensPath != "" {
 		raw, err := os.ReadFile(tokensPath)
@@ -193,8 +210,10 @@ func (c *mcpCmd) page(l ledger.Store, reg *tools.Registry, data, tokensPath stri
 		var err error
 		kept := data + "/" + tokenFile
 		if postgres.IsURL(data) && len(tokens) == 0 && c.env.Getenv("DOCKET_TOKEN") == "" {
-			named, generated, _, err = sharedServeToken(context.Background(), l)
-			kept = "the shared ledger"
+			var admin ui.Token
+			admin, generated, _, err = sharedServeToken(context.Background(), l)
+			scoped = append(scoped, admin)
+			kept = "the shared ledger by its SHA-256"
 		} else {
 			named, generated, _, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), data)
 		}
@@ -209,10 +228,12 @@ func (c *mcpCmd) page(l ledger.Store, reg *tools.Registry, data, tokensPath stri
 	if c.env.Tune != nil {
 		c.env.Tune(&ecfg)
 	}
-	page, err := ui.New(ui.Config{
+	ucfg := ui.Config{
 		Ledger: l, Tools: reg, Executor: ecfg, Tokens: named, ScopedTokens: scoped,
 		Logger: slog.New(slog.NewTextHandler(c.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	tune(&ucfg)
+	page, err := ui.New(ucfg)
 	if err != nil {
 		return nil, withCode(exitBad, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,7 +50,7 @@ const tokenFile = "serve-token"
 // ledger (the default, 4096, costs ~0.4 MiB per client).
 const serveSubscriberBuffer = 256
 
-const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--grace 25s] [--memory-limit 128MiB] [--model NAME] [--base-url URL]"
+const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--host NAME]... [--trust-proxy] [--idle-timeout 2m] [--body-timeout 1m] [--max-conns-per-client 128] [--grace 25s] [--memory-limit 128MiB] [--model NAME] [--base-url URL]"
 
 // serveCmd is `docket serve`.
 type serveCmd struct{ env Env }
@@ -77,6 +79,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", 50, "requests per second each token may make on average (HTTP and socket messages; 0: no limit)")
 	burst := fs.Int("burst", 100, "requests a token may make at once before --rate applies")
 	maxSockets := fs.Int("max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
+	hf := addHTTPFlags(fs)
 	grace := fs.Duration("grace", defaultGrace, "on SIGTERM or Ctrl-C: no new attempt starts, and calls in flight get this long to finish; calls still running near its end are cut off and recorded with an unknown outcome (the next start decides by the tool's class), and the process exits within it")
 	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (each tool needs its scope: submit to call a tool, read for docket_run_status and docket_waiting), on the same engine, page and tokens (see docket mcp)")
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
@@ -107,6 +110,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	if *rate < 0 || *burst < 1 || *maxSockets < 0 {
 		return usageError("--rate and --max-sockets must not be negative, --burst must be at least 1")
+	}
+	if err := hf.validate(); err != nil {
+		return err
 	}
 	secret := cmp.Or(*notifySecret, c.env.Getenv("DOCKET_NOTIFY_SECRET"))
 	if secret != "" && *notify == "" {
@@ -184,6 +190,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		l = pg
 	} else {
 		l, err = openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+		if err == nil {
+			tightenDataDir(*data, log)
+		}
 	}
 	if err != nil {
 		return err
@@ -201,13 +210,16 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	var (
 		named             map[string]string
+		sharedAdmin       []ui.Token // the generated token of a shared ledger, by its hash
 		generated, source string
 	)
 	shared := postgres.IsURL(*data)
 	if len(scoped) == 0 || len(tokens) > 0 {
 		if shared && len(tokens) == 0 && c.env.Getenv("DOCKET_TOKEN") == "" {
 			// Every node of a shared ledger signs in with the same token.
-			named, generated, source, err = sharedServeToken(ctx, l)
+			var t ui.Token
+			t, generated, source, err = sharedServeToken(ctx, l)
+			sharedAdmin = []ui.Token{t}
 		} else {
 			named, generated, source, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data)
 		}
@@ -269,13 +281,13 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if c.env.Tune != nil {
 		c.env.Tune(&ecfg)
 	}
-	srv, err := ui.New(ui.Config{
+	ucfg := ui.Config{
 		Ledger:             l,
 		Tools:              reg,
 		Executor:           ecfg,
 		Planner:            pl,
 		Tokens:             named,
-		ScopedTokens:       scoped,
+		ScopedTokens:       append(slices.Clone(scoped), sharedAdmin...),
 		RateLimit:          *rate,
 		RateBurst:          *burst,
 		MaxSocketsPerToken: *maxSockets,
@@ -286,7 +298,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		NotifySecret:       secret,
 		Logger:             log,
 		TraceID:            c.env.traceIDs(),
-	})
+	}
+	hf.apply(&ucfg, ln)
+	srv, err := ui.New(ucfg)
 	if err != nil {
 		return withCode(exitBad, err)
 	}
@@ -332,7 +346,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if generated != "" {
 		kept := filepath.Join(*data, tokenFile)
 		if shared {
-			kept = "the shared ledger (memos, run_id " + sharedTokenRun + ")"
+			kept = "the shared ledger by its SHA-256 (memos, run_id " + sharedTokenRun + ")"
 		}
 		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", kept, generated)
 		fmt.Fprintf(out, "  open %s/ and sign in with this token\n", base)
@@ -342,7 +356,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(out, "  open %s/ and sign in with your token\n", base)
 	}
-	if len(named) > 0 {
+	if len(named)+len(sharedAdmin) > 0 {
 		// Said once per start: such a token may also approve what it submits.
 		fmt.Fprintf(errOut, "docket serve: note: %s hold every scope (admin): a program holding one can approve what it submits. Give agents a token with only read and submit in a --tokens file (README: Deploying safely).\n", plural(len(named), "the --token/$DOCKET_TOKEN/generated token", "the --token/$DOCKET_TOKEN/generated tokens"))
 	}
@@ -374,22 +388,17 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		stopMCP = func(ctx context.Context) { ms.Shutdown(ctx) }
 		handler = mountMCP(srv, ms)
 	}
-	hs := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	hs, sln := hf.server(handler, ln, log)
 	if certs != nil {
 		hs.TLSConfig = certs.TLSConfig()
 	}
 	served := make(chan error, 1)
 	go func() {
 		if certs != nil {
-			served <- hs.ServeTLS(ln, "", "")
+			served <- hs.ServeTLS(sln, "", "")
 			return
 		}
-		served <- hs.Serve(ln)
+		served <- hs.Serve(sln)
 	}()
 	select {
 	case err := <-served:
@@ -545,35 +554,40 @@ func sweepOrphans(ctx context.Context, pg *postgres.Store, srv *ui.Server, log *
 	}
 }
 
-// sharedTokenRun and sharedTokenMemo name the memo that keeps the token
-// generated for the nodes of a shared ledger.
+// sharedTokenRun and sharedTokenMemo name the memo that keeps the SHA-256
+// of the token generated for the nodes of a shared ledger (never the token:
+// whoever reads the database must not be able to sign in with it).
 const (
 	sharedTokenRun  = "docket.serve"
-	sharedTokenMemo = "token"
+	sharedTokenMemo = "token_sha256"
 )
 
 // sharedServeToken is serveTokens for a shared ledger without --token or
-// $DOCKET_TOKEN: the first node to start generates the token and records it
-// in the ledger (a memo: the first value wins), every node uses it.
-func sharedServeToken(ctx context.Context, l ledger.Store) (named map[string]string, generated, source string, err error) {
+// $DOCKET_TOKEN: the first node to start generates the token, shows it once
+// and records its SHA-256 in the ledger (a memo: the first value wins);
+// every node accepts the token by that hash. The token is named "default"
+// and holds every scope.
+func sharedServeToken(ctx context.Context, l ledger.Store) (admin ui.Token, generated, source string, err error) {
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return nil, "", "", fmt.Errorf("generating a token: %w", err)
+		return ui.Token{}, "", "", fmt.Errorf("generating a token: %w", err)
 	}
 	tok := "dkt_" + hex.EncodeToString(raw[:])
-	v, err := l.Memo(ctx, sharedTokenRun, sharedTokenMemo, json.RawMessage(strconv.Quote(tok)))
+	sum := sha256.Sum256([]byte(tok))
+	mine := hex.EncodeToString(sum[:])
+	v, err := l.Memo(ctx, sharedTokenRun, sharedTokenMemo, json.RawMessage(strconv.Quote(mine)))
 	if err != nil {
-		return nil, "", "", fmt.Errorf("storing the generated token: %w", err)
+		return ui.Token{}, "", "", fmt.Errorf("storing the generated token's hash: %w", err)
 	}
 	var stored string
-	if err := json.Unmarshal(v, &stored); err != nil || len(stored) < 16 {
-		return nil, "", "", fmt.Errorf("the token kept in the shared ledger is not a token (memo %s/%s)", sharedTokenRun, sharedTokenMemo)
+	if err := json.Unmarshal(v, &stored); err != nil || len(stored) != 64 {
+		return ui.Token{}, "", "", fmt.Errorf("the token hash kept in the shared ledger is not a SHA-256 (memo %s/%s)", sharedTokenRun, sharedTokenMemo)
 	}
-	named = map[string]string{"default": stored}
-	if stored == tok {
-		return named, tok, "generated, kept in the shared ledger", nil
+	admin = ui.Token{Name: "default", Scopes: []ui.Scope{ui.ScopeAdmin}, SHA256: stored}
+	if stored == mine {
+		return admin, tok, "generated, its SHA-256 kept in the shared ledger", nil
 	}
-	return named, "", "generated by the first node and kept in the shared ledger (memos table, run_id " + sharedTokenRun + ")", nil
+	return admin, "", "generated by the first node and shown there once; the shared ledger keeps only its SHA-256 (memos table, run_id " + sharedTokenRun + ")", nil
 }
 
 // serveURL is the URL to open for a listener started with --addr flagAddr.
