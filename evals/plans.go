@@ -185,4 +185,3 @@ func scoreTries(c *Case, lines []PlanLine, check func(c *Case, calls []Call, r *
 	}
 	return out
 }
-
