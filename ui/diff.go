@@ -118,7 +118,7 @@ func (s *Server) getDiff(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) postDiff(w http.ResponseWriter, r *http.Request) {
 	runID := r.PathValue("id")
-	body, ok := s.readBodyMax(w, r, s.cfg.MaxRunBodyBytes)
+	body, ok := s.readSubmitted(w, r)
 	if !ok {
 		return
 	}

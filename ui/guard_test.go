@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -528,5 +529,56 @@ func TestSubmittedPlanProvenance(t *testing.T) {
 	m := got.Meta
 	if _, ok := m["model"]; ok || m["planner"] != "" || m["source"] != "api" || m["submitted_by"] != "token:alice" || m["note"] != "kept" || m["claimed_model"] != "gpt-approved-by-security" || m["claimed_submitted_by"] != "token:root" {
 		t.Fatalf("the recorded plan's meta: %v", m)
+	}
+}
+
+// TestSubmitBytesPerToken: the bytes of submitted plans are budgeted per
+// token: past its allowance a POST /v1/runs is refused with 429 and
+// Retry-After before its body is read (nothing recorded), another token is
+// not affected, and the allowance comes back with time.
+func TestSubmitBytesPerToken(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	const max = 64 << 10
+	b := setup(t, options{tune: func(c *ui.Config) {
+		withScopedTokens(c)
+		c.MaxRunBodyBytes, c.SubmitBytesBurst, c.SubmitBytesPerSecond = max, max, 1024
+		c.Now = clock
+	}})
+	submit := func(runID, token string) (int, string) {
+		t.Helper()
+		pad := strings.Repeat("x", 40<<10)
+		body, _ := json.Marshal(map[string]any{"run_id": runID, "approve": "none", "plan": map[string]any{
+			"goal": "pad " + pad, "actions": []any{map[string]any{"id": "p", "tool": "catalogue_price", "args": map[string]any{"plan": "pro"}}}}})
+		req, _ := http.NewRequest("POST", b.hs.URL+"/v1/runs", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := b.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	if code, _ := submit("sb-1", agentToken); code != http.StatusCreated {
+		t.Fatalf("first plan = %d", code)
+	}
+	code, after := submit("sb-2", agentToken)
+	if code != http.StatusTooManyRequests || after == "" {
+		t.Fatalf("second plan past the budget = %d, Retry-After %q", code, after)
+	}
+	if code := b.call("GET", "/v1/runs/sb-2", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("the refused plan was recorded: GET = %d", code)
+	}
+	if code, _ := submit("sb-3", testToken); code != http.StatusCreated {
+		t.Fatalf("another token's plan = %d", code)
+	}
+	secs, _ := strconv.Atoi(after)
+	mu.Lock()
+	now = now.Add(time.Duration(secs) * time.Second)
+	mu.Unlock()
+	if code, _ := submit("sb-2", agentToken); code != http.StatusCreated {
+		t.Fatalf("after Retry-After = %d", code)
 	}
 }

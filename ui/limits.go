@@ -76,6 +76,77 @@ func (l *limiter) closeSocket(name string) {
 	}
 }
 
+// byteBudget keeps each token within the bytes of submitted bodies it may
+// send (a token bucket of bytes per token name).
+type byteBudget struct {
+	rate  float64 // bytes per second; <= 0: no budget
+	burst float64
+	now   func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+func newByteBudget(rate float64, burst int64, now func() time.Time) *byteBudget {
+	return &byteBudget{rate: rate, burst: float64(burst), now: now, buckets: map[string]*bucket{}}
+}
+
+// take takes n bytes from name's allowance. When it holds fewer it takes
+// nothing and answers false and how long until it holds n.
+func (b *byteBudget) take(name string, n int64) (time.Duration, bool) {
+	if b.rate <= 0 || n <= 0 {
+		return 0, true
+	}
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bk, ok := b.buckets[name]
+	if !ok {
+		bk = &bucket{tokens: b.burst, at: now}
+		b.buckets[name] = bk
+	}
+	if el := now.Sub(bk.at).Seconds(); el > 0 {
+		bk.tokens = math.Min(b.burst, bk.tokens+el*b.rate)
+		bk.at = now
+	}
+	if bk.tokens >= float64(n) {
+		bk.tokens -= float64(n)
+		return 0, true
+	}
+	return time.Duration((float64(n) - bk.tokens) / b.rate * float64(time.Second)), false
+}
+
+// submitBudget charges a submitted body to the caller's byte budget: by
+// its Content-Length before it is read (refused: 429, nothing read), else
+// by what was read (body, after it). False: refused, answered.
+func (s *Server) submitBudget(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	p, ok := caller(r)
+	if !ok {
+		return true
+	}
+	n := int64(len(body))
+	if body == nil {
+		n = r.ContentLength
+	}
+	wait, ok := s.submits.take(p.name, n)
+	if !ok {
+		s.tooMany(w, wait, fmt.Sprintf("token %s is over its budget of submitted bytes (%s per second, %s at once): this body is %d bytes",
+			p.name, byteSize(s.cfg.SubmitBytesPerSecond), byteSize(float64(s.cfg.SubmitBytesBurst)), n))
+	}
+	return ok
+}
+
+// byteSize writes a byte count as people read it.
+func byteSize(n float64) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(n/(1<<20), 'f', -1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(n/(1<<10), 'f', -1, 64) + " KiB"
+	}
+	return strconv.FormatFloat(n, 'f', -1, 64) + " B"
+}
+
 // retryAfter is a Retry-After value: whole seconds, at least 1.
 func retryAfter(wait time.Duration) int {
 	return max(1, int(math.Ceil(wait.Seconds())))

@@ -89,7 +89,7 @@ type createRequest struct {
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBodyMax(w, r, s.cfg.MaxRunBodyBytes) // a plan as large as the CLI takes
+	body, ok := s.readSubmitted(w, r) // a plan as large as the CLI takes
 	if !ok {
 		return
 	}

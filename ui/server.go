@@ -61,6 +61,14 @@ type Config struct {
 	// MaxSocketsPerToken caps the WebSockets one token holds open; one more
 	// is refused with 429. Zero: no cap.
 	MaxSocketsPerToken int
+	// SubmitBytesPerSecond is how many bytes of submitted bodies (POST
+	// /v1/runs, replays, forks: plans a token asks the server to parse,
+	// validate and record) each token may send per second on average;
+	// SubmitBytesBurst how many at once. A body past the token's allowance
+	// is refused with 429 and Retry-After before it is read. Defaults:
+	// 1 MiB/s, bursts of four times MaxRunBodyBytes; negative: no budget.
+	SubmitBytesPerSecond float64
+	SubmitBytesBurst     int64
 	// Warnings are shown in /readyz's answer (e.g. serving plain HTTP on a
 	// non-loopback address); the service stays ready.
 	Warnings []string
@@ -167,6 +175,8 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.RateLimit > 0 && cfg.RateBurst == 0 {
 		cfg.RateBurst = max(1, int(2*cfg.RateLimit))
 	}
+	cfg.SubmitBytesPerSecond = cmp.Or(cfg.SubmitBytesPerSecond, 1<<20)
+	cfg.SubmitBytesBurst = cmp.Or(cfg.SubmitBytesBurst, 4*cfg.MaxRunBodyBytes)
 	cfg.NotifyAttempts = cmp.Or(cfg.NotifyAttempts, 5)
 	cfg.NotifyBackoff = cmp.Or(cfg.NotifyBackoff, time.Second)
 	return cfg
@@ -204,6 +214,9 @@ func (cfg Config) validate() error {
 	if cfg.MaxSessionsPerToken < 1 || cfg.SignInBurst < 1 || cfg.BodyTimeout <= 0 {
 		errs = append(errs, errors.New("MaxSessionsPerToken, SignInBurst and BodyTimeout must be positive"))
 	}
+	if cfg.SubmitBytesPerSecond > 0 && cfg.SubmitBytesBurst < cfg.MaxRunBodyBytes {
+		errs = append(errs, fmt.Errorf("SubmitBytesBurst %d is smaller than MaxRunBodyBytes %d: the largest plan could never be submitted", cfg.SubmitBytesBurst, cfg.MaxRunBodyBytes))
+	}
 	if cfg.MaxBodyBytes < 1 || cfg.MaxRunBodyBytes < 1 || cfg.WSBuffer < 1 || cfg.WSPing <= 0 || cfg.WSSlowAfter <= 0 || cfg.WSReadLimit < 1 {
 		errs = append(errs, errors.New("MaxBodyBytes, MaxRunBodyBytes, WSBuffer, WSPing, WSSlowAfter and WSReadLimit must be positive"))
 	}
@@ -230,6 +243,7 @@ type Server struct {
 	signals *signals // the engine's reports that requests wait for
 	tokens  []tokenEntry
 	limits  *limiter
+	submits *byteBudget // bytes of submitted plans per token
 	signins *signIns
 	hosts   map[string]struct{} // names the Host header may give (hostAllowed)
 
@@ -298,6 +312,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		tokens:    toks,
 		limits:    newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.MaxSocketsPerToken, cfg.Now),
+		submits:   newByteBudget(cfg.SubmitBytesPerSecond, cfg.SubmitBytesBurst, cfg.Now),
 		hosts:     allowedHosts(cfg),
 		cfg:       cfg,
 		led:       withTraceIDs(cfg.Ledger, cfg.TraceID),
@@ -800,6 +815,24 @@ func (s *Server) readBodyMax(w http.ResponseWriter, r *http.Request, limit int64
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", "reading the request body: "+err.Error(), nil)
+		return nil, false
+	}
+	return b, true
+}
+
+// readSubmitted reads a submitted plan's body (up to MaxRunBodyBytes),
+// charged to the caller's budget of submitted bytes: by its Content-Length
+// before anything is read, else by what was read. false means an error
+// answer was sent.
+func (s *Server) readSubmitted(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > 0 && r.ContentLength <= s.cfg.MaxRunBodyBytes {
+		if !s.submitBudget(w, r, nil) {
+			return nil, false
+		}
+		return s.readBodyMax(w, r, s.cfg.MaxRunBodyBytes)
+	}
+	b, ok := s.readBodyMax(w, r, s.cfg.MaxRunBodyBytes)
+	if !ok || !s.submitBudget(w, r, b) {
 		return nil, false
 	}
 	return b, true

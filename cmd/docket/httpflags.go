@@ -19,6 +19,7 @@ type httpFlags struct {
 	idleTimeout *time.Duration
 	bodyTimeout *time.Duration
 	maxConns    *int
+	submitRate  *int
 }
 
 func addHTTPFlags(fs *flag.FlagSet) *httpFlags {
@@ -28,12 +29,16 @@ func addHTTPFlags(fs *flag.FlagSet) *httpFlags {
 	f.idleTimeout = fs.Duration("idle-timeout", 2*time.Minute, "a kept-alive connection waiting for its next request is closed after this long")
 	f.bodyTimeout = fs.Duration("body-timeout", time.Minute, "a request body must arrive within this long after its headers, or the connection is closed")
 	f.maxConns = fs.Int("max-conns-per-client", 128, "connections one client address may hold open at once; more are closed at once (0: no cap; behind a proxy every connection comes from its address)")
+	f.submitRate = fs.Int("submit-rate", 1<<20, "bytes of submitted plans (POST /v1/runs) each token may send per second on average, in bursts of four of the largest plans; past it 429 with Retry-After, before the body is read (0: no budget)")
 	return f
 }
 
 func (f *httpFlags) validate() error {
 	if *f.idleTimeout <= 0 || *f.bodyTimeout <= 0 {
 		return usageError("--idle-timeout and --body-timeout must be positive")
+	}
+	if *f.submitRate < 0 {
+		return usageError("--submit-rate must not be negative (0: no budget)")
 	}
 	if *f.maxConns < 0 {
 		return usageError("--max-conns-per-client must not be negative (0: no cap)")
@@ -53,6 +58,10 @@ func (f *httpFlags) apply(cfg *ui.Config, ln net.Listener) {
 	}
 	cfg.TrustProxy = *f.trustProxy
 	cfg.BodyTimeout = *f.bodyTimeout
+	cfg.SubmitBytesPerSecond = float64(*f.submitRate)
+	if *f.submitRate == 0 {
+		cfg.SubmitBytesPerSecond = -1
+	}
 }
 
 // server is the http.Server for h and the listener it serves, wrapped in
