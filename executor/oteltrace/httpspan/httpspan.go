@@ -212,3 +212,24 @@ func errorType(err error) string {
 	}
 	return fmt.Sprintf("%T", err)
 }
+
+// Inject is an http.RoundTripper that only sets the trace context headers
+// of the span in each request's context (by the context's propagator)
+// around Base (default http.DefaultTransport): for a client whose calls
+// already have spans of their own (the planner's "chat MODEL").
+type Inject struct {
+	Base http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Inject) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if trace.SpanContextFromContext(req.Context()).IsValid() {
+		req = req.Clone(req.Context()) // a RoundTripper must not modify the request
+		Propagator(req.Context()).Inject(req.Context(), propagation.HeaderCarrier(req.Header))
+	}
+	return base.RoundTrip(req)
+}
