@@ -291,7 +291,9 @@ func New(cfg Config) (*Server, error) {
 
 // Handler serves everything: the API, the streams, the page, health and
 // metrics.
-func (s *Server) Handler() http.Handler { return s.metrics.instrument(http.HandlerFunc(s.serve)) }
+func (s *Server) Handler() http.Handler {
+	return s.traced(s.metrics.instrument(http.HandlerFunc(s.serve)))
+}
 
 // serve is the mux behind the answers ServeMux would give in its own plain
 // text or HTML: an API path (under /v1/, /metrics, /healthz, /readyz) that

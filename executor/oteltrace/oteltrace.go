@@ -289,11 +289,18 @@ func (t engineTracer) Start(ctx context.Context, w executor.Work) (context.Conte
 	run := attribute.String(attrRunID, w.RunID)
 	switch w.Kind {
 	case executor.WorkRun, executor.WorkPlan:
-		// A root span in the run's trace; a span the caller's context
-		// carried (an HTTP request's, say) is linked, not the parent.
+		// A root span in the run's trace (one trace for all of a run's
+		// drives); a span the caller's context carried (the API request's
+		// server span, say) is linked, not the parent.
 		var links []trace.Link
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		sc := trace.SpanContextFromContext(ctx)
+		if sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
+		}
+		// The caller of the API request that started this drive (the
+		// traceparent it sent), when it is not that span already.
+		if caller := httpspan.Caller(ctx); caller.IsValid() && !caller.Equal(sc) {
+			links = append(links, trace.Link{SpanContext: caller})
 		}
 		name := "docket.run"
 		if w.Kind == executor.WorkPlan {

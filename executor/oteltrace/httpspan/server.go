@@ -2,6 +2,7 @@ package httpspan
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ func Handler(h http.Handler, tp trace.TracerProvider, prop propagation.TextMapPr
 	tr := tp.Tracer(scope)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx = WithCaller(ctx, trace.SpanContextFromContext(ctx))
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"
@@ -62,6 +64,25 @@ func Handler(h http.Handler, tp trace.TracerProvider, prop propagation.TextMapPr
 			span.SetStatus(codes.Error, "")
 		}
 	})
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx remembering sc, the span of the caller of an API
+// request (the traceparent it sent), for work that outlives the request
+// (a run's drives) to link to.
+func WithCaller(ctx context.Context, sc trace.SpanContext) context.Context {
+	if !sc.IsValid() {
+		return ctx
+	}
+	return context.WithValue(ctx, callerKey{}, sc)
+}
+
+// Caller is the caller's span WithCaller remembered in ctx (invalid when
+// none).
+func Caller(ctx context.Context) trace.SpanContext {
+	sc, _ := ctx.Value(callerKey{}).(trace.SpanContext)
+	return sc
 }
 
 // statusWriter records the status code, passing Flush and Hijack through
