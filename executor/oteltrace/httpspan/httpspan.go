@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -67,7 +68,7 @@ func Propagator(ctx context.Context) propagation.TextMapPropagator {
 // Start begins the client span of req, a child of the span req's context
 // carries, and returns req with that span in its context and the trace
 // context headers set (by the context's propagator). redact, when set,
-// scrubs url.full further (a tool's secrets in the path). Call end with the
+// scrubs url.full's path and query further (a tool's secrets in the path). Call end with the
 // response or the error. Without a recording span in req's context nothing
 // is started; the headers are still set from the context.
 func Start(req *http.Request, redact func(string) string) (_ *http.Request, end func(*http.Response, error)) {
@@ -80,7 +81,13 @@ func Start(req *http.Request, redact func(string) string) (_ *http.Request, end 
 	}
 	full := FullURL(req.URL)
 	if redact != nil {
-		full = redact(full)
+		// The scheme and host stay (server.address names the host anyway).
+		origin := req.URL.Scheme + "://" + req.URL.Host
+		if rest, ok := strings.CutPrefix(full, origin); ok {
+			full = origin + redact(rest)
+		} else {
+			full = redact(full)
+		}
 	}
 	host, port := hostPort(req.URL)
 	attrs := append(methodAttrs(req.Method),
