@@ -438,3 +438,56 @@ func TestPropagatorsFromEnv(t *testing.T) {
 		tr.Close(context.Background())
 	}
 }
+
+// TestPropagatorNoneSendsNoTraceparent: with propagation turned off
+// (OTEL_PROPAGATORS=none) the spans are still exported, but no request to a
+// tool carries trace context.
+func TestPropagatorNoneSendsNoTraceparent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rcv := newReceiver(t)
+	svc := newService(t)
+	tr, err := oteltrace.FromEnv(ctx, func(k string) string {
+		switch k {
+		case "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
+			return rcv.srv.URL + "/v1/traces"
+		case "OTEL_PROPAGATORS":
+			return "none"
+		}
+		return ""
+	})
+	if err != nil || tr == nil {
+		t.Fatalf("FromEnv: %v %v", tr, err)
+	}
+	f, err := httptool.Parse([]byte(svc.toolsFile()), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(f.Tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := executor.New(executor.Config{Ledger: led, Tools: reg, Tracer: tr.Tracer(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &plan.Plan{Goal: "quiet", Actions: []plan.Action{{ID: "p", Tool: "put", Args: json.RawMessage(`{"v":1}`)}}}
+	if doc, err := eng.Run(ctx, "quiet-run", p, &executor.RunOptions{Policy: executor.PolicyAll}); err != nil || doc.Run.Status != ledger.RunCompleted {
+		t.Fatalf("run: %v %s", err, doc.Run.Status)
+	}
+	if err := tr.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(rcv.named("docket.attempt")) != 1 || len(rcv.named("PUT")) != 1 {
+		t.Errorf("spans: %d attempts, %d PUT", len(rcv.named("docket.attempt")), len(rcv.named("PUT")))
+	}
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if got := svc.parents["/put"]; len(got) != 1 || got[0] != "" {
+		t.Errorf("the tool received traceparent %q with propagation off", got)
+	}
+}
