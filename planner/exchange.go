@@ -13,6 +13,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/docketrun/docket/executor/oteltrace/httpspan"
 )
 
 // maxReplyBytes bounds one HTTP response body from the model.
@@ -123,14 +125,17 @@ func (t *teeBody) Read(p []byte) (int, error) {
 
 func (t *teeBody) Close() error { return t.rc.Close() }
 
-// wrapClient returns a client like c whose transport records attempts.
+// wrapClient returns a client like c whose transport records attempts and
+// sends the trace context.
 func wrapClient(c *http.Client) *http.Client {
 	base := c.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
 	wc := *c
-	wc.Transport = &recordingTransport{base: base}
+	// The model call's span (send) travels to the model's server in the
+	// trace context headers (traceparent).
+	wc.Transport = &recordingTransport{base: &httpspan.Inject{Base: base}}
 	return &wc
 }
 

@@ -353,8 +353,9 @@ func (s *Server) untilBegun(ctx context.Context, runID string, fn func(ctx conte
 	begun, stop := s.signals.begun(runID)
 	defer stop()
 	done := make(chan error, 1)
+	caller := ctx
 	if err := s.spawn(runID, func(ctx context.Context) error {
-		err := fn(ctx)
+		err := fn(withCaller(ctx, caller))
 		done <- err
 		return err
 	}); err != nil {

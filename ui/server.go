@@ -350,7 +350,7 @@ func New(cfg Config) (*Server, error) {
 // Handler serves everything: the API, the streams, the page, health and
 // metrics.
 func (s *Server) Handler() http.Handler {
-	return s.metrics.instrument(s.guard(http.HandlerFunc(s.serve)))
+	return s.traced(s.metrics.instrument(s.guard(http.HandlerFunc(s.serve))))
 }
 
 // serve is the mux behind the answers ServeMux would give in its own plain

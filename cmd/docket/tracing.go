@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/docketrun/docket/executor"
@@ -14,15 +16,26 @@ import (
 // returned env's engines trace their runs (Env.Tune sets
 // executor.Config.Tracer), its planners their model calls, and the Run JSON
 // it prints carries trace_id. Without an endpoint nothing is started and env
-// comes back unchanged. stop flushes what is buffered (a few seconds at
+// comes back unchanged; an exporter or protocol docket does not ship
+// (OTEL_TRACES_EXPORTER=zipkin, OTEL_EXPORTER_OTLP_PROTOCOL=grpc) is a
+// warning on stderr and the command runs untraced. stop flushes what is buffered (a few seconds at
 // most) and is always safe to call.
 func startTracing(ctx context.Context, env Env) (_ Env, stop func(), err error) {
 	tr, err := oteltrace.FromEnv(ctx, env.Getenv)
+	if errors.Is(err, oteltrace.ErrUnsupported) {
+		// An exporter or protocol docket does not ship: the command runs,
+		// untraced, and says so once.
+		fmt.Fprintf(env.Stderr, "docket: warning: tracing off: %v\n", err)
+		return env, func() {}, nil
+	}
 	if err != nil {
 		return env, func() {}, usageError("tracing: %v", err)
 	}
 	if tr == nil {
 		return env, func() {}, nil
+	}
+	for _, w := range tr.Warnings() {
+		fmt.Fprintf(env.Stderr, "docket: warning: tracing: %s\n", w)
 	}
 	prev := env.Tune
 	env.Tune = func(cfg *executor.Config) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -76,5 +77,35 @@ func TestRunExportsTraces(t *testing.T) {
 	wantCode(t, r, 0)
 	if strings.Contains(r.stdout, "trace_id") {
 		t.Fatalf("trace_id without tracing:\n%s", r.stdout)
+	}
+}
+
+// TestUnsupportedExporterWarns: an exporter or protocol docket does not ship
+// does not stop the command: it runs untraced and says so once on stderr.
+func TestUnsupportedExporterWarns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	planPath := b.plan(t, "p", `{"goal":"t","actions":[{"id":"s","tool":"settings_put","args":{"account":"acme","settings":{"plan":"pro"}}}]}`)
+	for i, kv := range [][2]string{{"OTEL_TRACES_EXPORTER", "zipkin"}, {"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}} {
+		var out, errb bytes.Buffer
+		env := testEnv(&out, &errb)
+		env.Getenv = func(k string) string {
+			switch k {
+			case kv[0]:
+				return kv[1]
+			case "OTEL_EXPORTER_OTLP_ENDPOINT":
+				return "http://127.0.0.1:4318"
+			}
+			return os.Getenv(k)
+		}
+		args := b.runArgs(planPath, "--run-id", fmt.Sprintf("untraced-%d", i), "--approve", "all")
+		r := result{args: args, code: report(runEnv(context.Background(), args, env), &errb), stdout: out.String(), stderr: errb.String()}
+		wantCode(t, r, 0)
+		if d := doc(t, r); d.Status != "completed" || d.TraceID != "" {
+			t.Errorf("%s=%s: run %s, trace_id %q", kv[0], kv[1], d.Status, d.TraceID)
+		}
+		if n := strings.Count(r.stderr, "warning: tracing off"); n != 1 || !strings.Contains(r.stderr, kv[0]+"="+kv[1]) {
+			t.Errorf("%s=%s: stderr has %d warnings:\n%s", kv[0], kv[1], n, r.stderr)
+		}
 	}
 }

@@ -14,11 +14,13 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/oteltrace/httpspan"
 )
 
 // Config builds a Tracing. Zero values take the documented defaults; the
@@ -36,23 +38,38 @@ type Config struct {
 	ServiceName string
 	// Sync exports every span as it ends (tests); default: batched.
 	Sync bool
+	// Propagator carries the trace context across HTTP: injected into the
+	// requests to tools and to the model, extracted from the API's
+	// requests. Default: W3C tracecontext and baggage.
+	Propagator propagation.TextMapPropagator
 }
 
 // Tracing holds a tracer provider that exports over OTLP/HTTP. Close it to
 // flush what is buffered.
 type Tracing struct {
-	tp     *sdktrace.TracerProvider
-	tracer trace.Tracer
+	tp       *sdktrace.TracerProvider
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	warnings []string
 }
 
+// ErrUnsupported is wrapped by FromEnv's error when the environment asks
+// for an exporter or protocol docket does not ship (OTEL_TRACES_EXPORTER
+// other than otlp, an OTLP protocol other than http/protobuf): the caller
+// warns once and runs without traces.
+var ErrUnsupported = errors.New("oteltrace: not supported")
+
 // FromEnv builds a Tracing from the standard environment variables. The
-// endpoint, the protocol and the switches are read through getenv (the
-// exporter's other settings, such as OTEL_EXPORTER_OTLP_HEADERS, from the
-// process environment): nil (and no error) when neither OTEL_EXPORTER_OTLP_ENDPOINT
-// nor OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, when OTEL_SDK_DISABLED is
-// true or OTEL_TRACES_EXPORTER is "none". OTEL_TRACES_EXPORTER other than
-// otlp, and an OTLP protocol other than http/protobuf, are refused with an
-// error saying so.
+// endpoint, the protocol, the propagators and the switches are read through
+// getenv (the exporter's other settings, such as OTEL_EXPORTER_OTLP_HEADERS,
+// from the process environment): nil (and no error) when neither
+// OTEL_EXPORTER_OTLP_ENDPOINT nor OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set,
+// when OTEL_SDK_DISABLED is true or OTEL_TRACES_EXPORTER is "none".
+// OTEL_TRACES_EXPORTER other than otlp, and an OTLP protocol other than
+// http/protobuf, give nil and an error wrapping ErrUnsupported that says so.
+// OTEL_PROPAGATORS (tracecontext, baggage, none; default
+// "tracecontext,baggage") sets Propagator; other names are skipped with a
+// warning (Warnings).
 func FromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) {
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return nil, nil
@@ -62,7 +79,7 @@ func FromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) 
 	case "none":
 		return nil, nil
 	default:
-		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: docket exports traces with otlp (or none)", exp)
+		return nil, fmt.Errorf("%w: OTEL_TRACES_EXPORTER=%s: docket exports traces with otlp (or none)", ErrUnsupported, exp)
 	}
 	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	if endpoint == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
@@ -76,9 +93,45 @@ func FromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) 
 		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
 	if proto != "" && proto != "http/protobuf" {
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: docket exports traces over http/protobuf (port 4318 on a collector)", proto)
+		return nil, fmt.Errorf("%w: OTEL_EXPORTER_OTLP_PROTOCOL=%s: docket exports traces over http/protobuf (port 4318 on a collector)", ErrUnsupported, proto)
 	}
-	return New(ctx, Config{EndpointURL: endpoint})
+	prop, warnings := propagatorsFromEnv(getenv("OTEL_PROPAGATORS"))
+	t, err := New(ctx, Config{EndpointURL: endpoint, Propagator: prop})
+	if err != nil {
+		return nil, err
+	}
+	t.warnings = warnings
+	return t, nil
+}
+
+// propagatorsFromEnv reads OTEL_PROPAGATORS: a comma-separated list of
+// tracecontext, baggage and none (which alone turns propagation off).
+// Empty: tracecontext and baggage.
+func propagatorsFromEnv(v string) (propagation.TextMapPropagator, []string) {
+	if strings.TrimSpace(v) == "" {
+		return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}), nil
+	}
+	var ps []propagation.TextMapPropagator
+	var warnings []string
+	seen := map[string]bool{}
+	for _, name := range strings.Split(v, ",") {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		switch name {
+		case "tracecontext":
+			ps = append(ps, propagation.TraceContext{})
+		case "baggage":
+			ps = append(ps, propagation.Baggage{})
+		case "none":
+			return propagation.NewCompositeTextMapPropagator(), nil
+		default:
+			warnings = append(warnings, fmt.Sprintf("OTEL_PROPAGATORS: %q is not supported (tracecontext, baggage, none): skipped", name))
+		}
+	}
+	return propagation.NewCompositeTextMapPropagator(ps...), warnings
 }
 
 // New builds a Tracing exporting to cfg's endpoint (or the environment's).
@@ -111,7 +164,11 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 		sdktrace.WithSpanProcessor(proc),
 		sdktrace.WithResource(res),
 		sdktrace.WithIDGenerator(newIDs()))
-	return &Tracing{tp: tp, tracer: tp.Tracer("github.com/docketrun/docket")}, nil
+	prop := cfg.Propagator
+	if prop == nil {
+		prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	return &Tracing{tp: tp, tracer: tp.Tracer("github.com/docketrun/docket"), prop: prop}, nil
 }
 
 // Close flushes buffered spans and stops the exporter.
@@ -126,8 +183,15 @@ func (t *Tracing) Close(ctx context.Context) error {
 // (planner.Config.TracerProvider).
 func (t *Tracing) Provider() trace.TracerProvider { return t.tp }
 
+// Propagator is the text map propagator OTEL_PROPAGATORS chose (Config.Propagator).
+func (t *Tracing) Propagator() propagation.TextMapPropagator { return t.prop }
+
+// Warnings are what FromEnv skipped in the environment, for the caller to
+// print once.
+func (t *Tracing) Warnings() []string { return t.warnings }
+
 // Tracer is the engine's tracer (executor.Config.Tracer).
-func (t *Tracing) Tracer() executor.Tracer { return engineTracer{t.tracer} }
+func (t *Tracing) Tracer() executor.Tracer { return engineTracer{t.tracer, t.tp, t.prop} }
 
 // TraceID is the trace id (32 lowercase hex digits) of every span of run
 // runID: the first 16 bytes of SHA-256("docket.trace\x00" + runID).
@@ -188,7 +252,19 @@ func (g *ids) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
 }
 
 // engineTracer implements executor.Tracer.
-type engineTracer struct{ tr trace.Tracer }
+type engineTracer struct {
+	tr   trace.Tracer
+	tp   trace.TracerProvider
+	prop propagation.TextMapPropagator
+}
+
+// TracerProvider is the provider of the engine's spans: an HTTP server in
+// front of the engine (ui) makes its request spans with it.
+func (t engineTracer) TracerProvider() trace.TracerProvider { return t.tp }
+
+// Propagator is the propagator the HTTP requests made under the engine's
+// spans inject (and an HTTP server in front of it extracts).
+func (t engineTracer) Propagator() propagation.TextMapPropagator { return t.prop }
 
 var _ executor.Tracer = engineTracer{}
 
@@ -209,14 +285,22 @@ const (
 )
 
 func (t engineTracer) Start(ctx context.Context, w executor.Work) (context.Context, func(executor.Done)) {
+	ctx = httpspan.WithPropagator(ctx, t.prop)
 	run := attribute.String(attrRunID, w.RunID)
 	switch w.Kind {
 	case executor.WorkRun, executor.WorkPlan:
-		// A root span in the run's trace; a span the caller's context
-		// carried (an HTTP request's, say) is linked, not the parent.
+		// A root span in the run's trace (one trace for all of a run's
+		// drives); a span the caller's context carried (the API request's
+		// server span, say) is linked, not the parent.
 		var links []trace.Link
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		sc := trace.SpanContextFromContext(ctx)
+		if sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
+		}
+		// The caller of the API request that started this drive (the
+		// traceparent it sent), when it is not that span already.
+		if caller := httpspan.Caller(ctx); caller.IsValid() && !caller.Equal(sc) {
+			links = append(links, trace.Link{SpanContext: caller})
 		}
 		name := "docket.run"
 		if w.Kind == executor.WorkPlan {

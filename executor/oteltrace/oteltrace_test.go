@@ -6,11 +6,14 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -297,7 +300,29 @@ func TestSpansReachAnOTLPReceiver(t *testing.T) {
 		t.Errorf("service.name %q", svcName)
 	}
 
-	// The tool's server got the attempt's (and the lookup's) span as parent.
+	// Every request is a client span (HTTP semantic conventions), a child
+	// of the attempt's (or the lookup's) span; the tool's server got that
+	// HTTP span as parent.
+	u, _ := url.Parse(svc.srv.URL)
+	httpSpans := map[string]*tracepb.Span{} // parent span id → its HTTP span
+	for _, method := range []string{"PUT", "POST", "GET"} {
+		for _, s := range rcv.named(method) {
+			if s.Kind != tracepb.Span_SPAN_KIND_CLIENT || attr(s, "http.request.method") != method ||
+				attr(s, "server.address") != u.Hostname() || attr(s, "server.port") != u.Port() ||
+				!strings.HasPrefix(attr(s, "url.full"), svc.srv.URL+"/") {
+				t.Errorf("HTTP span %s: kind %v attributes %v", s.Name, s.Kind, s.Attributes)
+			}
+			httpSpans[string(s.ParentSpanId)] = s
+		}
+	}
+	if s := httpSpans[string(crmUnknown.SpanId)]; s == nil || attr(s, "http.response.status_code") != "500" ||
+		attr(s, "error.type") != "500" || s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("the HTTP span of c's first attempt: %v", s)
+	}
+	if s := httpSpans[string(lookup.SpanId)]; s == nil || attr(s, "http.response.status_code") != "200" ||
+		attr(s, "error.type") != "" || attr(s, "url.full") != svc.srv.URL+"/crm/find?key=REDACTED" {
+		t.Errorf("the HTTP span of c's lookup: %v", s)
+	}
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	want := func(path string, spans ...*tracepb.Span) {
@@ -307,7 +332,11 @@ func TestSpansReachAnOTLPReceiver(t *testing.T) {
 			t.Fatalf("%s got %d requests (%q), want %d", path, len(got), got, len(spans))
 		}
 		for i, s := range spans {
-			if w := fmt.Sprintf("00-%x-%x-01", s.TraceId, s.SpanId); got[i] != w {
+			h := httpSpans[string(s.SpanId)]
+			if h == nil {
+				t.Fatalf("%s request %d: no HTTP span under %s %x", path, i+1, s.Name, s.SpanId)
+			}
+			if w := fmt.Sprintf("00-%x-%x-01", h.TraceId, h.SpanId); got[i] != w {
 				t.Errorf("%s request %d: traceparent %q, want %q", path, i+1, got[i], w)
 			}
 		}
@@ -349,12 +378,13 @@ func TestFromEnvOffWithoutEndpoint(t *testing.T) {
 		{"traces endpoint", env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:1/v1/traces"), true, ""},
 		{"grpc", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"), false, "http/protobuf"},
 		{"console", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1", "OTEL_TRACES_EXPORTER", "console"), false, "otlp"},
+		{"zipkin", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1", "OTEL_TRACES_EXPORTER", "zipkin"), false, "otlp"},
 	} {
 		tr, err := oteltrace.FromEnv(context.Background(), c.env)
 		switch {
 		case c.bad != "":
-			if err == nil || !strings.Contains(err.Error(), c.bad) {
-				t.Errorf("%s: err %v, want one naming %s", c.name, err, c.bad)
+			if err == nil || !strings.Contains(err.Error(), c.bad) || !errors.Is(err, oteltrace.ErrUnsupported) || tr != nil {
+				t.Errorf("%s: err %v, want ErrUnsupported naming %s", c.name, err, c.bad)
 			}
 		case err != nil:
 			t.Errorf("%s: %v", c.name, err)
@@ -364,5 +394,100 @@ func TestFromEnvOffWithoutEndpoint(t *testing.T) {
 		if tr != nil {
 			tr.Close(context.Background())
 		}
+	}
+}
+
+// TestPropagatorsFromEnv: OTEL_PROPAGATORS chooses what the trace context
+// travels in: tracecontext and baggage by default, only what is named, or
+// nothing for none; a name docket does not know is skipped with a warning.
+func TestPropagatorsFromEnv(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		value  string
+		fields []string
+		warn   bool
+	}{
+		{"", []string{"traceparent", "tracestate", "baggage"}, false},
+		{"tracecontext", []string{"traceparent", "tracestate"}, false},
+		{"baggage", []string{"baggage"}, false},
+		{" tracecontext , baggage ", []string{"traceparent", "tracestate", "baggage"}, false},
+		{"none", nil, false},
+		{"b3,tracecontext", []string{"traceparent", "tracestate"}, true},
+	} {
+		tr, err := oteltrace.FromEnv(context.Background(), func(k string) string {
+			switch k {
+			case "OTEL_EXPORTER_OTLP_ENDPOINT":
+				return "http://127.0.0.1:1"
+			case "OTEL_PROPAGATORS":
+				return c.value
+			}
+			return ""
+		})
+		if err != nil || tr == nil {
+			t.Fatalf("%q: %v %v", c.value, tr, err)
+		}
+		got := tr.Propagator().Fields()
+		slices.Sort(got)
+		slices.Sort(c.fields)
+		if !slices.Equal(got, c.fields) {
+			t.Errorf("OTEL_PROPAGATORS=%q: fields %q, want %q", c.value, got, c.fields)
+		}
+		if w := tr.Warnings(); (len(w) > 0) != c.warn || (c.warn && !strings.Contains(w[0], "b3")) {
+			t.Errorf("OTEL_PROPAGATORS=%q: warnings %q", c.value, w)
+		}
+		tr.Close(context.Background())
+	}
+}
+
+// TestPropagatorNoneSendsNoTraceparent: with propagation turned off
+// (OTEL_PROPAGATORS=none) the spans are still exported, but no request to a
+// tool carries trace context.
+func TestPropagatorNoneSendsNoTraceparent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rcv := newReceiver(t)
+	svc := newService(t)
+	tr, err := oteltrace.FromEnv(ctx, func(k string) string {
+		switch k {
+		case "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
+			return rcv.srv.URL + "/v1/traces"
+		case "OTEL_PROPAGATORS":
+			return "none"
+		}
+		return ""
+	})
+	if err != nil || tr == nil {
+		t.Fatalf("FromEnv: %v %v", tr, err)
+	}
+	f, err := httptool.Parse([]byte(svc.toolsFile()), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(f.Tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := executor.New(executor.Config{Ledger: led, Tools: reg, Tracer: tr.Tracer(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &plan.Plan{Goal: "quiet", Actions: []plan.Action{{ID: "p", Tool: "put", Args: json.RawMessage(`{"v":1}`)}}}
+	if doc, err := eng.Run(ctx, "quiet-run", p, &executor.RunOptions{Policy: executor.PolicyAll}); err != nil || doc.Run.Status != ledger.RunCompleted {
+		t.Fatalf("run: %v %s", err, doc.Run.Status)
+	}
+	if err := tr.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(rcv.named("docket.attempt")) != 1 || len(rcv.named("PUT")) != 1 {
+		t.Errorf("spans: %d attempts, %d PUT", len(rcv.named("docket.attempt")), len(rcv.named("PUT")))
+	}
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if got := svc.parents["/put"]; len(got) != 1 || got[0] != "" {
+		t.Errorf("the tool received traceparent %q with propagation off", got)
 	}
 }

@@ -18,8 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
-
+	"github.com/docketrun/docket/executor/oteltrace/httpspan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/toolsfile"
 )
@@ -162,7 +161,13 @@ func (t *Tool) do(ctx context.Context, r *toolsfile.Request, call tools.Call, is
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
 	req = req.WithContext(httptrace.WithClientTrace(ctx, trace))
+	// The request's client span (a child of the attempt's or lookup's span,
+	// HTTP semantic conventions, secrets redacted from url.full) and the
+	// trace context headers: the called service's work becomes its child.
+	// Nothing is made or set when ctx carries no span (tracing off).
+	req, end := httpspan.Start(req, t.redact)
 	resp, err := t.client.Do(req)
+	end(resp, err)
 	if err != nil {
 		inner := err
 		var ue *url.Error
@@ -301,10 +306,6 @@ func (t *Tool) newRequest(ctx context.Context, r *toolsfile.Request, d *toolsfil
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "docket")
 	}
-	// W3C trace context: the called service's work becomes a child of this
-	// attempt's (or lookup's) span. Nothing is set when ctx carries no span
-	// (tracing off).
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	return req, nil
 }
 
