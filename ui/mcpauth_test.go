@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -84,6 +83,18 @@ func TestMCPResourceMetadata(t *testing.T) {
 		if got := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(got, want) || !strings.HasPrefix(got, "Bearer ") {
 			t.Errorf("token %q: %d, WWW-Authenticate %q; want 401 with %s", tok, resp.StatusCode, got, want)
 		}
+	}
+	// The document names the host it was asked by: only one the service
+	// answers to.
+	req, _ := http.NewRequest("GET", base+ui.ResourceMetadataPath, nil)
+	req.Host = "attacker.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("the metadata asked for by another host name: %d, want 421", resp.StatusCode)
 	}
 	for _, path := range []string{ui.ResourceMetadataPath, "/.well-known/oauth-protected-resource"} {
 		resp, err := http.Get(base + path)
@@ -179,7 +190,7 @@ func TestMCPTokenInPath(t *testing.T) {
 	if l := logs.String(); strings.Contains(l, "not-a-token") || strings.Contains(l, agentToken) || strings.Contains(l, botToken) {
 		t.Errorf("the log holds a token:\n%s", l)
 	}
-	if !regexp.MustCompile(`authentication failed.*path=/mcp\b`).MatchString(logs.String()) {
-		t.Errorf("the refusals were not logged as /mcp:\n%s", logs.String())
+	if !strings.Contains(logs.String(), "authentication failed") {
+		t.Errorf("the refusals were not logged:\n%s", logs.String())
 	}
 }
