@@ -35,7 +35,10 @@ func (s *Server) Protect(scope Scope, h http.Handler) http.Handler {
 // An MCP session belongs to the token that opened it: another token that
 // sends its session id is refused (403). A call that reaches ms some other
 // way (stdio on the same server) is refused. The Host allowlist, body
-// timeout and cap of the API apply.
+// timeout and cap of the API apply. A refusal for a missing or bad token
+// (401) carries WWW-Authenticate with the resource_metadata URL of the
+// protected-resource metadata (MountMCP serves it, and the path-token way
+// for clients that cannot send the header).
 func (s *Server) ServeMCP(ms *mcpserve.Server) http.Handler {
 	ms.MCP().AddReceivingMiddleware(s.mcpScopes)
 	// The go-sdk takes a caller's identity only from its bearer-token
@@ -50,10 +53,14 @@ func (s *Server) ServeMCP(ms *mcpserve.Server) http.Handler {
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(ms.Handler())
 	protected := s.auth(scopeSignedIn, withCaller.ServeHTTP)
 	return s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := bearer(r); !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="docket"`)
+		tok, ok := bearer(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", s.mcpChallenge(r, ""))
 			s.authFailed(w, r, "no_token", "MCP takes a bearer token: send Authorization: Bearer TOKEN (the page's session is not accepted here)")
 			return
+		}
+		if _, ok := s.tokenPrincipal(tok); !ok {
+			w.Header().Set("WWW-Authenticate", s.mcpChallenge(r, "invalid_token"))
 		}
 		protected(w, r)
 	}))

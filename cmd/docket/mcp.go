@@ -158,7 +158,7 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 	if ln != nil {
 		h := http.Handler(page.Handler())
 		if *addr != "" {
-			h = mountMCP(page, srv)
+			h = mountMCP(page, srv, ui.MCPOptions{})
 			fmt.Fprintf(out, "docket mcp: MCP (streamable HTTP) at http://%s/mcp, review page at http://%s/\n", ln.Addr(), ln.Addr())
 		} else {
 			fmt.Fprintf(out, "docket mcp: review page and API at http://%s/\n", ln.Addr())
@@ -256,10 +256,11 @@ func newMCPServer(env Env, eng *executor.Engine, l ledger.Store, reg *tools.Regi
 // mountMCP serves MCP at /mcp beside the page and the API: any token
 // connects, and each tool needs its scope (calls of the tools file's tools
 // and docket_propose_plan submit, docket_run_status and docket_waiting
-// read; an agent's token needs read and submit, never review).
-func mountMCP(page *ui.Server, srv *mcpserve.Server) http.Handler {
+// read; an agent's token needs read and submit, never review), with the
+// protected-resource metadata and, with o.TokenInPath, /mcp/t/{token}.
+func mountMCP(page *ui.Server, srv *mcpserve.Server, o ui.MCPOptions) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", page.ServeMCP(srv))
+	page.MountMCP(mux, srv, o)
 	mux.Handle("/", page.Handler())
 	return mux
 }

@@ -50,7 +50,7 @@ const tokenFile = "serve-token"
 // ledger (the default, 4096, costs ~0.4 MiB per client).
 const serveSubscriberBuffer = 256
 
-const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--host NAME]... [--trust-proxy] [--idle-timeout 2m] [--body-timeout 1m] [--max-conns-per-client 128] [--grace 25s] [--memory-limit 128MiB] [--model NAME] [--base-url URL]"
+const serveUsage = "serve [--data DIR] [--tools FILE] [--addr 127.0.0.1:8080] [--mcp [--mcp-approve safe] [--mcp-wait 60s] [--mcp-url-token]] [--tokens FILE] [--token [NAME=]T]... [--tls-cert FILE --tls-key FILE] [--origin URL]... [--notify URL [--notify-secret S]] [--rate 50] [--burst 100] [--max-sockets 32] [--host NAME]... [--trust-proxy] [--idle-timeout 2m] [--body-timeout 1m] [--max-conns-per-client 128] [--grace 25s] [--memory-limit 128MiB] [--model NAME] [--base-url URL]"
 
 // serveCmd is `docket serve`.
 type serveCmd struct{ env Env }
@@ -83,6 +83,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	grace := fs.Duration("grace", defaultGrace, "on SIGTERM or Ctrl-C: no new attempt starts, and calls in flight get this long to finish; calls still running near its end are cut off and recorded with an unknown outcome (the next start decides by the tool's class), and the process exits within it")
 	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (each tool needs its scope: submit to call a tool, read for docket_run_status and docket_waiting), on the same engine, page and tokens (see docket mcp)")
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
+	mcpURLToken := fs.Bool("mcp-url-token", false, "with --mcp: also serve MCP at /mcp/t/TOKEN, for clients that cannot send an Authorization header (the token then shows in URLs: proxies' logs, shell history)")
 	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
 	lease := fs.Duration("lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
 	memLimit := fs.String("memory-limit", "", "soft memory limit of the process (256MiB, 1GiB, off) (default $GOMEMLIMIT, else 128MiB)")
@@ -101,6 +102,9 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	mcpPolicy, err := parsePolicy(*mcpApprove)
 	if err != nil {
 		return err
+	}
+	if *mcpURLToken && !*mcpOn {
+		return usageError("--mcp-url-token serves MCP at /mcp/t/TOKEN: it needs --mcp")
 	}
 	if *mcpWait < 0 {
 		return usageError("--mcp-wait must not be negative")
@@ -386,7 +390,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 			return err
 		}
 		stopMCP = func(ctx context.Context) { ms.Shutdown(ctx) }
-		handler = mountMCP(srv, ms)
+		handler = mountMCP(srv, ms, ui.MCPOptions{TokenInPath: *mcpURLToken})
 	}
 	hs, sln := hf.server(handler, ln, log)
 	if certs != nil {

@@ -22,6 +22,14 @@
 // Run it twice with the same -data and -workflow-id: the second run finds
 // the workflow (or the run) done and sends nothing. Each step is printed.
 //
+// Stopped (killed) while the email was being sent, and started again, the
+// example finds the email in needs_review that this process did not send:
+// it cannot see whether the email went out, so it prints that the email
+// waits for a person and exits 3 (waiting), sending nothing. Started again
+// with -resolve done=MESSAGE_ID (it went out), -resolve retry (it did not)
+// or -resolve skip, it sends that decision (update "resolve") and the
+// workflow completes.
+//
 // It is its own Go module (with replaces to docket and temporalstep), so
 // that docket does not carry Temporal's dependencies.
 package main
@@ -36,6 +44,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +69,9 @@ type World struct {
 	contacts map[string]string // docket's key → contact id
 	Emails   []string          // message ids sent
 	lostOnce bool
+	// afterSend, if set, runs after the provider sent an email and before
+	// it answers (a test kills the worker there).
+	afterSend func()
 }
 
 func NewWorld() *World { return &World{contacts: map[string]string{}} }
@@ -99,6 +111,9 @@ func (w *World) Tools() (*tools.Registry, error) {
 			defer w.mu.Unlock()
 			id := fmt.Sprintf("msg_%d", len(w.Emails)+1)
 			w.Emails = append(w.Emails, id)
+			if w.afterSend != nil {
+				w.afterSend()
+			}
 			if !w.lostOnce {
 				w.lostOnce = true
 				// Sent, but the answer never arrives: an unknown outcome.
@@ -109,16 +124,45 @@ func (w *World) Tools() (*tools.Registry, error) {
 	return tools.NewRegistry(contact, email)
 }
 
+// Sent is the message ids the provider's log shows in this process.
+func (w *World) Sent() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.Emails)
+}
+
+// LastEmail is the last message id this process sent; false when it sent
+// none (the email in review was sent by a worker that is gone).
+func (w *World) LastEmail() (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.Emails) == 0 {
+		return "", false
+	}
+	return w.Emails[len(w.Emails)-1], true
+}
+
 func main() {
 	address := flag.String("address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "the Temporal frontend (host:port)")
 	namespace := flag.String("namespace", "default", "the Temporal namespace")
 	data := flag.String("data", "./temporal-example.docket-data", "the worker's docket ledger directory")
 	queue := flag.String("task-queue", "docket-example", "the task queue")
 	workflowID := flag.String("workflow-id", "docket-example-onboard-acme", "the workflow id (the run id derives from it)")
+	resolveFlag := flag.String("resolve", "", "how to resolve an email in review that this process did not send: done=MESSAGE_ID, retry or skip")
 	flag.Parse()
+	resolve, err := parseResolve(*resolveFlag)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, *address, *namespace, *data, *queue, *workflowID); err != nil {
+	err = run(ctx, *address, *namespace, *data, *queue, *workflowID, resolve)
+	stop()
+	var waiting *WaitingError
+	if errors.As(err, &waiting) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(exitWaiting)
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -130,7 +174,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-func run(ctx context.Context, address, namespace, data, queue, workflowID string) error {
+func run(ctx context.Context, address, namespace, data, queue, workflowID string, resolve *temporalstep.Resolution) error {
 	c, err := client.Dial(client.Options{HostPort: address, Namespace: namespace})
 	if err != nil {
 		return fmt.Errorf("connecting to Temporal at %s: %w", address, err)
@@ -169,7 +213,7 @@ func run(ctx context.Context, address, namespace, data, queue, workflowID string
 	go func() { done <- wr.Get(ctx, &final) }()
 
 	// The person's side: read the workflow's Result, act on what it asks.
-	seen := map[string]bool{}
+	p := &person{world: world, workflowID: workflowID, resolve: resolve}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -192,26 +236,103 @@ func run(ctx context.Context, address, namespace, data, queue, workflowID string
 		if err := v.Get(&res); err != nil {
 			return err
 		}
-		switch {
-		case res.NeedsReview() && !seen["review"]:
-			seen["review"] = true
-			fmt.Printf("needs review: %v (the email's outcome is unknown; the provider's log shows %v)\n", res.InReview, world.Emails)
-			out, _ := json.Marshal(map[string]string{"message_id": world.Emails[len(world.Emails)-1]})
-			if err := sendUpdate(ctx, c, workflowID, temporalstep.UpdateResolve,
-				temporalstep.Resolution{ActionID: res.InReview[0], Done: out, By: "example"}); err != nil {
-				return err
-			}
-			fmt.Println("resolved: done, with the message the provider shows")
-		case res.WaitingForApproval() && !seen["approval"] && slices.Contains(res.AwaitingApproval, "welcome"):
-			seen["approval"] = true
-			fmt.Printf("waiting for approval: %v\n", res.AwaitingApproval)
-			if err := sendUpdate(ctx, c, workflowID, temporalstep.UpdateApprove,
-				temporalstep.ApproveRequest{Actions: res.AwaitingApproval, By: "example"}); err != nil {
-				return err
-			}
-			fmt.Println("approved")
+		if err := p.step(res, func(name string, arg any) error { return sendUpdate(ctx, c, workflowID, name, arg) }); err != nil {
+			return err
 		}
 	}
+}
+
+// person is the person's side of the loop: it reads the workflow's Result
+// and answers what it asks, once each.
+type person struct {
+	world      *World
+	workflowID string
+	resolve    *temporalstep.Resolution // from -resolve; nil: decide from the provider's log
+	seen       map[string]bool
+}
+
+// step acts on one Result; send sends a workflow update and waits for it.
+// An email in review that this process did not see sent (the worker that
+// sent it was killed: its provider log went with it) is a decision for a
+// person: without -resolve, step returns a *WaitingError saying how to
+// make it, and never guesses.
+func (p *person) step(res temporalstep.Result, send func(name string, arg any) error) error {
+	if p.seen == nil {
+		p.seen = map[string]bool{}
+	}
+	switch {
+	case res.NeedsReview() && !p.seen["review"]:
+		p.seen["review"] = true
+		fmt.Printf("needs review: %v (the email's outcome is unknown; the provider's log shows %v)\n", res.InReview, p.world.Sent())
+		r := p.resolve
+		if r == nil {
+			id, ok := p.world.LastEmail()
+			if !ok {
+				return &WaitingError{WorkflowID: p.workflowID, InReview: res.InReview}
+			}
+			out, _ := json.Marshal(map[string]string{"message_id": id})
+			r = &temporalstep.Resolution{Done: out, By: "example"}
+		}
+		rr := *r
+		rr.ActionID = res.InReview[0]
+		if err := send(temporalstep.UpdateResolve, rr); err != nil {
+			return err
+		}
+		fmt.Printf("resolved %s: %s\n", rr.ActionID, describe(rr))
+	case res.WaitingForApproval() && !p.seen["approval"] && slices.Contains(res.AwaitingApproval, "welcome"):
+		p.seen["approval"] = true
+		fmt.Printf("waiting for approval: %v\n", res.AwaitingApproval)
+		if err := send(temporalstep.UpdateApprove, temporalstep.ApproveRequest{Actions: res.AwaitingApproval, By: "example"}); err != nil {
+			return err
+		}
+		fmt.Println("approved")
+	}
+	return nil
+}
+
+func describe(r temporalstep.Resolution) string {
+	switch {
+	case r.Retry:
+		return "retry (send it once more)"
+	case r.Skip:
+		return "skipped"
+	}
+	return "done, with " + string(r.Done)
+}
+
+// exitWaiting is the exit code of a run that waits for a person, as docket's
+// own commands use it.
+const exitWaiting = 3
+
+// WaitingError is a workflow left waiting for a person's decision the
+// example cannot make: an email whose outcome is unknown.
+type WaitingError struct {
+	WorkflowID string
+	InReview   []string
+}
+
+func (e *WaitingError) Error() string {
+	return fmt.Sprintf(`needs review: %v waits for a person: the worker that sent the email was stopped during the call, so whether the email went out is unknown; docket will not send it again on its own, and the workflow %s stays open.
+Look in the email provider's log, then run this example again with the same -data and -workflow-id and one of:
+  -resolve done=MESSAGE_ID   it was sent: record it as done with the provider's message id
+  -resolve retry             it was not sent: send it once more
+  -resolve skip              do not send it`, e.InReview, e.WorkflowID)
+}
+
+// parseResolve parses -resolve: done=MESSAGE_ID, retry or skip; "" is nil.
+func parseResolve(s string) (*temporalstep.Resolution, error) {
+	switch {
+	case s == "":
+		return nil, nil
+	case s == "retry":
+		return &temporalstep.Resolution{Retry: true, By: "example"}, nil
+	case s == "skip":
+		return &temporalstep.Resolution{Skip: true, By: "example"}, nil
+	case strings.HasPrefix(s, "done=") && len(s) > len("done="):
+		out, _ := json.Marshal(map[string]string{"message_id": strings.TrimPrefix(s, "done=")})
+		return &temporalstep.Resolution{Done: out, By: "example"}, nil
+	}
+	return nil, fmt.Errorf("-resolve %q: want done=MESSAGE_ID, retry or skip", s)
 }
 
 // sendUpdate sends a workflow update and waits for its answer.
