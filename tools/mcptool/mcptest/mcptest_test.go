@@ -64,7 +64,8 @@ func TestServersWhenMissing(t *testing.T) {
 				cmd.Dir = t.TempDir()
 				for _, kv := range os.Environ() {
 					k, _, _ := strings.Cut(kv, "=")
-					if k != "CI" && k != testextra.RequireEnv && k != "PATH" && k != "DOCKET_MCP_SERVERS" {
+					// The child's skips are of this test's making: not in the summary.
+					if k != "CI" && k != testextra.RequireEnv && k != "PATH" && k != "DOCKET_MCP_SERVERS" && k != testextra.SkipsEnv {
 						cmd.Env = append(cmd.Env, kv)
 					}
 				}
