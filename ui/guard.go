@@ -3,7 +3,6 @@ package ui
 import (
 	"cmp"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -154,8 +153,7 @@ type signIns struct {
 }
 
 type signInState struct {
-	tokens    float64
-	at        time.Time
+	bucket
 	failures  int // since the last log record
 	throttled int // requests refused since the last log record
 	logged    time.Time
@@ -179,13 +177,10 @@ func (l *signIns) state(addr string, now time.Time) *signInState {
 		if len(l.addrs) >= signInSweepAt {
 			l.sweep(now)
 		}
-		st = &signInState{tokens: l.burst, at: now}
+		st = &signInState{bucket: bucket{tokens: l.burst, at: now}}
 		l.addrs[addr] = st
 	}
-	if el := now.Sub(st.at).Seconds(); el > 0 && l.rate > 0 {
-		st.tokens = math.Min(l.burst, st.tokens+el*l.rate)
-		st.at = now
-	}
+	st.refill(now, l.rate, l.burst)
 	return st
 }
 

@@ -12,49 +12,70 @@ import (
 // limiter keeps each token within its request rate (a token bucket per
 // token name) and its cap of open WebSockets.
 type limiter struct {
-	rate       float64 // requests per second; 0: no limit
-	burst      float64
+	reqs       *buckets
 	maxSockets int // 0: no cap
-	now        func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
 	sockets map[string]int
 }
 
+// bucket is a token bucket: tokens held at time at.
 type bucket struct {
 	tokens float64
 	at     time.Time
 }
 
+// refill adds what rate (per second) gave since b.at, up to burst.
+func (b *bucket) refill(now time.Time, rate, burst float64) {
+	if el := now.Sub(b.at).Seconds(); el > 0 && rate > 0 {
+		b.tokens = math.Min(burst, b.tokens+el*rate)
+		b.at = now
+	}
+}
+
+// buckets is a token bucket per name, each starting full.
+type buckets struct {
+	rate  float64 // per second; <= 0: no limit
+	burst float64
+	now   func() time.Time
+
+	mu sync.Mutex
+	m  map[string]*bucket
+}
+
+func newBuckets(rate, burst float64, now func() time.Time) *buckets {
+	return &buckets{rate: rate, burst: burst, now: now, m: map[string]*bucket{}}
+}
+
+// take takes n from name's bucket. When it holds fewer it takes nothing
+// and answers false and how long until it holds n.
+func (bs *buckets) take(name string, n float64) (time.Duration, bool) {
+	if bs.rate <= 0 || n <= 0 {
+		return 0, true
+	}
+	now := bs.now()
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b, ok := bs.m[name]
+	if !ok {
+		b = &bucket{tokens: bs.burst, at: now}
+		bs.m[name] = b
+	}
+	b.refill(now, bs.rate, bs.burst)
+	if b.tokens >= n {
+		b.tokens -= n
+		return 0, true
+	}
+	return time.Duration((n - b.tokens) / bs.rate * float64(time.Second)), false
+}
+
 func newLimiter(rate float64, burst, maxSockets int, now func() time.Time) *limiter {
-	return &limiter{rate: rate, burst: float64(burst), maxSockets: maxSockets, now: now, buckets: map[string]*bucket{}, sockets: map[string]int{}}
+	return &limiter{reqs: newBuckets(rate, float64(burst), now), maxSockets: maxSockets, sockets: map[string]int{}}
 }
 
 // allow takes one request from name's bucket. When the bucket is empty it
 // answers false and how long until a request is allowed again.
-func (l *limiter) allow(name string) (time.Duration, bool) {
-	if l.rate <= 0 {
-		return 0, true
-	}
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[name]
-	if !ok {
-		b = &bucket{tokens: l.burst, at: now}
-		l.buckets[name] = b
-	}
-	if el := now.Sub(b.at).Seconds(); el > 0 {
-		b.tokens = math.Min(l.burst, b.tokens+el*l.rate)
-		b.at = now
-	}
-	if b.tokens >= 1 {
-		b.tokens--
-		return 0, true
-	}
-	return time.Duration((1 - b.tokens) / l.rate * float64(time.Second)), false
-}
+func (l *limiter) allow(name string) (time.Duration, bool) { return l.reqs.take(name, 1) }
 
 // openSocket counts a WebSocket of name; false when name holds its cap.
 func (l *limiter) openSocket(name string) bool {
@@ -76,46 +97,6 @@ func (l *limiter) closeSocket(name string) {
 	}
 }
 
-// byteBudget keeps each token within the bytes of submitted bodies it may
-// send (a token bucket of bytes per token name).
-type byteBudget struct {
-	rate  float64 // bytes per second; <= 0: no budget
-	burst float64
-	now   func() time.Time
-
-	mu      sync.Mutex
-	buckets map[string]*bucket
-}
-
-func newByteBudget(rate float64, burst int64, now func() time.Time) *byteBudget {
-	return &byteBudget{rate: rate, burst: float64(burst), now: now, buckets: map[string]*bucket{}}
-}
-
-// take takes n bytes from name's allowance. When it holds fewer it takes
-// nothing and answers false and how long until it holds n.
-func (b *byteBudget) take(name string, n int64) (time.Duration, bool) {
-	if b.rate <= 0 || n <= 0 {
-		return 0, true
-	}
-	now := b.now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bk, ok := b.buckets[name]
-	if !ok {
-		bk = &bucket{tokens: b.burst, at: now}
-		b.buckets[name] = bk
-	}
-	if el := now.Sub(bk.at).Seconds(); el > 0 {
-		bk.tokens = math.Min(b.burst, bk.tokens+el*b.rate)
-		bk.at = now
-	}
-	if bk.tokens >= float64(n) {
-		bk.tokens -= float64(n)
-		return 0, true
-	}
-	return time.Duration((float64(n) - bk.tokens) / b.rate * float64(time.Second)), false
-}
-
 // submitBudget charges a submitted body to the caller's byte budget: by
 // its Content-Length before it is read (refused: 429, nothing read), else
 // by what was read (body, after it). False: refused, answered.
@@ -128,7 +109,7 @@ func (s *Server) submitBudget(w http.ResponseWriter, r *http.Request, body []byt
 	if body == nil {
 		n = r.ContentLength
 	}
-	wait, ok := s.submits.take(p.name, n)
+	wait, ok := s.submits.take(p.name, float64(n))
 	if !ok {
 		s.tooMany(w, wait, fmt.Sprintf("token %s is over its budget of submitted bytes (%s per second, %s at once): this body is %d bytes",
 			p.name, byteSize(s.cfg.SubmitBytesPerSecond), byteSize(float64(s.cfg.SubmitBytesBurst)), n))

@@ -243,7 +243,7 @@ type Server struct {
 	signals *signals // the engine's reports that requests wait for
 	tokens  []tokenEntry
 	limits  *limiter
-	submits *byteBudget // bytes of submitted plans per token
+	submits *buckets // bytes of submitted plans per token
 	signins *signIns
 	hosts   map[string]struct{} // names the Host header may give (hostAllowed)
 
@@ -312,7 +312,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		tokens:    toks,
 		limits:    newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.MaxSocketsPerToken, cfg.Now),
-		submits:   newByteBudget(cfg.SubmitBytesPerSecond, cfg.SubmitBytesBurst, cfg.Now),
+		submits:   newBuckets(cfg.SubmitBytesPerSecond, float64(cfg.SubmitBytesBurst), cfg.Now),
 		hosts:     allowedHosts(cfg),
 		cfg:       cfg,
 		led:       withTraceIDs(cfg.Ledger, cfg.TraceID),
