@@ -764,7 +764,7 @@ func (d *driver) anyApproval(n *node, g ledger.Gate) bool {
 // (nil when the totals are not read).
 func (d *driver) policyRun(skip string, spec tools.Spec, planned []ledger.Action) (policy.Run, []string) {
 	if !readsRun(d.e.rules(spec)) {
-		return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision}, nil
+		return d.e.runInput(d.run, spec, nil, skip), nil
 	}
 	d.mu.Lock()
 	rows := make([]ledger.Action, 0, len(d.nodes)+len(planned))
@@ -782,7 +782,7 @@ func (d *driver) policyRun(skip string, spec tools.Spec, planned []ledger.Action
 	d.mu.Unlock()
 	rows = append(rows, planned...)
 	slices.Sort(uncounted)
-	return policy.Run{ID: d.runID, Goal: d.run.Goal, Creator: d.run.CreatedBy, Revision: d.run.Revision, Totals: totals(rows, skip)}, uncounted
+	return d.e.runInput(d.run, spec, rows, skip), uncounted
 }
 
 // commitStart writes lead with the prepared claims in one Apply.

@@ -131,13 +131,8 @@ func totals(rows []ledger.Action, skip string) map[string]policy.Total {
 	out := map[string]policy.Total{}
 	sums := map[string]map[string]*big.Rat{}
 	for _, r := range rows {
-		if r.ID == skip || r.Undo || r.Attempts == 0 || r.Key == "" {
-			continue
-		}
-		switch r.Status {
-		case ledger.StatusClaimed, ledger.StatusSucceeded, ledger.StatusNeedsReview, ledger.StatusPending, ledger.StatusApproved:
-		default:
-			continue // failed definitely, skipped, compensated: no effect to count
+		if r.ID == skip || !r.CountsInTotals() {
+			continue // not started; failed definitely, skipped, compensated: no effect to count
 		}
 		t := out[r.Tool]
 		t.Count++

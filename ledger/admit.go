@@ -121,7 +121,7 @@ func (b *batch) admit(o Op, run storedRun, row storedRow, first bool) (error, er
 		if err != nil {
 			return nil, err
 		}
-		if ok && counted(r) {
+		if ok && r.action(o.runID).CountsInTotals() {
 			return stale("action %s started since the run's totals were read", id), nil
 		}
 	}
@@ -165,13 +165,14 @@ func (b *batch) admit(o Op, run storedRun, row storedRow, first bool) (error, er
 	return nil, nil
 }
 
-// counted reports whether a row's amounts count in its run's totals: it
-// started (a key, an attempt) and may have taken or take effect.
-func counted(r storedRow) bool {
-	if r.Undo || r.Attempts == 0 || r.Key == "" {
+// CountsInTotals reports whether a's amounts count in its run's totals
+// (policy rules over run.totals): it started (a key, an attempt) and may
+// have taken or take effect; compensating actions never count.
+func (a Action) CountsInTotals() bool {
+	if a.Undo || a.Attempts == 0 || a.Key == "" {
 		return false
 	}
-	switch r.Status {
+	switch a.Status {
 	case StatusClaimed, StatusSucceeded, StatusNeedsReview, StatusPending, StatusApproved:
 		return true
 	}
