@@ -25,12 +25,17 @@ const (
 )
 
 // SignWebhook is the Docket-Signature value of delivery id's body sent at
-// unix time t: "t=T,v2=" + hex(HMAC-SHA256(secret, ID + "." + T + "." +
-// body)). The id is signed so that a captured call cannot be replayed under
-// a new id past a receiver that drops repeated ids.
+// unix time t: "t=T,v1=" + hex(HMAC-SHA256(secret, T + "." + body)) +
+// ",v2=" + hex(HMAC-SHA256(secret, ID + "." + T + "." + body)). v2 signs
+// the id too, so that a captured call cannot be replayed under a new id
+// past a receiver that drops repeated ids; v1, the signature receivers
+// written before v2 check, is still sent so that they keep working.
 func SignWebhook(secret []byte, id string, t int64, body []byte) string {
 	ts := strconv.FormatInt(t, 10)
-	return "t=" + ts + ",v2=" + hex.EncodeToString(webhookMAC(secret, id, ts, body))
+	v1 := hmac.New(sha256.New, secret)
+	v1.Write([]byte(ts + "."))
+	v1.Write(body)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(v1.Sum(nil)) + ",v2=" + hex.EncodeToString(webhookMAC(secret, id, ts, body))
 }
 
 func webhookMAC(secret []byte, id, ts string, body []byte) []byte {

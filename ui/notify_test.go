@@ -121,6 +121,14 @@ func TestSignedWebhook(t *testing.T) {
 	if err := ui.VerifyWebhook([]byte(secret), second.id+".1", second.sig, second.body, now, 5*time.Minute); !errors.Is(err, ui.ErrWebhookSignature) {
 		t.Fatalf("an id with a dot: %v", err)
 	}
+	// A receiver written for v1 (the time and the body) still verifies it.
+	t1, rest, _ := strings.Cut(strings.TrimPrefix(second.sig, "t="), ",v1=")
+	v1sig, _, _ := strings.Cut(rest, ",")
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(t1 + "." + string(second.body)))
+	if !hmac.Equal([]byte(v1sig), []byte(hex.EncodeToString(mac.Sum(nil)))) {
+		t.Fatalf("the v1 signature of %q does not verify as HMAC(t.body)", second.sig)
+	}
 	// A call replayed with a new timestamp but the old signature: refused.
 	_, v2, _ := strings.Cut(second.sig, ",v2=")
 	forged := "t=" + strconv.FormatInt(now.Unix()+60, 10) + ",v2=" + v2
