@@ -20,53 +20,92 @@ import (
 // knows better: NoEffect). The claim's and the failure's events name the
 // budgets. Everything survives a reopen.
 func testBudgets(t *testing.T, open Opener, opts Options) {
+	c := newBudgetCase(t, open)
+	c.firstClaim(t)
+	c.refusedClaim(t)
+	c.failures(t)
+	c.overAndSkip(t)
+	c.resolutions(t)
+	c.badCharges(t)
+	if opts.Durable {
+		c.reopen(t, open)
+	}
+}
+
+// budgetCase is testBudgets' run "r" with a spend budget per tenant and day
+// and a calls budget per run; its steps run in order on one store.
+type budgetCase struct {
+	b      *bundle
+	br     ledger.BudgetReader
+	window time.Time
+	count  ledger.Charge
+	k1, k2 string // keys of a1 and a2
+}
+
+func newBudgetCase(t *testing.T, open Opener) *budgetCase {
 	b := setup(t, open)
 	br, ok := b.l.(ledger.BudgetReader)
 	if !ok {
 		t.Fatal("the store does not read budgets (ledger.BudgetReader)")
 	}
 	b.createRun(t, "r", 9)
-	window := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
-	spend := func(amount string) ledger.Charge {
-		return ledger.Charge{Budget: "spend", Scope: "tenant:token:alice", Window: window, Every: 24 * time.Hour,
-			Group: "EUR", Amount: amount, Limit: "100.10"}
+	return &budgetCase{b: b, br: br, window: time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC),
+		count: ledger.Charge{Budget: "calls", Scope: "run:r", Amount: "1", Limit: "4"}}
+}
+
+func (c *budgetCase) spend(amount string) ledger.Charge {
+	return ledger.Charge{Budget: "spend", Scope: "tenant:token:alice", Window: c.window, Every: 24 * time.Hour,
+		Group: "EUR", Amount: amount, Limit: "100.10"}
+}
+
+func (c *budgetCase) claim(t *testing.T, a string, n int, cs ...ledger.Charge) ledger.Op {
+	args := `{"i":` + a[1:] + `}`
+	return ledger.Claim("r", a, "t", key(t, "r", a, args), json.RawMessage(args), n).WithCharges(cs...)
+}
+
+func (c *budgetCase) ok(t *testing.T, a string, n int, cs ...ledger.Charge) ledger.Result {
+	t.Helper()
+	return c.b.mustOK(t, c.claim(t, a, n, cs...))
+}
+
+func (c *budgetCase) bucket(t *testing.T, id string) ledger.BudgetRecord {
+	t.Helper()
+	all, err := c.br.Budgets(c.b.ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	count := ledger.Charge{Budget: "calls", Scope: "run:r", Amount: "1", Limit: "4"}
-	claim := func(a string, n int, cs ...ledger.Charge) ledger.Op {
-		args := `{"i":` + a[1:] + `}`
-		return ledger.Claim("r", a, "t", key(t, "r", a, args), json.RawMessage(args), n).WithCharges(cs...)
-	}
-	bucket := func(id string) ledger.BudgetRecord {
-		t.Helper()
-		all, err := br.Budgets(b.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range all {
-			if r.ID == id {
-				return r
-			}
-		}
-		return ledger.BudgetRecord{}
-	}
-	want := func(c ledger.Charge, used string, n int) {
-		t.Helper()
-		if r := bucket(c.Bucket()); r.Used != used || r.Count != n {
-			t.Fatalf("bucket %s: used %q count %d, want %q %d", c.Bucket(), r.Used, r.Count, used, n)
-		}
-		if r, err := br.Budget(b.ctx, c.Bucket()); err != nil || r.Used != used {
-			t.Fatalf("Budget(%s): %+v %v", c.Bucket(), r, err)
+	for _, r := range all {
+		if r.ID == id {
+			return r
 		}
 	}
-	if _, err := br.Budget(b.ctx, count.Bucket()); !errors.Is(err, ledger.ErrNotFound) {
+	return ledger.BudgetRecord{}
+}
+
+func (c *budgetCase) want(t *testing.T, ch ledger.Charge, used string, n int) {
+	t.Helper()
+	if r := c.bucket(t, ch.Bucket()); r.Used != used || r.Count != n {
+		t.Fatalf("bucket %s: used %q count %d, want %q %d", ch.Bucket(), r.Used, r.Count, used, n)
+	}
+	if r, err := c.br.Budget(c.b.ctx, ch.Bucket()); err != nil || r.Used != used {
+		t.Fatalf("Budget(%s): %+v %v", ch.Bucket(), r, err)
+	}
+}
+
+func (c *budgetCase) lastEvent(t *testing.T) ledger.Event {
+	t.Helper()
+	evs := c.b.events(t, "r")
+	return evs[len(evs)-1]
+}
+
+func (c *budgetCase) firstClaim(t *testing.T) {
+	if _, err := c.br.Budget(c.b.ctx, c.count.Bucket()); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("Budget of an unused bucket: %v", err)
 	}
-
-	r := b.mustOK(t, claim("a1", 1, spend("60.05"), count))
-	want(spend(""), "60.05", 1)
-	want(count, "1", 1)
-	evs := b.events(t, "r")
-	last := evs[len(evs)-1]
+	r := c.ok(t, "a1", 1, c.spend("60.05"), c.count)
+	c.want(t, c.spend(""), "60.05", 1)
+	c.want(t, c.count, "1", 1)
+	last := c.lastEvent(t)
 	var claimed struct {
 		Budgets []map[string]any `json:"budgets"`
 	}
@@ -74,20 +113,24 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 		claimed.Budgets[0]["budget"] != "spend" || claimed.Budgets[0]["used"] != "60.05" || claimed.Budgets[0]["group"] != "EUR" {
 		t.Fatalf("claim event: %s %s (%v)", last.Type, last.Data, err)
 	}
-	k1 := r.Key.Key
-	if h, err := br.Hold(b.ctx, k1); err != nil || len(h.Charges) != 2 || h.Released || h.Charges[0].Amount != "60.05" {
+	c.k1 = r.Key.Key
+	if h, err := c.br.Hold(c.b.ctx, c.k1); err != nil || len(h.Charges) != 2 || h.Released || h.Charges[0].Amount != "60.05" {
 		t.Fatalf("hold of a1: %+v %v", h, err)
 	}
+}
 
-	// 60.05 + 40.06 = 100.11 > 100.10: refused, and nothing written (not
-	// even the count bucket, which had room).
+// refusedClaim: 60.05 + 40.06 = 100.11 > 100.10: refused, and nothing
+// written (not even the count bucket, which had room); exactly up to the
+// limit passes.
+func (c *budgetCase) refusedClaim(t *testing.T) {
+	b := c.b
 	before := len(b.events(t, "r"))
-	res := b.apply(t, claim("a2", 1, count, spend("40.06")))
+	res := b.apply(t, c.claim(t, "a2", 1, c.count, c.spend("40.06")))
 	var be *ledger.BudgetError
 	if !errors.As(res.Err, &be) || !errors.Is(res.Err, ledger.ErrBudgetExceeded) || be.Charge.Budget != "spend" || be.Used != "60.05" {
 		t.Fatalf("over the limit: %v", res.Err)
 	}
-	want(count, "1", 1)
+	c.want(t, c.count, "1", 1)
 	if got := b.row(t, "r", "a2"); got.Status != ledger.StatusPending || got.Key != "" {
 		t.Fatalf("refused claim wrote the row: %+v", got)
 	}
@@ -98,85 +141,93 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 		t.Fatalf("refused claim appended %d events", n-before)
 	}
 	// Exactly up to the limit: 100.10, not 100.10000000000001.
-	r2 := b.mustOK(t, claim("a2", 1, count, spend("40.05")))
-	want(spend(""), "100.1", 2)
+	c.k2 = c.ok(t, "a2", 1, c.count, c.spend("40.05")).Key.Key
+	c.want(t, c.spend(""), "100.1", 2)
+}
 
+// failures: what an attempt's failure does to its reservation.
+func (c *budgetCase) failures(t *testing.T) {
+	b, k1 := c.b, c.k1
 	// A retryable failure that says nothing happened gives it back until
 	// the next attempt's claim takes the same amounts again (whatever that
 	// claim carries: reserved once per key).
 	b.mustOK(t, ledger.FailWith(k1, 1, "connection refused", true, ledger.FailureNotSent, nil))
-	want(spend(""), "40.05", 1)
-	want(count, "1", 1)
-	b.mustOK(t, claim("a1", 2, spend("99"), count))
-	want(spend(""), "100.1", 2)
-	want(count, "2", 2)
+	c.want(t, c.spend(""), "40.05", 1)
+	c.want(t, c.count, "1", 1)
+	c.ok(t, "a1", 2, c.spend("99"), c.count)
+	c.want(t, c.spend(""), "100.1", 2)
+	c.want(t, c.count, "2", 2)
 	// A retryable failure whose outcome is unknown keeps it.
 	b.mustOK(t, ledger.FailWith(k1, 2, "reset", true, ledger.FailureUnknown, nil))
-	want(spend(""), "100.1", 2)
-	b.mustOK(t, claim("a1", 3))
-	want(spend(""), "100.1", 2)
+	c.want(t, c.spend(""), "100.1", 2)
+	c.ok(t, "a1", 3)
+	c.want(t, c.spend(""), "100.1", 2)
 	// A definite failure gives it back, and the event says so.
 	b.mustOK(t, ledger.FailWith(k1, 3, "400 bad request", false, ledger.FailureDefinite, nil).NoEffect())
-	want(spend(""), "40.05", 1)
-	want(count, "1", 1)
-	evs = b.events(t, "r")
-	if last := evs[len(evs)-1]; last.Type != ledger.EventActionFailed || !json.Valid(last.Data) ||
+	c.want(t, c.spend(""), "40.05", 1)
+	c.want(t, c.count, "1", 1)
+	if last := c.lastEvent(t); last.Type != ledger.EventActionFailed || !json.Valid(last.Data) ||
 		!slices.Contains(releasedOf(t, last.Data), "spend") {
 		t.Fatalf("failed event: %s %s", last.Type, last.Data)
 	}
-	if h, err := br.Hold(b.ctx, k1); err != nil || !h.Released {
+	if h, err := c.br.Hold(b.ctx, k1); err != nil || !h.Released {
 		t.Fatalf("hold after release: %+v %v", h, err)
 	}
 	// Released once: an identical repeat of the outcome gives nothing back again.
 	b.mustOK(t, ledger.FailWith(k1, 3, "400 bad request", false, ledger.FailureDefinite, nil).NoEffect())
-	want(spend(""), "40.05", 1)
+	c.want(t, c.spend(""), "40.05", 1)
 
 	// An unknown outcome keeps it, even when a later attempt fails definitely.
-	k2 := r2.Key.Key
-	b.mustOK(t, ledger.FailWith(k2, 1, "timeout", true, ledger.FailureUnknown, nil))
-	b.mustOK(t, claim("a2", 2, count, spend("40.05")))
-	b.mustOK(t, ledger.FailWith(k2, 2, "400", false, ledger.FailureDefinite, nil))
-	want(spend(""), "40.05", 1)
+	b.mustOK(t, ledger.FailWith(c.k2, 1, "timeout", true, ledger.FailureUnknown, nil))
+	c.ok(t, "a2", 2, c.count, c.spend("40.05"))
+	b.mustOK(t, ledger.FailWith(c.k2, 2, "400", false, ledger.FailureDefinite, nil))
+	c.want(t, c.spend(""), "40.05", 1)
 
 	// ... unless the caller knows no attempt took effect (a keyed call
 	// answered definitely under the same key).
-	r3 := b.mustOK(t, claim("a3", 1, spend("1")))
-	want(spend(""), "41.05", 2)
+	r3 := c.ok(t, "a3", 1, c.spend("1"))
+	c.want(t, c.spend(""), "41.05", 2)
 	b.mustOK(t, ledger.FailWith(r3.Key.Key, 1, "timeout", true, ledger.FailureUnknown, nil))
-	b.mustOK(t, claim("a3", 2, spend("1")))
+	c.ok(t, "a3", 2, c.spend("1"))
 	b.mustOK(t, ledger.FailWith(r3.Key.Key, 2, "402 declined", false, ledger.FailureDefinite, nil).NoEffect())
-	want(spend(""), "40.05", 1)
+	c.want(t, c.spend(""), "40.05", 1)
 	if r := b.apply(t, ledger.Succeed(r3.Key.Key, 2, json.RawMessage(`{}`)).NoEffect()); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("NoEffect on a success: %v", r.Err)
 	}
+}
 
+func (c *budgetCase) overAndSkip(t *testing.T) {
+	b := c.b
 	// Approved over the limit: reserved all the same.
-	over := spend("1000")
+	over := c.spend("1000")
 	over.Over = true
-	b.mustOK(t, claim("a6", 1, over))
-	want(spend(""), "1040.05", 2)
+	c.ok(t, "a6", 1, over)
+	c.want(t, c.spend(""), "1040.05", 2)
 
 	// A retry-pending key that may have taken effect keeps it when it is
 	// skipped, unless the caller knows better.
-	r4 := b.mustOK(t, claim("a4", 1, count))
-	want(count, "2", 2)
+	r4 := c.ok(t, "a4", 1, c.count)
+	c.want(t, c.count, "2", 2)
 	b.mustOK(t, ledger.FailWith(r4.Key.Key, 1, "reset", true, ledger.FailureUnknown, nil))
 	b.mustOK(t, ledger.Skip("r", "a4", "run failed"))
-	want(count, "2", 2)
+	c.want(t, c.count, "2", 2)
 
 	// Success keeps it.
-	r5 := b.mustOK(t, claim("a5", 1, count))
+	r5 := c.ok(t, "a5", 1, c.count)
 	b.mustOK(t, ledger.Succeed(r5.Key.Key, 1, json.RawMessage(`{"ok":true}`)))
-	want(count, "3", 3)
+	c.want(t, c.count, "3", 3)
+}
 
-	// A person's resolution settles an unknown outcome: "skip" says the
-	// action did not take effect (the budgets get it back, and the resolved
-	// event says so), "done" says it did (kept).
-	r8 := b.mustOK(t, claim("a8", 1, count))
+// resolutions: a person's resolution settles an unknown outcome: "skip"
+// says the action did not take effect (the budgets get it back, and the
+// resolved event says so), "done" says it did (kept).
+func (c *budgetCase) resolutions(t *testing.T) {
+	b := c.b
+	r8 := c.ok(t, "a8", 1, c.count)
 	b.mustOK(t, ledger.NeedsReview(r8.Key.Key, 1, "timeout"))
-	want(count, "4", 4)
+	c.want(t, c.count, "4", 4)
 	b.mustOK(t, ledger.Resolve("r", "a8", ledger.Resolution{Skip: true, By: "ann"}))
-	want(count, "3", 3)
+	c.want(t, c.count, "3", 3)
 	var resolved ledger.Event
 	for _, e := range b.events(t, "r") {
 		if e.Type == ledger.EventActionResolved && e.ActionID == "a8" {
@@ -187,40 +238,44 @@ func testBudgets(t *testing.T, open Opener, opts Options) {
 		t.Fatalf("resolved event: %s %s", resolved.Type, resolved.Data)
 	}
 	b.mustOK(t, ledger.Resolve("r", "a8", ledger.Resolution{Skip: true, By: "ann"})) // identical repeat
-	want(count, "3", 3)
-	r9 := b.mustOK(t, claim("a9", 1, count))
+	c.want(t, c.count, "3", 3)
+	r9 := c.ok(t, "a9", 1, c.count)
 	b.mustOK(t, ledger.NeedsReview(r9.Key.Key, 1, "timeout"))
 	b.mustOK(t, ledger.Resolve("r", "a9", ledger.Resolution{Done: json.RawMessage(`{"id":9}`), By: "ann"}))
-	want(count, "4", 4)
+	c.want(t, c.count, "4", 4)
+}
 
-	// Bad charges and charges on other ops are refused.
-	neg := spend("-5")
-	if r := b.apply(t, claim("a7", 1, neg)); !errors.Is(r.Err, ledger.ErrInvalid) {
+// badCharges: bad charges and charges on other ops are refused.
+func (c *budgetCase) badCharges(t *testing.T) {
+	b := c.b
+	if r := b.apply(t, c.claim(t, "a7", 1, c.spend("-5"))); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("negative amount: %v", r.Err)
 	}
-	if r := b.apply(t, claim("a7", 1, spend("1e3"))); !errors.Is(r.Err, ledger.ErrInvalid) {
+	if r := b.apply(t, c.claim(t, "a7", 1, c.spend("1e3"))); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("amount with an exponent: %v", r.Err)
 	}
-	if r := b.apply(t, ledger.Skip("r", "a7", "x").WithCharges(count)); !errors.Is(r.Err, ledger.ErrInvalid) {
+	if r := b.apply(t, ledger.Skip("r", "a7", "x").WithCharges(c.count)); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("charges on a skip: %v", r.Err)
 	}
+}
 
-	if opts.Durable {
-		b.l.Close()
-		l := open(t, b.cfg)
-		all, err := l.(ledger.BudgetReader).Budgets(b.ctx)
-		if err != nil || len(all) != 2 || all[0].Budget != "calls" || all[1].Used != "1040.05" || all[1].Window != window ||
-			all[1].Every != 24*time.Hour || all[1].Group != "EUR" || all[1].Limit != "100.10" {
-			t.Fatalf("after reopen: %+v %v", all, err)
-		}
-		if h, err := l.(ledger.BudgetReader).Hold(b.ctx, k1); err != nil || !h.Released || len(h.Charges) != 2 {
-			t.Fatalf("hold after reopen: %+v %v", h, err)
-		}
-		// The reopened store goes on from the recorded usage.
-		res, err := l.Apply(b.ctx, ledger.Claim("r", "a7", "t", key(t, "r", "a7", `{"i":7}`), json.RawMessage(`{"i":7}`), 1).WithCharges(spend("0.01")))
-		if err != nil || !errors.Is(res[0].Err, ledger.ErrBudgetExceeded) {
-			t.Fatalf("claim past the recorded usage after reopen: %v %v", err, res)
-		}
+// reopen: everything survives a reopen, and the reopened store goes on from
+// the recorded usage.
+func (c *budgetCase) reopen(t *testing.T, open Opener) {
+	b := c.b
+	b.l.Close()
+	l := open(t, b.cfg)
+	all, err := l.(ledger.BudgetReader).Budgets(b.ctx)
+	if err != nil || len(all) != 2 || all[0].Budget != "calls" || all[1].Used != "1040.05" || all[1].Window != c.window ||
+		all[1].Every != 24*time.Hour || all[1].Group != "EUR" || all[1].Limit != "100.10" {
+		t.Fatalf("after reopen: %+v %v", all, err)
+	}
+	if h, err := l.(ledger.BudgetReader).Hold(b.ctx, c.k1); err != nil || !h.Released || len(h.Charges) != 2 {
+		t.Fatalf("hold after reopen: %+v %v", h, err)
+	}
+	res, err := l.Apply(b.ctx, ledger.Claim("r", "a7", "t", key(t, "r", "a7", `{"i":7}`), json.RawMessage(`{"i":7}`), 1).WithCharges(c.spend("0.01")))
+	if err != nil || !errors.Is(res[0].Err, ledger.ErrBudgetExceeded) {
+		t.Fatalf("claim past the recorded usage after reopen: %v %v", err, res)
 	}
 }
 
