@@ -421,85 +421,118 @@ func testClaimConcurrent(t *testing.T, open Opener) {
 func testTransitions(t *testing.T, open Opener) {
 	b := setup(t, open)
 	b.createRun(t, "r", 6)
-	args := func(i int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)) }
-	k := func(i int) string { return key(t, "r", fmt.Sprintf("a%d", i), string(args(i))) }
+	tr := transitions{b}
+	tr.succeeded(t)
+	tr.retried(t)
+	tr.reviewedDone(t)
+	tr.reviewedRetry(t)
+	tr.reviewedSkip(t)
+	tr.unknowns(t)
+	tr.recorded(t)
+}
 
+// transitions is testTransitions' run "r": action aN has args {"i":N}.
+type transitions struct{ b *bundle }
+
+func (transitions) args(i int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)) }
+
+func (tr transitions) k(t *testing.T, i int) string {
+	return key(t, "r", fmt.Sprintf("a%d", i), string(tr.args(i)))
+}
+
+func (tr transitions) succeeded(t *testing.T) {
+	b := tr.b
 	// a1: claimed -> succeeded; then every other outcome or claim conflicts.
-	res := b.mustOK(t, ledger.Claim("r", "a1", "t", k(1), args(1), 1))
-	if res.Key.State != ledger.StatusClaimed || res.Key.Owner != b.l.Incarnation() || res.Action.Status != ledger.StatusClaimed || res.Action.Key != k(1) {
+	res := b.mustOK(t, ledger.Claim("r", "a1", "t", tr.k(t, 1), tr.args(1), 1))
+	if res.Key.State != ledger.StatusClaimed || res.Key.Owner != b.l.Incarnation() || res.Action.Status != ledger.StatusClaimed || res.Action.Key != tr.k(t, 1) {
 		t.Fatalf("claim result %+v", res)
 	}
-	if r := b.apply(t, ledger.Claim("r", "a1", "t", k(1), args(1), 2)); !errors.Is(r.Err, ledger.ErrConflict) {
+	if r := b.apply(t, ledger.Claim("r", "a1", "t", tr.k(t, 1), tr.args(1), 2)); !errors.Is(r.Err, ledger.ErrConflict) {
 		t.Fatalf("claim attempt 2 while attempt 1 in flight in this process: %v", r.Err)
 	}
-	b.mustConflict(t, ledger.Succeed(k(1), 2, json.RawMessage(`{"ok":true}`)))
-	res = b.mustOK(t, ledger.Succeed(k(1), 1, json.RawMessage(`{"ok":true}`)))
+	b.mustConflict(t, ledger.Succeed(tr.k(t, 1), 2, json.RawMessage(`{"ok":true}`)))
+	res = b.mustOK(t, ledger.Succeed(tr.k(t, 1), 1, json.RawMessage(`{"ok":true}`)))
 	if res.Key.State != ledger.StatusSucceeded || string(res.Action.Output) != `{"ok":true}` {
 		t.Fatalf("succeed result %+v", res)
 	}
-	ce := b.mustConflict(t, ledger.Claim("r", "a1", "t", k(1), args(1), 2))
+	ce := b.mustConflict(t, ledger.Claim("r", "a1", "t", tr.k(t, 1), tr.args(1), 2))
 	if ce.Current.State != ledger.StatusSucceeded || string(ce.Current.Output) != `{"ok":true}` {
 		t.Fatalf("claim after success: current %+v", ce.Current)
 	}
-	b.mustConflict(t, ledger.Succeed(k(1), 1, json.RawMessage(`{"ok":false}`)))
-	b.mustConflict(t, ledger.Fail(k(1), 1, "boom", false, nil))
-	b.mustConflict(t, ledger.NeedsReview(k(1), 1, "unknown"))
+	b.mustConflict(t, ledger.Succeed(tr.k(t, 1), 1, json.RawMessage(`{"ok":false}`)))
+	b.mustConflict(t, ledger.Fail(tr.k(t, 1), 1, "boom", false, nil))
+	b.mustConflict(t, ledger.NeedsReview(tr.k(t, 1), 1, "unknown"))
 	b.mustConflict(t, ledger.Resolve("r", "a1", ledger.Resolution{Retry: true}))
+}
 
+func (tr transitions) retried(t *testing.T) {
+	b := tr.b
 	// a2: retryable failure -> pending; attempt 2 claims; final failure.
-	b.mustOK(t, ledger.Claim("r", "a2", "t", k(2), args(2), 1))
-	res = b.mustOK(t, ledger.Fail(k(2), 1, "503", true, json.RawMessage(`{"outcome":"not_sent","status":503}`)))
+	b.mustOK(t, ledger.Claim("r", "a2", "t", tr.k(t, 2), tr.args(2), 1))
+	res := b.mustOK(t, ledger.Fail(tr.k(t, 2), 1, "503", true, json.RawMessage(`{"outcome":"not_sent","status":503}`)))
 	if res.Key.State != ledger.StatusPending || res.Action.Status != ledger.StatusPending || res.Key.Error != "503" {
 		t.Fatalf("retryable fail result %+v", res)
 	}
-	b.mustConflict(t, ledger.Claim("r", "a2", "t", k(2), args(2), 1))
-	b.mustConflict(t, ledger.Claim("r", "a2", "t", k(2), args(2), 3))
-	b.mustOK(t, ledger.Claim("r", "a2", "t", k(2), args(2), 2))
-	res = b.mustOK(t, ledger.Fail(k(2), 2, "400 bad request", false, nil))
+	b.mustConflict(t, ledger.Claim("r", "a2", "t", tr.k(t, 2), tr.args(2), 1))
+	b.mustConflict(t, ledger.Claim("r", "a2", "t", tr.k(t, 2), tr.args(2), 3))
+	b.mustOK(t, ledger.Claim("r", "a2", "t", tr.k(t, 2), tr.args(2), 2))
+	res = b.mustOK(t, ledger.Fail(tr.k(t, 2), 2, "400 bad request", false, nil))
 	if res.Key.State != ledger.StatusFailed || res.Action.Status != ledger.StatusFailed || res.Action.Attempts != 2 {
 		t.Fatalf("fail result %+v", res)
 	}
-	b.mustConflict(t, ledger.Succeed(k(2), 2, json.RawMessage(`1`)))
-	b.mustConflict(t, ledger.Claim("r", "a2", "t", k(2), args(2), 3))
+	b.mustConflict(t, ledger.Succeed(tr.k(t, 2), 2, json.RawMessage(`1`)))
+	b.mustConflict(t, ledger.Claim("r", "a2", "t", tr.k(t, 2), tr.args(2), 3))
+}
 
+func (tr transitions) reviewedDone(t *testing.T) {
+	b := tr.b
 	// a3: needs_review -> done.
-	b.mustOK(t, ledger.Claim("r", "a3", "t", k(3), args(3), 1))
+	b.mustOK(t, ledger.Claim("r", "a3", "t", tr.k(t, 3), tr.args(3), 1))
 	b.mustConflict(t, ledger.Resolve("r", "a3", ledger.Resolution{Done: json.RawMessage(`1`)}))
-	b.mustOK(t, ledger.NeedsReview(k(3), 1, "timeout"))
-	b.mustConflict(t, ledger.Claim("r", "a3", "t", k(3), args(3), 2))
-	b.mustConflict(t, ledger.Succeed(k(3), 1, json.RawMessage(`1`)))
+	b.mustOK(t, ledger.NeedsReview(tr.k(t, 3), 1, "timeout"))
+	b.mustConflict(t, ledger.Claim("r", "a3", "t", tr.k(t, 3), tr.args(3), 2))
+	b.mustConflict(t, ledger.Succeed(tr.k(t, 3), 1, json.RawMessage(`1`)))
 	if r := b.apply(t, ledger.Resolve("r", "a3", ledger.Resolution{Retry: true, Skip: true})); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("two resolutions at once: %v", r.Err)
 	}
-	res = b.mustOK(t, ledger.Resolve("r", "a3", ledger.Resolution{Done: json.RawMessage(`{"id":7}`), By: "ops"}))
+	res := b.mustOK(t, ledger.Resolve("r", "a3", ledger.Resolution{Done: json.RawMessage(`{"id":7}`), By: "ops"}))
 	if res.Key.State != ledger.StatusSucceeded || string(res.Action.Output) != `{"id":7}` {
 		t.Fatalf("resolve done %+v", res)
 	}
+}
 
+func (tr transitions) reviewedRetry(t *testing.T) {
+	b := tr.b
 	// a4: needs_review -> retry -> attempt 2 -> succeeded -> compensated.
-	b.mustOK(t, ledger.Claim("r", "a4", "t", k(4), args(4), 1))
-	b.mustOK(t, ledger.NeedsReview(k(4), 1, "unknown outcome"))
-	res = b.mustOK(t, ledger.Resolve("r", "a4", ledger.Resolution{Retry: true, By: "ops"}))
+	b.mustOK(t, ledger.Claim("r", "a4", "t", tr.k(t, 4), tr.args(4), 1))
+	b.mustOK(t, ledger.NeedsReview(tr.k(t, 4), 1, "unknown outcome"))
+	res := b.mustOK(t, ledger.Resolve("r", "a4", ledger.Resolution{Retry: true, By: "ops"}))
 	if res.Key.State != ledger.StatusPending || string(res.Action.ApprovedArgs) != `{"i":4}` {
 		t.Fatalf("resolve retry %+v", res)
 	}
-	b.mustConflict(t, ledger.Claim("r", "a4", "t", k(4), args(4), 1))
-	b.mustOK(t, ledger.Claim("r", "a4", "t", k(4), args(4), 2))
-	b.mustOK(t, ledger.Succeed(k(4), 2, json.RawMessage(`"done"`)))
+	b.mustConflict(t, ledger.Claim("r", "a4", "t", tr.k(t, 4), tr.args(4), 1))
+	b.mustOK(t, ledger.Claim("r", "a4", "t", tr.k(t, 4), tr.args(4), 2))
+	b.mustOK(t, ledger.Succeed(tr.k(t, 4), 2, json.RawMessage(`"done"`)))
 	res = b.mustOK(t, ledger.Compensated("r", "a4"))
 	if res.Action.Status != ledger.StatusCompensated || res.Key.State != ledger.StatusCompensated {
 		t.Fatalf("compensated %+v", res)
 	}
+}
 
+func (tr transitions) reviewedSkip(t *testing.T) {
+	b := tr.b
 	// a5: needs_review -> skip.
-	b.mustOK(t, ledger.Claim("r", "a5", "t", k(5), args(5), 1))
-	b.mustOK(t, ledger.NeedsReview(k(5), 1, "unknown"))
-	res = b.mustOK(t, ledger.Resolve("r", "a5", ledger.Resolution{Skip: true, By: "ops"}))
+	b.mustOK(t, ledger.Claim("r", "a5", "t", tr.k(t, 5), tr.args(5), 1))
+	b.mustOK(t, ledger.NeedsReview(tr.k(t, 5), 1, "unknown"))
+	res := b.mustOK(t, ledger.Resolve("r", "a5", ledger.Resolution{Skip: true, By: "ops"}))
 	if res.Key.State != ledger.StatusSkipped || res.Action.Status != ledger.StatusSkipped {
 		t.Fatalf("resolve skip %+v", res)
 	}
-	b.mustConflict(t, ledger.Claim("r", "a5", "t", k(5), args(5), 2))
+	b.mustConflict(t, ledger.Claim("r", "a5", "t", tr.k(t, 5), tr.args(5), 2))
+}
 
+func (tr transitions) unknowns(t *testing.T) {
+	b := tr.b
 	// Unknown keys and rows; claims that do not start at 1.
 	if r := b.apply(t, ledger.Succeed("dk1_unknown", 1, json.RawMessage(`1`))); !errors.Is(r.Err, ledger.ErrNotFound) {
 		t.Fatalf("succeed unknown key: %v", r.Err)
@@ -507,13 +540,16 @@ func testTransitions(t *testing.T, open Opener) {
 	if r := b.apply(t, ledger.Claim("r", "zz", "t", "dk1_x", nil, 1)); !errors.Is(r.Err, ledger.ErrNotFound) {
 		t.Fatalf("claim unknown row: %v", r.Err)
 	}
-	b.mustConflict(t, ledger.Claim("r", "a6", "t", k(6), args(6), 2))
+	b.mustConflict(t, ledger.Claim("r", "a6", "t", tr.k(t, 6), tr.args(6), 2))
 	b.mustConflict(t, ledger.Compensated("r", "a6"))
-	if r := b.apply(t, ledger.Succeed(k(1), 1, json.RawMessage(`{bad`))); !errors.Is(r.Err, ledger.ErrInvalid) {
+	if r := b.apply(t, ledger.Succeed(tr.k(t, 1), 1, json.RawMessage(`{bad`))); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("invalid output JSON: %v", r.Err)
 	}
+}
 
-	rec, err := b.l.Key(b.ctx, k(4))
+func (tr transitions) recorded(t *testing.T) {
+	b := tr.b
+	rec, err := b.l.Key(b.ctx, tr.k(t, 4))
 	if err != nil || rec.State != ledger.StatusCompensated || rec.Attempt != 2 || string(rec.Output) != `"done"` || rec.Owner != b.l.Incarnation() {
 		t.Fatalf("Key(a4) = %+v, %v", rec, err)
 	}
