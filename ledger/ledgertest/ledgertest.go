@@ -267,6 +267,14 @@ func testCreateRun(t *testing.T, open Opener) {
 	if !errors.Is(err, ledger.ErrPlanMismatch) {
 		t.Fatalf("CreateRun with another plan: %v, want ErrPlanMismatch", err)
 	}
+	checkCreatedRun(t, b, p, hash)
+	if _, _, err := b.l.CreateRun(b.ctx, ledger.Run{ID: "bad\x00id"}, p, nil); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("CreateRun with NUL in id = %v, want ErrInvalid", err)
+	}
+}
+
+// checkCreatedRun: testCreateRun's run r1 reads back as created.
+func checkCreatedRun(t *testing.T, b *bundle, p *plan.Plan, hash string) {
 	got, err := b.l.GetRun(b.ctx, "r1")
 	if err != nil || got.ID != "r1" || got.Goal != p.Goal {
 		t.Fatalf("GetRun = %+v, %v", got, err)
@@ -302,9 +310,6 @@ func testCreateRun(t *testing.T, open Opener) {
 		t.Fatalf("rows lost fields: %+v", acts)
 	}
 	wantTypes(t, b.events(t, "r1"), "run.created", "plan.recorded", "action.approved:a1")
-	if _, _, err := b.l.CreateRun(b.ctx, ledger.Run{ID: "bad\x00id"}, p, nil); !errors.Is(err, ledger.ErrInvalid) {
-		t.Fatalf("CreateRun with NUL in id = %v, want ErrInvalid", err)
-	}
 }
 
 func testListRuns(t *testing.T, open Opener) {
@@ -319,50 +324,42 @@ func testListRuns(t *testing.T, open Opener) {
 	for _, id := range []string{"run1", "run4", "run5"} {
 		b.mustOK(t, ledger.SetRunStatus(id, ledger.RunCompleted, "run.completed", "", nil))
 	}
-	var all []string
-	cursor := ""
-	for page := 0; ; page++ {
-		runs, next, err := b.l.ListRuns(b.ctx, ledger.ListOptions{Limit: 3, After: cursor})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if page < 2 && (len(runs) != 3 || next == "") || page == 2 && (len(runs) != 1 || next != "") {
-			t.Fatalf("page %d: %d runs, next %q", page, len(runs), next)
-		}
-		for _, r := range runs {
-			all = append(all, r.ID)
-		}
-		if next == "" {
-			break
-		}
-		cursor = next
-	}
+	all := listAll(t, b, ledger.ListOptions{Limit: 3}, []int{3, 3, 1})
 	if got := strings.Join(all, ","); got != "run6,run5,run4,run3,run2,run1,run0" {
 		t.Fatalf("ListRuns order %s", got)
 	}
-	var done []string
-	cursor = ""
-	for {
-		runs, next, err := b.l.ListRuns(b.ctx, ledger.ListOptions{Limit: 2, After: cursor, Status: ledger.RunCompleted})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range runs {
-			if r.Status != ledger.RunCompleted {
-				t.Fatalf("filter returned %s with status %s", r.ID, r.Status)
-			}
-			done = append(done, r.ID)
-		}
-		if next == "" {
-			break
-		}
-		cursor = next
-	}
+	done := listAll(t, b, ledger.ListOptions{Limit: 2, Status: ledger.RunCompleted}, nil)
 	if got := strings.Join(done, ","); got != "run5,run4,run1" {
 		t.Fatalf("completed runs %s", got)
 	}
 	if _, _, err := b.l.ListRuns(b.ctx, ledger.ListOptions{After: "zz"}); !errors.Is(err, ledger.ErrInvalid) {
 		t.Fatalf("bad cursor: %v", err)
+	}
+}
+
+// listAll pages through ListRuns with o, checking each run against o's
+// status filter and, when pages is given, each page's length.
+func listAll(t *testing.T, b *bundle, o ledger.ListOptions, pages []int) []string {
+	t.Helper()
+	var ids []string
+	for page := 0; ; page++ {
+		runs, next, err := b.l.ListRuns(b.ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pages != nil && (page >= len(pages) || len(runs) != pages[page] || (next == "") != (page == len(pages)-1)) {
+			t.Fatalf("page %d: %d runs, next %q; want pages of %v", page, len(runs), next, pages)
+		}
+		for _, r := range runs {
+			if o.Status != "" && r.Status != o.Status {
+				t.Fatalf("filter returned %s with status %s", r.ID, r.Status)
+			}
+			ids = append(ids, r.ID)
+		}
+		if next == "" {
+			return ids
+		}
+		o.After = next
 	}
 }
 
