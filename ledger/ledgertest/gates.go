@@ -34,6 +34,41 @@ func testGates(t *testing.T, open Opener, opts Options) {
 	}
 	b.mustOK(t, ledger.Decide("g", "a1", gate)) // identical: no new event
 
+	gateApprovals(t, b)
+
+	// A stricter gate (the resolved amount is larger) asks for more.
+	stricter := gate
+	stricter.Need = 3
+	if r := b.mustOK(t, ledger.Decide("g", "a1", stricter)); r.Action.Status != ledger.StatusPending {
+		t.Fatalf("need 3 with 2 approvals: %+v", r.Action)
+	}
+	b.mustOK(t, ledger.Decide("g", "a1", gate))
+
+	k1 := gateClaim(t, b)
+
+	// An edit (other args) drops the approvals.
+	b.mustOK(t, ledger.Decide("g", "a2", gate))
+	b.mustOK(t, ledger.Approve("g", "a2", nil, "token:bob"))
+	b.mustOK(t, ledger.Edit("g", "a2", json.RawMessage(`{"i":22}`), "token:bob"))
+	if got := b.row(t, "g", "a2"); len(got.Approvals) != 0 || got.Status != ledger.StatusPending {
+		t.Fatalf("after edit: %+v", got)
+	}
+
+	gateExpiry(t, b, gate)
+
+	// Rows from before gates: one approval, as always.
+	b.createRun(t, "old", 1)
+	if r := b.mustOK(t, ledger.Approve("old", "a1", nil, "cli:x")); r.Action.Status != ledger.StatusApproved {
+		t.Fatalf("legacy approve: %+v", r.Action)
+	}
+	if opts.Durable {
+		reopenGates(t, b, open, k1)
+	}
+}
+
+// gateApprovals: who may approve a1 under the four-eyes gate, counted once each, for exactly its args.
+func gateApprovals(t *testing.T, b *bundle) {
+	t.Helper()
 	refused := b.apply(t, ledger.Approve("g", "a1", nil, "token:alice"))
 	if !errors.Is(refused.Err, ledger.ErrApproverRefused) {
 		t.Fatalf("the creator approved: %v", refused.Err)
@@ -41,7 +76,7 @@ func testGates(t *testing.T, open Opener, opts Options) {
 	if r := b.apply(t, ledger.Approve("g", "a1", nil, "cli:mallory")); !errors.Is(r.Err, ledger.ErrApproverRefused) {
 		t.Fatalf("an identity the gate does not name approved: %v", r.Err)
 	}
-	r = b.mustOK(t, ledger.Approve("g", "a1", nil, "token:bob"))
+	r := b.mustOK(t, ledger.Approve("g", "a1", nil, "token:bob"))
 	if r.Action.Status != ledger.StatusPending || len(r.Action.Approvals) != 1 {
 		t.Fatalf("one of two approvals: %+v", r.Action)
 	}
@@ -60,16 +95,13 @@ func testGates(t *testing.T, open Opener, opts Options) {
 	if got := b.row(t, "g", "a1").Approvers(json.RawMessage(`{"i":2}`), time.Now()); len(got) != 0 {
 		t.Fatalf("approvals count for other args: %v", got)
 	}
+}
 
-	// A stricter gate (the resolved amount is larger) asks for more.
-	stricter := gate
-	stricter.Need = 3
-	if r := b.mustOK(t, ledger.Decide("g", "a1", stricter)); r.Action.Status != ledger.StatusPending {
-		t.Fatalf("need 3 with 2 approvals: %+v", r.Action)
-	}
-	b.mustOK(t, ledger.Decide("g", "a1", gate))
-
-	// The claim uses the approvals and says who gave them.
+// gateClaim: the claim uses the approvals and says who gave them; it
+// returns the claimed key.
+func gateClaim(t *testing.T, b *bundle) string {
+	t.Helper()
+	args := json.RawMessage(`{"i":1}`)
 	k1 := key(t, "g", "a1", `{"i":1}`)
 	b.mustOK(t, ledger.Claim("g", "a1", "t", k1, args, 1))
 	evs := b.events(t, "g")
@@ -97,17 +129,13 @@ func testGates(t *testing.T, open Opener, opts Options) {
 	}
 	wantTypes(t, a1, "action.policy:a1", "action.approval_added:a1", "action.approved:a1",
 		"action.policy:a1", "action.policy:a1", "action.claimed:a1")
+	return k1
+}
 
-	// An edit (other args) drops the approvals.
-	b.mustOK(t, ledger.Decide("g", "a2", gate))
-	b.mustOK(t, ledger.Approve("g", "a2", nil, "token:bob"))
-	b.mustOK(t, ledger.Edit("g", "a2", json.RawMessage(`{"i":22}`), "token:bob"))
-	if got := b.row(t, "g", "a2"); len(got.Approvals) != 0 || got.Status != ledger.StatusPending {
-		t.Fatalf("after edit: %+v", got)
-	}
-
-	// An approval expires after the gate's TTL (the suite's clock moves 1ms
-	// per reading).
+// gateExpiry: an approval expires after the gate's TTL (the suite's clock
+// moves 1ms per reading).
+func gateExpiry(t *testing.T, b *bundle, gate ledger.Gate) {
+	t.Helper()
 	short := gate
 	short.Need, short.TTL = 1, time.Nanosecond
 	b.mustOK(t, ledger.Decide("g", "a3", short))
@@ -122,29 +150,26 @@ func testGates(t *testing.T, open Opener, opts Options) {
 	if r := b.mustOK(t, ledger.Decide("g", "a3", short)); r.Action.Status != ledger.StatusPending {
 		t.Fatalf("expired approval still approves: %+v", r.Action)
 	}
+}
 
-	// Rows from before gates: one approval, as always.
-	b.createRun(t, "old", 1)
-	if r := b.mustOK(t, ledger.Approve("old", "a1", nil, "cli:x")); r.Action.Status != ledger.StatusApproved {
-		t.Fatalf("legacy approve: %+v", r.Action)
+// reopenGates: every gate field and approval survives a reopen.
+func reopenGates(t *testing.T, b *bundle, open Opener, k1 string) {
+	t.Helper()
+	b.l.Close()
+	l := open(t, b.cfg)
+	rows, err := l.Actions(b.ctx, "g")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if opts.Durable {
-		b.l.Close()
-		l := open(t, b.cfg)
-		rows, err := l.Actions(b.ctx, "g")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rows[1].Gate == nil || rows[1].Gate.Rule != "four-eyes" || len(rows[0].Approvals) != 2 || rows[0].Approvals[0].Used != k1 {
-			t.Fatalf("after reopen: %+v", rows[:2])
-		}
-		if run, _ := l.GetRun(b.ctx, "g"); run.CreatedBy != "token:alice" {
-			t.Fatalf("creator after reopen: %+v", run)
-		}
+	if rows[1].Gate == nil || rows[1].Gate.Rule != "four-eyes" || len(rows[0].Approvals) != 2 || rows[0].Approvals[0].Used != k1 {
+		t.Fatalf("after reopen: %+v", rows[:2])
+	}
+	if run, _ := l.GetRun(b.ctx, "g"); run.CreatedBy != "token:alice" {
+		t.Fatalf("creator after reopen: %+v", run)
 	}
 }
 
-// testGateGroups: a gate that names groups admits an approver by the groups
+// testGateGroups:// testGateGroups: a gate that names groups admits an approver by the groups
 // its approval carries (ApproveAs), refuses one without them with a message
 // naming the group, records the groups with the approval and in the event,
 // and keeps them across a reopen: the decision needs nothing but the ledger.
@@ -182,17 +207,24 @@ func testGateGroups(t *testing.T, open Opener, opts Options) {
 		t.Fatalf("counting approvals %+v", c)
 	}
 	if opts.Durable {
-		b.l.Close()
-		l := open(t, b.cfg)
-		rows, err := l.Actions(b.ctx, "gg")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(rows[0].Gate.Groups, []string{"finance"}) || !slices.Equal(rows[0].Approvals[0].Groups, []string{"ops", "finance"}) {
-			t.Fatalf("after reopen: gate %+v approvals %+v", rows[0].Gate, rows[0].Approvals)
-		}
-		if ok, why := rows[0].Gate.MayApprove("token:eve", nil, "token:agent"); ok || !strings.Contains(why, "members of group finance") {
-			t.Fatalf("after reopen, eve: %v %q", ok, why)
-		}
+		reopenGateGroups(t, b, open)
+	}
+}
+
+// reopenGateGroups: the gate's groups and the approval's survive a reopen,
+// and the decision needs nothing but the ledger.
+func reopenGateGroups(t *testing.T, b *bundle, open Opener) {
+	t.Helper()
+	b.l.Close()
+	l := open(t, b.cfg)
+	rows, err := l.Actions(b.ctx, "gg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rows[0].Gate.Groups, []string{"finance"}) || !slices.Equal(rows[0].Approvals[0].Groups, []string{"ops", "finance"}) {
+		t.Fatalf("after reopen: gate %+v approvals %+v", rows[0].Gate, rows[0].Approvals)
+	}
+	if ok, why := rows[0].Gate.MayApprove("token:eve", nil, "token:agent"); ok || !strings.Contains(why, "members of group finance") {
+		t.Fatalf("after reopen, eve: %v %q", ok, why)
 	}
 }
