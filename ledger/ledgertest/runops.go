@@ -75,6 +75,15 @@ func testPause(t *testing.T, open Opener, opts Options) {
 	if run, _ = l.GetRun(ctx, "r"); run.Status != ledger.RunRunning || run.PausedBy != "" {
 		t.Fatalf("after resume: status %s paused_by %q", run.Status, run.PausedBy)
 	}
+	checkPauseEnds(t, l)
+}
+
+// checkPauseEnds: testPause's events after a pause, a second pause and a
+// resume; a resume of a running run writes nothing; a completed or unknown
+// run cannot be paused, nor resumed to a bogus status.
+func checkPauseEnds(t *testing.T, l ledger.Store) {
+	t.Helper()
+	ctx := context.Background()
 	evs, err := l.Events(ctx, "r", 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -272,9 +281,16 @@ func testApplyErrors(t *testing.T, open Opener) {
 	if r, err := ledger.ApplyOne(b.ctx, b.l, ledger.Op{}); !errors.Is(err, ledger.ErrInvalid) || r.Err != err {
 		t.Fatalf("ApplyOne of the zero Op = %v, %v; want ErrInvalid", r.Err, err)
 	}
+	checkApplyWhole(t, b)
+}
+
+// checkApplyWhole: a failure of the call as a whole (a cancelled context, a
+// closed store) is every op's error and Apply's.
+func checkApplyWhole(t *testing.T, b *bundle) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(b.ctx)
 	cancel()
-	res, err = b.l.Apply(ctx, ledger.Note("r", "test.note", "", nil), ledger.Note("r", "test.note", "", nil))
+	res, err := b.l.Apply(ctx, ledger.Note("r", "test.note", "", nil), ledger.Note("r", "test.note", "", nil))
 	if !errors.Is(err, context.Canceled) || len(res) != 2 || res[0].Err != err || res[1].Err != err {
 		t.Fatalf("Apply with a cancelled context = %v, %v", res, err)
 	}
