@@ -21,145 +21,175 @@ import (
 // commit or another. A refused claim writes nothing: no key record, no
 // event, no budget usage.
 func testLedgerDecides(t *testing.T, open Opener) {
-	b := setup(t, open)
-	allow := ledger.Gate{Outcome: "allow"}
-	claim := func(run, a, args string) ledger.Op {
-		return ledger.Claim(run, a, "t", key(t, run, a, args), json.RawMessage(args), 1)
-	}
-	stale := func(t *testing.T, run string, op ledger.Op, want string) {
-		t.Helper()
-		before := len(b.events(t, run))
-		r := b.apply(t, op)
-		var se *ledger.StaleError
-		if !errors.As(r.Err, &se) || !errors.Is(r.Err, ledger.ErrStale) || !errors.Is(r.Err, ledger.ErrConflict) {
-			t.Fatalf("want *StaleError (%s), got %v", want, r.Err)
-		}
-		if !strings.Contains(se.Msg, want) {
-			t.Fatalf("refusal %q does not say %q", se.Msg, want)
-		}
-		if n := len(b.events(t, run)); n != before {
-			t.Fatalf("a refused claim appended %d events", n-before)
-		}
-	}
+	d := decides{b: setup(t, open), allow: ledger.Gate{Outcome: "allow"}}
+	t.Run("pause", d.pause)
+	t.Run("cancel", d.cancel)
+	t.Run("edit", d.edit)
+	t.Run("reject", d.reject)
+	t.Run("approvals", d.approvals)
+	t.Run("budget retry", d.budgetRetry)
+	t.Run("totals", d.totals)
+}
 
-	t.Run("pause", func(t *testing.T) {
-		b.createRun(t, "p", 3)
-		b.mustOK(t, ledger.SetRunStatus("p", ledger.RunRunning, "", "", nil))
-		b.mustOK(t, ledger.SetPause("p", "token:bob", "", nil))
-		stale(t, "p", claim("p", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), allow, false), "paused by token:bob")
-		if _, err := b.l.Key(b.ctx, key(t, "p", "a1", `{"i":1}`)); !errors.Is(err, ledger.ErrNotFound) {
-			t.Fatalf("a refused claim wrote its key: %v", err)
-		}
-		// Parking for a person is not starting anything.
-		r := b.mustOK(t, claim("p", "a2", `{"i":2}`).Parking())
-		b.mustOK(t, ledger.NeedsReview(r.Key.Key, 1, "parked"))
-		// Resumed: the same claim goes through.
-		b.mustOK(t, ledger.SetPause("p", "", ledger.RunRunning, nil))
-		b.mustOK(t, claim("p", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), allow, false))
-		// A retry of a pending key is a new attempt: refused while paused.
-		b.mustOK(t, ledger.FailWith(key(t, "p", "a1", `{"i":1}`), 1, "503", true, ledger.FailureNotProcessed, nil))
-		b.mustOK(t, ledger.SetPause("p", "token:bob", "", nil))
-		stale(t, "p", ledger.Claim("p", "a1", "t", key(t, "p", "a1", `{"i":1}`), json.RawMessage(`{"i":1}`), 2), "paused")
-	})
-	t.Run("cancel", func(t *testing.T) {
-		b.createRun(t, "c", 1)
-		b.mustOK(t, ledger.SetRunStatus("c", ledger.RunCancelled, ledger.EventRunCancelled, "", nil))
-		stale(t, "c", claim("c", "a1", `{"i":1}`), "cancelled")
-	})
-	t.Run("edit", func(t *testing.T) {
-		b.createRun(t, "e", 2)
-		read := json.RawMessage(`{"i":1}`) // what the driving node read
-		b.mustOK(t, ledger.Edit("e", "a1", json.RawMessage(`{"i":100}`), "token:bob"))
-		stale(t, "e", claim("e", "a1", `{"i":1}`).Decided(read, allow, false), "edited")
-		// Deciding from what the row holds now goes through.
-		b.mustOK(t, claim("e", "a1", `{"i":100}`).Decided(json.RawMessage(`{"i":100}`), allow, false))
-		// Edited to the same args in another form: still the args read.
-		b.mustOK(t, ledger.Edit("e", "a2", json.RawMessage(`{ "i" : 2 }`), "token:bob"))
-		b.mustOK(t, claim("e", "a2", `{"i":2}`).Decided(json.RawMessage(`{"i":2}`), allow, false))
-	})
-	t.Run("reject", func(t *testing.T) {
-		b.createRun(t, "j", 1)
-		b.mustOK(t, ledger.Reject("j", "a1", "no", "token:bob"))
-		b.mustConflict(t, claim("j", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), allow, false))
-	})
-	t.Run("approvals", func(t *testing.T) {
-		b.createRun(t, "g", 3)
-		two := ledger.Gate{Rule: "four-eyes", Outcome: "approve", Need: 2}
-		b.mustOK(t, ledger.Decide("g", "a1", two))
-		b.mustOK(t, ledger.Approve("g", "a1", nil, "token:bob"))
-		// The row's own gate counts even when the caller says it needs nobody.
-		stale(t, "g", claim("g", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), allow, false), "1 of 2 approvals")
-		stale(t, "g", claim("g", "a1", `{"i":1}`), "1 of 2 approvals")
-		b.mustOK(t, ledger.Approve("g", "a1", nil, "token:carol"))
-		// Approved for {"i":1}: not for other args sent under the row.
-		stale(t, "g", ledger.Claim("g", "a1", "t", key(t, "g", "a1", `{"i":9}`), json.RawMessage(`{"i":9}`), 1), "not approved")
-		r := b.mustOK(t, claim("g", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), two, false))
-		if r.Action.Status != ledger.StatusClaimed {
-			t.Fatalf("claim with two approvals: %+v", r.Action)
-		}
-		// A gate the caller decided under that the row does not have yet
-		// (written in the same commit or not at all) counts too.
-		stale(t, "g", claim("g", "a2", `{"i":2}`).Decided(json.RawMessage(`{"i":2}`), two, false), "not approved for the arguments being sent: four-eyes")
-		// A deny recorded by another node refuses.
-		b.mustOK(t, ledger.Decide("g", "a3", ledger.Gate{Rule: "no", Outcome: "deny"}))
-		stale(t, "g", claim("g", "a3", `{"i":3}`).Decided(json.RawMessage(`{"i":3}`), allow, false), "denies")
-	})
-	t.Run("budget retry", func(t *testing.T) {
-		if _, ok := b.l.(ledger.BudgetReader); !ok {
-			t.Skip("the store does not keep budgets")
-		}
-		b.createRun(t, "b", 3)
-		charge := func(amount string) ledger.Charge {
-			return ledger.Charge{Budget: "spend", Scope: "all:decides", Amount: amount, Limit: "100"}
-		}
-		k1 := key(t, "b", "a1", `{"i":1}`)
-		b.mustOK(t, claim("b", "a1", `{"i":1}`).WithCharges(charge("60")))
-		// A 429: nothing processed, the hold is given back.
-		b.mustOK(t, ledger.FailWith(k1, 1, "429", true, ledger.FailureNotProcessed, nil))
-		b.mustOK(t, claim("b", "a2", `{"i":2}`).WithCharges(charge("60")))
-		// The retry would take the room again: 120 > 100.
-		r := b.apply(t, ledger.Claim("b", "a1", "t", k1, json.RawMessage(`{"i":1}`), 2).WithCharges(charge("60")))
-		var be *ledger.BudgetError
-		if !errors.As(r.Err, &be) || be.Used != "60" {
-			t.Fatalf("re-reservation past the limit: %v", r.Err)
-		}
-		// Without the charges on the op, the bucket's limit holds.
-		if r := b.apply(t, ledger.Claim("b", "a1", "t", k1, json.RawMessage(`{"i":1}`), 2)); !errors.Is(r.Err, ledger.ErrBudgetExceeded) {
-			t.Fatalf("re-reservation without charges: %v", r.Err)
-		}
-		rec, err := b.l.Key(b.ctx, k1)
-		if err != nil || rec.State != ledger.StatusPending || rec.Attempt != 1 {
-			t.Fatalf("a refused retry changed the key: %+v %v", rec, err)
-		}
-		bucket, err := b.l.(ledger.BudgetReader).Budget(b.ctx, charge("").Bucket())
-		if err != nil || bucket.Used != "60" || bucket.Count != 1 {
-			t.Fatalf("bucket after the refused retry: %+v %v", bucket, err)
-		}
-		// Approved past the limit: goes through.
-		over := charge("60")
-		over.Over = true
-		b.mustOK(t, ledger.Claim("b", "a1", "t", k1, json.RawMessage(`{"i":1}`), 2).WithCharges(over))
-		if bucket, _ := b.l.(ledger.BudgetReader).Budget(b.ctx, charge("").Bucket()); bucket.Used != "120" {
-			t.Fatalf("bucket after an approved retry: %+v", bucket)
-		}
-	})
-	t.Run("totals", func(t *testing.T) {
-		b.createRun(t, "s", 3)
-		// Two siblings decided on the same totals, claimed in one commit:
-		// the second saw neither started, so it is refused.
-		res, err := b.l.Apply(b.ctx,
-			claim("s", "a1", `{"i":1}`).Uncounted("a2", "a3"),
-			claim("s", "a2", `{"i":2}`).Uncounted("a1", "a3"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res[0].Err != nil || !errors.Is(res[1].Err, ledger.ErrStale) || !strings.Contains(res[1].Err.Error(), "a1 started") {
-			t.Fatalf("siblings on stale totals: %v, %v", res[0].Err, res[1].Err)
-		}
-		// Deciding again, with a1 counted: goes through. In another commit
-		// the same holds for a3.
-		b.mustOK(t, claim("s", "a2", `{"i":2}`).Uncounted("a3"))
-		stale(t, "s", claim("s", "a3", `{"i":3}`).Uncounted("a1"), "a1 started")
-		b.mustOK(t, claim("s", "a3", `{"i":3}`).Uncounted())
-	})
+// decides is testLedgerDecides' store; its subtests use runs of their own.
+type decides struct {
+	b     *bundle
+	allow ledger.Gate
+}
+
+func (d decides) claim(t *testing.T, run, a, args string) ledger.Op {
+	return ledger.Claim(run, a, "t", key(t, run, a, args), json.RawMessage(args), 1)
+}
+
+// stale applies op and wants it refused as stale, saying want, with no event
+// written.
+func (d decides) stale(t *testing.T, run string, op ledger.Op, want string) {
+	t.Helper()
+	b := d.b
+	before := len(b.events(t, run))
+	r := b.apply(t, op)
+	var se *ledger.StaleError
+	if !errors.As(r.Err, &se) || !errors.Is(r.Err, ledger.ErrStale) || !errors.Is(r.Err, ledger.ErrConflict) {
+		t.Fatalf("want *StaleError (%s), got %v", want, r.Err)
+	}
+	if !strings.Contains(se.Msg, want) {
+		t.Fatalf("refusal %q does not say %q", se.Msg, want)
+	}
+	if n := len(b.events(t, run)); n != before {
+		t.Fatalf("a refused claim appended %d events", n-before)
+	}
+}
+
+func (d decides) pause(t *testing.T) {
+	b := d.b
+	b.createRun(t, "p", 3)
+	b.mustOK(t, ledger.SetRunStatus("p", ledger.RunRunning, "", "", nil))
+	b.mustOK(t, ledger.SetPause("p", "token:bob", "", nil))
+	d.stale(t, "p", d.claim(t, "p", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), d.allow, false), "paused by token:bob")
+	if _, err := b.l.Key(b.ctx, key(t, "p", "a1", `{"i":1}`)); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("a refused claim wrote its key: %v", err)
+	}
+	// Parking for a person is not starting anything.
+	r := b.mustOK(t, d.claim(t, "p", "a2", `{"i":2}`).Parking())
+	b.mustOK(t, ledger.NeedsReview(r.Key.Key, 1, "parked"))
+	// Resumed: the same claim goes through.
+	b.mustOK(t, ledger.SetPause("p", "", ledger.RunRunning, nil))
+	b.mustOK(t, d.claim(t, "p", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), d.allow, false))
+	// A retry of a pending key is a new attempt: refused while paused.
+	b.mustOK(t, ledger.FailWith(key(t, "p", "a1", `{"i":1}`), 1, "503", true, ledger.FailureNotProcessed, nil))
+	b.mustOK(t, ledger.SetPause("p", "token:bob", "", nil))
+	d.stale(t, "p", ledger.Claim("p", "a1", "t", key(t, "p", "a1", `{"i":1}`), json.RawMessage(`{"i":1}`), 2), "paused")
+}
+
+func (d decides) cancel(t *testing.T) {
+	b := d.b
+	b.createRun(t, "c", 1)
+	b.mustOK(t, ledger.SetRunStatus("c", ledger.RunCancelled, ledger.EventRunCancelled, "", nil))
+	d.stale(t, "c", d.claim(t, "c", "a1", `{"i":1}`), "cancelled")
+}
+
+func (d decides) edit(t *testing.T) {
+	b := d.b
+	b.createRun(t, "e", 2)
+	read := json.RawMessage(`{"i":1}`) // what the driving node read
+	b.mustOK(t, ledger.Edit("e", "a1", json.RawMessage(`{"i":100}`), "token:bob"))
+	d.stale(t, "e", d.claim(t, "e", "a1", `{"i":1}`).Decided(read, d.allow, false), "edited")
+	// Deciding from what the row holds now goes through.
+	b.mustOK(t, d.claim(t, "e", "a1", `{"i":100}`).Decided(json.RawMessage(`{"i":100}`), d.allow, false))
+	// Edited to the same args in another form: still the args read.
+	b.mustOK(t, ledger.Edit("e", "a2", json.RawMessage(`{ "i" : 2 }`), "token:bob"))
+	b.mustOK(t, d.claim(t, "e", "a2", `{"i":2}`).Decided(json.RawMessage(`{"i":2}`), d.allow, false))
+}
+
+func (d decides) reject(t *testing.T) {
+	b := d.b
+	b.createRun(t, "j", 1)
+	b.mustOK(t, ledger.Reject("j", "a1", "no", "token:bob"))
+	b.mustConflict(t, d.claim(t, "j", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), d.allow, false))
+}
+
+func (d decides) approvals(t *testing.T) {
+	b := d.b
+	b.createRun(t, "g", 3)
+	two := ledger.Gate{Rule: "four-eyes", Outcome: "approve", Need: 2}
+	b.mustOK(t, ledger.Decide("g", "a1", two))
+	b.mustOK(t, ledger.Approve("g", "a1", nil, "token:bob"))
+	// The row's own gate counts even when the caller says it needs nobody.
+	d.stale(t, "g", d.claim(t, "g", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), d.allow, false), "1 of 2 approvals")
+	d.stale(t, "g", d.claim(t, "g", "a1", `{"i":1}`), "1 of 2 approvals")
+	b.mustOK(t, ledger.Approve("g", "a1", nil, "token:carol"))
+	// Approved for {"i":1}: not for other args sent under the row.
+	d.stale(t, "g", ledger.Claim("g", "a1", "t", key(t, "g", "a1", `{"i":9}`), json.RawMessage(`{"i":9}`), 1), "not approved")
+	r := b.mustOK(t, d.claim(t, "g", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), two, false))
+	if r.Action.Status != ledger.StatusClaimed {
+		t.Fatalf("claim with two approvals: %+v", r.Action)
+	}
+	// A gate the caller decided under that the row does not have yet
+	// (written in the same commit or not at all) counts too.
+	d.stale(t, "g", d.claim(t, "g", "a2", `{"i":2}`).Decided(json.RawMessage(`{"i":2}`), two, false), "not approved for the arguments being sent: four-eyes")
+	// A deny recorded by another node refuses.
+	b.mustOK(t, ledger.Decide("g", "a3", ledger.Gate{Rule: "no", Outcome: "deny"}))
+	d.stale(t, "g", d.claim(t, "g", "a3", `{"i":3}`).Decided(json.RawMessage(`{"i":3}`), d.allow, false), "denies")
+}
+
+func (d decides) budgetRetry(t *testing.T) {
+	b := d.b
+	if _, ok := b.l.(ledger.BudgetReader); !ok {
+		t.Skip("the store does not keep budgets")
+	}
+	b.createRun(t, "b", 3)
+	charge := func(amount string) ledger.Charge {
+		return ledger.Charge{Budget: "spend", Scope: "all:decides", Amount: amount, Limit: "100"}
+	}
+	k1 := key(t, "b", "a1", `{"i":1}`)
+	b.mustOK(t, d.claim(t, "b", "a1", `{"i":1}`).WithCharges(charge("60")))
+	// A 429: nothing processed, the hold is given back.
+	b.mustOK(t, ledger.FailWith(k1, 1, "429", true, ledger.FailureNotProcessed, nil))
+	b.mustOK(t, d.claim(t, "b", "a2", `{"i":2}`).WithCharges(charge("60")))
+	// The retry would take the room again: 120 > 100.
+	r := b.apply(t, ledger.Claim("b", "a1", "t", k1, json.RawMessage(`{"i":1}`), 2).WithCharges(charge("60")))
+	var be *ledger.BudgetError
+	if !errors.As(r.Err, &be) || be.Used != "60" {
+		t.Fatalf("re-reservation past the limit: %v", r.Err)
+	}
+	// Without the charges on the op, the bucket's limit holds.
+	if r := b.apply(t, ledger.Claim("b", "a1", "t", k1, json.RawMessage(`{"i":1}`), 2)); !errors.Is(r.Err, ledger.ErrBudgetExceeded) {
+		t.Fatalf("re-reservation without charges: %v", r.Err)
+	}
+	rec, err := b.l.Key(b.ctx, k1)
+	if err != nil || rec.State != ledger.StatusPending || rec.Attempt != 1 {
+		t.Fatalf("a refused retry changed the key: %+v %v", rec, err)
+	}
+	bucket, err := b.l.(ledger.BudgetReader).Budget(b.ctx, charge("").Bucket())
+	if err != nil || bucket.Used != "60" || bucket.Count != 1 {
+		t.Fatalf("bucket after the refused retry: %+v %v", bucket, err)
+	}
+	// Approved past the limit: goes through.
+	over := charge("60")
+	over.Over = true
+	b.mustOK(t, ledger.Claim("b", "a1", "t", k1, json.RawMessage(`{"i":1}`), 2).WithCharges(over))
+	if bucket, _ := b.l.(ledger.BudgetReader).Budget(b.ctx, charge("").Bucket()); bucket.Used != "120" {
+		t.Fatalf("bucket after an approved retry: %+v", bucket)
+	}
+}
+
+func (d decides) totals(t *testing.T) {
+	b := d.b
+	b.createRun(t, "s", 3)
+	// Two siblings decided on the same totals, claimed in one commit:
+	// the second saw neither started, so it is refused.
+	res, err := b.l.Apply(b.ctx,
+		d.claim(t, "s", "a1", `{"i":1}`).Uncounted("a2", "a3"),
+		d.claim(t, "s", "a2", `{"i":2}`).Uncounted("a1", "a3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || !errors.Is(res[1].Err, ledger.ErrStale) || !strings.Contains(res[1].Err.Error(), "a1 started") {
+		t.Fatalf("siblings on stale totals: %v, %v", res[0].Err, res[1].Err)
+	}
+	// Deciding again, with a1 counted: goes through. In another commit
+	// the same holds for a3.
+	b.mustOK(t, d.claim(t, "s", "a2", `{"i":2}`).Uncounted("a3"))
+	d.stale(t, "s", d.claim(t, "s", "a3", `{"i":3}`).Uncounted("a1"), "a1 started")
+	b.mustOK(t, d.claim(t, "s", "a3", `{"i":3}`).Uncounted())
 }
