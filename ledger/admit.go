@@ -59,20 +59,16 @@ type basis struct {
 // own recorded gate, for exactly the claim's args. A claim without it is
 // still checked against the row's recorded gate.
 func (o Op) Decided(rowArgs json.RawMessage, g Gate, anyApproval bool) Op {
-	b := o.basisOf()
-	b.decided, b.rowArgs, b.gate, b.anyApproval = true, rowArgs, g, anyApproval
-	o.basis = b
-	return o
+	return o.withBasis(func(b *basis) {
+		b.decided, b.rowArgs, b.gate, b.anyApproval = true, rowArgs, g, anyApproval
+	})
 }
 
 // Parking marks a claim that only parks the action for a person (it is
 // never followed by a call): it is not refused because the run is paused
 // or cancelled.
 func (o Op) Parking() Op {
-	b := o.basisOf()
-	b.parking = true
-	o.basis = b
-	return o
+	return o.withBasis(func(b *basis) { b.parking = true })
 }
 
 // Uncounted names the actions of the run whose amounts the caller's totals
@@ -80,24 +76,33 @@ func (o Op) Parking() Op {
 // totals): the claim is refused with a *StaleError when one of them has
 // started since (claimed, or with an outcome), in this commit or another.
 func (o Op) Uncounted(actionIDs ...string) Op {
-	b := o.basisOf()
-	b.uncounted = slices.Clone(actionIDs)
-	o.basis = b
-	return o
+	ids := slices.Clone(actionIDs)
+	return o.withBasis(func(b *basis) { b.uncounted = ids })
 }
 
-func (o Op) basisOf() *basis {
-	if o.basis == nil {
-		return &basis{}
+// withBasis returns a copy of claim o whose basis set changes; on other
+// ops, an op that is ErrInvalid.
+func (o Op) withBasis(set func(*basis)) Op {
+	c, ok := o.body.(*claimOp)
+	if !ok {
+		o.misuse |= misuseBasis
+		return o
 	}
-	c := *o.basis
-	return &c
+	cc := *c
+	b := basis{}
+	if c.basis != nil {
+		b = *c.basis
+	}
+	set(&b)
+	cc.basis = &b
+	o.body = &cc
+	return o
 }
 
 // admit checks a claim that would start an action against the facts in
 // the store: nil, or the *StaleError that refuses it. first: the key has no
 // record yet (the action's first claim).
-func (b *batch) admit(o Op, run storedRun, row storedRow, first bool) (error, error) {
+func (b *batch) admit(o *claimOp, run storedRun, row storedRow, first bool) (error, error) {
 	bs := o.basis
 	if bs == nil {
 		bs = &basis{}

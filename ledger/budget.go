@@ -155,7 +155,16 @@ type BudgetReader interface {
 // key's first claim (see the budget rules above); on other ops it is
 // ErrInvalid.
 func (o Op) WithCharges(charges ...Charge) Op {
-	o.charges = slices.Clone(charges)
+	c, ok := o.body.(*claimOp)
+	if !ok {
+		if charges != nil {
+			o.misuse |= misuseCharges
+		}
+		return o
+	}
+	cc := *c
+	cc.charges = slices.Clone(charges)
+	o.body = &cc
 	return o
 }
 
@@ -165,7 +174,18 @@ func (o Op) WithCharges(charges ...Charge) Op {
 // same key after a crash, a lookup that found nothing): the key's budget
 // hold is released. On other ops it is ErrInvalid.
 func (o Op) NoEffect() Op {
-	o.noEffect = true
+	switch body := o.body.(type) {
+	case *failOp:
+		f := *body
+		f.noEffect = true
+		o.body = &f
+	case *skipOp:
+		sk := *body
+		sk.noEffect = true
+		o.body = &sk
+	default:
+		o.misuse |= misuseNoEffect
+	}
 	return o
 }
 
@@ -262,7 +282,7 @@ func checkCharges(cs []Charge) error {
 // (as an op-level error, nothing written) when one would pass its limit
 // without approval; else the buckets and the key's hold are written, and the
 // returned list describes the reservations for the claim's event.
-func (b *batch) reserve(o Op) (reserved []any, refused error, err error) {
+func (b *batch) reserve(o *claimOp) (reserved []any, refused error, err error) {
 	if len(o.charges) == 0 {
 		return nil, nil, nil
 	}
@@ -330,7 +350,7 @@ func (b *batch) reserve(o Op) (reserved []any, refused error, err error) {
 // charge for that bucket when it carries one, else the bucket's. Returns
 // the reservations for the claim's event, nil when the key holds nothing
 // released.
-func (b *batch) rereserve(o Op) (reserved []any, refused error, err error) {
+func (b *batch) rereserve(o *claimOp) (reserved []any, refused error, err error) {
 	bt, ok := b.tx.(BudgetTx)
 	if !ok {
 		return nil, nil, nil
