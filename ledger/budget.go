@@ -360,38 +360,8 @@ func (b *batch) rereserve(o *claimOp) (reserved []any, refused error, err error)
 		return nil, nil, err
 	}
 	for _, c := range h.Charges {
-		rec, ok, err := bt.Budget(c.Bucket)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok || c.Over || (o.basis != nil && o.basis.parking) {
-			continue // shiftHeld reports a missing bucket; a parked action waits for a person
-		}
-		limit := rec.Limit
-		over := false
-		for _, oc := range o.charges {
-			if oc.Bucket() == c.Bucket {
-				limit, over = oc.Limit, oc.Over
-			}
-		}
-		if over || limit == "" {
-			continue
-		}
-		used, err := ParseAmount(cmpOr(rec.Used, "0"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
-		}
-		amount, err := ParseAmount(c.Amount)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: hold of key %s: %w", o.key, err)
-		}
-		lim, err := ParseAmount(limit)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: budget bucket %s limit: %w", rec.ID, err)
-		}
-		if new(big.Rat).Add(used, amount).Cmp(lim) > 0 {
-			ch := Charge{Budget: c.Budget, Scope: rec.Scope, Window: rec.Window, Every: rec.Every, Group: rec.Group, Amount: c.Amount, Limit: limit}
-			return nil, &BudgetError{RunID: o.runID, ActionID: o.actionID, Key: o.key, Charge: ch, Used: FormatAmount(used)}, nil
+		if refused, err := o.retakes(bt, c); refused != nil || err != nil {
+			return nil, refused, err
 		}
 	}
 	now := b.now()
@@ -404,6 +374,47 @@ func (b *batch) rereserve(o *claimOp) (reserved []any, refused error, err error)
 	}
 	h.Released, h.ReleasedAt = false, time.Time{}
 	return reserved, nil, bt.PutHold(h)
+}
+
+// retakes checks that the claim may take held charge c again: a
+// *BudgetError when c would now pass its limit (the op's charge for the
+// bucket, else the bucket's) and was not approved to, unless the claim
+// parks the action for a person.
+func (o *claimOp) retakes(bt BudgetTx, c HoldCharge) (refused error, err error) {
+	rec, ok, err := bt.Budget(c.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || c.Over || (o.basis != nil && o.basis.parking) {
+		return nil, nil // shiftHeld reports a missing bucket; a parked action waits for a person
+	}
+	limit := rec.Limit
+	over := false
+	for _, oc := range o.charges {
+		if oc.Bucket() == c.Bucket {
+			limit, over = oc.Limit, oc.Over
+		}
+	}
+	if over || limit == "" {
+		return nil, nil
+	}
+	used, err := ParseAmount(cmpOr(rec.Used, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
+	}
+	amount, err := ParseAmount(c.Amount)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: hold of key %s: %w", o.key, err)
+	}
+	lim, err := ParseAmount(limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: budget bucket %s limit: %w", rec.ID, err)
+	}
+	if new(big.Rat).Add(used, amount).Cmp(lim) > 0 {
+		ch := Charge{Budget: c.Budget, Scope: rec.Scope, Window: rec.Window, Every: rec.Every, Group: rec.Group, Amount: c.Amount, Limit: limit}
+		return &BudgetError{RunID: o.runID, ActionID: o.actionID, Key: o.key, Charge: ch, Used: FormatAmount(used)}, nil
+	}
+	return nil, nil
 }
 
 // shiftHeld takes key's held charge c again (sign 1) or gives it back
