@@ -30,7 +30,8 @@ type claiming struct {
 	reserved []any
 }
 
-func (c *claimOp) eval(b *batch) (Result, error) {
+func (c *claimOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := c.check(); err != nil {
 		return errResult(err), nil
 	}

@@ -202,7 +202,8 @@ func gateEqual(a, b *Gate) bool {
 		a.ExcludeCreator == b.ExcludeCreator && a.TTL == b.TTL && a.Message == b.Message && a.Why == b.Why && a.Budget == b.Budget
 }
 
-func (o *decideOp) eval(b *batch) (Result, error) {
+func (o *decideOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	run, row, err := b.runRow(o.at)
 	if err != nil {
 		return opFailure(err)

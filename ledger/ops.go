@@ -54,7 +54,9 @@ type opBody interface {
 	kind() opKind
 	// eval applies the op to the state b shows. The Result carries the
 	// op's own error (then it wrote nothing); the error is a hard one.
-	eval(b *batch) (Result, error)
+	// b is passed by value so that a call through the interface does not
+	// move it to the heap.
+	eval(b batch) (Result, error)
 	// scope is the run the op names ("" for ops named by key) and its
 	// large value, if any, so its result resolves without reading it back.
 	scope() (runID string, big *bigValue)
@@ -359,7 +361,7 @@ func (b *batch) evalOp(o Op) (Result, error) {
 	if o.body == nil {
 		return errResult(fmt.Errorf("%w: unknown op", ErrInvalid)), nil
 	}
-	res, err := o.body.eval(b)
+	res, err := o.body.eval(*b)
 	if err != nil {
 		return res, err
 	}

@@ -37,7 +37,8 @@ func (s *succeedOp) scope() (string, *bigValue)     { return "", nil }
 func (f *failOp) scope() (string, *bigValue)        { return "", nil }
 func (r *needsReviewOp) scope() (string, *bigValue) { return "", nil }
 
-func (s *succeedOp) eval(b *batch) (Result, error) {
+func (s *succeedOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("key", s.key); err != nil {
 		return errResult(err), nil
 	}
@@ -50,7 +51,8 @@ func (s *succeedOp) eval(b *batch) (Result, error) {
 	return b.settle(s)
 }
 
-func (f *failOp) eval(b *batch) (Result, error) {
+func (f *failOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("key", f.key); err != nil {
 		return errResult(err), nil
 	}
@@ -63,7 +65,8 @@ func (f *failOp) eval(b *batch) (Result, error) {
 	return b.settle(&failing{failOp: f, extra: extra})
 }
 
-func (r *needsReviewOp) eval(b *batch) (Result, error) {
+func (r *needsReviewOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("key", r.key); err != nil {
 		return errResult(err), nil
 	}

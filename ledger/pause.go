@@ -35,7 +35,8 @@ type setPauseOp struct {
 func (o *setPauseOp) kind() opKind               { return opSetPause }
 func (o *setPauseOp) scope() (string, *bigValue) { return o.runID, nil }
 
-func (o *setPauseOp) eval(b *batch) (Result, error) {
+func (o *setPauseOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("run id", o.runID); err != nil {
 		return errResult(err), nil
 	}

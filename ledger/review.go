@@ -112,7 +112,8 @@ func (m *mark) write(b *batch, recChanged bool, evType EventType, data json.RawM
 	return m.done(b)
 }
 
-func (a *approveOp) eval(b *batch) (Result, error) {
+func (a *approveOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validJSON("args", a.args, false); err != nil {
 		return errResult(err), nil
 	}
@@ -204,7 +205,8 @@ func approvedData(by string, groups []string, have, need int) json.RawMessage {
 	return obj("by", by, "approvals", have, "need", need)
 }
 
-func (r *rejectOp) eval(b *batch) (Result, error) {
+func (r *rejectOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	m, res, err := b.markRow(opReject, r.at)
 	if m == nil {
 		return res, err
@@ -219,7 +221,8 @@ func (r *rejectOp) eval(b *batch) (Result, error) {
 	return m.write(b, false, EventActionRejected, obj("reason", r.reason, "by", r.by))
 }
 
-func (e *editOp) eval(b *batch) (Result, error) {
+func (e *editOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validJSON("args", e.args, true); err != nil {
 		return errResult(err), nil
 	}
@@ -248,7 +251,8 @@ func (e *editOp) eval(b *batch) (Result, error) {
 	return m.write(b, false, EventActionEdited, argsData(e.args, "by", e.by))
 }
 
-func (s *skipOp) eval(b *batch) (Result, error) {
+func (s *skipOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	m, res, err := b.markRow(opSkip, s.at)
 	if m == nil {
 		return res, err
@@ -275,7 +279,8 @@ func (s *skipOp) eval(b *batch) (Result, error) {
 	return m.write(b, retryPending, EventActionSkipped, data)
 }
 
-func (c *compensatedOp) eval(b *batch) (Result, error) {
+func (c *compensatedOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	m, res, err := b.markRow(opCompensated, c.at)
 	if m == nil {
 		return res, err
@@ -325,7 +330,8 @@ func (r Resolution) outcome() (Status, string) {
 	return StatusSkipped, "skip"
 }
 
-func (o *resolveOp) eval(b *batch) (Result, error) {
+func (o *resolveOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	r := o.res
 	if err := r.check(b.tx.MaxOutputBytes()); err != nil {
 		return errResult(err), nil

@@ -65,7 +65,8 @@ func (o *noteOp) scope() (string, *bigValue)         { return o.runID, nil }
 func (o *revision) scope() (string, *bigValue)       { return o.runID, nil }
 func (o *memoOp) scope() (string, *bigValue)         { return o.runID, nil }
 
-func (o *addUndoOp) eval(b *batch) (Result, error) {
+func (o *addUndoOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	a := o.row
 	if err := validID("run id", o.runID); err != nil {
 		return errResult(err), nil
@@ -118,7 +119,8 @@ func (o *addUndoOp) eval(b *batch) (Result, error) {
 	return Result{Action: row.action(o.runID)}, nil
 }
 
-func (o *setRunStatusOp) eval(b *batch) (Result, error) {
+func (o *setRunStatusOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("run id", o.runID); err != nil {
 		return errResult(err), nil
 	}
@@ -156,7 +158,8 @@ func (o *setRunStatusOp) eval(b *batch) (Result, error) {
 	return Result{}, nil
 }
 
-func (o *noteOp) eval(b *batch) (Result, error) {
+func (o *noteOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("run id", o.runID); err != nil {
 		return errResult(err), nil
 	}
@@ -229,7 +232,8 @@ func (b *batch) putRows(runID string, rev int, rows []Action) error {
 	return nil
 }
 
-func (o *createRunOp) eval(b *batch) (Result, error) {
+func (o *createRunOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	have, ok, err := b.run(o.run.ID)
 	if err != nil {
 		return Result{}, err
@@ -276,7 +280,8 @@ func (o *createRunOp) eval(b *batch) (Result, error) {
 	return Result{run: r.Run, created: true}, nil
 }
 
-func (o *addRevisionOp) eval(b *batch) (Result, error) {
+func (o *addRevisionOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	run, ok, err := b.run(o.runID)
 	if err != nil {
 		return Result{}, err
@@ -310,7 +315,8 @@ func (o *addRevisionOp) eval(b *batch) (Result, error) {
 	return Result{rev: rev}, nil
 }
 
-func (o *memoOp) eval(b *batch) (Result, error) {
+func (o *memoOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	raw, ok, err := b.tx.Memo(o.runID, o.name)
 	if err != nil {
 		return Result{}, err

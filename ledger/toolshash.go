@@ -19,7 +19,8 @@ type setToolsHashOp struct{ runID, hash string }
 func (o *setToolsHashOp) kind() opKind               { return opSetToolsHash }
 func (o *setToolsHashOp) scope() (string, *bigValue) { return o.runID, nil }
 
-func (o *setToolsHashOp) eval(b *batch) (Result, error) {
+func (o *setToolsHashOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("run id", o.runID); err != nil {
 		return errResult(err), nil
 	}
