@@ -62,13 +62,6 @@ type opBody interface {
 	scope() (runID string, big *bigValue)
 }
 
-func (o Op) kind() opKind {
-	if o.body == nil {
-		return opNone
-	}
-	return o.body.kind()
-}
-
 // misuse records a modifier (Decided, Parking, Uncounted, WithCharges,
 // NoEffect) applied to an op whose kind does not take it: the op is then
 // ErrInvalid.
