@@ -75,20 +75,30 @@ func TestCapabilitiesWithTracing(t *testing.T) {
 	sl := &sharedLedger{reservingLedger: rl, sessions: map[string]string{}}
 	b := setup(t, options{
 		wrap: func(l ledger.Store) ledger.Store { rl.Store = l; return sl },
-		tune: func(c *ui.Config) { c.TraceID = oteltrace.TraceID },
+		tune: func(c *ui.Config) { c.TraceID, c.MaxSessionsPerToken = oteltrace.TraceID, 1 },
 	})
-	resp, cookie := signIn(t, b, testToken, nil)
-	if resp.StatusCode != http.StatusOK || cookie == nil {
-		t.Fatalf("sign-in = %d", resp.StatusCode)
+	sessionCode := func(c *http.Cookie) int {
+		return b.callWith("GET", "/v1/session", nil, nil, map[string]string{"Cookie": c.Name + "=" + c.Value})
+	}
+	var cookies []*http.Cookie
+	for i := range 2 {
+		resp, c := signIn(t, b, testToken, nil)
+		if resp.StatusCode != http.StatusOK || c == nil {
+			t.Fatalf("sign-in %d = %d", i, resp.StatusCode)
+		}
+		cookies = append(cookies, c)
 	}
 	sl.mu.Lock()
 	recorded := len(sl.sessions)
+	sl.mu.Unlock()
+	if recorded != 1 || sessionCode(cookies[0]) != http.StatusUnauthorized || sessionCode(cookies[1]) != http.StatusOK {
+		t.Fatalf("past the cap of 1: %d sessions in the shared ledger, the first %d, the second %d; want 1, 401, 200",
+			recorded, sessionCode(cookies[0]), sessionCode(cookies[1]))
+	}
+	sl.mu.Lock()
 	clear(sl.sessions) // signed out on another node
 	sl.mu.Unlock()
-	if recorded != 1 {
-		t.Fatalf("sessions recorded in the shared ledger: %d, want 1", recorded)
-	}
-	if code := b.callWith("GET", "/v1/session", nil, nil, map[string]string{"Cookie": cookie.Name + "=" + cookie.Value}); code != http.StatusUnauthorized {
+	if code := sessionCode(cookies[1]); code != http.StatusUnauthorized {
 		t.Fatalf("a session signed out on another node = %d, want 401", code)
 	}
 	body := map[string]any{"run_id": "r-other", "plan": map[string]any{"goal": "g", "actions": []any{
