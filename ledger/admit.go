@@ -59,20 +59,16 @@ type basis struct {
 // own recorded gate, for exactly the claim's args. A claim without it is
 // still checked against the row's recorded gate.
 func (o Op) Decided(rowArgs json.RawMessage, g Gate, anyApproval bool) Op {
-	b := o.basisOf()
-	b.decided, b.rowArgs, b.gate, b.anyApproval = true, rowArgs, g, anyApproval
-	o.basis = b
-	return o
+	return o.withBasis(func(b *basis) {
+		b.decided, b.rowArgs, b.gate, b.anyApproval = true, rowArgs, g, anyApproval
+	})
 }
 
 // Parking marks a claim that only parks the action for a person (it is
 // never followed by a call): it is not refused because the run is paused
 // or cancelled.
 func (o Op) Parking() Op {
-	b := o.basisOf()
-	b.parking = true
-	o.basis = b
-	return o
+	return o.withBasis(func(b *basis) { b.parking = true })
 }
 
 // Uncounted names the actions of the run whose amounts the caller's totals
@@ -80,37 +76,58 @@ func (o Op) Parking() Op {
 // totals): the claim is refused with a *StaleError when one of them has
 // started since (claimed, or with an outcome), in this commit or another.
 func (o Op) Uncounted(actionIDs ...string) Op {
-	b := o.basisOf()
-	b.uncounted = slices.Clone(actionIDs)
-	o.basis = b
-	return o
+	ids := slices.Clone(actionIDs)
+	return o.withBasis(func(b *basis) { b.uncounted = ids })
 }
 
-func (o Op) basisOf() *basis {
-	if o.basis == nil {
-		return &basis{}
+// withBasis returns a copy of claim o whose basis set changes; on other
+// ops, an op that is ErrInvalid.
+func (o Op) withBasis(set func(*basis)) Op {
+	c, ok := o.body.(*claimOp)
+	if !ok {
+		o.misuse |= misuseBasis
+		return o
 	}
-	c := *o.basis
-	return &c
+	cc := *c
+	b := basis{}
+	if c.basis != nil {
+		b = *c.basis
+	}
+	set(&b)
+	cc.basis = &b
+	o.body = &cc
+	return o
 }
 
 // admit checks a claim that would start an action against the facts in
 // the store: nil, or the *StaleError that refuses it. first: the key has no
 // record yet (the action's first claim).
-func (b *batch) admit(o Op, run storedRun, row storedRow, first bool) (error, error) {
+func (b *batch) admit(o *claimOp, run storedRun, row storedRow, first bool) (error, error) {
 	bs := o.basis
 	if bs == nil {
 		bs = &basis{}
 	}
-	stale := func(format string, args ...any) error {
-		return &StaleError{RunID: o.runID, ActionID: o.actionID, Run: run.Status, PausedBy: run.PausedBy, Msg: fmt.Sprintf(format, args...)}
+	why, err := b.runMoved(o, bs, run)
+	if why == "" && err == nil && first && !bs.parking {
+		// A retry or a takeover needs no more: the first claim was admitted.
+		why, err = b.unapproved(o, bs, run, row)
 	}
+	if why == "" || err != nil {
+		return nil, err
+	}
+	return &StaleError{RunID: o.runID, ActionID: o.actionID, Run: run.Status, PausedBy: run.PausedBy, Msg: why}, nil
+}
+
+// runMoved says why the run no longer lets the claim start ("": it does):
+// it was cancelled or paused by a person (unless the claim only parks the
+// action), or an action the caller's totals left out started since.
+func (b *batch) runMoved(o *claimOp, bs *basis, run storedRun) (string, error) {
 	if !bs.parking {
 		switch {
 		case run.Status == RunCancelled:
-			return stale("the run is cancelled"), nil
+			return "the run is cancelled", nil
 		case run.PausedBy != "":
-			return stale("the run is paused by %s", run.PausedBy), nil
+			return "the run is paused by " + run.PausedBy, nil
 		}
 	}
 	for _, id := range bs.uncounted {
@@ -119,28 +136,33 @@ func (b *batch) admit(o Op, run storedRun, row storedRow, first bool) (error, er
 		}
 		r, ok, err := b.row(o.runID, run.Revision, id)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if ok && r.action(o.runID).CountsInTotals() {
-			return stale("action %s started since the run's totals were read", id), nil
+			return fmt.Sprintf("action %s started since the run's totals were read", id), nil
 		}
 	}
-	if !first || bs.parking {
-		return nil, nil // a retry or a takeover: the first claim was admitted
-	}
+	return "", nil
+}
+
+// unapproved says why the row does not let its first claim start ("": it
+// does): it was edited since the caller read it, or a gate (the row's
+// recorded one, and the one the caller decided under) denies it or is not
+// satisfied for exactly the claim's args.
+func (b *batch) unapproved(o *claimOp, bs *basis, run storedRun, row storedRow) (string, error) {
 	if bs.decided {
 		cur, err := b.blob(o.runID, row.Args)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if !jsonEqual(cur, bs.rowArgs) {
-			return stale("the action was edited since it was read"), nil
+			return "the action was edited since it was read", nil
 		}
 	}
 	a := row.action(o.runID)
 	var err error
 	if a.ApprovedArgs, err = b.blob(o.runID, row.ApprovedArgs); err != nil {
-		return nil, err
+		return "", err
 	}
 	now := b.now()
 	var gates []Gate
@@ -152,17 +174,17 @@ func (b *batch) admit(o Op, run storedRun, row storedRow, first bool) (error, er
 	}
 	for _, g := range gates {
 		if g.Outcome == "deny" {
-			return stale("rule %s denies it", cmpOr(g.Rule, "of the run's policy")), nil
+			return fmt.Sprintf("rule %s denies it", cmpOr(g.Rule, "of the run's policy")), nil
 		}
 		anyApproval := bs.anyApproval
 		if !bs.decided {
 			anyApproval = g.Rule == "" // only the run's policy asked: as recorded
 		}
 		if ok, why := a.Satisfied(g, o.args, run.CreatedBy, anyApproval, now); !ok {
-			return stale("not approved for the arguments being sent: %s", why), nil
+			return "not approved for the arguments being sent: " + why, nil
 		}
 	}
-	return nil, nil
+	return "", nil
 }
 
 // CountsInTotals reports whether a's amounts count in its run's totals

@@ -155,7 +155,16 @@ type BudgetReader interface {
 // key's first claim (see the budget rules above); on other ops it is
 // ErrInvalid.
 func (o Op) WithCharges(charges ...Charge) Op {
-	o.charges = slices.Clone(charges)
+	c, ok := o.body.(*claimOp)
+	if !ok {
+		if charges != nil {
+			o.misuse |= misuseCharges
+		}
+		return o
+	}
+	cc := *c
+	cc.charges = slices.Clone(charges)
+	o.body = &cc
 	return o
 }
 
@@ -165,7 +174,18 @@ func (o Op) WithCharges(charges ...Charge) Op {
 // same key after a crash, a lookup that found nothing): the key's budget
 // hold is released. On other ops it is ErrInvalid.
 func (o Op) NoEffect() Op {
-	o.noEffect = true
+	switch body := o.body.(type) {
+	case *failOp:
+		f := *body
+		f.noEffect = true
+		o.body = &f
+	case *skipOp:
+		sk := *body
+		sk.noEffect = true
+		o.body = &sk
+	default:
+		o.misuse |= misuseNoEffect
+	}
 	return o
 }
 
@@ -262,7 +282,7 @@ func checkCharges(cs []Charge) error {
 // (as an op-level error, nothing written) when one would pass its limit
 // without approval; else the buckets and the key's hold are written, and the
 // returned list describes the reservations for the claim's event.
-func (b *batch) reserve(o Op) (reserved []any, refused error, err error) {
+func (b *batch) reserve(o *claimOp) (reserved []any, refused error, err error) {
 	if len(o.charges) == 0 {
 		return nil, nil, nil
 	}
@@ -330,7 +350,7 @@ func (b *batch) reserve(o Op) (reserved []any, refused error, err error) {
 // charge for that bucket when it carries one, else the bucket's. Returns
 // the reservations for the claim's event, nil when the key holds nothing
 // released.
-func (b *batch) rereserve(o Op) (reserved []any, refused error, err error) {
+func (b *batch) rereserve(o *claimOp) (reserved []any, refused error, err error) {
 	bt, ok := b.tx.(BudgetTx)
 	if !ok {
 		return nil, nil, nil
@@ -340,38 +360,8 @@ func (b *batch) rereserve(o Op) (reserved []any, refused error, err error) {
 		return nil, nil, err
 	}
 	for _, c := range h.Charges {
-		rec, ok, err := bt.Budget(c.Bucket)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok || c.Over || (o.basis != nil && o.basis.parking) {
-			continue // shiftHeld reports a missing bucket; a parked action waits for a person
-		}
-		limit := rec.Limit
-		over := false
-		for _, oc := range o.charges {
-			if oc.Bucket() == c.Bucket {
-				limit, over = oc.Limit, oc.Over
-			}
-		}
-		if over || limit == "" {
-			continue
-		}
-		used, err := ParseAmount(cmpOr(rec.Used, "0"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
-		}
-		amount, err := ParseAmount(c.Amount)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: hold of key %s: %w", o.key, err)
-		}
-		lim, err := ParseAmount(limit)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ledger: budget bucket %s limit: %w", rec.ID, err)
-		}
-		if new(big.Rat).Add(used, amount).Cmp(lim) > 0 {
-			ch := Charge{Budget: c.Budget, Scope: rec.Scope, Window: rec.Window, Every: rec.Every, Group: rec.Group, Amount: c.Amount, Limit: limit}
-			return nil, &BudgetError{RunID: o.runID, ActionID: o.actionID, Key: o.key, Charge: ch, Used: FormatAmount(used)}, nil
+		if refused, err := o.retakes(bt, c); refused != nil || err != nil {
+			return nil, refused, err
 		}
 	}
 	now := b.now()
@@ -384,6 +374,47 @@ func (b *batch) rereserve(o Op) (reserved []any, refused error, err error) {
 	}
 	h.Released, h.ReleasedAt = false, time.Time{}
 	return reserved, nil, bt.PutHold(h)
+}
+
+// retakes checks that the claim may take held charge c again: a
+// *BudgetError when c would now pass its limit (the op's charge for the
+// bucket, else the bucket's) and was not approved to, unless the claim
+// parks the action for a person.
+func (o *claimOp) retakes(bt BudgetTx, c HoldCharge) (refused error, err error) {
+	rec, ok, err := bt.Budget(c.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || c.Over || (o.basis != nil && o.basis.parking) {
+		return nil, nil // shiftHeld reports a missing bucket; a parked action waits for a person
+	}
+	limit := rec.Limit
+	over := false
+	for _, oc := range o.charges {
+		if oc.Bucket() == c.Bucket {
+			limit, over = oc.Limit, oc.Over
+		}
+	}
+	if over || limit == "" {
+		return nil, nil
+	}
+	used, err := ParseAmount(cmpOr(rec.Used, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: budget bucket %s: %w", rec.ID, err)
+	}
+	amount, err := ParseAmount(c.Amount)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: hold of key %s: %w", o.key, err)
+	}
+	lim, err := ParseAmount(limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: budget bucket %s limit: %w", rec.ID, err)
+	}
+	if new(big.Rat).Add(used, amount).Cmp(lim) > 0 {
+		ch := Charge{Budget: c.Budget, Scope: rec.Scope, Window: rec.Window, Every: rec.Every, Group: rec.Group, Amount: c.Amount, Limit: limit}
+		return &BudgetError{RunID: o.runID, ActionID: o.actionID, Key: o.key, Charge: ch, Used: FormatAmount(used)}, nil
+	}
+	return nil, nil
 }
 
 // shiftHeld takes key's held charge c again (sign 1) or gives it back

@@ -184,8 +184,15 @@ var ErrApproverRefused = fmt.Errorf("ledger: approver refused")
 func Decide(runID, actionID string, g Gate) Op {
 	gc := g
 	gc.Names, gc.Groups = slices.Clone(g.Names), slices.Clone(g.Groups)
-	return Op{kind: opDecide, runID: runID, actionID: actionID, gate: &gc}
+	return Op{body: &decideOp{at: at{runID, actionID}, gate: &gc}}
 }
+
+type decideOp struct {
+	at
+	gate *Gate
+}
+
+func (o *decideOp) kind() opKind { return opDecide }
 
 func gateEqual(a, b *Gate) bool {
 	if a == nil || b == nil {
@@ -195,13 +202,14 @@ func gateEqual(a, b *Gate) bool {
 		a.ExcludeCreator == b.ExcludeCreator && a.TTL == b.TTL && a.Message == b.Message && a.Why == b.Why && a.Budget == b.Budget
 }
 
-func (b *batch) decide(o Op) (Result, error) {
-	run, row, err := b.runRow(o)
+func (o *decideOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
+	run, row, err := b.runRow(o.at)
 	if err != nil {
 		return opFailure(err)
 	}
 	if !(row.Key == "" && (row.Status == StatusPending || row.Status == StatusApproved)) {
-		return b.conflict(o, o.runID, o.actionID, row.Key, KeyRecord{}, &row, "action is %s", row.Status), nil
+		return b.conflict(opDecide, o.runID, o.actionID, row.Key, KeyRecord{}, &row, "action is %s", row.Status), nil
 	}
 	args, err := b.blob(o.runID, row.Args)
 	if err != nil {

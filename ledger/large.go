@@ -158,7 +158,7 @@ func (b *batch) resolver(runID string, known ...*bigValue) *blobref.Resolver {
 
 // resolveResult gives an op's result (and its conflict's record) the bytes
 // of their references.
-func (b *batch) resolveResult(o Op, res *Result) error {
+func (b *batch) resolveResult(opRunID string, big *bigValue, res *Result) error {
 	if !isRef(res.Action.Args) && !isRef(res.Action.ApprovedArgs) && !isRef(res.Key.Args) {
 		var ce *ConflictError
 		if !errors.As(res.Err, &ce) || !isRef(ce.Current.Args) {
@@ -174,9 +174,9 @@ func (b *batch) resolveResult(o Op, res *Result) error {
 		runID = ce.RunID
 	}
 	if runID == "" {
-		runID = o.runID
+		runID = opRunID
 	}
-	r := b.resolver(runID, o.big)
+	r := b.resolver(runID, big)
 	if err := ResolveAction(r, &res.Action); err != nil {
 		return err
 	}

@@ -23,10 +23,20 @@ import (
 // a person's pause holds does not lift it; a status change away from paused
 // clears it (the pause is over).
 func SetPause(runID, by string, status RunStatus, data json.RawMessage) Op {
-	return Op{kind: opSetPause, runID: runID, by: by, status: status, data: data}
+	return Op{body: &setPauseOp{runID: runID, by: by, status: status, data: data}}
 }
 
-func (b *batch) setPause(o Op) (Result, error) {
+type setPauseOp struct {
+	runID, by string
+	status    RunStatus
+	data      json.RawMessage
+}
+
+func (o *setPauseOp) kind() opKind               { return opSetPause }
+func (o *setPauseOp) scope() (string, *bigValue) { return o.runID, nil }
+
+func (o *setPauseOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("run id", o.runID); err != nil {
 		return errResult(err), nil
 	}
@@ -45,7 +55,7 @@ func (b *batch) setPause(o Op) (Result, error) {
 	}
 	switch run.Status {
 	case RunCompleted, RunFailed, RunCancelled:
-		return Result{run: run.Run, Err: &ConflictError{RunID: o.runID, Op: opNames[o.kind],
+		return Result{run: run.Run, Err: &ConflictError{RunID: o.runID, Op: opNames[opSetPause],
 			Msg: fmt.Sprintf("the run is %s", run.Status)}}, nil
 	}
 	pausedByPerson := run.Status == RunPaused && run.PausedBy != ""

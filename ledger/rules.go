@@ -128,7 +128,7 @@ func Eval(tx Tx, o Op) (Result, error) {
 // call it before they accept a request.
 func Check(ops []Op) error {
 	for i, o := range ops {
-		if o.kind == opNone {
+		if o.body == nil {
 			return fmt.Errorf("%w: op %d was not built with a constructor", ErrInvalid, i)
 		}
 	}

@@ -152,51 +152,14 @@ func (h *Hub) serve(ctx context.Context, s *Subscription, last uint64, events Ev
 	defer h.wg.Done()
 	defer close(s.c)
 	defer h.remove(s)
-	send := func(ev Event) bool {
-		select {
-		case s.c <- ev:
-			last = ev.Seq
-			return true
-		case <-s.stop:
-		case <-ctx.Done():
-			s.end(ctx.Err())
-		}
-		return false
-	}
-	// catchUp delivers stored events after last, up to seq `upto` (0: all).
-	catchUp := func(upto uint64) bool {
-		for {
-			evs, err := events(ctx, s.runID, last, 256)
-			if err != nil {
-				s.end(fmt.Errorf("ledger: subscription backlog: %w", err))
-				return false
-			}
-			for _, ev := range evs {
-				if upto > 0 && ev.Seq > upto {
-					return true
-				}
-				if !send(ev) {
-					return false
-				}
-			}
-			if len(evs) < 256 {
-				return true
-			}
-		}
-	}
-	if !catchUp(0) {
+	f := &feed{ctx: ctx, s: s, last: last, events: events}
+	if !f.catchUp(0) {
 		return
 	}
 	for {
 		select {
 		case ev := <-s.live:
-			if ev.Seq <= last {
-				continue // already delivered from the backlog
-			}
-			if ev.Seq > last+1 && !catchUp(ev.Seq-1) {
-				return
-			}
-			if ev.Seq == last+1 && !send(ev) {
+			if !f.live(ev) {
 				return
 			}
 		case <-s.stop:
@@ -206,4 +169,63 @@ func (h *Hub) serve(ctx context.Context, s *Subscription, last uint64, events Ev
 			return
 		}
 	}
+}
+
+// feed delivers a subscription's events in order: the stored backlog,
+// then the live ones, reading the store again for a gap.
+type feed struct {
+	ctx    context.Context
+	s      *Subscription
+	last   uint64 // seq of the last event delivered
+	events EventsFunc
+}
+
+// send delivers ev; false: the subscription ended.
+func (f *feed) send(ev Event) bool {
+	select {
+	case f.s.c <- ev:
+		f.last = ev.Seq
+		return true
+	case <-f.s.stop:
+	case <-f.ctx.Done():
+		f.s.end(f.ctx.Err())
+	}
+	return false
+}
+
+// catchUp delivers stored events after last, up to seq `upto` (0: all).
+func (f *feed) catchUp(upto uint64) bool {
+	for {
+		evs, err := f.events(f.ctx, f.s.runID, f.last, 256)
+		if err != nil {
+			f.s.end(fmt.Errorf("ledger: subscription backlog: %w", err))
+			return false
+		}
+		for _, ev := range evs {
+			if upto > 0 && ev.Seq > upto {
+				return true
+			}
+			if !f.send(ev) {
+				return false
+			}
+		}
+		if len(evs) < 256 {
+			return true
+		}
+	}
+}
+
+// live delivers a live event: skipped when the backlog delivered it,
+// after the stored events it skips over.
+func (f *feed) live(ev Event) bool {
+	if ev.Seq <= f.last {
+		return true // already delivered from the backlog
+	}
+	if ev.Seq > f.last+1 && !f.catchUp(ev.Seq-1) {
+		return false
+	}
+	if ev.Seq == f.last+1 && !f.send(ev) {
+		return false
+	}
+	return true
 }

@@ -11,14 +11,20 @@ import "fmt"
 // success. Op errors: ErrNotFound (no such run), ErrInvalid (empty hash or
 // run id).
 func SetToolsHash(runID, hash string) Op {
-	return Op{kind: opSetToolsHash, runID: runID, msg: hash}
+	return Op{body: &setToolsHashOp{runID: runID, hash: hash}}
 }
 
-func (b *batch) setToolsHash(o Op) (Result, error) {
+type setToolsHashOp struct{ runID, hash string }
+
+func (o *setToolsHashOp) kind() opKind               { return opSetToolsHash }
+func (o *setToolsHashOp) scope() (string, *bigValue) { return o.runID, nil }
+
+func (o *setToolsHashOp) eval(bv batch) (Result, error) {
+	b := &bv // on the stack: bodies are called through an interface
 	if err := validID("run id", o.runID); err != nil {
 		return errResult(err), nil
 	}
-	if o.msg == "" {
+	if o.hash == "" {
 		return errResult(fmt.Errorf("%w: run %q: empty tools hash", ErrInvalid, o.runID)), nil
 	}
 	run, ok, err := b.run(o.runID)
@@ -28,15 +34,15 @@ func (b *batch) setToolsHash(o Op) (Result, error) {
 	if !ok {
 		return errResult(fmt.Errorf("%w: run %q", ErrNotFound, o.runID)), nil
 	}
-	if run.ToolsHash == o.msg {
+	if run.ToolsHash == o.hash {
 		return Result{run: run.Run}, nil
 	}
 	from := run.ToolsHash
-	run.ToolsHash = o.msg
+	run.ToolsHash = o.hash
 	if err := b.touch(run); err != nil {
 		return Result{}, err
 	}
-	if err := b.event(o.runID, EventRunToolsChanged, "", obj("from", from, "to", o.msg)); err != nil {
+	if err := b.event(o.runID, EventRunToolsChanged, "", obj("from", from, "to", o.hash)); err != nil {
 		return Result{}, err
 	}
 	return Result{run: run.Run}, nil

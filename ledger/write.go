@@ -63,12 +63,11 @@ func CreateRunWith(ctx context.Context, a Applier, r Run, p *plan.Plan, rows []A
 	if r.Status != "" && !r.Status.valid() {
 		return Run{}, false, fmt.Errorf("%w: run status %q", ErrInvalid, r.Status)
 	}
-	o, err := revisionOp(opCreateRun, r.ID, p, rows)
+	rev, err := revisionOf(r.ID, p, rows)
 	if err != nil {
 		return Run{}, false, err
 	}
-	o.run = r
-	res, err := applyOne(ctx, a, o)
+	res, err := applyOne(ctx, a, Op{body: &createRunOp{revision: rev, run: r}})
 	if err != nil {
 		return Run{}, false, err
 	}
@@ -87,24 +86,25 @@ func AddRevisionWith(ctx context.Context, a Applier, runID string, p *plan.Plan,
 	if err := validID("run id", runID); err != nil {
 		return 0, err
 	}
-	o, err := revisionOp(opAddRevision, runID, p, rows)
+	rev, err := revisionOf(runID, p, rows)
 	if err != nil {
 		return 0, err
 	}
-	res, err := applyOne(ctx, a, o)
+	res, err := applyOne(ctx, a, Op{body: &addRevisionOp{rev}})
 	if err != nil {
 		return 0, err
 	}
 	return res.rev, nil
 }
 
-func revisionOp(kind opKind, runID string, p *plan.Plan, rows []Action) (Op, error) {
+// revisionOf prepares plan p (with rows) as a revision of run runID.
+func revisionOf(runID string, p *plan.Plan, rows []Action) (revision, error) {
 	if p == nil {
-		return Op{}, fmt.Errorf("%w: nil plan", ErrInvalid)
+		return revision{}, fmt.Errorf("%w: nil plan", ErrInvalid)
 	}
 	hash, err := plan.Hash(p)
 	if err != nil {
-		return Op{}, fmt.Errorf("%w: hashing plan: %v", ErrInvalid, err)
+		return revision{}, fmt.Errorf("%w: hashing plan: %v", ErrInvalid, err)
 	}
 	if rows == nil {
 		for _, a := range p.Actions {
@@ -112,21 +112,21 @@ func revisionOp(kind opKind, runID string, p *plan.Plan, rows []Action) (Op, err
 		}
 	}
 	if err := checkRows(rows); err != nil {
-		return Op{}, err
+		return revision{}, err
 	}
 	// Large args are stored once, as blobs that the plan record and the rows
 	// refer to (large.go); hashed here, in the caller's goroutine.
 	h, blobs := hasher{}, map[string]json.RawMessage{}
 	pj, refs, err := planRecord(p, h, blobs)
 	if err != nil {
-		return Op{}, fmt.Errorf("%w: encoding plan: %v", ErrInvalid, err)
+		return revision{}, fmt.Errorf("%w: encoding plan: %v", ErrInvalid, err)
 	}
 	stored := make([]Action, len(rows))
 	for i, a := range rows {
 		a.Args, a.ApprovedArgs = h.ref(a.Args, blobs), h.ref(a.ApprovedArgs, blobs)
 		stored[i] = a
 	}
-	return Op{kind: kind, runID: runID, planJSON: pj, planRefs: refs, planHash: hash, rows: stored, blobs: blobs}, nil
+	return revision{runID: runID, planJSON: pj, planRefs: refs, planHash: hash, rows: stored, blobs: blobs}, nil
 }
 
 // MemoWith implements Store.Memo over a's Apply; maxOutputBytes bounds the
@@ -150,7 +150,7 @@ func MemoWith(ctx context.Context, a Applier, maxOutputBytes int, runID, name st
 	if err := validJSON("memo value", value, true); err != nil {
 		return nil, err
 	}
-	res, err := applyOne(ctx, a, Op{kind: opMemo, runID: runID, msg: name, data: value})
+	res, err := applyOne(ctx, a, Op{body: &memoOp{runID: runID, name: name, value: value}})
 	if err != nil {
 		return nil, err
 	}

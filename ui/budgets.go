@@ -69,7 +69,7 @@ func ReadBudgets(ctx context.Context, l ledger.Store) (BudgetList, error) {
 // budgets is GET /v1/budgets: every budget's usage per scope, window and
 // group (ledger.SortBudgets order).
 func (s *Server) budgets(w http.ResponseWriter, r *http.Request) {
-	list, err := ReadBudgets(r.Context(), s.led)
+	list, err := ReadBudgets(r.Context(), s.cfg.Ledger) // the ledger itself: s.led may wrap it
 	if errors.Is(err, ErrNoBudgets) {
 		writeJSON(w, http.StatusOK, BudgetList{Budgets: []Budget{}})
 		return

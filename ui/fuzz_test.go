@@ -33,7 +33,8 @@ func FuzzRequestBodies(f *testing.F) {
 		f.Fatal(err)
 	}
 	s := &Server{cfg: Config{MaxBodyBytes: 1 << 16}.WithDefaults(), reg: reg, metrics: newMetrics(nil, nil, nil),
-		accepting: map[string]bool{}, sessions: map[string]session{}, drives: map[string]int{}}
+		accepting: map[string]bool{}, drives: map[string]int{}}
+	s.sessions = newSessionStore(nil, s.cfg.MaxSessionsPerToken, s.principalNamed)
 	s.cfg.Tokens = map[string]string{"t": "0123456789abcdef"}
 	if s.tokens, err = buildTokens(s.cfg); err != nil {
 		f.Fatal(err)

@@ -193,8 +193,8 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	// A shared ledger: another node may be accepting the same id.
-	if rs, ok := s.led.(reserver); ok {
-		rel, held, err := rs.Reserve(r.Context(), "run:"+runID)
+	if s.reserver != nil {
+		rel, held, err := s.reserver.Reserve(r.Context(), "run:"+runID)
 		if err != nil {
 			release()
 			s.fail(w, err)
@@ -296,13 +296,6 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 // earlier request records a given plan within milliseconds and a planned one
 // once the model has answered, so a second is a fair first wait either way.
 const inProgressRetry = 1
-
-// reserver is a ledger shared by several processes (ledger/postgres): it
-// holds a name for one of them at a time, until released or until that
-// process is gone.
-type reserver interface {
-	Reserve(ctx context.Context, name string) (release func(), ok bool, err error)
-}
 
 // answerExisting answers a create request for runID when the run exists: 200
 // with the run when ident is the request that created it, 422 when another

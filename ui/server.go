@@ -257,12 +257,15 @@ type Server struct {
 	watchers  map[string]*watcher      // runs followed for the all-runs stream
 	lastSeq   map[string]uint64        // last event seen of runs no longer followed
 	accepting map[string]bool
-	sessions  map[string]session
-	sockets   map[*socket]struct{}
-	joining   map[*joiner]struct{} // all-runs clients between their upgrade request and its answer
-	driveWG   sync.WaitGroup
-	socketWG  sync.WaitGroup
-	notifyWG  sync.WaitGroup // webhook deliveries
+	sessions  sessionStore
+	// reserver is the ledger when it is shared by several processes
+	// (ledger.Reserver), nil otherwise.
+	reserver ledger.Reserver
+	sockets  map[*socket]struct{}
+	joining  map[*joiner]struct{} // all-runs clients between their upgrade request and its answer
+	driveWG  sync.WaitGroup
+	socketWG sync.WaitGroup
+	notifyWG sync.WaitGroup // webhook deliveries
 
 	frames encodedCache // WebSocket frames of recent events
 
@@ -330,11 +333,14 @@ func New(cfg Config) (*Server, error) {
 		watchers:  map[string]*watcher{},
 		lastSeq:   map[string]uint64{},
 		accepting: map[string]bool{},
-		sessions:  map[string]session{},
 		sockets:   map[*socket]struct{}{},
 		joining:   map[*joiner]struct{}{},
 	}
 	s.signins = newSignIns(cfg.SignInRate, cfg.SignInBurst, cfg.Now, s.log)
+	// The ledger's optional capabilities, asked of the ledger itself: s.led
+	// may wrap it (withTraceIDs) in a type that has none of them.
+	s.sessions = newSessionStore(cfg.Ledger, cfg.MaxSessionsPerToken, s.principalNamed)
+	s.reserver, _ = cfg.Ledger.(ledger.Reserver)
 	s.up = websocket.Upgrader{
 		ReadBufferSize:  4096,
 		WriteBufferSize: 4096,
@@ -696,38 +702,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Now()
-	s.mu.Lock()
-	var mine []string              // the token's live sessions
-	for k, v := range s.sessions { // forget expired sessions
-		if now.After(v.expires) {
-			delete(s.sessions, k)
-		} else if v.who.name == p.name {
-			mine = append(mine, k)
-		}
-	}
-	// At the cap, the oldest sessions end: a person who lost a cookie can
-	// always sign in again, and one token never holds more than the cap.
-	var evicted []string
-	if over := len(mine) + 1 - s.cfg.MaxSessionsPerToken; over > 0 {
-		slices.SortFunc(mine, func(a, b string) int { return s.sessions[a].expires.Compare(s.sessions[b].expires) })
-		evicted = mine[:over]
-		for _, k := range evicted {
-			delete(s.sessions, k)
-		}
-	}
-	s.sessions[id] = session{who: p, expires: now.Add(s.cfg.SessionTTL)}
-	s.mu.Unlock()
-	if ss, ok := s.led.(sharedSessions); ok {
-		for _, k := range evicted {
-			if err := ss.DeleteSession(r.Context(), sessionHash(k)); err != nil {
-				s.fail(w, fmt.Errorf("ending the token's oldest session: %w", err))
-				return
-			}
-		}
-		if err := ss.PutSession(r.Context(), sessionHash(id), p.name, now.Add(s.cfg.SessionTTL)); err != nil {
-			s.fail(w, fmt.Errorf("recording the session: %w", err))
-			return
-		}
+	if err := s.sessions.start(r.Context(), id, p, now, now.Add(s.cfg.SessionTTL)); err != nil {
+		s.fail(w, err)
+		return
 	}
 	http.SetCookie(w, s.sessionCookie(r, id, int(s.cfg.SessionTTL/time.Second)))
 	writeJSON(w, http.StatusOK, map[string]any{"name": p.name, "scopes": p.scopeNames(), "expires_at": now.Add(s.cfg.SessionTTL).UTC().Format(time.RFC3339)})
@@ -735,14 +712,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(s.cookieName(r)); err == nil {
-		s.mu.Lock()
-		delete(s.sessions, c.Value)
-		s.mu.Unlock()
-		if ss, ok := s.led.(sharedSessions); ok {
-			if err := ss.DeleteSession(r.Context(), sessionHash(c.Value)); err != nil {
-				s.fail(w, fmt.Errorf("ending the session: %w", err))
-				return
-			}
+		if err := s.sessions.end(r.Context(), c.Value); err != nil {
+			s.fail(w, fmt.Errorf("ending the session: %w", err))
+			return
 		}
 	}
 	http.SetCookie(w, s.sessionCookie(r, "", -1))

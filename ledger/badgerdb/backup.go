@@ -273,10 +273,27 @@ func Restore(ctx context.Context, dir string, r io.Reader, cfg Config) (err erro
 		}
 	}()
 	cfg.Dir = tmp
+	if err = loadBackup(ctx, r, cfg); err != nil {
+		return err
+	}
+	if err = syncDir(tmp); err != nil {
+		return err
+	}
+	if err = moveInto(tmp, dir); err != nil {
+		return err
+	}
+	return syncDir(parent)
+}
+
+// loadBackup loads the stream after its header into a new Badger database
+// in cfg.Dir, checks that it is a ledger of this format and syncs it.
+// Errors: ErrCorrupt (truncated or damaged, or no end marker), ErrFormat,
+// the context's error, r's error.
+func loadBackup(ctx context.Context, r io.Reader, cfg Config) error {
 	log := cfg.Logger.With("component", "ledger")
 	db, err := badger.Open(badgerOptions(cfg, log))
 	if err != nil {
-		return fmt.Errorf("ledger: opening restore directory %s: %w", tmp, err)
+		return fmt.Errorf("ledger: opening restore directory %s: %w", cfg.Dir, err)
 	}
 	fr := &frameReader{ctx: ctx, r: r}
 	err = db.Load(fr, 16)
@@ -304,21 +321,26 @@ func Restore(ctx context.Context, dir string, r io.Reader, cfg Config) (err erro
 	if !fr.done {
 		return fmt.Errorf("%w: stream ends without its end marker", ErrCorrupt)
 	}
-	if err = syncDir(tmp); err != nil {
-		return err
+	return nil
+}
+
+// moveInto renames the restored ledger tmp to dir, which must not exist
+// or be empty.
+func moveInto(tmp, dir string) error {
+	err := os.Rename(tmp, dir)
+	if err == nil {
+		return nil
 	}
-	if err = os.Rename(tmp, dir); err != nil {
-		// Some systems do not rename onto an existing (empty) directory.
-		if rerr := os.Remove(dir); rerr == nil {
-			err = os.Rename(tmp, dir)
-		} else if !errors.Is(rerr, os.ErrNotExist) {
-			return fmt.Errorf("%w: %s (it changed during the restore): %v", ErrNotEmpty, dir, rerr)
-		}
-		if err != nil {
-			return fmt.Errorf("ledger: moving the restored ledger into %s: %w", dir, err)
-		}
+	// Some systems do not rename onto an existing (empty) directory.
+	if rerr := os.Remove(dir); rerr == nil {
+		err = os.Rename(tmp, dir)
+	} else if !errors.Is(rerr, os.ErrNotExist) {
+		return fmt.Errorf("%w: %s (it changed during the restore): %v", ErrNotEmpty, dir, rerr)
 	}
-	return syncDir(parent)
+	if err != nil {
+		return fmt.Errorf("ledger: moving the restored ledger into %s: %w", dir, err)
+	}
+	return nil
 }
 
 // checkRestored makes sure the loaded data is a ledger of this format.

@@ -606,32 +606,11 @@ func (l *Ledger) commitLoop() {
 		close(writes)
 		<-writerDone
 	}()
-	var b *batch
-	var in []*request
-	flush := func() { // only with nothing in flight
-		if b != nil {
-			l.handOff(writes, b, in)
-			b, in = nil, nil
-		}
-	}
-	settled := func(err error) {
-		l.finish(err)
-		if err != nil && b != nil {
-			// b was evaluated on top of writes that did not commit.
-			b.txn.Discard()
-			err = fmt.Errorf("ledger: commit: an earlier commit failed: %w", err)
-			for _, r := range in {
-				r.err, r.results = err, nil
-				l.ack(r, 0, 0)
-			}
-			b, in = nil, nil
-		}
-		flush()
-	}
+	p := &pending{l: l, writes: writes}
 	reqCh := l.reqCh
-	for reqCh != nil || b != nil || l.inflight != nil {
-		if l.inflight == nil && b != nil {
-			flush()
+	for reqCh != nil || p.b != nil || l.inflight != nil {
+		if l.inflight == nil && p.b != nil {
+			p.flush()
 			continue
 		}
 		var done chan error
@@ -640,46 +619,89 @@ func (l *Ledger) commitLoop() {
 		}
 		select {
 		case err := <-done:
-			settled(err)
+			p.settled(err)
 		case r, ok := <-reqCh:
 			if !ok {
 				reqCh = nil
 				continue
 			}
-			for {
-				if b == nil {
-					b = l.newBatch()
-				}
-				results, err := b.evalRequest(r)
-				if err == nil && b.fits() {
-					b.accept()
-					r.results = results
-					in = append(in, r)
-					break
-				}
-				size := b.cur.size
-				b.cur.reset()
-				if err == nil && len(in) > 0 {
-					// It does not fit with the others: commit them first.
-					if l.inflight != nil {
-						settled(<-l.inflight.done)
-					} else {
-						flush()
-					}
-					if l.inflight != nil {
-						settled(<-l.inflight.done)
-					}
-					continue
-				}
-				if err == nil {
-					err = fmt.Errorf("%w: the ops of one Apply exceed one transaction (%d bytes estimated, limit %d)",
-						ledger.ErrTooLarge, size, l.maxBatchSize)
-				}
-				r.err = err
-				l.ack(r, 0, 0)
-				break
-			}
+			p.add(r)
 		}
+	}
+}
+
+// pending is the batch the commit loop fills (nil: none yet) and its
+// requests: evaluated on top of the batch in flight, handed to the writer
+// once that one is durable.
+type pending struct {
+	l      *Ledger
+	writes chan<- *flight
+	b      *batch
+	in     []*request
+}
+
+// flush hands the batch to the writer; only with nothing in flight.
+func (p *pending) flush() {
+	if p.b != nil {
+		p.l.handOff(p.writes, p.b, p.in)
+		p.b, p.in = nil, nil
+	}
+}
+
+// settled takes the outcome of the batch in flight: on failure the pending
+// batch, evaluated on top of writes that did not commit, fails too.
+func (p *pending) settled(err error) {
+	p.l.finish(err)
+	if err != nil && p.b != nil {
+		// b was evaluated on top of writes that did not commit.
+		p.b.txn.Discard()
+		err = fmt.Errorf("ledger: commit: an earlier commit failed: %w", err)
+		for _, r := range p.in {
+			r.err, r.results = err, nil
+			p.l.ack(r, 0, 0)
+		}
+		p.b, p.in = nil, nil
+	}
+	p.flush()
+}
+
+// add evaluates r into the pending batch. When r does not fit with the
+// requests already in it, those are committed first and r goes into the
+// next batch; a request that fits in no batch fails alone (ErrTooLarge).
+func (p *pending) add(r *request) {
+	l := p.l
+	for {
+		if p.b == nil {
+			p.b = l.newBatch()
+		}
+		results, err := p.b.evalRequest(r)
+		if err == nil && p.b.fits() {
+			p.b.accept()
+			r.results = results
+			p.in = append(p.in, r)
+			return
+		}
+		size := p.b.cur.size
+		p.b.cur.reset()
+		if err == nil && len(p.in) > 0 {
+			// It does not fit with the others: commit them first.
+			if l.inflight != nil {
+				p.settled(<-l.inflight.done)
+			} else {
+				p.flush()
+			}
+			if l.inflight != nil {
+				p.settled(<-l.inflight.done)
+			}
+			continue
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: the ops of one Apply exceed one transaction (%d bytes estimated, limit %d)",
+				ledger.ErrTooLarge, size, l.maxBatchSize)
+		}
+		r.err = err
+		l.ack(r, 0, 0)
+		return
 	}
 }
 

@@ -222,61 +222,82 @@ func decodeEvent(runID string, seq uint64, b []byte) (ledger.Event, error) {
 	if at := d.varint(); d.err == nil {
 		e.At = time.Unix(0, at).UTC()
 	}
-	switch c := d.bytes(1); {
-	case d.err != nil:
-	case c[0] == 0:
-		e.Type = ledger.EventType(d.str())
-	case int(c[0]) < len(eventCodes):
-		e.Type = eventCodes[c[0]]
-	default:
-		return e, fmt.Errorf("%w: event %d: unknown type code %d", ledger.ErrFormat, seq, c[0])
+	var err error
+	if e.Type, err = d.eventType(seq); err != nil {
+		return e, err
 	}
 	e.ActionID = d.str()
-	switch form := d.bytes(1); {
-	case d.err != nil:
-	case form[0] == hashNone:
-	case form[0] == hashSHA256:
-		if raw := d.bytes(32); d.err == nil {
-			e.Hash = sha256Prefix + hex.EncodeToString(raw)
-		}
-	case form[0] == hashString:
-		e.Hash = d.str()
-	default:
-		d.err = fmt.Errorf("%w: event %d: unknown hash form %d", ledger.ErrFormat, seq, form[0])
-	}
+	e.Hash = d.eventHash(seq)
 	form := d.bytes(1)
 	if d.err != nil {
 		return e, fmt.Errorf("event %d: %w", seq, d.err)
 	}
-	switch form[0] {
-	case dataNone:
-		if len(d.b) > 0 {
-			return e, fmt.Errorf("%w: event %d: bytes after an event without data", ledger.ErrFormat, seq)
-		}
-	case dataRaw, dataOutput:
-		if len(d.b) == 0 {
-			return e, fmt.Errorf("%w: event %d: truncated data", ledger.ErrFormat, seq)
-		}
-		if form[0] == dataRaw {
-			e.Data = append([]byte(nil), d.b...)
-		} else {
-			e.Data = append(append(append(make([]byte, 0, len(d.b)+11), `{"output":`...), d.b...), '}')
-		}
-	case dataBy:
-		by := d.str()
-		if len(d.b) > 0 && d.err == nil {
-			d.err = fmt.Errorf("%w: event %d: bytes after its data", ledger.ErrFormat, seq)
-		}
-		e.Data = byData(by)
-	case dataClaim:
-		n := d.uvarint()
-		key := d.key()
-		e.Data = claimData(n, key, d.b)
-	default:
-		return e, fmt.Errorf("%w: event %d: unknown data form %d", ledger.ErrFormat, seq, form[0])
+	if e.Data, err = d.eventData(seq, form[0]); err != nil {
+		return e, err
 	}
 	if d.err != nil {
 		return e, fmt.Errorf("event %d: %w", seq, d.err)
 	}
 	return e, nil
+}
+
+// eventType reads an event's type: a code, or 0 and the type's text.
+func (d *rowReader) eventType(seq uint64) (ledger.EventType, error) {
+	switch c := d.bytes(1); {
+	case d.err != nil:
+	case c[0] == 0:
+		return ledger.EventType(d.str()), nil
+	case int(c[0]) < len(eventCodes):
+		return eventCodes[c[0]], nil
+	default:
+		return "", fmt.Errorf("%w: event %d: unknown type code %d", ledger.ErrFormat, seq, c[0])
+	}
+	return "", nil
+}
+
+// eventHash reads an event's chain hash ("": none).
+func (d *rowReader) eventHash(seq uint64) string {
+	switch form := d.bytes(1); {
+	case d.err != nil:
+	case form[0] == hashNone:
+	case form[0] == hashSHA256:
+		if raw := d.bytes(32); d.err == nil {
+			return sha256Prefix + hex.EncodeToString(raw)
+		}
+	case form[0] == hashString:
+		return d.str()
+	default:
+		d.err = fmt.Errorf("%w: event %d: unknown hash form %d", ledger.ErrFormat, seq, form[0])
+	}
+	return ""
+}
+
+// eventData reads the rest of an event record, its data in form.
+func (d *rowReader) eventData(seq uint64, form byte) (json.RawMessage, error) {
+	switch form {
+	case dataNone:
+		if len(d.b) > 0 {
+			return nil, fmt.Errorf("%w: event %d: bytes after an event without data", ledger.ErrFormat, seq)
+		}
+		return nil, nil
+	case dataRaw, dataOutput:
+		if len(d.b) == 0 {
+			return nil, fmt.Errorf("%w: event %d: truncated data", ledger.ErrFormat, seq)
+		}
+		if form == dataRaw {
+			return append([]byte(nil), d.b...), nil
+		}
+		return append(append(append(make([]byte, 0, len(d.b)+11), `{"output":`...), d.b...), '}'), nil
+	case dataBy:
+		by := d.str()
+		if len(d.b) > 0 && d.err == nil {
+			d.err = fmt.Errorf("%w: event %d: bytes after its data", ledger.ErrFormat, seq)
+		}
+		return byData(by), nil
+	case dataClaim:
+		n := d.uvarint()
+		key := d.key()
+		return claimData(n, key, d.b), nil
+	}
+	return nil, fmt.Errorf("%w: event %d: unknown data form %d", ledger.ErrFormat, seq, form)
 }

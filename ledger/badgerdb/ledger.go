@@ -130,6 +130,13 @@ type Ledger struct {
 	testAck func(committedIn, synced uint64)
 }
 
+// The optional capabilities of package ledger that the embedded ledger has.
+var (
+	_ ledger.Store        = (*Ledger)(nil)
+	_ ledger.Backuper     = (*Ledger)(nil)
+	_ ledger.BudgetReader = (*Ledger)(nil)
+)
+
 // Open opens (creating if needed) the data directory. Errors: ErrLocked (the
 // directory is held by another handle or process, still after waiting up to
 // a second for it: lockWait), ErrFormat (the directory holds another

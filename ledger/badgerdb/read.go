@@ -218,6 +218,37 @@ func (l *Ledger) Actions(ctx context.Context, runID string) ([]ledger.Action, er
 }
 
 func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
+	rows, err := readRows(txn, r)
+	if err != nil {
+		return nil, err
+	}
+	outputs, err := readOutputs(txn, r.ID, rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ledger.Action, len(rows))
+	blobs := txnResolver(txn, r.ID) // large args: one read per blob (large.go)
+	for i, row := range rows {
+		out[i] = row.Action(r.ID)
+		if err := ledger.ResolveAction(blobs, &out[i]); err != nil {
+			return nil, fmt.Errorf("ledger: reading args of run %q action %q: %w", r.ID, row.ID, err)
+		}
+		if hasOutput(row) {
+			out[i].Output = outputs[row.Key]
+		}
+	}
+	return out, nil
+}
+
+// hasOutput: the row's key record holds its output.
+func hasOutput(row ledger.RowRecord) bool {
+	return row.Status == ledger.StatusSucceeded || row.Status == ledger.StatusCompensated
+}
+
+// readRows returns the rows of the run's current revision in row order:
+// the revision's initial rows, as changed since (their row records), and
+// the compensating rows.
+func readRows(txn *badger.Txn, r ledger.RunRecord) ([]ledger.RowRecord, error) {
 	var rows []ledger.RowRecord
 	ok, err := getDecoded(txn, rowsBlobKey(r.ID, r.Revision), func(v []byte) (err error) {
 		rows, err = decodeRows(v)
@@ -237,6 +268,7 @@ func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
 	// Rows that changed since the revision was recorded (and compensating rows).
 	prefix := rowPrefix(r.ID, r.Revision)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
 		var row ledger.RowRecord
 		id := string(it.Item().Key()[len(prefix):])
@@ -246,7 +278,6 @@ func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
 			base = &b
 		}
 		if err := it.Item().Value(func(v []byte) (err error) { row, err = decodeRowRecord(id, v, base); return err }); err != nil {
-			it.Close()
 			return nil, fmt.Errorf("ledger: reading rows of run %q: %w", r.ID, err)
 		}
 		if i, ok := index[row.ID]; ok {
@@ -256,55 +287,47 @@ func readActions(txn *badger.Txn, r ledger.RunRecord) ([]ledger.Action, error) {
 			rows = append(rows, row)
 		}
 	}
-	it.Close()
+	slices.SortFunc(rows, func(a, b ledger.RowRecord) int { return a.Ord - b.Ord })
+	return rows, nil
+}
+
+// readOutputs returns the outputs of the rows that have one, by key, from
+// one scan of the run's key records.
+func readOutputs(txn *badger.Txn, runID string, rows []ledger.RowRecord) (map[string]json.RawMessage, error) {
 	keyed := 0
 	for _, row := range rows {
 		if row.Key != "" {
 			keyed++
 		}
 	}
-	slices.SortFunc(rows, func(a, b ledger.RowRecord) int { return a.Ord - b.Ord })
 	outputs := make(map[string]json.RawMessage, keyed)
-	if keyed > 0 {
-		want := make(map[string]bool, keyed)
-		for _, row := range rows {
-			if row.Key != "" && (row.Status == ledger.StatusSucceeded || row.Status == ledger.StatusCompensated) {
-				want[row.Key] = true
-			}
-		}
-		if len(want) > 0 {
-			prefix := runPrefix(kindKeyRec, r.ID)
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-			for it.Rewind(); it.Valid(); it.Next() {
-				item := it.Item()
-				key := keyFromName(item.Key()[len(prefix):])
-				if !want[key] {
-					continue
-				}
-				err := item.Value(func(v []byte) (err error) {
-					outputs[key], err = keyRecOutput(v)
-					return err
-				})
-				if err != nil {
-					it.Close()
-					return nil, fmt.Errorf("ledger: reading key records of run %q: %w", r.ID, err)
-				}
-			}
-			it.Close()
+	want := make(map[string]bool, keyed)
+	for _, row := range rows {
+		if row.Key != "" && hasOutput(row) {
+			want[row.Key] = true
 		}
 	}
-	out := make([]ledger.Action, len(rows))
-	blobs := txnResolver(txn, r.ID) // large args: one read per blob (large.go)
-	for i, row := range rows {
-		out[i] = row.Action(r.ID)
-		if err := ledger.ResolveAction(blobs, &out[i]); err != nil {
-			return nil, fmt.Errorf("ledger: reading args of run %q action %q: %w", r.ID, row.ID, err)
+	if len(want) == 0 {
+		return outputs, nil
+	}
+	prefix := runPrefix(kindKeyRec, runID)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		key := keyFromName(item.Key()[len(prefix):])
+		if !want[key] {
+			continue
 		}
-		if row.Status == ledger.StatusSucceeded || row.Status == ledger.StatusCompensated {
-			out[i].Output = outputs[row.Key]
+		err := item.Value(func(v []byte) (err error) {
+			outputs[key], err = keyRecOutput(v)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("ledger: reading key records of run %q: %w", runID, err)
 		}
 	}
-	return out, nil
+	return outputs, nil
 }
 
 // Doc returns the Run JSON document (header and actions from one snapshot).

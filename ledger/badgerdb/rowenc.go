@@ -114,38 +114,13 @@ func (d *rowReader) deps() []string {
 // encodeRow encodes r as a row record; base is its initial row (nil:
 // none).
 func encodeRow(r ledger.RowRecord, base *ledger.RowRecord) []byte {
-	mask := rowHasAll
 	var ext []byte
 	if extended(r) {
 		ext = appendExt(nil, r)
 	}
+	mask := rowHasAll
 	if base != nil {
-		mask = 0
-		if r.Tool != base.Tool {
-			mask |= rowHasTool
-		}
-		if r.Class != base.Class {
-			mask |= rowHasClass
-		}
-		if !slices.Equal(r.DependsOn, base.DependsOn) || (r.DependsOn == nil) != (base.DependsOn == nil) {
-			mask |= rowHasDeps
-		}
-		if !bytes.Equal(r.ApprovedArgs, base.ApprovedArgs) || (r.ApprovedArgs == nil) != (base.ApprovedArgs == nil) {
-			mask |= rowHasApproved
-		}
-		if r.Undo != base.Undo {
-			mask |= rowHasUndo
-		}
-		if r.Ord != base.Ord {
-			mask |= rowHasOrd
-		}
-		var baseExt []byte
-		if extended(*base) {
-			baseExt = appendExt(nil, *base)
-		}
-		if !bytes.Equal(ext, baseExt) {
-			mask |= rowHasExt
-		}
+		mask = rowChanges(r, *base, ext)
 	}
 	b := make([]byte, 0, 64+len(r.Args)+len(r.ApprovedArgs)+len(ext))
 	b = binary.AppendUvarint(b, uint64(mask))
@@ -179,6 +154,38 @@ func encodeRow(r ledger.RowRecord, base *ledger.RowRecord) []byte {
 		b = append(b, ext...)
 	}
 	return b
+}
+
+// rowChanges is the mask of r's static fields that differ from its
+// initial row base (ext: r's extension).
+func rowChanges(r, base ledger.RowRecord, ext []byte) int {
+	mask := 0
+	if r.Tool != base.Tool {
+		mask |= rowHasTool
+	}
+	if r.Class != base.Class {
+		mask |= rowHasClass
+	}
+	if !slices.Equal(r.DependsOn, base.DependsOn) || (r.DependsOn == nil) != (base.DependsOn == nil) {
+		mask |= rowHasDeps
+	}
+	if !bytes.Equal(r.ApprovedArgs, base.ApprovedArgs) || (r.ApprovedArgs == nil) != (base.ApprovedArgs == nil) {
+		mask |= rowHasApproved
+	}
+	if r.Undo != base.Undo {
+		mask |= rowHasUndo
+	}
+	if r.Ord != base.Ord {
+		mask |= rowHasOrd
+	}
+	var baseExt []byte
+	if extended(base) {
+		baseExt = appendExt(nil, base)
+	}
+	if !bytes.Equal(ext, baseExt) {
+		mask |= rowHasExt
+	}
+	return mask
 }
 
 func boolByte(v bool) byte {

@@ -83,6 +83,8 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"Audit", testAudit, false},
 		{"Budgets", func(t *testing.T, open Opener) { testBudgets(t, open, opts) }, false},
 		{"LedgerDecides", testLedgerDecides, false},
+		{"Modifiers", testModifiers, false},
+		{"Capabilities", func(t *testing.T, open Opener) { testCapabilities(t, open, opts) }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

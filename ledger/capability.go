@@ -1,0 +1,57 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Optional capabilities. A Store may implement more than the Store
+// interface; callers find out with a type assertion on one of the
+// interfaces below (never on a backend's own type or on an interface of
+// their own), so that a new backend that implements one gets the feature
+// and one that does not is known to lack it. Each backend asserts at
+// compile time which ones it implements (var _ ledger.Reserver =
+// (*Store)(nil)), and ledgertest lists them for the store under test and
+// runs each one's contract. Backuper and BudgetReader are capabilities
+// too (store.go, budget.go).
+
+// LeaseHolder is a Store shared by several processes (nodes) whose claims
+// stay theirs only while their node lease is renewed (ledger/postgres).
+// LeaseValid reports whether this handle may still act on its claims now:
+// its lease, as last renewed, has time left by the local clock. A caller
+// about to perform an effect it cannot take back checks it first: once
+// the lease has lapsed another node may take the claim over. It is true
+// on a handle that was just opened. A Store without it is one process's:
+// its claims stay its own while it runs.
+type LeaseHolder interface {
+	LeaseValid() bool
+}
+
+// Reserver is a Store shared by several processes that holds a name for
+// one of them at a time (ledger/postgres): the service holds a run id this
+// way while it accepts the run, so a second request for it on any node is
+// refused. Reserve returns ok false while another live handle on the same
+// ledger holds name; otherwise the name is held by this handle until
+// release is called (once or more; later calls do nothing) or until the
+// handle is gone (closed, or its lease expired). Errors: ErrClosed, the
+// context's error, the backend's.
+type Reserver interface {
+	Reserve(ctx context.Context, name string) (release func(), ok bool, err error)
+}
+
+// SessionKeeper is a Store shared by several processes that keeps the
+// review page's sign-in sessions (ledger/postgres), so that a session is
+// valid on every node behind a load balancer and signing out on one ends
+// it on all. Sessions are stored by the SHA-256 (hex) of their cookie,
+// never the cookie, with the name of the token they were made from and
+// their expiry: PutSession records (or replaces) one, Session returns it
+// (ok false: there is none, or it was deleted; an expired session may
+// still be returned, the caller compares expires with its clock), and
+// DeleteSession ends it (deleting a session that is not there is no
+// error). A session put through one handle is seen by every handle on the
+// same ledger. Errors: ErrClosed, the context's error, the backend's.
+type SessionKeeper interface {
+	PutSession(ctx context.Context, hash, tokenName string, expires time.Time) error
+	Session(ctx context.Context, hash string) (tokenName string, expires time.Time, ok bool, err error)
+	DeleteSession(ctx context.Context, hash string) error
+}
