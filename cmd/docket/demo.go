@@ -14,6 +14,7 @@ import (
 
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
@@ -159,7 +160,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("")
 	d.say("3. Resuming the same run in this process. The contact's claim belongs to a dead process, so its")
 	d.say("   outcome is unknown: the CRM is searched by the action's key before anything is written again.")
-	doc, err := eng.Run(ctx, d.runID, p, &executor.RunOptions{Policy: executor.PolicySafe})
+	_, doc, err := runs.Run(ctx, eng, l, runs.Request{RunID: d.runID, Plan: p, Options: &executor.RunOptions{Policy: executor.PolicySafe}})
 	if err != nil {
 		return fmt.Errorf("resuming run %s: %w", d.runID, err)
 	}

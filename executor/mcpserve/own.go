@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
@@ -121,7 +122,7 @@ func (s *Server) proposePlan(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	}
 	p.Meta["source"] = "mcp"
 	// Every action waits for a person: that is what proposing means.
-	if _, _, err := s.eng.Record(ctx, runID, p, &executor.RunOptions{Policy: executor.PolicyNone}); err != nil {
+	if _, err := runs.Create(ctx, s.eng, s.led, runs.Request{RunID: runID, Plan: p, Options: &executor.RunOptions{Policy: executor.PolicyNone}}); err != nil {
 		if errors.Is(err, executor.ErrPlanMismatch) {
 			return errorResult("docket refused the plan: run %s already holds a different plan; give another run_id", runID), nil
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
@@ -502,12 +503,12 @@ func (s *Server) record(ctx context.Context, runID string, id callIdentity, spec
 		Actions: []plan.Action{{ID: id.action, Tool: spec.Name, Args: args}},
 		Meta:    map[string]string{"source": "mcp", "mcp_session": id.session, "call_hash": id.hash},
 	}
-	_, created, err := s.eng.Record(ctx, runID, p, &executor.RunOptions{Policy: pol})
+	res, err := runs.Create(ctx, s.eng, s.led, runs.Request{RunID: runID, Plan: p, Options: &executor.RunOptions{Policy: pol}})
 	if err != nil {
 		return "", false, err
 	}
 	s.drive(runID)
-	return runID, created, nil
+	return runID, res.Created, nil
 }
 
 // drive drives runID in the background under the server's context (never
