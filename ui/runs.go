@@ -426,7 +426,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Limit = n
 	}
-	runs, next, err := s.led.ListRuns(r.Context(), o)
+	page, next, err := s.led.ListRuns(r.Context(), o)
 	if err != nil {
 		if errors.Is(err, ledger.ErrInvalid) {
 			writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
@@ -435,10 +435,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if runs == nil {
-		runs = []ledger.Run{}
+	if page == nil {
+		page = []ledger.Run{}
 	}
-	writeJSON(w, http.StatusOK, runList{Runs: runs, Next: next})
+	writeJSON(w, http.StatusOK, runList{Runs: page, Next: next})
 }
 
 // getRun answers the Run JSON. With ?wait=DURATION (at most 10m) it first

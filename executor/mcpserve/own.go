@@ -176,11 +176,11 @@ func (s *Server) waiting(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	for _, st := range []ledger.RunStatus{ledger.RunAwaitingApproval, ledger.RunPaused} {
 		after := ""
 		for {
-			runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: st, After: after, Limit: 200})
+			page, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: st, After: after, Limit: 200})
 			if err != nil {
 				return nil, fmt.Errorf("docket: listing runs: %w", err)
 			}
-			for _, r := range runs {
+			for _, r := range page {
 				doc, err := s.led.Doc(ctx, r.ID)
 				if err != nil {
 					return nil, fmt.Errorf("docket: reading run %s: %w", r.ID, err)

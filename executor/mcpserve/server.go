@@ -232,11 +232,11 @@ func (s *Server) Shutdown(ctx context.Context) {
 func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 	n, after := 0, ""
 	for {
-		runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunRunning, After: after, Limit: 500})
+		page, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunRunning, After: after, Limit: 500})
 		if err != nil {
 			return n, fmt.Errorf("mcpserve: listing running runs: %w", err)
 		}
-		for _, r := range runs {
+		for _, r := range page {
 			s.drive(r.ID)
 			n++
 		}
