@@ -223,13 +223,18 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	}
 	// The request's identity, by the rule POST /v1/runs and docket step
 	// share (executor/runs): a run any of them created with this plan (and
-	// the named policy, if any) is continued; another request's is refused.
+	// the named policy, if any) is continued; another request's is refused,
+	// at once (before waiting for any other process's lease).
 	ident := executor.Request{Plan: p, Policy: policy}
-	doc, err := driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
-		_, doc, err := runs.Run(ctx, eng, l, runs.Request{RunID: *runID, Identity: &ident,
-			Options: &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)}})
-		return doc, err
-	})
+	req := runs.Request{RunID: *runID, Identity: &ident,
+		Options: &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)}}
+	var doc ledger.RunDoc
+	if err = runs.Check(ctx, l, req); err == nil {
+		doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
+			_, doc, err := runs.Run(ctx, eng, l, req)
+			return doc, err
+		})
+	}
 	if err != nil && doc.Run.ID == "" {
 		// Show the run that holds the id (if any), as it is.
 		doc, _ = storedDoc(ctx, l, *runID)

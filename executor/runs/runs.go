@@ -120,6 +120,20 @@ func Run(ctx context.Context, eng *executor.Engine, l executor.RunReader, req Re
 	return res, doc, err
 }
 
+// Check refuses req early, before a caller waits for anything (another
+// process's lease, a reservation): an error wrapping
+// executor.ErrRequestMismatch when run req.RunID exists and another request
+// created it. It returns nil when the run does not exist yet, when req is
+// the request that created it, and when req names no identity. Create
+// checks the same again.
+func Check(ctx context.Context, l executor.RunReader, req Request) error {
+	if l == nil {
+		return errors.New("runs: checking a run needs its ledger")
+	}
+	_, err := req.exists(ctx, l)
+	return err
+}
+
 // check refuses a request no caller should make.
 func (req Request) check(eng *executor.Engine, l executor.RunReader) error {
 	switch {

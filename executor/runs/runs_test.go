@@ -273,3 +273,32 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("a refused request recorded a run: %v", err)
 	}
 }
+
+// Check refuses another request's run before anything is written or
+// planned, and lets a new run, the same request and no identity through.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	ident := executor.Request{Plan: setPlan("set x", `{"x":1}`)}
+	if err := runs.Check(ctx, b.l, runs.Request{RunID: "r1", Identity: &ident}); err != nil {
+		t.Fatalf("a new run: %v", err)
+	}
+	if _, err := runs.Create(ctx, b.eng, b.l, runs.Request{RunID: "r1", Identity: &ident}); err != nil {
+		t.Fatal(err)
+	}
+	same := executor.Request{Plan: setPlan("set x", `{"x":1}`)}
+	other := executor.Request{Plan: setPlan("set x", `{"x":2}`)}
+	for name, c := range map[string]struct {
+		req      runs.Request
+		mismatch bool
+	}{
+		"same":        {runs.Request{RunID: "r1", Identity: &same}, false},
+		"other":       {runs.Request{RunID: "r1", Identity: &other}, true},
+		"no identity": {runs.Request{RunID: "r1", Plan: setPlan("set x", `{"x":2}`)}, false},
+	} {
+		if err := runs.Check(ctx, b.l, c.req); errors.Is(err, executor.ErrRequestMismatch) != c.mismatch || (err != nil && !c.mismatch) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
