@@ -26,10 +26,11 @@ const RequestMeta = "docket.request"
 var ErrRequestMismatch = fmt.Errorf("executor: the run was created by a different request: %w", ErrPlanMismatch)
 
 // Request is what a caller asks for when it creates a run, or sends again to
-// continue it: the one rule for "same request, same run" that POST /v1/runs,
-// docket step, docket run and planner.PlanRun share. Two requests are the
-// same when they ask for the same work: the same plan (plan.Hash: goal and
-// actions, canonically), or the same goal and conversation to plan from; and
+// continue it: the one rule for "same request, same run", which
+// executor/runs applies for POST /v1/runs, docket step and docket run. Two
+// requests are the same when they ask for the same work: the same plan
+// (plan.Hash: goal and actions, canonically), or the same goal and
+// conversation to plan from; and
 // when the second names an approval policy, the run must have been created
 // with that policy. A request that names no policy matches any (the policy
 // is stored when the run is created and no later request changes it).

@@ -121,11 +121,12 @@
 //
 // # Recording
 //
-// Plan is pure: it records nothing. PlanRun plans a run once: when the ledger
-// already holds the run's plan it is returned without calling the model;
-// otherwise the new plan goes to the executor, which records it durably before
-// any action is claimed. A crash while thinking therefore leaves nothing
-// recorded, and the next attempt plans again. The plan carries its provenance
+// Plan is pure: it records nothing, and the package does not import the
+// executor. A run is planned once by executor/runs, which calls Plan only
+// when the ledger holds no plan for the run yet and records the new plan
+// durably before any action is claimed; Recorded reads a recorded plan back
+// as a Result. A crash while thinking therefore leaves nothing recorded, and
+// the next attempt plans again. The plan carries its provenance
 // in Meta (model, prompt hash over the system prompt and the tool definitions,
 // tools hash, token usage, rounds, repairs) and the whole model exchange in
 // Transcript. The API key never appears in either, in errors or in logs: the
@@ -141,8 +142,10 @@
 // Imports: the standard library, github.com/sashabaranov/go-openai (inside
 // the package only), the OpenTelemetry API (go.opentelemetry.io/otel: model
 // call spans, no SDK), and docket's plan, tools (with tools/policy, the rules
-// it tells the model about and answers denied calls with), ledger and
-// executor packages.
+// it tells the model about and answers denied calls with) and ledger
+// packages, and executor/oteltrace/httpspan (HTTP client spans; it imports
+// nothing of docket). Never the executor: executor/runs records and drives
+// planned runs.
 // planner/demomodel, the demo's scripted model, imports only the standard
 // library and go-openai.
 package planner

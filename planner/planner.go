@@ -90,7 +90,7 @@ type Result struct {
 	// not the waits between them: the rest of the planning's duration is the
 	// planner's own.
 	ModelTime time.Duration
-	// FromLedger is set by PlanRun when the plan was already recorded and the
+	// FromLedger is set by Recorded: the plan was already recorded and the
 	// model was not called.
 	FromLedger bool
 	// Warnings are the server quirks this planning met and worked around

@@ -45,9 +45,9 @@ type Progress struct {
 
 type progressKey struct{}
 
-// WithProgress returns a context under which Plan and PlanRun report each
-// step of the planning to fn: the model's text as it streams, each tool
-// call as soon as the model finished writing it, each queued action. fn is
+// WithProgress returns a context under which Plan reports each step of the
+// planning to fn: the model's text as it streams, each tool call as soon as
+// the model finished writing it, each queued action. fn is
 // called from the planning's goroutine, one call at a time; it must not
 // block for long (hand the value to a channel or a buffer). With a
 // progress function the planner streams replies (Config.Stream "auto").

@@ -5,95 +5,28 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 )
 
-// RunResult is what PlanRun did: the plan (planned now or read back) and the
-// run as the executor left it.
-type RunResult struct {
-	*Result
-	Doc ledger.RunDoc
-}
-
-// PlanRun plans run runID once and hands the plan to the executor.
-//
-// The run's identity is req under o's policy (Request.Identity; an empty
-// o.Policy names none), by the rule every entry point shares
-// (executor.SameRequest). When the ledger already holds runID (an earlier
-// PlanRun recorded it, perhaps in a process that crashed afterwards, or
-// another entry point created it), the recorded plan is used and the model is
-// not called (Result.FromLedger) if the request is the same; a different one
-// is refused with an error wrapping executor.ErrRequestMismatch (and so
-// executor.ErrPlanMismatch). Otherwise Plan runs; nothing is written while
-// the model thinks, so a crash then leaves nothing recorded and the next
-// attempt plans again. The plan, stamped with the request's identity, then
-// goes to eng.Run, which records it durably (revision 1, with Meta and
-// Transcript) before it claims any action, and drives the run under o (its
-// policy is stored when the run is created: PolicyNone makes every action
-// wait for a person, as docket chat does). eng must have been built over l
-// and the planner's registry.
-//
-// It returns the RunResult whenever a plan exists (Doc is the run as far as
-// it got; the zero RunDoc if recording failed) together with eng.Run's error,
-// and a nil RunResult with planning errors (see Plan).
-func (p *Planner) PlanRun(ctx context.Context, eng *executor.Engine, l ledger.Store, runID string, req Request, o *executor.RunOptions) (*RunResult, error) {
-	if eng == nil || l == nil {
-		return nil, fmt.Errorf("%w: PlanRun needs an executor engine and its ledger", ErrConfig)
+// Conversation is req's messages as JSON (nil when there are none): with
+// the goal, the identity of a run planned from req (executor.Request's Goal
+// and Messages, checked and recorded by executor/runs). POST /v1/runs,
+// docket run --goal and docket step build their goal requests' identities
+// from it, so a run any of them created is recognised by the others.
+func (req Request) Conversation() (json.RawMessage, error) {
+	if len(req.Messages) == 0 {
+		return nil, nil
 	}
-	var policy executor.Policy
-	if o != nil {
-		policy = o.Policy
-	}
-	ident, err := req.Identity(policy)
+	b, err := json.Marshal(req.Messages)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: encoding the messages: %v", ErrBadRequest, err)
 	}
-	res, err := Recorded(ctx, l, runID)
-	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
-		return nil, err
-	}
-	if res != nil {
-		if _, err := executor.SameRequest(ctx, l, runID, ident); err != nil {
-			return nil, fmt.Errorf("planner: %w", err)
-		}
-	} else {
-		if res, err = p.Plan(ctx, req); err != nil {
-			return nil, err
-		}
-		res.Plan.RunID = runID
-		if err := ident.Stamp(res.Plan); err != nil {
-			return nil, err
-		}
-	}
-	doc, err := eng.Run(ctx, runID, res.Plan, o)
-	return &RunResult{Result: res, Doc: doc}, err
-}
-
-// Identity is req as a run request under policy ("" names none): the goal
-// and the conversation (its messages as JSON) the run is planned from. It is
-// what PlanRun records with a run and checks when the run exists; POST
-// /v1/runs and docket step build their goal requests' identities with it, so
-// a run any of them created is recognised by the others.
-func (req Request) Identity(policy executor.Policy) (executor.Request, error) {
-	id := executor.Request{Goal: req.Goal, Policy: policy}
-	if len(req.Messages) > 0 {
-		b, err := json.Marshal(req.Messages)
-		if err != nil {
-			return executor.Request{}, fmt.Errorf("%w: encoding the messages: %v", ErrBadRequest, err)
-		}
-		id.Messages = b
-	}
-	if _, err := id.Hash(); err != nil {
-		return executor.Request{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	return id, nil
+	return b, nil
 }
 
 // Recorded returns the plan recorded for runID as a Result with FromLedger

@@ -13,8 +13,10 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 )
 
@@ -29,8 +31,38 @@ func openLedger(t *testing.T, dir string) ledger.Store {
 	return l
 }
 
-// PlanRun plans once: the plan is recorded by the executor before anything
-// runs, and asking again returns it without calling the model.
+// planRun plans run runID with p through executor/runs, as docket run --goal
+// and docket step do: the plan as planned now, or read back (Recorded) when
+// the run was recorded, and the run as the drive left it.
+func planRun(ctx context.Context, p *planner.Planner, eng *executor.Engine, l ledger.Store, runID string, req planner.Request, o *executor.RunOptions) (*planner.Result, ledger.RunDoc, error) {
+	conv, err := req.Conversation()
+	if err != nil {
+		return nil, ledger.RunDoc{}, err
+	}
+	ident := executor.Request{Goal: req.Goal, Messages: conv}
+	if o != nil {
+		ident.Policy = o.Policy
+	}
+	var res *planner.Result
+	rr, doc, err := runs.Run(ctx, eng, l, runs.Request{RunID: runID, Identity: &ident, Options: o,
+		Planner: func(ctx context.Context) (*plan.Plan, error) {
+			r, err := p.Plan(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			res = r
+			return r.Plan, nil
+		}})
+	if rr.Plan != nil && !rr.Planned {
+		if res, err = planner.Recorded(ctx, l, runID); err != nil {
+			return nil, doc, err
+		}
+	}
+	return res, doc, err
+}
+
+// A goal is planned once: the plan is recorded by the executor before
+// anything runs, and asking again returns it without calling the model.
 func TestPlanRunRecordsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -50,12 +82,12 @@ func TestPlanRunRecordsOnce(t *testing.T) {
 	if !strings.HasPrefix(runID, "run_") || runID != planner.GoalRunID(req, b.reg.Hash()) || runID == planner.GoalRunID(planner.Request{Goal: "other"}, b.reg.Hash()) {
 		t.Fatalf("GoalRunID = %q: must be stable and depend on the goal", runID)
 	}
-	rr, err := p.PlanRun(ctx, eng, l, runID, req, &executor.RunOptions{Policy: executor.PolicyNone})
+	rr, rrDoc, err := planRun(ctx, p, eng, l, runID, req, &executor.RunOptions{Policy: executor.PolicyNone})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rr.FromLedger || rr.Doc.Run.Status != ledger.RunAwaitingApproval || len(rr.Doc.Actions) != 2 {
-		t.Fatalf("first PlanRun: from ledger %v, status %s, %d actions", rr.FromLedger, rr.Doc.Run.Status, len(rr.Doc.Actions))
+	if rr.FromLedger || rrDoc.Run.Status != ledger.RunAwaitingApproval || len(rrDoc.Actions) != 2 {
+		t.Fatalf("first planRun: from ledger %v, status %s, %d actions", rr.FromLedger, rrDoc.Run.Status, len(rrDoc.Actions))
 	}
 	if len(b.create.Calls())+len(b.send.Calls()) != 0 {
 		t.Fatalf("policy none: nothing may run yet")
@@ -71,20 +103,23 @@ func TestPlanRunRecordsOnce(t *testing.T) {
 
 	// Again, after approvals (the at-most-once mail is shown again once its
 	// reference resolved): the recorded plan is used, the model is not called.
-	var rr2 *planner.RunResult
+	var (
+		rr2    *planner.Result
+		rr2Doc ledger.RunDoc
+	)
 	for i := 0; i < 2; i++ {
 		if err := eng.ApproveAll(ctx, runID, "test"); err != nil {
 			t.Fatal(err)
 		}
-		if rr2, err = p.PlanRun(ctx, eng, l, runID, req, nil); err != nil {
+		if rr2, rr2Doc, err = planRun(ctx, p, eng, l, runID, req, nil); err != nil {
 			t.Fatal(err)
 		}
 		if !rr2.FromLedger || len(b.model.requests()) != n {
-			t.Fatalf("PlanRun %d called the model (from ledger %v, %d→%d requests)", i+2, rr2.FromLedger, n, len(b.model.requests()))
+			t.Fatalf("planRun %d called the model (from ledger %v, %d→%d requests)", i+2, rr2.FromLedger, n, len(b.model.requests()))
 		}
 	}
-	if rr2.Doc.Run.Status != ledger.RunCompleted || len(b.create.Calls()) != 1 || len(b.send.Calls()) != 1 {
-		t.Fatalf("status %s, create %d, send %d", rr2.Doc.Run.Status, len(b.create.Calls()), len(b.send.Calls()))
+	if rr2Doc.Run.Status != ledger.RunCompleted || len(b.create.Calls()) != 1 || len(b.send.Calls()) != 1 {
+		t.Fatalf("status %s, create %d, send %d", rr2Doc.Run.Status, len(b.create.Calls()), len(b.send.Calls()))
 	}
 	if got := string(b.send.Calls()[0].Args); got != `{"to":"ada@x","subject":"Hi","body":"c_99"}` {
 		t.Errorf("mail args = %s, want the reference resolved", got)
@@ -92,7 +127,7 @@ func TestPlanRunRecordsOnce(t *testing.T) {
 	if rr2.Usage.TotalTokens != 350 || rr2.Rounds != 3 || rr2.Reply != "done" {
 		t.Errorf("read back: usage %+v rounds %d reply %q", rr2.Usage, rr2.Rounds, rr2.Reply)
 	}
-	if _, err := p.PlanRun(ctx, eng, l, runID, planner.Request{Goal: "something else"}, nil); !errors.Is(err, executor.ErrPlanMismatch) || len(b.model.requests()) != n {
+	if _, _, err := planRun(ctx, p, eng, l, runID, planner.Request{Goal: "something else"}, nil); !errors.Is(err, executor.ErrPlanMismatch) || len(b.model.requests()) != n {
 		t.Errorf("another goal under the same run id: %v", err)
 	}
 	if rr2.Plan.Meta["prompt_hash"] != rr.Plan.Meta["prompt_hash"] {
@@ -144,7 +179,7 @@ func TestPlanRunCrashWhileThinking(t *testing.T) {
 		<-b.model.got // the second request hangs: "crash" now
 		cancel()
 	}()
-	_, err = p.PlanRun(cctx, eng, l, "run_crash", planner.Request{Goal: "mail"}, &executor.RunOptions{Policy: executor.PolicyNone})
+	_, _, err = planRun(cctx, p, eng, l, "run_crash", planner.Request{Goal: "mail"}, &executor.RunOptions{Policy: executor.PolicyNone})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
@@ -154,7 +189,7 @@ func TestPlanRunCrashWhileThinking(t *testing.T) {
 	if _, err := planner.Recorded(ctx, l, "run_crash"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("Recorded = %v, want ErrNotFound", err)
 	}
-	rr, err := p.PlanRun(ctx, eng, l, "run_crash", planner.Request{Goal: "mail"}, &executor.RunOptions{Policy: executor.PolicyNone})
+	rr, _, err := planRun(ctx, p, eng, l, "run_crash", planner.Request{Goal: "mail"}, &executor.RunOptions{Policy: executor.PolicyNone})
 	if err != nil || rr.FromLedger || len(rr.Plan.Actions) != 1 {
 		t.Fatalf("replan: %v", err)
 	}

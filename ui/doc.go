@@ -9,8 +9,9 @@
 // answers once the plan is recorded and its drive has begun (ui/README.md, Runs:
 // identity rules: 201 new, 200 the same request again, 422 a different request
 // under the same identity, 409 while the first is still being accepted; "the
-// same request" is executor.SameRequest, the rule docket run, docket step and
-// planner.PlanRun share); execution goes on after the answer. The server
+// same request" is executor.SameRequest, applied by executor/runs, where
+// docket run, docket step and docket mcp create their runs too); execution
+// goes on after the answer. The server
 // builds one executor.Engine and learns what it does through its Observer:
 // the metrics of /metrics and the signals requests wait for come from there,
 // never from log records or test hooks. On start, Server.ResumeRunning drives every run that was running
@@ -42,6 +43,7 @@
 //
 // Imports: the standard library, github.com/gorilla/websocket,
 // and docket's plan, tools (with tools/toolsfile, for request previews),
-// ledger, executor and planner (whose Message is the message type of
-// conversations). Never go-openai: its types stay inside planner.
+// ledger, executor (with executor/runs, where runs are created) and planner
+// (whose Message is the message type of conversations). Never go-openai: its
+// types stay inside planner.
 package ui

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
@@ -98,93 +100,134 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
 		return
 	}
-	// The policy the request names ("" names none: a new run gets safe, and
-	// the request matches a run created with any policy).
+	c, ok := s.newCreation(w, r, req)
+	if !ok {
+		return
+	}
+	release, ok := s.accept(w, r, c.RunID)
+	if !ok {
+		return
+	}
+	handedOff := false // once planning started, it releases the identity when the run is recorded
+	defer func() {
+		if !handedOff {
+			release()
+		}
+	}()
+
+	// A run that exists answers by identity.
+	if s.answerExisting(w, r, c.RunID, *c.Identity) {
+		return
+	}
+	if c.Planner == nil {
+		s.createGiven(w, r, c, release)
+		return
+	}
+	handedOff = true
+	s.createPlanned(w, r, c, release)
+}
+
+// newCreation checks a create request and builds the run it asks for
+// (executor/runs): the run id (the body's, else the Idempotency-Key header,
+// else new), the request's identity (executor.Request: the rule docket run,
+// docket step and docket plan share, so a run any of them created is
+// recognised here), the policy it names ("" names none: a new run gets
+// safe, and the request matches a run created with any policy), and the
+// plan or the goal to plan. It answers the request itself when it is not
+// ok.
+func (s *Server) newCreation(w http.ResponseWriter, r *http.Request, req createRequest) (runs.Request, bool) {
 	policy := executor.Policy(req.Approve)
 	switch policy {
 	case "", executor.PolicySafe, executor.PolicyAll, executor.PolicyNone:
 	default:
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("approve must be all, safe or none, not %q", req.Approve), nil)
-		return
+		return runs.Request{}, false
 	}
 	if policy == executor.PolicyAll && !s.needs(w, r, ScopeReview, `create a run with "approve": "all" (that approves its whole plan)`) {
-		return
+		return runs.Request{}, false
 	}
 	hasPlan := len(req.Plan) > 0 && string(req.Plan) != "null"
 	hasGoal := strings.TrimSpace(req.Goal) != "" || len(req.Messages) > 0
 	switch {
 	case hasPlan && hasGoal:
 		writeError(w, http.StatusBadRequest, "bad_request", "give either a plan or a goal/messages, not both", nil)
-		return
+		return runs.Request{}, false
 	case !hasPlan && !hasGoal:
 		writeError(w, http.StatusBadRequest, "bad_request", "give a goal, messages or a plan", nil)
-		return
+		return runs.Request{}, false
 	case hasGoal && s.pl == nil:
 		writeError(w, http.StatusNotImplemented, "no_planner", "this server has no model configured: send a plan instead of a goal", nil)
-		return
+		return runs.Request{}, false
 	}
-	// The request's identity (executor.Request): the rule docket run, docket
-	// step and planner.PlanRun share, so a run any of them created is
-	// recognised here.
-	var (
-		p     *plan.Plan
-		preq  planner.Request
-		ident executor.Request
-	)
-	if hasPlan {
-		var err error
-		if p, err = plan.Decode(req.Plan); err != nil {
-			s.fail(w, err)
-			return
-		}
-		if err := p.Validate(s.reg); err != nil {
-			s.fail(w, err)
-			return
-		}
-		stampSubmitted(p, r)
-		ident = executor.Request{Plan: p, Policy: policy}
-		if _, err := ident.Hash(); err != nil {
-			s.fail(w, err)
-			return
-		}
-	} else {
-		preq = planner.Request{Goal: req.Goal, Messages: req.Messages}
-		var err error
-		if ident, err = preq.Identity(policy); err != nil {
-			s.fail(w, err)
-			return
-		}
+	c := runs.Request{Options: &executor.RunOptions{Policy: policy, Creator: who(r)}}
+	ident, err := s.identity(r, req, policy)
+	if err != nil {
+		s.fail(w, err)
+		return runs.Request{}, false
 	}
-
-	runID := req.RunID
-	if runID == "" {
-		runID = r.Header.Get("Idempotency-Key")
-	}
-	if runID == "" {
+	c.Identity = &ident
+	if c.RunID = cmp.Or(req.RunID, r.Header.Get("Idempotency-Key")); c.RunID == "" {
 		id, err := randomHex(8)
 		if err != nil {
 			s.fail(w, err)
-			return
+			return runs.Request{}, false
 		}
-		runID = "run_" + id
+		c.RunID = "run_" + id
 	}
-	if !runIDPattern.MatchString(runID) {
+	if !runIDPattern.MatchString(c.RunID) {
 		writeError(w, http.StatusBadRequest, "bad_request", "a run id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", nil)
-		return
+		return runs.Request{}, false
 	}
+	if !hasPlan {
+		runID, preq := c.RunID, planner.Request{Goal: req.Goal, Messages: req.Messages}
+		c.Planner = func(ctx context.Context) (*plan.Plan, error) { return s.plan(ctx, runID, preq) }
+	}
+	return c, true
+}
 
+// identity is the identity of a create request under policy: its plan
+// (decoded, checked against the tools, its provenance the server's), or its
+// goal and messages.
+func (s *Server) identity(r *http.Request, req createRequest, policy executor.Policy) (executor.Request, error) {
+	ident := executor.Request{Policy: policy}
+	if len(req.Plan) > 0 && string(req.Plan) != "null" {
+		p, err := plan.Decode(req.Plan)
+		if err != nil {
+			return ident, err
+		}
+		if err := p.Validate(s.reg); err != nil {
+			return ident, err
+		}
+		stampSubmitted(p, r)
+		ident.Plan = p
+	} else {
+		conv, err := (planner.Request{Goal: req.Goal, Messages: req.Messages}).Conversation()
+		if err != nil {
+			return ident, err
+		}
+		ident.Goal, ident.Messages = req.Goal, conv
+	}
+	_, err := ident.Hash()
+	return ident, err
+}
+
+// accept holds runID for this request while it is being accepted: a second
+// request for it meanwhile answers 409 in_progress, on this node or (with a
+// shared ledger) another. release (idempotent) lets it go. It answers the
+// request itself when it is not ok.
+func (s *Server) accept(w http.ResponseWriter, r *http.Request, runID string) (release func(), ok bool) {
 	s.mu.Lock()
 	if s.accepting[runID] {
 		s.mu.Unlock()
 		w.Header().Set("Retry-After", strconv.Itoa(inProgressRetry))
 		writeError(w, http.StatusConflict, "in_progress", fmt.Sprintf("run %s is still being accepted by an earlier request: retry in %ds", runID, inProgressRetry), map[string]int{"retry_after": inProgressRetry})
-		return
+		return nil, false
 	}
 	s.accepting[runID] = true
 	s.mu.Unlock()
 	var releaseOnce sync.Once
 	unreserve := func() {}
-	release := func() {
+	release = func() {
 		releaseOnce.Do(func() {
 			unreserve()
 			s.mu.Lock()
@@ -198,91 +241,65 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			release()
 			s.fail(w, err)
-			return
+			return nil, false
 		}
 		if !held {
 			release()
 			w.Header().Set("Retry-After", strconv.Itoa(inProgressRetry))
 			writeError(w, http.StatusConflict, "in_progress", fmt.Sprintf("run %s is still being accepted by an earlier request (on another node): retry in %ds", runID, inProgressRetry), map[string]int{"retry_after": inProgressRetry})
-			return
+			return nil, false
 		}
 		unreserve = rel
 	}
-	handedOff := false // once planning started, it releases the identity when the run is recorded
-	defer func() {
-		if !handedOff {
-			release()
-		}
-	}()
+	return release, true
+}
 
-	// A run that exists answers by identity.
-	if s.answerExisting(w, r, runID, ident) {
+// createGiven records a run with the plan the request gave, starts its drive
+// and answers 201 with the run; 200 or 422 when another writer of the ledger
+// recorded the id meanwhile.
+func (s *Server) createGiven(w http.ResponseWriter, r *http.Request, c runs.Request, release func()) {
+	c.Identity.Plan.RunID = c.RunID
+	res, err := runs.Create(r.Context(), s.eng, s.led, c)
+	if err != nil && !errors.Is(err, executor.ErrPlanMismatch) {
+		s.fail(w, err)
 		return
 	}
-
-	opts := &executor.RunOptions{Policy: policy, Creator: who(r)}
-	if p != nil {
-		p.RunID = runID
-		if err := ident.Stamp(p); err != nil {
-			s.fail(w, err)
-			return
+	if !res.Created {
+		// Another writer of the ledger recorded the id meanwhile.
+		if !s.answerExisting(w, r, c.RunID, *c.Identity) {
+			s.fail(w, fmt.Errorf("run %s: %w", c.RunID, ledger.ErrNotFound))
 		}
-		_, created, err := s.eng.Record(r.Context(), runID, p, opts)
-		if err != nil && !errors.Is(err, executor.ErrPlanMismatch) {
-			s.fail(w, err)
-			return
-		}
-		if !created {
-			// Another writer of the ledger recorded the id meanwhile.
-			if !s.answerExisting(w, r, runID, ident) {
-				s.fail(w, fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound))
-			}
-			return
-		}
-		release()
-		s.watch(runID, true)
-		doc, err := s.startAndWait(r.Context(), runID, s.resumeFn(runID), nil)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, doc)
 		return
 	}
+	release()
+	s.watch(c.RunID, true)
+	doc, err := s.startAndWait(r.Context(), c.RunID, s.resumeFn(c.RunID), nil)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, doc)
+}
 
-	// Planned by the model: the identity is held until the plan is recorded
-	// (or planning failed), even when the client goes away meanwhile; a
-	// recorded run is followed on the all-runs stream from its first event.
+// createPlanned plans the run with the model, records and drives it in the
+// background, and answers 201 once the drive has begun. The identity is held
+// until the plan is recorded (or planning failed), even when the client
+// goes away meanwhile; a recorded run is followed on the all-runs stream
+// from its first event.
+func (s *Server) createPlanned(w http.ResponseWriter, r *http.Request, c runs.Request, release func()) {
 	settled := func() {
 		release()
-		if _, err := s.led.GetRun(s.ctx, runID); err == nil {
-			s.watch(runID, true)
+		if _, err := s.led.GetRun(s.ctx, c.RunID); err == nil {
+			s.watch(c.RunID, true)
 		}
 	}
-	handedOff = true
-	doc, err := s.startAndWait(r.Context(), runID, func(ctx context.Context) error {
+	doc, err := s.startAndWait(r.Context(), c.RunID, func(ctx context.Context) error {
 		defer settled()
-		t0 := time.Now()
-		pctx, end := ctx, func(executor.Done) {}
-		if tr := s.cfg.Executor.Tracer; tr != nil {
-			pctx, end = tr.Start(ctx, executor.Work{Kind: executor.WorkPlan, AttemptInfo: executor.AttemptInfo{RunID: runID}})
-		}
-		res, err := s.pl.Plan(planner.WithProgress(pctx, s.planningProgress(runID)), preq)
-		end(executor.Done{Err: err})
-		s.planningDone(runID, err)
-		s.metrics.observePlanning(time.Since(t0), res, err)
-		if err != nil {
-			return err
-		}
-		res.Plan.RunID = runID
-		if err := ident.Stamp(res.Plan); err != nil {
-			return err
-		}
-		if _, _, err := s.eng.Record(ctx, runID, res.Plan, opts); err != nil {
+		if _, err := runs.Create(ctx, s.eng, s.led, c); err != nil {
 			return err
 		}
 		settled()
-		_, err = s.eng.Resume(ctx, runID, nil)
+		_, err := s.eng.Resume(ctx, c.RunID, nil)
 		return err
 	}, settled)
 	if err != nil {
@@ -290,6 +307,24 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, doc)
+}
+
+// plan plans run runID from preq with the server's planner, traced and
+// measured, and says on the all-runs stream how the planning goes.
+func (s *Server) plan(ctx context.Context, runID string, preq planner.Request) (*plan.Plan, error) {
+	t0 := time.Now()
+	pctx, end := ctx, func(executor.Done) {}
+	if tr := s.cfg.Executor.Tracer; tr != nil {
+		pctx, end = tr.Start(ctx, executor.Work{Kind: executor.WorkPlan, AttemptInfo: executor.AttemptInfo{RunID: runID}})
+	}
+	res, err := s.pl.Plan(planner.WithProgress(pctx, s.planningProgress(runID)), preq)
+	end(executor.Done{Err: err})
+	s.planningDone(runID, err)
+	s.metrics.observePlanning(time.Since(t0), res, err)
+	if err != nil {
+		return nil, err
+	}
+	return res.Plan, nil
 }
 
 // inProgressRetry is the Retry-After (seconds) of a 409 in_progress: the
@@ -384,7 +419,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Limit = n
 	}
-	runs, next, err := s.led.ListRuns(r.Context(), o)
+	page, next, err := s.led.ListRuns(r.Context(), o)
 	if err != nil {
 		if errors.Is(err, ledger.ErrInvalid) {
 			writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
@@ -393,10 +428,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if runs == nil {
-		runs = []ledger.Run{}
+	if page == nil {
+		page = []ledger.Run{}
 	}
-	writeJSON(w, http.StatusOK, runList{Runs: runs, Next: next})
+	writeJSON(w, http.StatusOK, runList{Runs: page, Next: next})
 }
 
 // getRun answers the Run JSON. With ?wait=DURATION (at most 10m) it first

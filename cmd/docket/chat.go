@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
@@ -198,7 +199,7 @@ func (s *chat) handle(ctx context.Context, line string) error {
 	}
 	runID := fmt.Sprintf("chat_%s_%d", s.session, s.turn)
 	// Recorded first, every action waiting for you: nothing runs before the plan is durable and approved.
-	doc, err := s.eng.Run(ctx, runID, res.Plan, &executor.RunOptions{Policy: executor.PolicyNone})
+	_, doc, err := runs.Run(ctx, s.eng, s.l, runs.Request{RunID: runID, Plan: res.Plan, Options: &executor.RunOptions{Policy: executor.PolicyNone}})
 	if err != nil {
 		return fmt.Errorf("recording the plan: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
@@ -141,49 +142,65 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 
+	doc, err := d.resume(ctx, l)
+	if err != nil {
+		return err
+	}
+	return d.report(doc)
+}
+
+// resume resumes the crashed run in this process (step 3), where the email
+// waits for a person, and approves it (step 4). It returns the run as it
+// ended.
+func (d *demo) resume(ctx context.Context, l ledger.Store) (ledger.RunDoc, error) {
 	p, err := plan.Decode(demoworld.OnboardingPlan())
 	if err != nil {
-		return fmt.Errorf("the built-in plan: %w", err)
+		return ledger.RunDoc{}, fmt.Errorf("the built-in plan: %w", err)
 	}
 	reg, closeTools, err := loadTools(ctx, d.toolsPath, d.env)
 	if err != nil {
-		return err
+		return ledger.RunDoc{}, err
 	}
 	defer closeTools()
 	quiet := d.env
 	quiet.Hooks = executor.Hooks{}
 	eng, err := newEngine(quiet, l, reg)
 	if err != nil {
-		return err
+		return ledger.RunDoc{}, err
 	}
 	d.say("")
 	d.say("3. Resuming the same run in this process. The contact's claim belongs to a dead process, so its")
 	d.say("   outcome is unknown: the CRM is searched by the action's key before anything is written again.")
-	doc, err := eng.Run(ctx, d.runID, p, &executor.RunOptions{Policy: executor.PolicySafe})
+	_, doc, err := runs.Run(ctx, eng, l, runs.Request{RunID: d.runID, Plan: p, Options: &executor.RunOptions{Policy: executor.PolicySafe}})
 	if err != nil {
-		return fmt.Errorf("resuming run %s: %w", d.runID, err)
+		return ledger.RunDoc{}, fmt.Errorf("resuming run %s: %w", d.runID, err)
 	}
 	if err := d.printEvents(ctx, l); err != nil {
-		return err
+		return ledger.RunDoc{}, err
 	}
 	if doc.Run.Status == ledger.RunCompleted {
-		return fmt.Errorf("run %s completed without asking a person about the email (at_most_once under the safe policy)", d.runID)
+		return ledger.RunDoc{}, fmt.Errorf("run %s completed without asking a person about the email (at_most_once under the safe policy)", d.runID)
 	}
 	d.say("   The run is %s: the welcome email is at_most_once, and the default policy (safe) lets a person decide.", doc.Run.Status)
 
 	d.say("")
 	d.say("4. A person approves it: docket approve %s welcome", d.runID)
 	if err := eng.Approve(ctx, d.runID, []string{"welcome"}, "demo reviewer"); err != nil {
-		return fmt.Errorf("approving the welcome email: %w", err)
+		return ledger.RunDoc{}, fmt.Errorf("approving the welcome email: %w", err)
 	}
 	doc, err = eng.Resume(ctx, d.runID, nil)
 	if err != nil {
-		return fmt.Errorf("resuming run %s after the approval: %w", d.runID, err)
+		return ledger.RunDoc{}, fmt.Errorf("resuming run %s after the approval: %w", d.runID, err)
 	}
 	if err := d.printEvents(ctx, l); err != nil {
-		return err
+		return ledger.RunDoc{}, err
 	}
+	return doc, nil
+}
 
+// report shows the run and the world's counters (step 5) and fails unless
+// every effect happened exactly once.
+func (d *demo) report(doc ledger.RunDoc) error {
 	d.say("")
 	d.say("5. The run, and the world's own counters:")
 	var summary strings.Builder

@@ -16,6 +16,7 @@ import (
 	"github.com/docketrun/docket/evals"
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/plan"
@@ -573,7 +574,7 @@ func (demoExecutor) Execute(ctx context.Context, cs *evals.Case, setup, calls []
 			p.Actions = append(p.Actions, plan.Action{ID: call.ID, Tool: call.Tool, Args: call.Args, DependsOn: call.DependsOn})
 		}
 		what := []string{"setup", "plan"}[i]
-		doc, err := eng.Run(ctx, fmt.Sprintf("eval-%s", what), p, &executor.RunOptions{Policy: executor.PolicyAll})
+		_, doc, err := runs.Run(ctx, eng, l, runs.Request{RunID: "eval-" + what, Plan: p, Options: &executor.RunOptions{Policy: executor.PolicyAll}})
 		if err != nil {
 			return nil, fmt.Errorf("the %s could not run: %w", what, err)
 		}

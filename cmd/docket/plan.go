@@ -6,12 +6,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 	"github.com/docketrun/docket/tools"
 )
@@ -204,60 +207,70 @@ func plannerErrorCode(err error) (int, bool) {
 // runGoal does the planning part of `docket run --goal TEXT`, for run.go's
 // exec (after it loaded the tools, opened the ledger and built the engine):
 // without --run-id the id is planner.GoalRunID of the goal and the tools'
-// hash, so the same command again resumes the same run. When the ledger
-// already holds that run's plan, the model is not called (no model
-// configuration is even needed); otherwise the planner plans and eng.Run
-// records the plan before anything runs. A crash while the model thinks
-// records nothing: the next attempt plans again. It returns eng.Run's
-// document and error, and sets *runID once known.
+// hash, so the same command again resumes the same run. The run is created
+// by executor/runs: when the ledger already holds that run's plan, the model
+// is not called (no model configuration is even needed); otherwise the
+// planner plans and the plan is recorded before anything runs. A crash while
+// the model thinks records nothing: the next attempt plans again. It returns
+// the run as the drive left it, and sets *runID once known.
 func runGoal(ctx context.Context, env Env, mf *modelFlags, reg *tools.Registry, l ledger.Store, eng *executor.Engine,
 	goal string, runID *string, opts *executor.RunOptions) (ledger.RunDoc, error) {
 	req := planner.Request{Goal: goal}
 	if *runID == "" {
 		*runID = planner.GoalRunID(req, reg.Hash())
 	}
-	// The request's identity, by the rule POST /v1/runs, docket step and
-	// planner.PlanRun share (executor.SameRequest).
-	ident, err := req.Identity(opts.Policy)
-	if err != nil {
+	// The request's identity, by the rule POST /v1/runs and docket step
+	// share (executor.SameRequest).
+	ident := executor.Request{Goal: goal, Policy: opts.Policy}
+	if _, err := ident.Hash(); err != nil {
 		return ledger.RunDoc{}, withCode(exitBad, err)
 	}
-	switch _, err := executor.SameRequest(ctx, l, *runID, ident); {
+	var planned *planner.Result
+	res, err := runs.Create(ctx, eng, l, runs.Request{RunID: *runID, Identity: &ident, Options: opts,
+		Planner: func(ctx context.Context) (*plan.Plan, error) {
+			p, err := mf.planner(env, reg)
+			if err != nil {
+				return nil, err
+			}
+			pctx, endPlan := env.planSpan(ctx, *runID)
+			r, err := p.Plan(pctx, req)
+			endPlan(err)
+			if err != nil {
+				return nil, err
+			}
+			planned = r
+			return r.Plan, nil
+		}})
+	switch {
 	case errors.Is(err, executor.ErrRequestMismatch):
 		return ledger.RunDoc{}, usageError("%v; pass a new --run-id to plan this goal", err)
-	case err != nil && !errors.Is(err, ledger.ErrNotFound):
-		return ledger.RunDoc{}, err
-	}
-	recorded, err := planner.Recorded(ctx, l, *runID)
-	switch {
-	case err == nil:
+	case planned != nil:
+		sayPlanned(env.Stderr, *runID, planned, err == nil)
+	case res.Plan != nil:
 		fmt.Fprintf(env.Stderr, "docket: run %s: using the recorded plan (%d %s); the model is not called again\n",
-			*runID, len(recorded.Plan.Actions), plural(len(recorded.Plan.Actions), "action", "actions"))
-		return eng.Run(ctx, *runID, recorded.Plan, opts)
-	case !errors.Is(err, ledger.ErrNotFound):
-		return ledger.RunDoc{}, err
+			*runID, len(res.Plan.Actions), plural(len(res.Plan.Actions), "action", "actions"))
 	}
-	p, err := mf.planner(env, reg)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	pctx, endPlan := env.planSpan(ctx, *runID)
-	rr, err := p.PlanRun(pctx, eng, l, *runID, req, opts)
-	endPlan(err)
-	if rr == nil {
-		return ledger.RunDoc{}, err
-	}
-	sayWarnings(env.Stderr, rr.Result)
-	if len(rr.Plan.Actions) == 0 {
-		// Never a silent empty plan: say that nothing will happen, and what
-		// the model said instead.
-		said := oneLine(rr.Reply)
+	return eng.Resume(ctx, *runID, opts)
+}
+
+// sayPlanned tells what the model planned for runID (never a silent empty
+// plan: that nothing will happen, and what the model said instead), and
+// whether the plan is recorded.
+func sayPlanned(w io.Writer, runID string, res *planner.Result, recorded bool) {
+	sayWarnings(w, res)
+	if len(res.Plan.Actions) == 0 {
+		said := oneLine(res.Reply)
 		if said == "" {
 			said = "(nothing)"
 		}
-		fmt.Fprintf(env.Stderr, "docket: run %s: the model planned no actions, so nothing will run; it said: %s\n", *runID, said)
+		fmt.Fprintf(w, "docket: run %s: the model planned no actions, so nothing will run; it said: %s\n", runID, said)
 	}
-	fmt.Fprintf(env.Stderr, "docket: run %s: planned %d %s in %d model %s (%d tokens); the plan is recorded\n", *runID,
-		len(rr.Plan.Actions), plural(len(rr.Plan.Actions), "action", "actions"), rr.Rounds, plural(rr.Rounds, "turn", "turns"), rr.Usage.TotalTokens)
-	return rr.Doc, err
+	if !recorded {
+		return
+	}
+	fmt.Fprintf(w, "docket: run %s: planned %d %s in %d model %s (%d tokens); the plan is recorded\n", runID,
+		len(res.Plan.Actions), plural(len(res.Plan.Actions), "action", "actions"), res.Rounds, plural(res.Rounds, "turn", "turns"), res.Usage.TotalTokens)
 }

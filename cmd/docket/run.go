@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/planner"
 )
@@ -220,17 +221,19 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	// The request's identity, by the rule POST /v1/runs, docket step and
-	// planner.PlanRun share: a run any of them created with this plan (and
-	// the named policy, if any) is continued; another request's is refused.
+	// The request's identity, by the rule POST /v1/runs and docket step
+	// share (executor/runs): a run any of them created with this plan (and
+	// the named policy, if any) is continued; another request's is refused,
+	// at once (before waiting for any other process's lease).
 	ident := executor.Request{Plan: p, Policy: policy}
+	req := runs.Request{RunID: *runID, Identity: &ident,
+		Options: &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)}}
 	var doc ledger.RunDoc
-	if _, err = executor.SameRequest(ctx, l, *runID, ident); err == nil || errors.Is(err, ledger.ErrNotFound) {
-		if err = ident.Stamp(p); err == nil {
-			doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
-				return eng.Run(ctx, *runID, p, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
-			})
-		}
+	if err = runs.Check(ctx, l, req); err == nil {
+		doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
+			_, doc, err := runs.Run(ctx, eng, l, req)
+			return doc, err
+		})
 	}
 	if err != nil && doc.Run.ID == "" {
 		// Show the run that holds the id (if any), as it is.

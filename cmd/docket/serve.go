@@ -62,343 +62,488 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func (c *serveCmd) Run(ctx context.Context, args []string) error {
+	o, err := c.parseFlags(args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(c.env.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	defer setMemoryLimit(o.memLimit)()
+	log.Info("memory limit", "soft_limit", sizeLabel(o.memLimit), "from", o.memLimitFrom)
+
+	st := &serveState{o: o, log: log}
+	closeTools, err := c.loadServeTools(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer closeTools()
+	if err := c.servePlanner(st); err != nil {
+		return err
+	}
+	if err := openServeLedger(ctx, st); err != nil {
+		return err
+	}
+	defer st.l.Close()
+	if err := c.serveAuth(ctx, st); err != nil {
+		return err
+	}
+	stopCerts, err := serveCerts(st)
+	if err != nil {
+		return err
+	}
+	defer stopCerts()
+	if st.ln, err = net.Listen("tcp", o.addr); err != nil {
+		return withCode(exitBad, fmt.Errorf("listening on %s: %w", o.addr, err))
+	}
+	defer st.ln.Close()
+	if err := c.newServeUI(st); err != nil {
+		return err
+	}
+	handBackStartupGarbage()
+	c.announce(st)
+	stopDrives, err := c.startDrives(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer stopDrives()
+	return c.serveUntilSignal(ctx, st)
+}
+
+// serveOpts are serve's flags, checked.
+type serveOpts struct {
+	data, toolsPath, addr, tokensPath, tlsCert, tlsKey, notify, secret string
+	tokens, origins                                                    stringList
+	rate                                                               float64
+	burst, maxSockets                                                  int
+	hf                                                                 *httpFlags
+	grace, mcpWait, lease                                              time.Duration
+	mcpOn, mcpURLToken                                                 bool
+	mcpPolicy                                                          executor.Policy
+	memLimit                                                           int64
+	memLimitFrom                                                       string
+	mf                                                                 *modelFlags
+}
+
+// parseFlags reads serve's flags (and the environment's defaults for them)
+// and refuses bad combinations with a usage error.
+func (c *serveCmd) parseFlags(args []string) (*serveOpts, error) {
+	o := &serveOpts{}
 	fs := newFlags("serve", serveUsage, c.env.Stderr)
-	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
-	toolsPath := fs.String("tools", "", "tools file (default: the built-in demo world, simulated in-process)")
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&o.data, "data", defaultDataDir, "data directory (the ledger)")
+	ledgerFlag(fs, &o.data, c.env.Getenv)
+	fs.StringVar(&o.toolsPath, "tools", "", "tools file (default: the built-in demo world, simulated in-process)")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	policyPath := policyFlag(fs)
-	var tokens, origins stringList
-	fs.Var(&tokens, "token", "API token with every scope (admin), optionally named (NAME=TOKEN); repeatable (default, without --tokens: $DOCKET_TOKEN, else one generated and kept in the data directory)")
-	tokensPath := fs.String("tokens", "", `tokens file: {"version": 1, "tokens": [{"name", "scopes": [...], "sha256" | "env"}]} (scopes: read, submit, review, control, admin)`)
-	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; reloaded on SIGHUP); with --tls-key")
-	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM; reloaded on SIGHUP); with --tls-cert")
-	fs.Var(&origins, "origin", "another origin whose pages may use the API with a session (e.g. https://review.example.com); repeatable")
-	notify := fs.String("notify", "", "URL to POST to when a run waits for a person")
+	fs.Var(&o.tokens, "token", "API token with every scope (admin), optionally named (NAME=TOKEN); repeatable (default, without --tokens: $DOCKET_TOKEN, else one generated and kept in the data directory)")
+	fs.StringVar(&o.tokensPath, "tokens", "", `tokens file: {"version": 1, "tokens": [{"name", "scopes": [...], "sha256" | "env"}]} (scopes: read, submit, review, control, admin)`)
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; reloaded on SIGHUP); with --tls-key")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "the certificate's private key (PEM; reloaded on SIGHUP); with --tls-cert")
+	fs.Var(&o.origins, "origin", "another origin whose pages may use the API with a session (e.g. https://review.example.com); repeatable")
+	fs.StringVar(&o.notify, "notify", "", "URL to POST to when a run waits for a person")
 	notifySecret := fs.String("notify-secret", "", "sign every --notify call with this secret (Docket-Signature: t=…,v2=…, over the delivery id, the time and the body) (default $DOCKET_NOTIFY_SECRET)")
-	rate := fs.Float64("rate", 50, "requests per second each token may make on average (HTTP and socket messages; 0: no limit)")
-	burst := fs.Int("burst", 100, "requests a token may make at once before --rate applies")
-	maxSockets := fs.Int("max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
-	hf := addHTTPFlags(fs)
-	grace := fs.Duration("grace", defaultGrace, "on SIGTERM or Ctrl-C: no new attempt starts, and calls in flight get this long to finish; calls still running near its end are cut off and recorded with an unknown outcome (the next start decides by the tool's class), and the process exits within it")
-	mcpOn := fs.Bool("mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (each tool needs its scope: submit to call a tool, read for docket_run_status and docket_waiting), on the same engine, page and tokens (see docket mcp)")
+	fs.Float64Var(&o.rate, "rate", 50, "requests per second each token may make on average (HTTP and socket messages; 0: no limit)")
+	fs.IntVar(&o.burst, "burst", 100, "requests a token may make at once before --rate applies")
+	fs.IntVar(&o.maxSockets, "max-sockets", 32, "WebSockets one token may hold open (0: no cap)")
+	o.hf = addHTTPFlags(fs)
+	fs.DurationVar(&o.grace, "grace", defaultGrace, "on SIGTERM or Ctrl-C: no new attempt starts, and calls in flight get this long to finish; calls still running near its end are cut off and recorded with an unknown outcome (the next start decides by the tool's class), and the process exits within it")
+	fs.BoolVar(&o.mcpOn, "mcp", false, "also serve the tools to MCP clients over streamable HTTP at /mcp (each tool needs its scope: submit to call a tool, read for docket_run_status and docket_waiting), on the same engine, page and tokens (see docket mcp)")
 	mcpApprove := fs.String("mcp-approve", "safe", "with --mcp: the approval policy of MCP calls' runs (safe, all, none)")
-	mcpURLToken := fs.Bool("mcp-url-token", false, "with --mcp: also serve MCP at /mcp/t/TOKEN, for clients that cannot send an Authorization header (the token then shows in URLs: proxies' logs, shell history)")
-	mcpWait := fs.Duration("mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
-	lease := fs.Duration("lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
+	fs.BoolVar(&o.mcpURLToken, "mcp-url-token", false, "with --mcp: also serve MCP at /mcp/t/TOKEN, for clients that cannot send an Authorization header (the token then shows in URLs: proxies' logs, shell history)")
+	fs.DurationVar(&o.mcpWait, "mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
+	fs.DurationVar(&o.lease, "lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
 	memLimit := fs.String("memory-limit", "", "soft memory limit of the process (256MiB, 1GiB, off) (default $GOMEMLIMIT, else 128MiB)")
-	mf := addModelFlags(fs)
+	o.mf = addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
 	c.env.PolicyFile = *policyPath
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(pos) > 0 {
-		return usageError("serve takes no positional arguments (got %q)", pos)
+		return nil, usageError("serve takes no positional arguments (got %q)", pos)
 	}
-	if *grace <= 0 {
-		return usageError("--grace must be positive")
+	if o.mcpPolicy, err = o.check(*mcpApprove); err != nil {
+		return nil, err
 	}
-	mcpPolicy, err := parsePolicy(*mcpApprove)
-	if err != nil {
-		return err
+	o.secret = cmp.Or(*notifySecret, c.env.Getenv("DOCKET_NOTIFY_SECRET"))
+	if o.secret != "" && o.notify == "" {
+		return nil, usageError("--notify-secret (or $DOCKET_NOTIFY_SECRET) signs --notify calls: give --notify URL too")
 	}
-	if *mcpURLToken && !*mcpOn {
-		return usageError("--mcp-url-token serves MCP at /mcp/t/TOKEN: it needs --mcp")
+	if o.secret != "" && len(o.secret) < 16 {
+		return nil, usageError("the webhook secret must be at least 16 characters")
 	}
-	if *mcpWait < 0 {
-		return usageError("--mcp-wait must not be negative")
+	if o.memLimit, o.memLimitFrom, err = memoryLimit(*memLimit, c.env.Getenv); err != nil {
+		return nil, err
 	}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		return usageError("--tls-cert and --tls-key go together")
-	}
-	if *rate < 0 || *burst < 1 || *maxSockets < 0 {
-		return usageError("--rate and --max-sockets must not be negative, --burst must be at least 1")
-	}
-	if err := hf.validate(); err != nil {
-		return err
-	}
-	secret := cmp.Or(*notifySecret, c.env.Getenv("DOCKET_NOTIFY_SECRET"))
-	if secret != "" && *notify == "" {
-		return usageError("--notify-secret (or $DOCKET_NOTIFY_SECRET) signs --notify calls: give --notify URL too")
-	}
-	if secret != "" && len(secret) < 16 {
-		return usageError("the webhook secret must be at least 16 characters")
-	}
-	limit, limitFrom, err := memoryLimit(*memLimit, c.env.Getenv)
-	if err != nil {
-		return err
-	}
-	out, errOut := c.env.Stdout, c.env.Stderr
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	defer setMemoryLimit(limit)()
-	log.Info("memory limit", "soft_limit", sizeLabel(limit), "from", limitFrom)
+	return o, nil
+}
 
-	// Tools: the given file, or the demo world.
-	var (
-		reg   *tools.Registry
-		file  []byte
-		world *demoworld.World
-	)
-	if *toolsPath != "" {
-		var closeTools func()
-		if reg, closeTools, err = loadTools(ctx, *toolsPath, c.env); err != nil {
-			return err
-		}
-		defer closeTools()
-		if file, err = os.ReadFile(*toolsPath); err != nil {
-			return usageError("reading tools file: %v", err)
-		}
-	} else {
-		world = demoworld.Start()
-		defer world.Close()
-		file = world.ToolsFile(demoworld.ToolsOptions{})
-		f, err := httptool.Parse(file, c.env.Getenv)
-		if err != nil {
-			return fmt.Errorf("the demo world's tools file: %w", err)
-		}
-		if reg, err = tools.NewRegistry(f.Tools...); err != nil {
-			return fmt.Errorf("the demo world's tools: %w", err)
-		}
+// check refuses flags that contradict each other or are out of range, and
+// parses --mcp-approve.
+func (o *serveOpts) check(mcpApprove string) (executor.Policy, error) {
+	if o.grace <= 0 {
+		return "", usageError("--grace must be positive")
 	}
+	mcpPolicy, err := parsePolicy(mcpApprove)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case o.mcpURLToken && !o.mcpOn:
+		return "", usageError("--mcp-url-token serves MCP at /mcp/t/TOKEN: it needs --mcp")
+	case o.mcpWait < 0:
+		return "", usageError("--mcp-wait must not be negative")
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return "", usageError("--tls-cert and --tls-key go together")
+	case o.rate < 0 || o.burst < 1 || o.maxSockets < 0:
+		return "", usageError("--rate and --max-sockets must not be negative, --burst must be at least 1")
+	}
+	return mcpPolicy, o.hf.validate()
+}
 
-	// The model: the configured endpoint, or the demo model with the demo world.
-	pcfg, err := mf.config(c.env, reg)
+// serveState is what serve builds, step by step, from its flags.
+type serveState struct {
+	o   *serveOpts
+	log *slog.Logger
+
+	reg   *tools.Registry
+	file  []byte           // the tools file, as the page shows it
+	world *demoworld.World // the demo world, without --tools
+	pcfg  planner.Config
+	pl    *planner.Planner // nil: no model configured
+	l     ledger.Store
+	pg    *postgres.Store // l, when it is a shared ledger
+	// Tokens: the --tokens file's, the named ones (--token, $DOCKET_TOKEN,
+	// the data directory's), the shared ledger's generated one.
+	scoped, sharedAdmin []ui.Token
+	named               map[string]string
+	generated, source   string
+	certs               *ui.CertReloader // nil: plain HTTP
+	ln                  net.Listener
+	srv                 *ui.Server
+	warnings            []string
+}
+
+func (st *serveState) shared() bool { return st.pg != nil }
+
+// loadServeTools loads the tools: the given file, or the demo world's.
+func (c *serveCmd) loadServeTools(ctx context.Context, st *serveState) (closeTools func(), err error) {
+	if st.o.toolsPath != "" {
+		if st.reg, closeTools, err = loadTools(ctx, st.o.toolsPath, c.env); err != nil {
+			return nil, err
+		}
+		if st.file, err = os.ReadFile(st.o.toolsPath); err != nil {
+			closeTools()
+			return nil, usageError("reading tools file: %v", err)
+		}
+		return closeTools, nil
+	}
+	st.world = demoworld.Start()
+	st.file = st.world.ToolsFile(demoworld.ToolsOptions{})
+	f, err := httptool.Parse(st.file, c.env.Getenv)
+	if err != nil {
+		st.world.Close()
+		return nil, fmt.Errorf("the demo world's tools file: %w", err)
+	}
+	if st.reg, err = tools.NewRegistry(f.Tools...); err != nil {
+		st.world.Close()
+		return nil, fmt.Errorf("the demo world's tools: %w", err)
+	}
+	return st.world.Close, nil
+}
+
+// servePlanner builds the planner: the configured model endpoint, or the
+// demo model with the demo world; none without either.
+func (c *serveCmd) servePlanner(st *serveState) error {
+	pcfg, err := st.o.mf.config(c.env, st.reg)
 	if err != nil {
 		return err
 	}
-	pcfg.Logger = log
-	var pl *planner.Planner
+	pcfg.Logger = st.log
 	switch {
 	case pcfg.Model != "":
-		if pl, err = planner.New(pcfg); err != nil {
+		if st.pl, err = planner.New(pcfg); err != nil {
 			return withCode(exitBad, err)
 		}
-	case world != nil:
+	case st.world != nil:
 		pcfg.Model, pcfg.BaseURL, pcfg.APIKey = demomodel.Model, demomodel.BaseURL, ""
 		pcfg.HTTPClient = &http.Client{Transport: demomodel.Transport()}
-		if pl, err = planner.New(pcfg); err != nil {
+		if st.pl, err = planner.New(pcfg); err != nil {
 			return fmt.Errorf("the demo model: %w", err)
 		}
 	}
+	st.pcfg = pcfg
+	return nil
+}
 
-	// A subscription (one per WebSocket client) queues at most this many
-	// live events in the ledger; the WebSocket adds its own bounded queue.
-	var l ledger.Store
-	var pg *postgres.Store
-	if postgres.IsURL(*data) {
-		if *lease < time.Second {
+// openServeLedger opens the ledger: the shared one (--ledger postgres://…)
+// or the data directory. A subscription (one per WebSocket client) queues at
+// most serveSubscriberBuffer live events in the ledger; the WebSocket adds
+// its own bounded queue.
+func openServeLedger(ctx context.Context, st *serveState) error {
+	o := st.o
+	if postgres.IsURL(o.data) {
+		if o.lease < time.Second {
 			return usageError("--lease must be at least 1s")
 		}
-		pg, err = openSharedLedger(ctx, postgres.Config{URL: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer, Lease: *lease})
-		l = pg
-	} else {
-		l, err = openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
-		if err == nil {
-			tightenDataDir(*data, log)
+		pg, err := openSharedLedger(ctx, postgres.Config{URL: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer, Lease: o.lease})
+		if err != nil {
+			return err
 		}
+		st.l, st.pg = pg, pg
+		return nil
 	}
+	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer})
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	var scoped []ui.Token
-	if *tokensPath != "" {
-		raw, err := os.ReadFile(*tokensPath)
+	tightenDataDir(o.data, st.log)
+	st.l = l
+	return nil
+}
+
+// serveAuth reads the tokens: the --tokens file's, and unless it is the only
+// source, the named tokens (--token, else $DOCKET_TOKEN, else the one kept
+// in the data directory or generated; on a shared ledger without either,
+// the one every node shares).
+func (c *serveCmd) serveAuth(ctx context.Context, st *serveState) error {
+	o := st.o
+	if o.tokensPath != "" {
+		raw, err := os.ReadFile(o.tokensPath)
 		if err != nil {
 			return usageError("reading the tokens file: %v", err)
 		}
-		if scoped, err = ui.ParseTokensFile(raw, c.env.Getenv); err != nil {
-			return usageError("%s:%v", *tokensPath, err)
+		if st.scoped, err = ui.ParseTokensFile(raw, c.env.Getenv); err != nil {
+			return usageError("%s:%v", o.tokensPath, err)
 		}
 	}
-	var (
-		named             map[string]string
-		sharedAdmin       []ui.Token // the generated token of a shared ledger, by its hash
-		generated, source string
-	)
-	shared := postgres.IsURL(*data)
-	if len(scoped) == 0 || len(tokens) > 0 {
-		if shared && len(tokens) == 0 && c.env.Getenv("DOCKET_TOKEN") == "" {
+	if len(st.scoped) == 0 || len(o.tokens) > 0 {
+		var err error
+		if st.shared() && len(o.tokens) == 0 && c.env.Getenv("DOCKET_TOKEN") == "" {
 			// Every node of a shared ledger signs in with the same token.
 			var t ui.Token
-			t, generated, source, err = sharedServeToken(ctx, l)
-			sharedAdmin = []ui.Token{t}
+			t, st.generated, st.source, err = sharedServeToken(ctx, st.l)
+			st.sharedAdmin = []ui.Token{t}
 		} else {
-			named, generated, source, err = serveTokens(tokens, c.env.Getenv("DOCKET_TOKEN"), *data)
+			st.named, st.generated, st.source, err = serveTokens(o.tokens, c.env.Getenv("DOCKET_TOKEN"), o.data)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	for _, t := range scoped {
-		if _, dup := named[t.Name]; dup {
-			return usageError("token %q is named both in %s and by --token", t.Name, *tokensPath)
+	for _, t := range st.scoped {
+		if _, dup := st.named[t.Name]; dup {
+			return usageError("token %q is named both in %s and by --token", t.Name, o.tokensPath)
 		}
 	}
-	var certs *ui.CertReloader
-	if *tlsCert != "" {
-		if certs, err = ui.NewCertReloader(*tlsCert, *tlsKey, log); err != nil {
-			return usageError("%v", err)
-		}
-		// SIGHUP reads the certificate and key again: a renewed certificate
-		// needs no restart; a bad new one keeps the old (and is logged).
-		// Listened for before anything is printed, so a SIGHUP sent once
-		// the service says where it listens never ends the process.
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		stopHup := make(chan struct{})
-		defer close(stopHup)
-		go func() {
-			for {
-				select {
-				case <-hup:
-					certs.Reload()
-				case <-stopHup:
-					return
-				}
+	return nil
+}
+
+// serveCerts loads the TLS certificate and key (--tls-cert, --tls-key), if
+// given. SIGHUP reads them again: a renewed certificate needs no restart; a
+// bad new one keeps the old (and is logged). It is listened for before
+// anything is printed, so a SIGHUP sent once the service says where it
+// listens never ends the process. stop ends the listening.
+func serveCerts(st *serveState) (stop func(), err error) {
+	if st.o.tlsCert == "" {
+		return func() {}, nil
+	}
+	if st.certs, err = ui.NewCertReloader(st.o.tlsCert, st.o.tlsKey, st.log); err != nil {
+		return nil, usageError("%v", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	stopHup := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				st.certs.Reload()
+			case <-stopHup:
+				return
 			}
-		}()
+		}
+	}()
+	return func() {
+		close(stopHup)
+		signal.Stop(hup)
+	}, nil
+}
+
+// plainRemote says whether serve listens in plain HTTP beyond this machine.
+func (st *serveState) plainRemote() bool { return st.certs == nil && !loopback(st.ln.Addr()) }
+
+// newServeUI builds the service (ui.Server, with its engine) over what the
+// earlier steps built.
+func (c *serveCmd) newServeUI(st *serveState) error {
+	o := st.o
+	if st.plainRemote() {
+		st.warnings = append(st.warnings, fmt.Sprintf("plain HTTP on a non-loopback address (%s): tokens and session cookies cross the network unencrypted; serve with --tls-cert/--tls-key or listen on 127.0.0.1 behind a TLS-terminating proxy", st.ln.Addr()))
 	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return withCode(exitBad, fmt.Errorf("listening on %s: %w", *addr, err))
+	if o.notify != "" && o.secret == "" {
+		st.warnings = append(st.warnings, "--notify calls are unsigned: a receiver cannot tell docket's call from anyone's; set --notify-secret or $DOCKET_NOTIFY_SECRET")
 	}
-	defer ln.Close()
-	scheme := "http"
-	if certs != nil {
-		scheme = "https"
-	}
-	base, other, everywhere := serveURL(ln.Addr(), *addr, scheme)
-	var warnings []string
-	if certs == nil && !loopback(ln.Addr()) {
-		warnings = append(warnings, fmt.Sprintf("plain HTTP on a non-loopback address (%s): tokens and session cookies cross the network unencrypted; serve with --tls-cert/--tls-key or listen on 127.0.0.1 behind a TLS-terminating proxy", ln.Addr()))
-	}
-	if *notify != "" && secret == "" {
-		warnings = append(warnings, "--notify calls are unsigned: a receiver cannot tell docket's call from anyone's; set --notify-secret or $DOCKET_NOTIFY_SECRET")
-	}
-	ecfg := executor.Config{Logger: log}
-	if shared {
-		ecfg.Clock = l // lookup windows and key_ttl by the database's clock, as the claims
+	ecfg := executor.Config{Logger: st.log}
+	if st.shared() {
+		ecfg.Clock = st.l // lookup windows and key_ttl by the database's clock, as the claims
 	}
 	if c.env.Tune != nil {
 		c.env.Tune(&ecfg)
 	}
 	ucfg := ui.Config{
-		Ledger:             l,
-		Tools:              reg,
+		Ledger:             st.l,
+		Tools:              st.reg,
 		Executor:           ecfg,
-		Planner:            pl,
-		Tokens:             named,
-		ScopedTokens:       append(slices.Clone(scoped), sharedAdmin...),
-		RateLimit:          *rate,
-		RateBurst:          *burst,
-		MaxSocketsPerToken: *maxSockets,
-		Warnings:           warnings,
-		Origins:            origins,
-		ToolsFile:          file,
-		Notify:             *notify,
-		NotifySecret:       secret,
-		Logger:             log,
+		Planner:            st.pl,
+		Tokens:             st.named,
+		ScopedTokens:       append(slices.Clone(st.scoped), st.sharedAdmin...),
+		RateLimit:          o.rate,
+		RateBurst:          o.burst,
+		MaxSocketsPerToken: o.maxSockets,
+		Warnings:           st.warnings,
+		Origins:            o.origins,
+		ToolsFile:          st.file,
+		Notify:             o.notify,
+		NotifySecret:       o.secret,
+		Logger:             st.log,
 		TraceID:            c.env.traceIDs(),
 	}
-	hf.apply(&ucfg, ln)
+	o.hf.apply(&ucfg, st.ln)
 	srv, err := ui.New(ucfg)
 	if err != nil {
 		return withCode(exitBad, err)
 	}
+	st.srv = srv
+	return nil
+}
 
-	handBackStartupGarbage()
+// baseURL is the URL to open, the one for other machines, and whether serve
+// listens on every interface.
+func (st *serveState) baseURL() (base, other string, everywhere bool) {
+	scheme := "http"
+	if st.certs != nil {
+		scheme = "https"
+	}
+	return serveURL(st.ln.Addr(), st.o.addr, scheme)
+}
+
+// announce says where the service listens, what it serves with, and how
+// to sign in (stdout), and warns of what is unsafe (stderr).
+func (c *serveCmd) announce(st *serveState) {
+	o, out, errOut := st.o, c.env.Stdout, c.env.Stderr
+	base, other, everywhere := st.baseURL()
 	fmt.Fprintf(out, "docket serve: listening on %s/\n", base)
 	if everywhere {
-		fmt.Fprintf(out, "  on every network interface (--addr %s); other machines: %s/\n", *addr, other)
+		fmt.Fprintf(out, "  on every network interface (--addr %s); other machines: %s/\n", o.addr, other)
 	}
-	if certs == nil && !loopback(ln.Addr()) {
+	if st.plainRemote() {
 		where := "beyond this machine"
 		if everywhere {
 			where = "on every network interface"
 		}
-		fmt.Fprintf(errOut, "docket serve: warning: --addr %s serves the API and the review page in plain HTTP %s: anyone who can reach it can try tokens, and tokens and session cookies cross the network unencrypted. Serve HTTPS with --tls-cert FILE --tls-key FILE, or listen on 127.0.0.1 (the default) and put a TLS-terminating proxy in front. /readyz says so too.\n", *addr, where)
+		fmt.Fprintf(errOut, "docket serve: warning: --addr %s serves the API and the review page in plain HTTP %s: anyone who can reach it can try tokens, and tokens and session cookies cross the network unencrypted. Serve HTTPS with --tls-cert FILE --tls-key FILE, or listen on 127.0.0.1 (the default) and put a TLS-terminating proxy in front. /readyz says so too.\n", o.addr, where)
 	}
-	if *notify != "" && secret == "" {
+	if o.notify != "" && o.secret == "" {
 		fmt.Fprintln(errOut, "docket serve: warning: --notify calls are unsigned; set --notify-secret or $DOCKET_NOTIFY_SECRET so the receiver can verify them")
 	}
-	if shared {
-		fmt.Fprintf(out, "  ledger: %s (shared: other nodes may serve it too)\n", postgres.Redact(*data))
+	if st.shared() {
+		fmt.Fprintf(out, "  ledger: %s (shared: other nodes may serve it too)\n", postgres.Redact(o.data))
 	} else {
-		fmt.Fprintf(out, "  data directory: %s\n", *data)
+		fmt.Fprintf(out, "  data directory: %s\n", o.data)
 	}
-	if *mcpOn {
+	if o.mcpOn {
 		fmt.Fprintf(out, "  MCP (streamable HTTP): %s/mcp (calls need the submit scope, reading runs the read scope)\n", base)
 	}
+	c.announceModel(st)
+	c.announceTokens(st, base)
+}
+
+// announceModel says which model plans and over which tools.
+func (c *serveCmd) announceModel(st *serveState) {
+	out := c.env.Stdout
 	switch {
-	case world != nil && pcfg.Model == demomodel.Model:
+	case st.world != nil && st.pcfg.Model == demomodel.Model:
 		fmt.Fprintln(out, "  no model endpoint configured (OPENAI_MODEL is not set): planning with docket's demo model")
 		fmt.Fprintln(out, "  (scripted replies) against the demo world (simulated CRM, payments, settings, email, in-process).")
 		fmt.Fprintln(out, "  Try the goal: onboard ACME: create the CRM contact, invoice 1200 EUR, email the welcome pack")
-	case world != nil:
-		fmt.Fprintf(out, "  model: %s at %s, tools: the demo world (simulated, in-process)\n", pcfg.Model, pcfg.BaseURL)
-	case pl == nil:
-		fmt.Fprintf(out, "  tools: %s; no model endpoint configured (OPENAI_MODEL is not set): runs are created from plans only\n", *toolsPath)
+	case st.world != nil:
+		fmt.Fprintf(out, "  model: %s at %s, tools: the demo world (simulated, in-process)\n", st.pcfg.Model, st.pcfg.BaseURL)
+	case st.pl == nil:
+		fmt.Fprintf(out, "  tools: %s; no model endpoint configured (OPENAI_MODEL is not set): runs are created from plans only\n", st.o.toolsPath)
 	default:
-		fmt.Fprintf(out, "  model: %s at %s, tools: %s\n", pcfg.Model, pcfg.BaseURL, *toolsPath)
+		fmt.Fprintf(out, "  model: %s at %s, tools: %s\n", st.pcfg.Model, st.pcfg.BaseURL, st.o.toolsPath)
 	}
-	if len(scoped) > 0 {
-		fmt.Fprintf(out, "  tokens: %d from %s (%s)\n", len(scoped), *tokensPath, describeScoped(scoped))
+}
+
+// announceTokens says where the tokens come from and how to sign in; a
+// generated token is shown this once.
+func (c *serveCmd) announceTokens(st *serveState, base string) {
+	o, out := st.o, c.env.Stdout
+	if len(st.scoped) > 0 {
+		fmt.Fprintf(out, "  tokens: %d from %s (%s)\n", len(st.scoped), o.tokensPath, describeScoped(st.scoped))
 	}
-	if generated != "" {
-		kept := filepath.Join(*data, tokenFile)
-		if shared {
+	if st.generated != "" {
+		kept := filepath.Join(o.data, tokenFile)
+		if st.shared() {
 			kept = "the shared ledger by its SHA-256 (memos, run_id " + sharedTokenRun + ")"
 		}
-		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", kept, generated)
+		fmt.Fprintf(out, "  token (generated, kept in %s, shown this once): %s\n", kept, st.generated)
 		fmt.Fprintf(out, "  open %s/ and sign in with this token\n", base)
 	} else {
-		if source != "" {
-			fmt.Fprintf(out, "  token: %s\n", source)
+		if st.source != "" {
+			fmt.Fprintf(out, "  token: %s\n", st.source)
 		}
 		fmt.Fprintf(out, "  open %s/ and sign in with your token\n", base)
 	}
-	if len(named)+len(sharedAdmin) > 0 {
+	if len(st.named)+len(st.sharedAdmin) > 0 {
 		// Said once per start: such a token may also approve what it submits.
-		fmt.Fprintf(errOut, "docket serve: note: %s hold every scope (admin): a program holding one can approve what it submits. Give agents a token with only read and submit in a --tokens file (README: Deploying safely).\n", plural(len(named), "the --token/$DOCKET_TOKEN/generated token", "the --token/$DOCKET_TOKEN/generated tokens"))
+		fmt.Fprintf(c.env.Stderr, "docket serve: note: %s hold every scope (admin): a program holding one can approve what it submits. Give agents a token with only read and submit in a --tokens file (README: Deploying safely).\n", plural(len(st.named), "the --token/$DOCKET_TOKEN/generated token", "the --token/$DOCKET_TOKEN/generated tokens"))
 	}
+}
 
-	if pg != nil {
+// startDrives starts driving the runs left running: on a shared ledger, the
+// runs of nodes gone (now, then every second, until stop); else every run
+// that was running when the service stopped.
+func (c *serveCmd) startDrives(ctx context.Context, st *serveState) (stop func(), err error) {
+	out := c.env.Stdout
+	if st.pg != nil {
 		// Other nodes drive their own runs: this one adopts the runs whose
 		// driver is gone (now, then every second).
-		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", *lease)
+		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", st.o.lease)
 		sweepCtx, stopSweep := context.WithCancel(ctx)
-		defer stopSweep()
-		go sweepOrphans(sweepCtx, pg, srv, log)
-	} else {
-		n, err := srv.ResumeRunning(ctx)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
-		}
+		go sweepOrphans(sweepCtx, st.pg, st.srv, st.log)
+		return stopSweep, nil
 	}
+	n, err := st.srv.ResumeRunning(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		fmt.Fprintf(out, "  resuming %d %s that %s running\n", n, plural(n, "run", "runs"), plural(n, "was", "were"))
+	}
+	return func() {}, nil
+}
 
+// serveUntilSignal serves HTTP (and MCP with --mcp) until ctx ends (SIGTERM,
+// Ctrl-C: then it drains within --grace) or serving fails.
+func (c *serveCmd) serveUntilSignal(ctx context.Context, st *serveState) error {
+	o, srv := st.o, st.srv
 	handler := srv.Handler()
 	stopMCP := func(context.Context) {}
-	if *mcpOn {
-		ms, err := newMCPServer(c.env, srv.Engine(), l, reg, mcpPolicy, *mcpWait, "", "on docket's review page at "+base+"/", log)
+	if o.mcpOn {
+		base, _, _ := st.baseURL()
+		ms, err := newMCPServer(c.env, srv.Engine(), st.l, st.reg, o.mcpPolicy, o.mcpWait, "", "on docket's review page at "+base+"/", st.log)
 		if err != nil {
 			return err
 		}
 		stopMCP = func(ctx context.Context) { ms.Shutdown(ctx) }
-		handler = mountMCP(srv, ms, ui.MCPOptions{TokenInPath: *mcpURLToken})
+		handler = mountMCP(srv, ms, ui.MCPOptions{TokenInPath: o.mcpURLToken})
 	}
-	hs, sln := hf.server(handler, ln, log)
-	if certs != nil {
-		hs.TLSConfig = certs.TLSConfig()
+	hs, sln := o.hf.server(handler, st.ln, st.log)
+	if st.certs != nil {
+		hs.TLSConfig = st.certs.TLSConfig()
 	}
 	served := make(chan error, 1)
 	go func() {
-		if certs != nil {
+		if st.certs != nil {
 			served <- hs.ServeTLS(sln, "", "")
 			return
 		}
@@ -407,14 +552,14 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	select {
 	case err := <-served:
 		srv.Engine().Drain()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), o.grace)
 		defer cancel()
 		stopMCP(shutdownCtx)
 		srv.Shutdown(shutdownCtx)
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	shutdown(errOut, *grace, srv, hs, stopMCP)
+	shutdown(c.env.Stderr, o.grace, srv, hs, stopMCP)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
@@ -174,81 +175,74 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	opts := &executor.RunOptions{Policy: executor.Policy(req.Approve), Creator: reviewer(c.env)}
-
-	// The request's identity, by the rule POST /v1/runs, docket run and
-	// planner.PlanRun share (executor.SameRequest).
-	var named executor.Policy
-	if req.named {
-		named = opts.Policy
-	}
-	var ident executor.Request
-	switch {
-	case p != nil:
-		ident = executor.Request{Plan: p, Policy: named}
-	case req.Goal != "":
-		if ident, err = (planner.Request{Goal: req.Goal}).Identity(named); err != nil {
-			return ledger.RunDoc{}, withCode(exitBad, err)
+	if p == nil && req.Goal == "" {
+		// A request naming only the run continues it.
+		if _, err := l.GetRun(ctx, req.RunID); errors.Is(err, ledger.ErrNotFound) {
+			return ledger.RunDoc{}, withCode(exitBad, fmt.Errorf(`run %s does not exist: the first request for a step needs "plan" or "goal"`, req.RunID))
+		} else if err != nil {
+			return ledger.RunDoc{}, fmt.Errorf("reading run %s: %w", req.RunID, err)
 		}
-	}
-	existing, derr := l.Doc(ctx, req.RunID)
-	exists := derr == nil
-	if derr != nil && !errors.Is(derr, ledger.ErrNotFound) {
-		return ledger.RunDoc{}, fmt.Errorf("reading run %s: %w", req.RunID, derr)
-	}
-	if exists && (p != nil || req.Goal != "") {
-		if _, err := executor.SameRequest(ctx, l, req.RunID, ident); err != nil {
-			if errors.Is(err, executor.ErrRequestMismatch) {
-				return existing, withCode(exitBad, fmt.Errorf("%w: a step's run id must identify one request (derive it from the host's step identity and the plan's or goal's version)", err))
-			}
-			return existing, err
+		doc, err := eng.Resume(ctx, req.RunID, nil)
+		if err != nil && doc.Run.ID == "" {
+			doc, _ = storedDoc(ctx, l, req.RunID)
 		}
+		return doc, toolsChanged(err, req.RunID)
 	}
-	var doc ledger.RunDoc
-	switch {
-	case exists:
-		// The same request again (or one naming only the run): continue it;
-		// the model is not called again.
-		doc, err = eng.Resume(ctx, req.RunID, nil)
-	case p != nil:
-		if err := ident.Stamp(p); err != nil {
-			return ledger.RunDoc{}, withCode(exitBad, err)
-		}
-		doc, err = eng.Run(ctx, req.RunID, p, opts)
-		if errors.Is(err, executor.ErrPlanMismatch) {
-			err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: a step's run id must identify one plan (derive it from the host's step identity and the plan's version) (%w)", req.RunID, err))
-		}
-	case req.Goal != "":
-		doc, err = c.planGoal(ctx, eng, l, reg, req, opts)
-	default:
-		return ledger.RunDoc{}, withCode(exitBad, fmt.Errorf(`run %s does not exist: the first request for a step needs "plan" or "goal"`, req.RunID))
-	}
+	doc, err := c.create(ctx, eng, l, reg, req, p)
 	if err != nil && doc.Run.ID == "" {
 		doc, _ = storedDoc(ctx, l, req.RunID)
 	}
 	return doc, toolsChanged(err, req.RunID)
 }
 
-// planGoal plans a new run from the goal with the model (OPENAI_BASE_URL,
-// OPENAI_API_KEY, OPENAI_MODEL) and drives it. A crash while the model thinks
-// records nothing; the re-sent request plans again.
-func (c *stepCmd) planGoal(ctx context.Context, eng *executor.Engine, l ledger.Store, reg *tools.Registry, req stepRequest, opts *executor.RunOptions) (ledger.RunDoc, error) {
-	cfg := planner.ConfigFromEnv(c.env.Getenv)
-	cfg.Tools = reg
-	cfg.Logger = cliLogger(c.env.Stderr)
-	if c.env.tracing != nil {
-		cfg.TracerProvider = c.env.tracing.Provider()
+// create creates the step's run from its plan or goal (executor/runs: the
+// same request again continues it and never plans again; another request
+// under the run id is refused) and drives it.
+func (c *stepCmd) create(ctx context.Context, eng *executor.Engine, l ledger.Store, reg *tools.Registry, req stepRequest, p *plan.Plan) (ledger.RunDoc, error) {
+	// The request's identity, by the rule POST /v1/runs, docket run and
+	// docket plan share (executor.SameRequest): the policy is part of it
+	// when the request names one.
+	ident := executor.Request{Plan: p, Goal: req.Goal}
+	if req.named {
+		ident.Policy = executor.Policy(req.Approve)
 	}
-	pl, err := planner.New(cfg)
-	if err != nil {
-		return ledger.RunDoc{}, withCode(exitBad, fmt.Errorf("planning the goal needs a model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL): %w", err))
+	if _, err := ident.Hash(); err != nil {
+		return ledger.RunDoc{}, withCode(exitBad, err)
 	}
-	res, err := pl.PlanRun(ctx, eng, l, req.RunID, planner.Request{Goal: req.Goal}, opts)
-	if res == nil {
-		if err == nil {
-			err = errors.New("the planner returned no plan")
+	cr := runs.Request{RunID: req.RunID, Identity: &ident, Options: &executor.RunOptions{Policy: executor.Policy(req.Approve), Creator: reviewer(c.env)}}
+	if p == nil {
+		cr.Planner = c.goalPlanner(reg, req)
+	}
+	_, doc, err := runs.Run(ctx, eng, l, cr)
+	switch {
+	case errors.Is(err, executor.ErrRequestMismatch):
+		doc, _ = storedDoc(ctx, l, req.RunID)
+		err = withCode(exitBad, fmt.Errorf("%w: a step's run id must identify one request (derive it from the host's step identity and the plan's or goal's version)", err))
+	case errors.Is(err, executor.ErrPlanMismatch):
+		err = withCode(exitBad, fmt.Errorf("run %s was recorded with a different plan: a step's run id must identify one plan (derive it from the host's step identity and the plan's version) (%w)", req.RunID, err))
+	}
+	return doc, err
+}
+
+// goalPlanner plans a new run from the goal with the model (OPENAI_BASE_URL,
+// OPENAI_API_KEY, OPENAI_MODEL). A crash while the model thinks records
+// nothing; the re-sent request plans again.
+func (c *stepCmd) goalPlanner(reg *tools.Registry, req stepRequest) func(context.Context) (*plan.Plan, error) {
+	return func(ctx context.Context) (*plan.Plan, error) {
+		cfg := planner.ConfigFromEnv(c.env.Getenv)
+		cfg.Tools = reg
+		cfg.Logger = cliLogger(c.env.Stderr)
+		if c.env.tracing != nil {
+			cfg.TracerProvider = c.env.tracing.Provider()
 		}
-		return ledger.RunDoc{}, fmt.Errorf("planning run %s: %w", req.RunID, err)
+		pl, err := planner.New(cfg)
+		if err != nil {
+			return nil, withCode(exitBad, fmt.Errorf("planning the goal needs a model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL): %w", err))
+		}
+		res, err := pl.Plan(ctx, planner.Request{Goal: req.Goal})
+		if err != nil {
+			return nil, fmt.Errorf("planning run %s: %w", req.RunID, err)
+		}
+		return res.Plan, nil
 	}
-	return res.Doc, err
 }

@@ -109,5 +109,6 @@
 // or may not have happened: a person is checking".
 //
 // Imports: the standard library, plan, tools (and tools/mcptool, for the
-// name of the key's _meta field), ledger, executor and the MCP go-sdk.
+// name of the key's _meta field), ledger, executor (with executor/runs,
+// where its calls' runs are created) and the MCP go-sdk.
 package mcpserve

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
@@ -121,7 +122,7 @@ func (s *Server) proposePlan(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	}
 	p.Meta["source"] = "mcp"
 	// Every action waits for a person: that is what proposing means.
-	if _, _, err := s.eng.Record(ctx, runID, p, &executor.RunOptions{Policy: executor.PolicyNone}); err != nil {
+	if _, err := runs.Create(ctx, s.eng, s.led, runs.Request{RunID: runID, Plan: p, Options: &executor.RunOptions{Policy: executor.PolicyNone}}); err != nil {
 		if errors.Is(err, executor.ErrPlanMismatch) {
 			return errorResult("docket refused the plan: run %s already holds a different plan; give another run_id", runID), nil
 		}
@@ -175,11 +176,11 @@ func (s *Server) waiting(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	for _, st := range []ledger.RunStatus{ledger.RunAwaitingApproval, ledger.RunPaused} {
 		after := ""
 		for {
-			runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: st, After: after, Limit: 200})
+			page, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: st, After: after, Limit: 200})
 			if err != nil {
 				return nil, fmt.Errorf("docket: listing runs: %w", err)
 			}
-			for _, r := range runs {
+			for _, r := range page {
 				doc, err := s.led.Doc(ctx, r.ID)
 				if err != nil {
 					return nil, fmt.Errorf("docket: reading run %s: %w", r.ID, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/docketrun/docket/executor"
+	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
@@ -231,11 +232,11 @@ func (s *Server) Shutdown(ctx context.Context) {
 func (s *Server) ResumeRunning(ctx context.Context) (int, error) {
 	n, after := 0, ""
 	for {
-		runs, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunRunning, After: after, Limit: 500})
+		page, next, err := s.led.ListRuns(ctx, ledger.ListOptions{Status: ledger.RunRunning, After: after, Limit: 500})
 		if err != nil {
 			return n, fmt.Errorf("mcpserve: listing running runs: %w", err)
 		}
-		for _, r := range runs {
+		for _, r := range page {
 			s.drive(r.ID)
 			n++
 		}
@@ -502,12 +503,12 @@ func (s *Server) record(ctx context.Context, runID string, id callIdentity, spec
 		Actions: []plan.Action{{ID: id.action, Tool: spec.Name, Args: args}},
 		Meta:    map[string]string{"source": "mcp", "mcp_session": id.session, "call_hash": id.hash},
 	}
-	_, created, err := s.eng.Record(ctx, runID, p, &executor.RunOptions{Policy: pol})
+	res, err := runs.Create(ctx, s.eng, s.led, runs.Request{RunID: runID, Plan: p, Options: &executor.RunOptions{Policy: pol}})
 	if err != nil {
 		return "", false, err
 	}
 	s.drive(runID)
-	return runID, created, nil
+	return runID, res.Created, nil
 }
 
 // drive drives runID in the background under the server's context (never
@@ -569,22 +570,8 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 	if err != nil {
 		return nil, fmt.Errorf("docket: following run %s: %w", runID, err)
 	}
-	defer func() { sub.Close() }()
-	token := req.Params.GetProgressToken()
-	var (
-		waitingSince time.Time
-		tick         *time.Ticker
-		tickC        <-chan time.Time
-		bound        <-chan time.Time
-		lastKick     string
-		progress     float64
-		idleDrives   int
-	)
-	defer func() {
-		if tick != nil {
-			tick.Stop()
-		}
-	}()
+	w := &waiter{s: s, req: req, runID: runID, actionID: actionID, sub: sub, token: req.Params.GetProgressToken()}
+	defer w.close()
 	for {
 		going, changed, lastErr := s.driveState(runID)
 		doc, err := s.led.Doc(ctx, runID)
@@ -595,75 +582,134 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, runID, act
 		if !ok {
 			return errorResult("docket: run %s has no action %s (was it replayed with another plan?)", runID, actionID), nil
 		}
+		var res *mcp.CallToolResult
 		switch doc.Run.Status {
 		case ledger.RunCompleted, ledger.RunFailed, ledger.RunCancelled:
 			return settledResult(doc, act), nil
 		case ledger.RunAwaitingApproval, ledger.RunPaused:
-			if waitingSince.IsZero() {
-				waitingSince = time.Now()
-				t := time.NewTimer(max(s.cfg.Wait, 0))
-				defer t.Stop()
-				bound = t.C
-				if token != nil {
-					tick = time.NewTicker(s.cfg.Progress)
-					tickC = tick.C
-				}
-			}
-			if s.cfg.Wait < 0 {
-				return s.waitingResult(doc, act), nil
-			}
-			// A person decided (approved, resolved): drive it on, once per
-			// state seen, even where no service drives it on its own.
-			if state := string(act.Status) + "/" + fmt.Sprint(act.Attempts); movable(act) && state != lastKick && !going {
-				lastKick = state
-				s.drive(runID)
-			}
-			if token != nil && progress == 0 {
-				progress = s.notify(ctx, req, token, progress, waitingSince, doc, act)
-			}
+			res = w.waiting(ctx, doc, act, going)
 		default: // running, planning
-			if !going && lastErr != nil {
-				return errorResult("docket could not go on with this call (run %s, action %s): %v. Nothing more was done; call again with the same arguments to try again.", runID, actionID, lastErr), nil
-			}
-			if !going {
-				// A drive that ends with the run still running (another
-				// process drives it, or this one is stopping) is tried a
-				// few times, then the call says so instead of spinning.
-				if idleDrives++; idleDrives > maxIdleDrives {
-					return errorResult("docket could not finish this call now: run %s is still running (action %s is %s; another docket process may be driving it). Call again with the same arguments later: it will not run twice.", runID, actionID, act.Status), nil
-				}
-				s.drive(runID)
-				_, changed, _ = s.driveState(runID)
-			}
+			res = w.running(act, going, lastErr, &changed)
 		}
-		select {
-		case _, open := <-sub.C:
-			if !open {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				sub, err = s.led.Subscribe(ctx, runID, 0)
-				if err != nil {
-					return nil, fmt.Errorf("docket: following run %s: %w", runID, err)
-				}
-			}
-		case <-changed:
-		case <-tickC:
-			progress = s.notify(ctx, req, token, progress, waitingSince, doc, act)
-		case <-bound:
-			doc, err := s.led.Doc(ctx, runID)
-			if err != nil {
-				return nil, fmt.Errorf("docket: reading run %s: %w", runID, err)
-			}
-			act, _ := actionOf(doc, actionID)
-			if finished(doc.Run.Status) {
-				return settledResult(doc, act), nil
-			}
-			return s.waitingResult(doc, act), nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if res != nil {
+			return res, nil
+		}
+		if res, err := w.next(ctx, changed, doc, act); res != nil || err != nil {
+			return res, err
 		}
 	}
+}
+
+// waiter is one call's wait for its run (await).
+type waiter struct {
+	s               *Server
+	req             *mcp.CallToolRequest
+	runID, actionID string
+	sub             *ledger.Subscription
+	token           any // the client's progress token; nil: it wants none
+	waitingSince    time.Time
+	bound           *time.Timer // Config.Wait from waitingSince
+	tick            *time.Ticker
+	tickC           <-chan time.Time
+	lastKick        string
+	progress        float64
+	idleDrives      int
+}
+
+func (w *waiter) close() {
+	w.sub.Close()
+	if w.bound != nil {
+		w.bound.Stop()
+	}
+	if w.tick != nil {
+		w.tick.Stop()
+	}
+}
+
+// waiting handles a run that waits for a person: from the first time it is
+// seen so, Config.Wait runs and progress is notified; a decision a person
+// made is driven on. It returns the result when the call answers now.
+func (w *waiter) waiting(ctx context.Context, doc ledger.RunDoc, act ledger.Action, going bool) *mcp.CallToolResult {
+	if w.waitingSince.IsZero() {
+		w.waitingSince = time.Now()
+		w.bound = time.NewTimer(max(w.s.cfg.Wait, 0))
+		if w.token != nil {
+			w.tick = time.NewTicker(w.s.cfg.Progress)
+			w.tickC = w.tick.C
+		}
+	}
+	if w.s.cfg.Wait < 0 {
+		return w.s.waitingResult(doc, act)
+	}
+	// A person decided (approved, resolved): drive it on, once per state
+	// seen, even where no service drives it on its own.
+	if state := string(act.Status) + "/" + fmt.Sprint(act.Attempts); movable(act) && state != w.lastKick && !going {
+		w.lastKick = state
+		w.s.drive(w.runID)
+	}
+	if w.token != nil && w.progress == 0 {
+		w.progress = w.s.notify(ctx, w.req, w.token, w.progress, w.waitingSince, doc, act)
+	}
+	return nil
+}
+
+// running handles a run that is running: without a drive of this server, a
+// drive that failed ends the call, and one that ended with the run still
+// running (another process drives it, or this one is stopping) is tried a
+// few times, then the call says so instead of spinning. *changed follows the
+// drive started here.
+func (w *waiter) running(act ledger.Action, going bool, lastErr error, changed *<-chan struct{}) *mcp.CallToolResult {
+	switch {
+	case going:
+		return nil
+	case lastErr != nil:
+		return errorResult("docket could not go on with this call (run %s, action %s): %v. Nothing more was done; call again with the same arguments to try again.", w.runID, w.actionID, lastErr)
+	}
+	if w.idleDrives++; w.idleDrives > maxIdleDrives {
+		return errorResult("docket could not finish this call now: run %s is still running (action %s is %s; another docket process may be driving it). Call again with the same arguments later: it will not run twice.", w.runID, w.actionID, act.Status)
+	}
+	w.s.drive(w.runID)
+	_, *changed, _ = w.s.driveState(w.runID)
+	return nil
+}
+
+// next waits until something may have changed: an event of the run, a
+// drive ending (changed), a progress tick; past Config.Wait it returns the
+// result as the run is then.
+func (w *waiter) next(ctx context.Context, changed <-chan struct{}, doc ledger.RunDoc, act ledger.Action) (*mcp.CallToolResult, error) {
+	var bound <-chan time.Time
+	if w.bound != nil {
+		bound = w.bound.C
+	}
+	select {
+	case _, open := <-w.sub.C:
+		if !open {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			sub, err := w.s.led.Subscribe(ctx, w.runID, 0)
+			if err != nil {
+				return nil, fmt.Errorf("docket: following run %s: %w", w.runID, err)
+			}
+			w.sub = sub
+		}
+	case <-changed:
+	case <-w.tickC:
+		w.progress = w.s.notify(ctx, w.req, w.token, w.progress, w.waitingSince, doc, act)
+	case <-bound:
+		doc, err := w.s.led.Doc(ctx, w.runID)
+		if err != nil {
+			return nil, fmt.Errorf("docket: reading run %s: %w", w.runID, err)
+		}
+		act, _ := actionOf(doc, w.actionID)
+		if finished(doc.Run.Status) {
+			return settledResult(doc, act), nil
+		}
+		return w.s.waitingResult(doc, act), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return nil, nil
 }
 
 // maxIdleDrives bounds the drives a waiting call starts that end with the

@@ -61,6 +61,38 @@ type ApproveRequest struct {
 // Register it with worker.RegisterWorkflow(temporalstep.Workflow) beside
 // Activities.Register.
 func Workflow(ctx workflow.Context, req WorkflowRequest) (Result, error) {
+	runCtx, reviewCtx := activityContexts(ctx, req)
+	rv := &review{ctx: reviewCtx}
+	if err := rv.register(ctx); err != nil {
+		return Result{}, err
+	}
+	run := req.Request
+	for {
+		rv.changed = false
+		var res Result
+		if err := workflow.ExecuteActivity(runCtx, ActivityRunPlan, run).Get(ctx, &res); err != nil {
+			return rv.last, err
+		}
+		rv.last = res
+		if !res.Waiting() {
+			break
+		}
+		run.RunID, run.Plan = res.RunID, nil // continue the recorded run
+		if err := workflow.Await(ctx, func() bool { return rv.changed }); err != nil {
+			return rv.last, err
+		}
+	}
+	// Answer updates still being handled before the workflow ends.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return rv.last, err
+	}
+	return rv.last, nil
+}
+
+// activityContexts are the contexts of Workflow's activities: RunPlan's,
+// with req's timeouts (or the defaults), and Approve's and Resolve's. Bad
+// requests and failed runs are never retried.
+func activityContexts(ctx workflow.Context, req WorkflowRequest) (run, review workflow.Context) {
 	retry := &temporal.RetryPolicy{MaximumAttempts: req.MaxAttempts, NonRetryableErrorTypes: []string{ErrTypeBadRequest, ErrTypeRunFailed}}
 	hb := req.Heartbeat
 	if hb == 0 {
@@ -70,83 +102,77 @@ func Workflow(ctx workflow.Context, req WorkflowRequest) (Result, error) {
 	if stc == 0 {
 		stc = DefaultStartToClose
 	}
-	runCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: stc, HeartbeatTimeout: hb, RetryPolicy: retry})
-	reviewCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: retry})
+	run = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: stc, HeartbeatTimeout: hb, RetryPolicy: retry})
+	review = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: retry})
+	return run, review
+}
 
-	var last Result
-	changed := false // a review decision was recorded since RunPlan last started
-	if err := workflow.SetQueryHandler(ctx, QueryResult, func() (Result, error) { return last, nil }); err != nil {
-		return Result{}, err
-	}
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove, func(ctx workflow.Context, a ApproveRequest) error {
-		if err := workflow.ExecuteActivity(reviewCtx, ActivityApprove, last.RunID, a.Actions, a.By).Get(ctx, nil); err != nil {
-			return err
-		}
-		changed = true
-		return nil
-	}, workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, a ApproveRequest) error {
-		switch {
-		case last.RunID == "":
-			return errors.New("the run is not recorded yet")
-		case len(a.Actions) == 0:
-			return errors.New("approve names no action")
-		}
-		return nil
-	}})
-	if err != nil {
-		return Result{}, err
-	}
-	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateResolve, func(ctx workflow.Context, r Resolution) error {
-		if r.RunID == "" {
-			r.RunID = last.RunID
-		}
-		if err := workflow.ExecuteActivity(reviewCtx, ActivityResolve, r).Get(ctx, nil); err != nil {
-			return err
-		}
-		changed = true
-		return nil
-	}, workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r Resolution) error {
-		n := 0
-		for _, set := range []bool{len(r.Done) > 0, r.Retry, r.Skip} {
-			if set {
-				n++
-			}
-		}
-		switch {
-		case last.RunID == "":
-			return errors.New("the run is not recorded yet")
-		case r.RunID != "" && r.RunID != last.RunID:
-			return errors.New("the resolution names another run than this workflow's")
-		case r.ActionID == "":
-			return errors.New("resolve names no action")
-		case n != 1:
-			return errors.New("give exactly one of done (with an output), retry or skip")
-		}
-		return nil
-	}})
-	if err != nil {
-		return Result{}, err
-	}
+// review is what Workflow shares with its query and update handlers.
+type review struct {
+	ctx     workflow.Context // Approve's and Resolve's activity options
+	last    Result           // the latest Result (QueryResult)
+	changed bool             // a review decision was recorded since RunPlan last started
+}
 
-	run := req.Request
-	for {
-		changed = false
-		var res Result
-		if err := workflow.ExecuteActivity(runCtx, ActivityRunPlan, run).Get(ctx, &res); err != nil {
-			return last, err
-		}
-		last = res
-		if !res.Waiting() {
-			break
-		}
-		run.RunID, run.Plan = res.RunID, nil // continue the recorded run
-		if err := workflow.Await(ctx, func() bool { return changed }); err != nil {
-			return last, err
+// register sets the query and update handlers of Workflow.
+func (rv *review) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryResult, func() (Result, error) { return rv.last, nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove, rv.approve, workflow.UpdateHandlerOptions{Validator: rv.validApprove}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateResolve, rv.resolve, workflow.UpdateHandlerOptions{Validator: rv.validResolve})
+}
+
+// approve is UpdateApprove: the Approve activity, then the run continues.
+func (rv *review) approve(ctx workflow.Context, a ApproveRequest) error {
+	if err := workflow.ExecuteActivity(rv.ctx, ActivityApprove, rv.last.RunID, a.Actions, a.By).Get(ctx, nil); err != nil {
+		return err
+	}
+	rv.changed = true
+	return nil
+}
+
+func (rv *review) validApprove(ctx workflow.Context, a ApproveRequest) error {
+	switch {
+	case rv.last.RunID == "":
+		return errors.New("the run is not recorded yet")
+	case len(a.Actions) == 0:
+		return errors.New("approve names no action")
+	}
+	return nil
+}
+
+// resolve is UpdateResolve: the Resolve activity (on the workflow's run when
+// r names none), then the run continues.
+func (rv *review) resolve(ctx workflow.Context, r Resolution) error {
+	if r.RunID == "" {
+		r.RunID = rv.last.RunID
+	}
+	if err := workflow.ExecuteActivity(rv.ctx, ActivityResolve, r).Get(ctx, nil); err != nil {
+		return err
+	}
+	rv.changed = true
+	return nil
+}
+
+func (rv *review) validResolve(ctx workflow.Context, r Resolution) error {
+	n := 0
+	for _, set := range []bool{len(r.Done) > 0, r.Retry, r.Skip} {
+		if set {
+			n++
 		}
 	}
-	// Answer updates still being handled before the workflow ends.
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-		return last, err
+	switch {
+	case rv.last.RunID == "":
+		return errors.New("the run is not recorded yet")
+	case r.RunID != "" && r.RunID != rv.last.RunID:
+		return errors.New("the resolution names another run than this workflow's")
+	case r.ActionID == "":
+		return errors.New("resolve names no action")
+	case n != 1:
+		return errors.New("give exactly one of done (with an output), retry or skip")
 	}
-	return last, nil
+	return nil
 }
