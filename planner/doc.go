@@ -143,7 +143,7 @@
 // the package only), the OpenTelemetry API (go.opentelemetry.io/otel: model
 // call spans, no SDK), and docket's plan, tools (with tools/policy, the rules
 // it tells the model about and answers denied calls with) and ledger
-// packages, and executor/oteltrace/httpspan (HTTP client spans; it imports
+// packages, and tools/httpspan (HTTP client spans; it imports
 // nothing of docket). Never the executor: executor/runs records and drives
 // planned runs.
 // planner/demomodel, the demo's scripted model, imports only the standard

@@ -14,7 +14,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/docketrun/docket/executor/oteltrace/httpspan"
+	"github.com/docketrun/docket/tools/httpspan"
 )
 
 // maxReplyBytes bounds one HTTP response body from the model.

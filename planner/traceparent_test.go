@@ -9,8 +9,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/docketrun/docket/executor/oteltrace/httpspan"
 	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools/httpspan"
 )
 
 // TestModelCallCarriesTraceparent: every request to the model carries the

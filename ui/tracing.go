@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/docketrun/docket/executor/oteltrace/httpspan"
+	"github.com/docketrun/docket/tools/httpspan"
 )
 
 // httpTracer is what an engine tracer offers an HTTP server in front of

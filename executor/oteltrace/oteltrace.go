@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/docketrun/docket/executor"
-	"github.com/docketrun/docket/executor/oteltrace/httpspan"
+	"github.com/docketrun/docket/tools/httpspan"
 )
 
 // Config builds a Tracing. Zero values take the documented defaults; the

@@ -18,8 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/docketrun/docket/executor/oteltrace/httpspan"
 	"github.com/docketrun/docket/tools"
+	"github.com/docketrun/docket/tools/httpspan"
 	"github.com/docketrun/docket/tools/toolsfile"
 )
 

@@ -44,7 +44,7 @@ const (
 	AttrErrorType      = "error.type"
 )
 
-const scope = "github.com/docketrun/docket/executor/oteltrace/httpspan"
+const scope = "github.com/docketrun/docket/tools/httpspan"
 
 type propKey struct{}
 

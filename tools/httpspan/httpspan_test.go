@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/docketrun/docket/executor/oteltrace/httpspan"
+	"github.com/docketrun/docket/tools/httpspan"
 )
 
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
