@@ -93,6 +93,13 @@ func (s *Store) listenLoop() {
 	// connection is down.
 	s.wg.Add(1)
 	go s.pollLoop(ctx)
+	if s.pooled {
+		// LISTEN through a pooler in transaction mode registers on a server
+		// connection that goes back to the pool: nothing would arrive.
+		// The poll alone serves subscribers (Open logged it).
+		<-ctx.Done()
+		return
+	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.listen(ctx)

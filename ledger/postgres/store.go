@@ -151,6 +151,7 @@ type Store struct {
 	local  ledger.Local
 	hub    ledger.Hub
 	id     string // this handle's notification sender id (stable across incarnations)
+	pooled bool   // behind a pooler in transaction mode (probePooler)
 	q      queries
 
 	inc        atomic.Pointer[string] // current incarnation
@@ -194,6 +195,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	pc.MaxConns = int32(cfg.MaxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
 	where := fmt.Sprintf("PostgreSQL at %s:%d, database %q as user %q", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User)
+	if s.pooled, err = probePooler(ctx, pc.ConnConfig); err != nil {
+		return nil, s.explain("connecting to "+where, err)
+	}
+	if s.pooled {
+		if !setsExecMode(cfg.URL) {
+			pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		}
+		s.log.Info("the database is reached through a pooler in transaction mode (two connections shared one server session): queries go without named prepared statements, and other nodes' events reach this node's subscribers by polling, as LISTEN does not work through such a pooler",
+			"poll", cfg.Poll, "exec_mode", pc.ConnConfig.DefaultQueryExecMode.String())
+	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return nil, s.explain("connecting to "+where, err)
 	}
@@ -232,6 +243,8 @@ func (s *Store) explain(doing string, err error) error {
 		hint = ": permission denied (the ledger's user must be able to create the schema and its tables, or they must exist)"
 	case "3D000":
 		hint = ": the database does not exist (create it first: createdb NAME)"
+	case "42P05", "26000": // prepared statement already exists / does not exist
+		hint = ": a pooler between docket and PostgreSQL shares server sessions (transaction pooling) and was not recognized at start: add " + execModeParam + "=cache_describe to the ledger URL"
 	default:
 		var lease *LeaseError
 		if errors.As(err, &lease) || errors.Is(err, ledger.ErrFormat) {
