@@ -673,6 +673,14 @@ func passwordOf(raw string) string {
 		p, _ := u.User.Password()
 		return p
 	}
+	if kvs, ok := parseKeywordValue(raw); ok {
+		for _, kv := range kvs {
+			if kv.key == "password" {
+				return kv.value
+			}
+		}
+		return ""
+	}
 	for _, f := range strings.Fields(raw) {
 		if v, ok := strings.CutPrefix(f, "password="); ok {
 			return strings.Trim(v, "'")
@@ -682,8 +690,25 @@ func passwordOf(raw string) string {
 }
 
 // Redact removes the password from a ledger URL, for messages and logs:
-// postgres://user:xxxxx@host/db.
+// postgres://user:xxxxx@host/db, or host=h user=u password=xxxxx.
 func Redact(raw string) string {
+	if strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") {
+		if u, err := url.Parse(raw); err == nil {
+			if u.User != nil {
+				if _, has := u.User.Password(); has {
+					u.User = url.UserPassword(u.User.Username(), "xxxxx")
+				}
+			}
+			if q := u.Query(); q.Has("password") {
+				q.Set("password", "xxxxx")
+				u.RawQuery = q.Encode()
+			}
+			return u.String()
+		}
+	}
+	if r, ok := redactKeywordValue(raw); ok {
+		return r
+	}
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
@@ -696,8 +721,11 @@ func Redact(raw string) string {
 	return raw
 }
 
-// IsURL reports whether s names a PostgreSQL ledger (postgres:// or
-// postgresql://).
+// IsURL reports whether s names a PostgreSQL ledger: a URL (postgres://
+// or postgresql://) or libpq's keyword/value form with at least one of
+// host, hostaddr, port, dbname, user or service (host=db dbname=docket).
+// Anything else is a data directory (write ./host=x for a directory named
+// so).
 func IsURL(s string) bool {
-	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") || isKeywordValue(s)
 }
