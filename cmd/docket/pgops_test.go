@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/ledger/postgres/pgtest"
+)
+
+// keywordLedger writes a ledger URL of the package's cluster in libpq's
+// keyword/value form.
+func keywordLedger(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	return fmt.Sprintf("host=%s port=%s dbname=%s user=%s password=%s sslmode=disable",
+		u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/"), u.User.Username(), pw)
+}
+
+// --ledger and $DOCKET_LEDGER take libpq's keyword/value form as they take
+// a URL; the messages that name the ledger hide its password.
+func TestSharedLedgerKeywordForm(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	raw, pw := sharedLedger(t)
+	dsn := keywordLedger(t, raw)
+	noPassword := func(r result) {
+		t.Helper()
+		if strings.Contains(r.stdout+r.stderr, pw) {
+			t.Fatalf("the password was printed:\n%s", r)
+		}
+	}
+	planPath := b.plan(t, "p", crashPlan(crashClasses[4])) // an email (at most once), then a payment
+	r := inproc(t, "run", "--ledger", dsn, "--tools", b.tools, "--plan", planPath, "--run-id", "kw-1")
+	wantCode(t, r, exitPaused)
+	noPassword(r)
+	if !strings.Contains(r.stderr, "docket approve --ledger 'host=") || !strings.Contains(r.stderr, "password=xxxxx") {
+		t.Fatalf("the waiting message should name the ledger (without its password):\n%s", r)
+	}
+	env := map[string]string{"DOCKET_LEDGER": dsn}
+	r = inprocEnv(t, env, "approve", "--tools", b.tools, "kw-1")
+	wantCode(t, r, exitOK)
+	noPassword(r)
+	// The URL form reads what the keyword form recorded.
+	r = inproc(t, "runs", "show", "--json", "--ledger", raw, "kw-1")
+	wantCode(t, r, exitOK)
+	if !strings.Contains(r.stdout, `"status": "completed"`) && !strings.Contains(r.stdout, `"status":"completed"`) {
+		t.Fatalf("runs show:\n%s", r)
+	}
+	// A data directory is still a directory.
+	r = inproc(t, "runs", "list", "--ledger", "./host=somewhere")
+	wantCode(t, r, exitBad)
+	if !strings.Contains(r.stderr, "keyword/value") {
+		t.Fatalf("--ledger with a path:\n%s", r)
+	}
+}
+
+// Two docket serve nodes on one database through PgBouncer in transaction
+// mode, named with the keyword/value form and nothing about the pooler: a
+// run created on A streams on B gap-free; A is SIGKILLed while a charge is
+// in flight and B finishes the run, every charge made once; a run
+// submitted on B waits for approval and an approval on B finishes it.
+func TestSharedLedgerNodesThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	raw, pw := sharedLedger(t)
+	bouncer := pgtest.StartBouncer(t, sharedPG.Get(t), pgtest.BouncerOptions{})
+	dsn := keywordLedger(t, bouncer.Rewrite(raw))
+	w := newChargeWorld(t)
+	tools := w.toolsFile(t, t.TempDir())
+	const token = "pooled-nodes-test-token"
+	args := []string{"--ledger", dsn, "--tools", tools, "--token", token, "--lease", "2s"}
+	a := startServeChild(t, args...)
+	b := startServeChild(t, args...)
+	for name, s := range map[string]*servedChild{"A": a, "B": b} {
+		if !strings.Contains(s.output(), "pooler in transaction mode") {
+			t.Fatalf("node %s did not say it found the pooler:\n%s", name, s.output())
+		}
+	}
+
+	body := fmt.Sprintf(`{"run_id": "mid", "approve": "all", "plan": %s}`, diskPlan)
+	if status, _, code := a.call(t, "POST", "/v1/runs", token, body); status != http.StatusCreated {
+		t.Fatalf("POST /v1/runs on A: %d %s\nA:\n%s", status, code, a.output())
+	}
+	if status, _, code := b.call(t, "POST", "/v1/runs", token, body); status != http.StatusOK {
+		t.Fatalf("the same POST on B: %d %s, want 200", status, code)
+	}
+	events := streamRun(t, b.base, token, "mid")
+	waitClosed(t, w.arrived, "the gate charge at the provider")
+	if err := a.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	close(w.open)
+	var next uint64 = 1
+	deadline := time.After(90 * time.Second)
+	for done := false; !done; {
+		select {
+		case m, ok := <-events:
+			if !ok {
+				t.Fatalf("B's socket closed before the run completed\nB:\n%s", b.output())
+			}
+			if m.Event == nil {
+				continue
+			}
+			ev := m.Event
+			if ev.Seq != next {
+				t.Fatalf("event seq %d on B's socket, want %d (gap or repeat)", ev.Seq, next)
+			}
+			next++
+			switch ev.Type {
+			case "run.completed":
+				done = true
+			case "run.failed", "run.paused":
+				t.Fatalf("run mid ended %s\nB:\n%s", ev.Type, b.output())
+			}
+		case <-deadline:
+			t.Fatalf("run mid did not complete after A was killed\nB:\n%s", b.output())
+		}
+	}
+	for ref, n := range w.effectsOf("first", "gate", "last") {
+		if n != 1 {
+			t.Errorf("%d charges for %s, want 1", n, ref)
+		}
+	}
+
+	wait := `{"run_id": "wait", "approve": "none", "plan": {"goal": "one charge", "actions": [
+		{"id": "w1", "tool": "charge", "args": {"reference": "w1", "amount": 7}}]}}`
+	if status, _, code := b.call(t, "POST", "/v1/runs", token, wait); status != http.StatusCreated {
+		t.Fatalf("POST on B: %d %s", status, code)
+	}
+	waitStatus(t, b, token, "wait", "awaiting_approval")
+	if status, _, code := b.call(t, "POST", "/v1/runs/wait/approve", token, `{"all": true}`); status != http.StatusOK && status != http.StatusAccepted {
+		t.Fatalf("approve on B: %d %s", status, code)
+	}
+	waitStatus(t, b, token, "wait", "completed")
+	if n := w.effectsOf("w1")["w1"]; n != 1 {
+		t.Fatalf("%d charges for w1", n)
+	}
+	for _, s := range []*servedChild{a, b} {
+		if strings.Contains(s.output(), pw) {
+			t.Fatalf("a node logged the password:\n%s", s.output())
+		}
+	}
+}
