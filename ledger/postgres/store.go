@@ -70,6 +70,15 @@ type Config struct {
 	// the error; default 30s. A transaction whose COMMIT was sent is never
 	// run again: its outcome is returned as unknown.
 	Outage time.Duration
+	// PoolerLoginRetry matters only behind a pooler in transaction mode
+	// (Store.Pooled): how long the pooler refuses every client after it
+	// failed to log in to the database (PgBouncer's server_login_retry,
+	// 15s by default), as after a database restart. A lease shorter than
+	// that would lapse on every node at once and let the nodes take over
+	// one another's live claims, so behind a pooler Open raises Lease to at
+	// least 2*PoolerLoginRetry + SkewMargin, and says so in its log.
+	// Default 15s; negative: leave Lease as it is.
+	PoolerLoginRetry time.Duration
 }
 
 // Defaults.
@@ -82,6 +91,7 @@ const (
 	DefaultPoll             = time.Second
 	DefaultMaxConns         = 16
 	DefaultOutage           = 30 * time.Second
+	DefaultPoolerLoginRetry = 15 * time.Second
 )
 
 // WithDefaults returns cfg with zero fields set to their defaults.
@@ -98,6 +108,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.Poll = cmp.Or(cfg.Poll, DefaultPoll)
 	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
 	cfg.Outage = cmp.Or(cfg.Outage, DefaultOutage)
+	cfg.PoolerLoginRetry = cmp.Or(cfg.PoolerLoginRetry, DefaultPoolerLoginRetry)
 	return cfg
 }
 
@@ -204,6 +215,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.log.Info("the database is reached through a pooler in transaction mode (two connections shared one server session): queries go without named prepared statements, and other nodes' events reach this node's subscribers by polling, as LISTEN does not work through such a pooler",
 			"poll", cfg.Poll, "exec_mode", pc.ConnConfig.DefaultQueryExecMode.String())
+		if least := 2*cfg.PoolerLoginRetry + cfg.SkewMargin; cfg.PoolerLoginRetry > 0 && cfg.Lease < least {
+			s.log.Info("behind a pooler the node lease is raised above twice the pooler's wait after a failed login (PgBouncer's server_login_retry), so that a database restart does not make this node's live claims look dead; lower server_login_retry and set PoolerLoginRetry to keep a shorter lease",
+				"lease", least, "configured_lease", cfg.Lease, "pooler_login_retry", cfg.PoolerLoginRetry)
+			s.cfg.Lease = least
+		}
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return nil, s.explain("connecting to "+where, err)
