@@ -87,7 +87,9 @@ func parseKeywordValue(s string) (kvs []keyValue, ok bool) {
 	}
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 func isKeyword(k string) bool {
 	if k == "" || k[0] < 'a' || k[0] > 'z' {
