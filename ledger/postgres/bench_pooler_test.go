@@ -24,7 +24,7 @@ import (
 //	go test ./ledger/postgres -run '^$' -bench StepExecMode -benchtime 2000x
 func BenchmarkStepExecMode(b *testing.B) {
 	url := database(b)
-	var bouncer *pgtest.Bouncer
+	bouncer := pgtest.StartBouncer(b, pg.Get(b), pgtest.BouncerOptions{})
 	for _, tc := range []struct{ name, mode string }{
 		{"direct/cache_statement", "cache_statement"},
 		{"direct/cache_describe", "cache_describe"},
@@ -34,9 +34,6 @@ func BenchmarkStepExecMode(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/inflight=%d", tc.name, inflight), func(b *testing.B) {
 				u := url + "&default_query_exec_mode=" + tc.mode
 				if tc.mode == "" {
-					if bouncer == nil {
-						bouncer = pgtest.StartBouncer(b, pg.Get(b), pgtest.BouncerOptions{})
-					}
 					u = bouncer.Rewrite(url)
 				}
 				ctx := context.Background()
