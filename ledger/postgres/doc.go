@@ -13,7 +13,8 @@
 // truth), events (each run's log, primary key (run_id, seq)), memos, blobs
 // (large values stored once per run), nodes (one row per process with its
 // lease), reservations (run ids a node is accepting), sessions (the review
-// page's, by the cookie's SHA-256) and meta (the schema version). Each run
+// page's, by the cookie's SHA-256), limits (the service's per-token rate
+// buckets, shared by every node) and meta (the schema version). Each run
 // row names its driver: the node that last appended to its log. JSON
 // values are stored as bytea,
 // byte for byte as recorded (a value of 64 KiB or more is a reference

@@ -164,6 +164,7 @@ type Store struct {
 	id     string // this handle's notification sender id (stable across incarnations)
 	pooled bool   // behind a pooler in transaction mode (probePooler)
 	q      queries
+	lq     limitQueries
 
 	inc        atomic.Pointer[string] // current incarnation
 	validUntil atomic.Int64           // local unix nanos until which the lease counts as valid (LeaseValid)
@@ -201,7 +202,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: database URL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(cfg.URL)))
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "ledger/postgres"), secret: pc.ConnConfig.Password,
-		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), notes: make(chan []string, 4096)}
+		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), lq: makeLimitQueries(cfg.Schema), notes: make(chan []string, 4096)}
 	s.heartbeat.Store(true)
 	pc.MaxConns = int32(cfg.MaxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = "docket"

@@ -1,0 +1,110 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// One token bucket for every node: takes on two Stores draw from the
+// same allowance, a refused take takes nothing and says how long to wait,
+// and buckets of other kinds or names are apart.
+func TestTakeTokensShared(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	const rate, burst = 0.01, 5 // one token per 100s: nothing refills during the test
+	took := 0
+	for i := range 8 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wait, ok, err := s.TakeTokens(ctx, "req", "alice", 1, rate, burst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			took++
+		} else if wait < 50*time.Second || wait > 100*time.Second {
+			t.Fatalf("refused take %d: wait %v, want up to 100s (one token at 0.01/s)", i, wait)
+		}
+	}
+	if took != burst {
+		t.Fatalf("%d takes allowed across two nodes, want %d (one bucket)", took, burst)
+	}
+	// More than a bucket can hold: refused, and nothing taken.
+	if _, ok, err := a.TakeTokens(ctx, "bytes", "alice", 6, rate, burst); ok || err != nil {
+		t.Fatalf("a take larger than the burst: %v, %v", ok, err)
+	}
+	if _, ok, err := b.TakeTokens(ctx, "bytes", "alice", 5, rate, burst); !ok || err != nil {
+		t.Fatalf("the other kind's bucket is full: %v, %v", ok, err)
+	}
+	if _, ok, err := b.TakeTokens(ctx, "req", "bob", 1, rate, burst); !ok || err != nil {
+		t.Fatalf("another token's bucket is full: %v, %v", ok, err)
+	}
+	// It refills at rate.
+	if _, ok, err := a.TakeTokens(ctx, "fast", "alice", 2, 1000, 2); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, ok, err := b.TakeTokens(ctx, "fast", "alice", 2, 1000, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a bucket refilling at 1000/s stayed empty")
+		}
+	}
+	if _, _, err := a.TakeTokens(ctx, "req", "x", 1, 1, math.NaN()); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("NaN burst: %v", err)
+	}
+}
+
+// CapSessions keeps a token's newest sessions, whichever node made them.
+func TestCapSessionsShared(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	now := time.Now()
+	for i := range 6 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		if err := s.PutSession(ctx, fmt.Sprintf("h%d", i), "alice", now.Add(time.Hour+time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.PutSession(ctx, "other", "bob", now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CapSessions(ctx, "alice", 4); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		_, _, ok, err := b.Session(ctx, fmt.Sprintf("h%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i >= 2; ok != want {
+			t.Errorf("session h%d live: %v, want %v", i, ok, want)
+		}
+	}
+	if _, _, ok, err := a.Session(ctx, "other"); !ok || err != nil {
+		t.Fatalf("another token's session: %v, %v", ok, err)
+	}
+}
