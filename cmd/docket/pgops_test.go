@@ -148,3 +148,87 @@ func TestSharedLedgerNodesThroughPgBouncer(t *testing.T) {
 		}
 	}
 }
+
+// A token's request rate is one budget across the nodes of a shared
+// ledger: requests spread over two nodes are allowed --burst times in all,
+// not --burst times on each.
+func TestSharedLedgerNodesRateLimit(t *testing.T) {
+	t.Parallel()
+	raw, _ := sharedLedger(t)
+	tools := newChargeWorld(t).toolsFile(t, t.TempDir())
+	const token = "shared-limits-test-token"
+	// One request per 100s refills: nothing refills during the test.
+	args := []string{"--ledger", raw, "--tools", tools, "--token", token, "--rate", "0.01", "--burst", "10"}
+	a := startServeChild(t, args...)
+	b := startServeChild(t, args...)
+	allowed, limited := 0, 0
+	for i := range 30 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		switch status, retry, code := s.call(t, "GET", "/v1/runs", token, ""); status {
+		case http.StatusOK:
+			allowed++
+		case http.StatusTooManyRequests:
+			limited++
+			if code != "rate_limited" || retry == "" {
+				t.Fatalf("429 without rate_limited and Retry-After: %q %q", code, retry)
+			}
+		default:
+			t.Fatalf("GET /v1/runs: %d %s", status, code)
+		}
+	}
+	if allowed != 10 || limited != 20 {
+		t.Fatalf("%d requests allowed and %d limited over two nodes, want 10 and 20 (one budget of --burst 10)\nA:\n%s\nB:\n%s", allowed, limited, a.output(), b.output())
+	}
+}
+
+// The cap on a token's page sessions (32) holds across the nodes of a
+// shared ledger: 34 sign-ins spread over two nodes leave the 32 newest
+// sessions valid on both, and the 2 oldest ended on both.
+func TestSharedLedgerNodesSessionCap(t *testing.T) {
+	t.Parallel()
+	raw, _ := sharedLedger(t)
+	tools := newChargeWorld(t).toolsFile(t, t.TempDir())
+	const token = "shared-sessions-cap-test-token"
+	args := []string{"--ledger", raw, "--tools", tools, "--token", token, "--rate", "1000", "--burst", "1000"}
+	nodes := []*servedChild{startServeChild(t, args...), startServeChild(t, args...)}
+	var cookies []*http.Cookie
+	for i := range 34 {
+		s := nodes[i%2]
+		resp, err := http.Post(s.base+"/v1/session", "application/json", strings.NewReader(`{"token": "`+token+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var c *http.Cookie
+		for _, ck := range resp.Cookies() {
+			if ck.Name == "docket_session" {
+				c = ck
+			}
+		}
+		if resp.StatusCode != http.StatusOK || c == nil {
+			t.Fatalf("sign-in %d: %d, cookie %v", i, resp.StatusCode, c)
+		}
+		cookies = append(cookies, c)
+	}
+	for i, c := range cookies {
+		for n, s := range nodes {
+			req, _ := http.NewRequest("GET", s.base+"/v1/runs", nil)
+			req.AddCookie(c)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := http.StatusOK
+			if i < 2 {
+				want = http.StatusUnauthorized
+			}
+			if resp.StatusCode != want {
+				t.Errorf("session %d (of 34, made on node %d) on node %d: %d, want %d", i, i%2, n, resp.StatusCode, want)
+			}
+		}
+	}
+}
