@@ -74,6 +74,26 @@
 // was delivered, so a lost notification (the listening connection dropped)
 // delays events by at most one poll, never stalls them.
 //
+// # Connection strings and poolers
+//
+// Config.URL is a URL (postgres://…, postgresql://…) or libpq's
+// keyword/value form (host=… port=… dbname=… user=… sslmode=…); IsURL
+// tells either from a data directory. Open looks for a pooler in
+// transaction mode (PgBouncer's pool_mode = transaction and its kind): two
+// of its connections, both open, that land on the same server backend.
+// Behind one (Store.Pooled) it sends queries without named prepared
+// statements (pgx's cache_describe: the unnamed statement, one round trip
+// per query once its description is cached), unless the URL sets
+// default_query_exec_mode itself; it does not LISTEN (the pooler would
+// register the LISTEN on a server connection it then hands to someone
+// else), so other nodes' events reach subscribers by the poll, within
+// Config.Poll; and it raises the node lease to at least
+// 2*Config.PoolerLoginRetry + SkewMargin, so that the pooler refusing
+// every client for its server_login_retry after a database restart does
+// not make live nodes' claims look dead. Each of these is written to the
+// log at Open. A direct connection or a pooler in session mode is used as
+// the server itself.
+//
 // # Secrets
 //
 // The connection URL's password never appears in an error or a log line of
