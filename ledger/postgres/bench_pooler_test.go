@@ -37,7 +37,7 @@ func BenchmarkStepExecMode(b *testing.B) {
 					u = bouncer.Rewrite(url)
 				}
 				ctx := context.Background()
-				s := open(b, postgres.Config{URL: u, Schema: schemaFor(fmt.Sprintf("%s-%d", b.Name(), b.N)), MaxConns: max(8, inflight)})
+				s := open(b, postgres.Config{URL: u, Schema: schemaFor(fmt.Sprintf("%s-%d-%d", b.Name(), b.N, time.Now().UnixNano())), MaxConns: max(8, inflight)})
 				per := (b.N + inflight - 1) / inflight
 				for w := range inflight {
 					p := &plan.Plan{Goal: "bench"}
