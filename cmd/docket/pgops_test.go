@@ -146,6 +146,10 @@ func TestSharedLedgerNodesThroughPgBouncer(t *testing.T) {
 		if strings.Contains(s.output(), pw) {
 			t.Fatalf("a node logged the password:\n%s", s.output())
 		}
+		// Every request took from the token's shared bucket through the pooler.
+		if strings.Contains(s.output(), "shared rate limits could not be read") {
+			t.Fatalf("the shared rate limits failed through the pooler:\n%s", s.output())
+		}
 	}
 }
 
