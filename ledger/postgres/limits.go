@@ -15,7 +15,9 @@ import (
 // The service's per-token limits, shared by every node of the ledger: a
 // token bucket per (kind, name) in the limits table, taken from in one
 // statement by the database's clock, and the cap on a token's page
-// sessions (sessions table). The service (ui) uses them through its own
+// sessions (sessions table). The limits table is unlogged: a take writes
+// no WAL and waits for no flush; a crash or failover of the database
+// refills every bucket. The service (ui) uses them through its own
 // interface when its ledger offers them, so a token spread over several
 // nodes has one budget, not one per node.
 

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/postgres"
 )
 
 // One token bucket for every node: takes on two Stores draw from the
@@ -106,5 +108,33 @@ func TestCapSessionsShared(t *testing.T) {
 	}
 	if _, _, ok, err := a.Session(ctx, "other"); !ok || err != nil {
 		t.Fatalf("another token's session: %v, %v", ok, err)
+	}
+}
+
+// BenchmarkTakeTokens measures one shared take, what every authenticated
+// request of the service costs on a shared ledger (the limits table is
+// unlogged: no WAL flush), sequential and 16 at once on 16 tokens.
+//
+//	go test ./ledger/postgres -run '^$' -bench TakeTokens -benchtime 2000x
+func BenchmarkTakeTokens(b *testing.B) {
+	for _, par := range []int{1, 16} {
+		b.Run(fmt.Sprintf("inflight=%d", par), func(b *testing.B) {
+			ctx := context.Background()
+			s := open(b, postgres.Config{Schema: schemaFor(fmt.Sprintf("%s-%d", b.Name(), time.Now().UnixNano())), MaxConns: max(8, par)})
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := (b.N + par - 1) / par
+			for w := range par {
+				wg.Go(func() {
+					for range min(per, b.N-per*w) {
+						if _, _, err := s.TakeTokens(ctx, "requests", fmt.Sprintf("tok%d", w), 1, 1e9, 1e9); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
 	}
 }

@@ -166,9 +166,11 @@ CREATE INDEX budget_holds_run ON {S}.budget_holds (run_id);
 `,
 	// 4: the service's per-token limits shared by every node (limits.go):
 	// one token bucket per (kind, name), and the sessions of a token by
-	// expiry (the cap on a token's sessions).
+	// expiry (the cap on a token's sessions). The buckets are taken from
+	// on every request: unlogged, so a take waits for no WAL flush (a
+	// crash or a failover of the database refills them).
 	`
-CREATE TABLE {S}.limits (
+CREATE UNLOGGED TABLE {S}.limits (
 	kind   text NOT NULL,
 	name   text NOT NULL,
 	tokens double precision NOT NULL,
