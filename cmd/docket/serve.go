@@ -368,7 +368,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if pg != nil {
 		// Other nodes drive their own runs: this one adopts the runs whose
 		// driver is gone (now, then every second).
-		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", *lease)
+		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", pg.LeaseDuration()) // raised behind a pooler
 		sweepCtx, stopSweep := context.WithCancel(ctx)
 		defer stopSweep()
 		go sweepOrphans(sweepCtx, pg, srv, log)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -68,3 +69,7 @@ func setsExecMode(connString string) bool { return strings.Contains(connString, 
 // default_query_exec_mode) and serves other nodes' events to subscribers by
 // polling every Config.Poll, as LISTEN does not work through such a pooler.
 func (s *Store) Pooled() bool { return s.pooled }
+
+// LeaseDuration is this node's lease: Config.Lease, or more behind a
+// pooler (Config.PoolerLoginRetry).
+func (s *Store) LeaseDuration() time.Duration { return s.cfg.Lease }

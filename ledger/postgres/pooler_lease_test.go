@@ -39,6 +39,9 @@ func TestPoolerOutageKeepsLiveClaims(t *testing.T) {
 	if !a.Pooled() {
 		t.Fatal("the pooler was not found")
 	}
+	if a.LeaseDuration() != 2*cfg.PoolerLoginRetry+cfg.SkewMargin {
+		t.Fatalf("A's lease behind the pooler: %v, want 2*PoolerLoginRetry + SkewMargin", a.LeaseDuration())
+	}
 	l, err := b.Lease(ctx, a.Incarnation())
 	if err != nil {
 		t.Fatal(err)
