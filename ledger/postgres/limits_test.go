@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/postgres"
 )
@@ -136,5 +138,63 @@ func BenchmarkTakeTokens(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// TokensLeft reads a bucket without taking from it; buckets full again are
+// swept from the table (a sign-in bucket per client address must not pile
+// up), and a swept bucket reads as full.
+func TestTokensLeftAndSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	b := open(t, shortLease(schema))
+	if left, err := a.TokensLeft(ctx, "signin", "10.0.0.1", 0.01, 20); err != nil || left != 20 {
+		t.Fatalf("a bucket never taken from: %v, %v, want 20", left, err)
+	}
+	for range 3 {
+		if _, ok, err := b.TakeTokens(ctx, "signin", "10.0.0.1", 1, 0.01, 20); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	for range 2 {
+		left, err := a.TokensLeft(ctx, "signin", "10.0.0.1", 0.01, 20)
+		if err != nil || left < 17 || left > 17.1 {
+			t.Fatalf("after 3 takes on another node: %v, %v, want 17", left, err)
+		}
+	}
+	// A bucket refilling at 1000/s is full again at once; one refilling at
+	// 0.01/s is not. Enough takes elsewhere make a sweep.
+	if _, _, err := a.TakeTokens(ctx, "signin", "10.0.0.2", 1, 1000, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 600 {
+		if _, _, err := a.TakeTokens(ctx, "requests", fmt.Sprintf("t%d", i%3), 1, 1e6, 1e6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var names []string
+	rows, err := conn.Query(ctx, `SELECT name FROM `+pgx.Identifier{schema}.Sanitize()+`.limits WHERE kind = 'signin' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	if rows.Err() != nil || len(names) != 1 || names[0] != "10.0.0.1" {
+		t.Fatalf("sign-in buckets left after a sweep: %v, %v; want only 10.0.0.1 (not full again)", names, rows.Err())
+	}
+	if left, err := a.TokensLeft(ctx, "signin", "10.0.0.2", 1000, 1); err != nil || left != 1 {
+		t.Fatalf("a swept bucket: %v, %v, want full", left, err)
 	}
 }

@@ -173,9 +173,10 @@ CREATE INDEX budget_holds_run ON {S}.budget_holds (run_id);
 CREATE UNLOGGED TABLE {S}.limits (
 	kind   text NOT NULL,
 	name   text NOT NULL,
-	tokens double precision NOT NULL,
-	at     timestamptz NOT NULL,
-	took   boolean NOT NULL,
+	tokens  double precision NOT NULL,
+	at      timestamptz NOT NULL,
+	took    boolean NOT NULL,
+	full_at timestamptz NOT NULL,
 	PRIMARY KEY (kind, name)
 );
 CREATE INDEX sessions_token ON {S}.sessions (token_name, expires);

@@ -165,6 +165,7 @@ type Store struct {
 	pooled bool   // behind a pooler in transaction mode (probePooler)
 	q      queries
 	lq     limitQueries
+	takes  atomic.Int64 // TakeTokens calls (sweepEvery)
 
 	inc        atomic.Pointer[string] // current incarnation
 	validUntil atomic.Int64           // local unix nanos until which the lease counts as valid (LeaseValid)
