@@ -7,15 +7,19 @@ import (
 )
 
 // SharedLimits is a ledger shared by several processes (ledger/postgres)
-// that keeps the service's per-token limits for every node: with it, a
-// token's requests, submitted bytes and page sessions spread over several
-// `docket serve` nodes count against one budget, not one per node.
-// Without it (Badger, memory) each server counts in its own memory.
+// that keeps the service's limits for every node: with it, a token's
+// requests, submitted bytes and page sessions, and a client address's
+// failed sign-ins, spread over several `docket serve` nodes count against
+// one budget, not one per node. Without it (Badger, memory) each server
+// counts in its own memory.
 type SharedLimits interface {
 	// TakeTokens takes n from the token bucket (kind, name) that holds at
 	// most burst and refills at rate per second; when it holds fewer it
 	// takes nothing and answers false and how long until it holds n.
 	TakeTokens(ctx context.Context, kind, name string, n, rate, burst float64) (wait time.Duration, ok bool, err error)
+	// TokensLeft is what the bucket (kind, name) holds now, taking
+	// nothing.
+	TokensLeft(ctx context.Context, kind, name string, rate, burst float64) (float64, error)
 	// CapSessions ends the sessions of tokenName past its keep newest.
 	CapSessions(ctx context.Context, tokenName string, keep int) error
 }
@@ -26,15 +30,16 @@ type SharedLimits interface {
 const sharedTakeTimeout = 2 * time.Second
 
 // sharedBuckets is the ledger's side of a buckets: its kind names the
-// bucket family in the ledger ("requests", "submit_bytes").
+// bucket family in the ledger ("requests", "submit_bytes", "signin").
 type sharedBuckets struct {
 	kind   string
 	limits SharedLimits
 	failed func(error) // a take that failed (the local bucket answered)
 }
 
-// shareLimits makes the request rate and the submitted-bytes budget count
-// in the ledger when it is shared (SharedLimits), for every node at once.
+// shareLimits makes the request rate, the submitted-bytes budget and the
+// failed sign-ins' allowance count in the ledger when it is shared
+// (SharedLimits), for every node at once.
 // A take the ledger cannot answer (unreachable, slow) falls back to this
 // server's own bucket, logged at most once a minute.
 func (s *Server) shareLimits() {
@@ -51,6 +56,7 @@ func (s *Server) shareLimits() {
 	}
 	s.limits.reqs.shared = &sharedBuckets{kind: "requests", limits: sl, failed: failed}
 	s.submits.shared = &sharedBuckets{kind: "submit_bytes", limits: sl, failed: failed}
+	s.signins.shared = &sharedBuckets{kind: "signin", limits: sl, failed: failed}
 }
 
 // take is buckets.take in the ledger; ok false with a nil error: refused.
@@ -58,6 +64,13 @@ func (sb *sharedBuckets) take(name string, n, rate, burst float64) (time.Duratio
 	ctx, cancel := context.WithTimeout(context.Background(), sharedTakeTimeout)
 	defer cancel()
 	return sb.limits.TakeTokens(ctx, sb.kind, name, n, rate, burst)
+}
+
+// left is what name's bucket holds in the ledger, taking nothing.
+func (sb *sharedBuckets) left(name string, rate, burst float64) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTakeTimeout)
+	defer cancel()
+	return sb.limits.TokensLeft(ctx, sb.kind, name, rate, burst)
 }
 
 // capSharedSessions ends, on every node, the sessions of token name past

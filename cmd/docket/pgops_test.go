@@ -236,3 +236,32 @@ func TestSharedLedgerNodesSessionCap(t *testing.T) {
 		}
 	}
 }
+
+// A client address's allowance of failed sign-ins (20 at once, 1 per
+// second) is one across the nodes of a shared ledger: wrong tokens spread
+// over two nodes are answered 401 about 20 times in all, then 429.
+func TestSharedLedgerNodesSignInThrottle(t *testing.T) {
+	t.Parallel()
+	raw, _ := sharedLedger(t)
+	tools := newChargeWorld(t).toolsFile(t, t.TempDir())
+	const token = "shared-signin-test-token"
+	args := []string{"--ledger", raw, "--tools", tools, "--token", token}
+	nodes := []*servedChild{startServeChild(t, args...), startServeChild(t, args...)}
+	start := time.Now()
+	unauthorized, limited := 0, 0
+	for i := range 36 {
+		switch status, _, code := nodes[i%2].call(t, "GET", "/v1/runs", "wrong-token-"+token, ""); status {
+		case http.StatusUnauthorized:
+			unauthorized++
+		case http.StatusTooManyRequests:
+			limited++
+		default:
+			t.Fatalf("a wrong token: %d %s", status, code)
+		}
+	}
+	// The allowance refills at 1 per second while the requests go.
+	refilled := int(time.Since(start).Seconds()) + 1
+	if unauthorized < 20 || unauthorized > 20+refilled || limited == 0 {
+		t.Fatalf("36 wrong tokens over two nodes: %d answered 401 and %d 429, want 20 (+%d refilled) 401 and the rest 429 (one allowance)", unauthorized, limited, refilled)
+	}
+}
