@@ -93,7 +93,7 @@ func (s *Store) listenLoop() {
 	// connection is down.
 	s.wg.Add(1)
 	go s.pollLoop(ctx)
-	if s.pooled {
+	if s.pooled && s.listenCfg == nil {
 		// LISTEN through a pooler in transaction mode registers on a server
 		// connection that goes back to the pool: nothing would arrive.
 		// The poll alone serves subscribers (Open logged it).
@@ -117,7 +117,11 @@ func (s *Store) listenLoop() {
 }
 
 func (s *Store) listen(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cc := s.pool.Config().ConnConfig.Copy()
+	if s.listenCfg != nil {
+		cc = s.listenCfg.Copy()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return err
 	}

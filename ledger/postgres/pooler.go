@@ -2,10 +2,13 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/docketrun/docket/ledger"
 )
 
 // Connection poolers (PgBouncer and its kind) in transaction or statement
@@ -73,3 +76,27 @@ func (s *Store) Pooled() bool { return s.pooled }
 // LeaseDuration is this node's lease: Config.Lease, or more behind a
 // pooler (Config.PoolerLoginRetry).
 func (s *Store) LeaseDuration() time.Duration { return s.cfg.Lease }
+
+// listenElsewhere prepares Config.ListenURL, when set, for listenLoop: it
+// must parse and must not itself go through a pooler in transaction mode.
+// Errors: ErrInvalid, connection errors (explained, without a password).
+func (s *Store) listenElsewhere(ctx context.Context) error {
+	if s.cfg.ListenURL == "" {
+		return nil
+	}
+	lc, err := pgx.ParseConfig(s.cfg.ListenURL)
+	if err != nil {
+		return fmt.Errorf("%w: ListenURL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(s.cfg.ListenURL)))
+	}
+	s.listenSecret = lc.Password
+	where := fmt.Sprintf("PostgreSQL at %s:%d (ListenURL), database %q as user %q", lc.Host, lc.Port, lc.Database, lc.User)
+	pooled, err := probePooler(ctx, lc)
+	if err != nil {
+		return s.explain("connecting to "+where, err)
+	}
+	if pooled {
+		return fmt.Errorf("%w: ListenURL %s goes through a pooler in transaction mode too: LISTEN needs a connection of its own (the server, or a pooler in session mode)", ledger.ErrInvalid, Redact(s.cfg.ListenURL))
+	}
+	s.listenCfg = lc
+	return nil
+}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -121,5 +122,59 @@ func TestSubscribeAcrossNodesThroughPgBouncer(t *testing.T) {
 			}
 		}
 		expect(uint64(2 + 4*(round+1)))
+	}
+}
+
+// With ListenURL (a direct connection) beside a URL through PgBouncer, a
+// node LISTENs there: another node's events reach its subscriber with the
+// poll far away (10 minutes). A ListenURL through the same pooler is
+// refused.
+func TestListenURLBesidePgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct := database(t)
+	bouncer := pgtest.StartBouncer(t, pg.Get(t), pgtest.BouncerOptions{})
+	var log syncBuffer
+	cfg := postgres.Config{URL: bouncer.Rewrite(direct), ListenURL: direct, Schema: schemaFor(t.Name()), Poll: 10 * time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	a := open(t, cfg)
+	b := open(t, cfg)
+	if !b.Pooled() || !strings.Contains(log.String(), "LISTENs for other nodes' events on ListenURL") {
+		t.Fatalf("pooled %v; log:\n%s", b.Pooled(), log.String())
+	}
+	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a1", Tool: "t", Args: json.RawMessage(`{}`)}}}
+	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.Subscribe(ctx, "r", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	next := uint64(1)
+	for round := range 3 {
+		if _, err := ledger.ApplyOne(ctx, a, ledger.Note("r", "test.note", "", json.RawMessage(fmt.Sprintf(`{"i":%d}`, round)))); err != nil {
+			t.Fatal(err)
+		}
+		for next <= uint64(3+round) {
+			select {
+			case ev, ok := <-sub.C:
+				if !ok {
+					t.Fatalf("subscription ended: %v", sub.Err())
+				}
+				if ev.Seq != next {
+					t.Fatalf("got seq %d, want %d", ev.Seq, next)
+				}
+				next++
+			case <-time.After(30 * time.Second):
+				t.Fatalf("seq %d did not arrive within 30s (the poll is 10 minutes away: LISTEN on ListenURL did not deliver)", next)
+			}
+		}
+	}
+	bad := cfg
+	bad.ListenURL = bouncer.Rewrite(direct)
+	bad.Logger = nil
+	if _, err := postgres.Open(ctx, bad); !errors.Is(err, ledger.ErrInvalid) || !strings.Contains(err.Error(), "ListenURL") {
+		t.Fatalf("a ListenURL through the pooler: %v, want ErrInvalid", err)
 	}
 }

@@ -79,6 +79,14 @@ type Config struct {
 	// least 2*PoolerLoginRetry + SkewMargin, and says so in its log.
 	// Default 15s; negative: leave Lease as it is.
 	PoolerLoginRetry time.Duration
+	// ListenURL, when set, is a connection string to the same database
+	// that does not go through a pooler in transaction mode (the server
+	// itself, or a pooler in session mode): the Store LISTENs there for
+	// other nodes' events when URL goes through such a pooler, so its
+	// subscribers get them at once rather than at the next poll. One
+	// connection per process. Its password is kept out of errors and logs
+	// as URL's is.
+	ListenURL string
 }
 
 // Defaults.
@@ -159,13 +167,17 @@ type Store struct {
 	pool   *pgxpool.Pool
 	log    *slog.Logger
 	secret string // the URL's password, redacted from every error
-	local  ledger.Local
-	hub    ledger.Hub
-	id     string // this handle's notification sender id (stable across incarnations)
-	pooled bool   // behind a pooler in transaction mode (probePooler)
-	q      queries
-	lq     limitQueries
-	takes  atomic.Int64 // TakeTokens calls (sweepEvery)
+	// listenCfg, when set, is where listenLoop LISTENs (Config.ListenURL);
+	// listenSecret its password.
+	listenCfg    *pgx.ConnConfig
+	listenSecret string
+	local        ledger.Local
+	hub          ledger.Hub
+	id           string // this handle's notification sender id (stable across incarnations)
+	pooled       bool   // behind a pooler in transaction mode (probePooler)
+	q            queries
+	lq           limitQueries
+	takes        atomic.Int64 // TakeTokens calls (sweepEvery)
 
 	inc        atomic.Pointer[string] // current incarnation
 	validUntil atomic.Int64           // local unix nanos until which the lease counts as valid (LeaseValid)
@@ -215,8 +227,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if !setsExecMode(cfg.URL) {
 			pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		}
-		s.log.Info("the database is reached through a pooler in transaction mode (two connections shared one server session): queries go without named prepared statements, and other nodes' events reach this node's subscribers by polling, as LISTEN does not work through such a pooler",
-			"poll", cfg.Poll, "exec_mode", pc.ConnConfig.DefaultQueryExecMode.String())
+		if err := s.listenElsewhere(ctx); err != nil {
+			return nil, err
+		}
+		if s.listenCfg == nil {
+			s.log.Info("the database is reached through a pooler in transaction mode (two connections shared one server session): queries go without named prepared statements, and other nodes' events reach this node's subscribers by polling, as LISTEN does not work through such a pooler (give a direct connection for listening, ListenURL, to get them at once)",
+				"poll", cfg.Poll, "exec_mode", pc.ConnConfig.DefaultQueryExecMode.String())
+		} else {
+			s.log.Info("the database is reached through a pooler in transaction mode (two connections shared one server session): queries go without named prepared statements; this node LISTENs for other nodes' events on ListenURL",
+				"exec_mode", pc.ConnConfig.DefaultQueryExecMode.String())
+		}
 		if least := 2*cfg.PoolerLoginRetry + cfg.SkewMargin; cfg.PoolerLoginRetry > 0 && cfg.Lease < least {
 			s.log.Info("behind a pooler the node lease is raised above twice the pooler's wait after a failed login (PgBouncer's server_login_retry), so that a database restart does not make this node's live claims look dead; lower server_login_retry and set PoolerLoginRetry to keep a shorter lease",
 				"lease", least, "configured_lease", cfg.Lease, "pooler_login_retry", cfg.PoolerLoginRetry)
@@ -663,10 +683,12 @@ func (s *Store) Memo(ctx context.Context, runID, name string, value json.RawMess
 // redact returns err with the URL's password replaced, keeping the chain
 // (errors.Is and errors.As still see through it).
 func (s *Store) redact(err error) error {
-	if err == nil || s.secret == "" || !strings.Contains(err.Error(), s.secret) {
-		return err
+	for _, secret := range []string{s.secret, s.listenSecret} {
+		if err != nil && secret != "" && strings.Contains(err.Error(), secret) {
+			err = &redacted{err: err, secret: secret}
+		}
 	}
-	return &redacted{err: err, secret: s.secret}
+	return err
 }
 
 type redacted struct {
