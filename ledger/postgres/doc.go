@@ -87,7 +87,8 @@
 // default_query_exec_mode itself; it does not LISTEN (the pooler would
 // register the LISTEN on a server connection it then hands to someone
 // else), so other nodes' events reach subscribers by the poll, within
-// Config.Poll; and it raises the node lease to at least
+// Config.Poll, unless Config.ListenURL gives a direct connection to LISTEN
+// on; and it raises the node lease to at least
 // 2*Config.PoolerLoginRetry + SkewMargin, so that the pooler refusing
 // every client for its server_login_retry after a database restart does
 // not make live nodes' claims look dead. Each of these is written to the
