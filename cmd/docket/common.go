@@ -104,6 +104,11 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 // ledgerEnv names the shared ledger when neither --ledger nor --data is given.
 const ledgerEnv = "DOCKET_LEDGER"
 
+// ledgerListenEnv is docket serve's direct connection to LISTEN on when the
+// shared ledger is reached through a pooler in transaction mode
+// (postgres.Config.ListenURL).
+const ledgerListenEnv = "DOCKET_LEDGER_LISTEN"
+
 // ledgerValue is the --ledger flag: a postgres:// URL, or libpq's
 // keyword/value form (host=… dbname=…), that takes the place of the --data
 // directory (data holds either).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -63,8 +64,9 @@ func TestSharedLedgerKeywordForm(t *testing.T) {
 }
 
 // Two docket serve nodes on one database through PgBouncer in transaction
-// mode, named with the keyword/value form and nothing about the pooler: a
-// run created on A streams on B gap-free; A is SIGKILLed while a charge is
+// mode, named with the keyword/value form and nothing about the pooler (B
+// LISTENs on a direct connection, $DOCKET_LEDGER_LISTEN; A polls): a run
+// created on A streams on B gap-free; A is SIGKILLed while a charge is
 // in flight and B finishes the run, every charge made once; a run
 // submitted on B waits for approval and an approval on B finishes it.
 func TestSharedLedgerNodesThroughPgBouncer(t *testing.T) {
@@ -77,11 +79,15 @@ func TestSharedLedgerNodesThroughPgBouncer(t *testing.T) {
 	const token = "pooled-nodes-test-token"
 	args := []string{"--ledger", dsn, "--tools", tools, "--token", token, "--lease", "2s"}
 	a := startServeChild(t, args...)
-	b := startServeChild(t, args...)
+	// B LISTENs on a direct connection ($DOCKET_LEDGER_LISTEN); A polls.
+	b := startServeChildEnv(t, append(os.Environ(), "DOCKET_LEDGER_LISTEN="+keywordLedger(t, raw)), args...)
 	for name, s := range map[string]*servedChild{"A": a, "B": b} {
 		if !strings.Contains(s.output(), "pooler in transaction mode") {
 			t.Fatalf("node %s did not say it found the pooler:\n%s", name, s.output())
 		}
+	}
+	if !strings.Contains(b.output(), "LISTENs for other nodes' events on ListenURL") || strings.Contains(a.output(), "on ListenURL") {
+		t.Fatalf("B should LISTEN on $DOCKET_LEDGER_LISTEN, A poll\nA:\n%s\nB:\n%s", a.output(), b.output())
 	}
 
 	body := fmt.Sprintf(`{"run_id": "mid", "approve": "all", "plan": %s}`, diskPlan)

@@ -190,7 +190,10 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		if *lease < time.Second {
 			return usageError("--lease must be at least 1s")
 		}
-		pg, err = openSharedLedger(ctx, postgres.Config{URL: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer, Lease: *lease})
+		// Behind a pooler in transaction mode, $DOCKET_LEDGER_LISTEN is a direct
+		// connection to LISTEN on (prompt events on the sockets).
+		pg, err = openSharedLedger(ctx, postgres.Config{URL: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer, Lease: *lease,
+			ListenURL: c.env.Getenv(ledgerListenEnv)})
 		l = pg
 	} else {
 		l, err = openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
