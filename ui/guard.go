@@ -150,6 +150,8 @@ type signIns struct {
 
 	mu    sync.Mutex
 	addrs map[string]*signInState
+
+	shared *sharedBuckets // set: the ledger keeps the allowances for every node (sharedlimits.go)
 }
 
 type signInState struct {
@@ -202,20 +204,36 @@ func (l *signIns) check(addr string) (time.Duration, bool) {
 		return 0, true
 	}
 	now := l.now()
+	tokens, shared := 0.0, false
+	if l.shared != nil {
+		left, err := l.shared.left(addr, l.rate, l.burst)
+		if err != nil {
+			l.shared.failed(err)
+		}
+		tokens, shared = left, err == nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.state(addr, now)
-	if st.tokens >= 1 {
+	if !shared {
+		tokens = st.tokens
+	}
+	if tokens >= 1 {
 		return 0, true
 	}
 	st.throttled++
 	l.maybeLog(addr, st, now)
-	return time.Duration((1 - st.tokens) / l.rate * float64(time.Second)), false
+	return time.Duration((1 - tokens) / l.rate * float64(time.Second)), false
 }
 
 // fail records a failed authentication from addr (reason says which);
 // costs says whether it takes from addr's allowance.
 func (l *signIns) fail(addr, reason string, costs bool) {
+	if costs && l.rate >= 0 && l.shared != nil {
+		if _, _, err := l.shared.take(addr, 1, l.rate, l.burst); err != nil {
+			l.shared.failed(err)
+		}
+	}
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -41,6 +41,8 @@ type buckets struct {
 
 	mu sync.Mutex
 	m  map[string]*bucket
+
+	shared *sharedBuckets // set: the ledger keeps the buckets for every node (sharedlimits.go)
 }
 
 func newBuckets(rate, burst float64, now func() time.Time) *buckets {
@@ -52,6 +54,13 @@ func newBuckets(rate, burst float64, now func() time.Time) *buckets {
 func (bs *buckets) take(name string, n float64) (time.Duration, bool) {
 	if bs.rate <= 0 || n <= 0 {
 		return 0, true
+	}
+	if bs.shared != nil {
+		wait, ok, err := bs.shared.take(name, n, bs.rate, bs.burst)
+		if err == nil {
+			return wait, ok
+		}
+		bs.shared.failed(err)
 	}
 	now := bs.now()
 	bs.mu.Lock()

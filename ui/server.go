@@ -53,7 +53,8 @@ type Config struct {
 	ScopedTokens []Token
 	// RateLimit is how many requests per second each token may make on
 	// average (HTTP requests and WebSocket messages); over it, 429 with
-	// Retry-After. Zero: no limit.
+	// Retry-After. Zero: no limit. On a shared ledger (SharedLimits) the
+	// budget is the token's on all nodes together.
 	RateLimit float64
 	// RateBurst is how many requests a token may make at once before
 	// RateLimit applies. Default: twice RateLimit, at least 1.
@@ -106,7 +107,8 @@ type Config struct {
 	// SessionTTL is how long a session cookie stays valid. Default 12h.
 	SessionTTL time.Duration
 	// MaxSessionsPerToken caps the live sessions made from one token (on
-	// this server); signing in once more ends the oldest of them. Default 32.
+	// this server, or on all nodes together on a shared ledger:
+	// SharedLimits); signing in once more ends the oldest of them. Default 32.
 	MaxSessionsPerToken int
 	// SignInRate is how many failed authentications (a wrong token, an
 	// unknown session) per second one client address may make on average;
@@ -341,6 +343,7 @@ func New(cfg Config) (*Server, error) {
 	// may wrap it (withTraceIDs) in a type that has none of them.
 	s.sessions = newSessionStore(cfg.Ledger, cfg.MaxSessionsPerToken, s.principalNamed)
 	s.reserver, _ = cfg.Ledger.(ledger.Reserver)
+	s.shareLimits()
 	s.up = websocket.Upgrader{
 		ReadBufferSize:  4096,
 		WriteBufferSize: 4096,

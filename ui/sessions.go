@@ -33,7 +33,8 @@ type sessionStore interface {
 func newSessionStore(led ledger.Store, perToken int, named func(string) (principal, bool)) sessionStore {
 	local := &memSessions{perToken: perToken, m: map[string]session{}}
 	if sk, ok := led.(ledger.SessionKeeper); ok {
-		return &ledgerSessions{local: local, keeper: sk, named: named}
+		capper, _ := led.(SharedLimits)
+		return &ledgerSessions{local: local, keeper: sk, capper: capper, named: named}
 	}
 	return local
 }
@@ -99,10 +100,12 @@ func (ms *memSessions) end(_ context.Context, id string) error {
 // cookie's SHA-256 is stored, with the name of the token it was made from
 // (each node maps the name to its scopes from its own token
 // configuration). The sessions made on this server are kept in memory
-// too, for the cap on each token's sessions.
+// too, for the cap on each token's sessions; a ledger that keeps the
+// service's limits (SharedLimits) caps them over every node.
 type ledgerSessions struct {
 	local  *memSessions
 	keeper ledger.SessionKeeper
+	capper SharedLimits // nil: the cap counts this server's sessions only
 	named  func(tokenName string) (principal, bool)
 }
 
@@ -114,6 +117,11 @@ func (ls *ledgerSessions) start(ctx context.Context, id string, p principal, now
 	}
 	if err := ls.keeper.PutSession(ctx, sessionHash(id), p.name, expires); err != nil {
 		return fmt.Errorf("recording the session: %w", err)
+	}
+	if ls.capper != nil {
+		if err := ls.capper.CapSessions(ctx, p.name, ls.local.perToken); err != nil {
+			return fmt.Errorf("ending the token's oldest sessions: %w", err)
+		}
 	}
 	return nil
 }

@@ -104,8 +104,14 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 // ledgerEnv names the shared ledger when neither --ledger nor --data is given.
 const ledgerEnv = "DOCKET_LEDGER"
 
-// ledgerValue is the --ledger flag: a postgres:// URL that takes the place
-// of the --data directory (data holds either).
+// ledgerListenEnv is docket serve's direct connection to LISTEN on when the
+// shared ledger is reached through a pooler in transaction mode
+// (postgres.Config.ListenURL).
+const ledgerListenEnv = "DOCKET_LEDGER_LISTEN"
+
+// ledgerValue is the --ledger flag: a postgres:// URL, or libpq's
+// keyword/value form (host=… dbname=…), that takes the place of the --data
+// directory (data holds either).
 type ledgerValue struct{ data *string }
 
 func (v ledgerValue) String() string {
@@ -117,7 +123,7 @@ func (v ledgerValue) String() string {
 
 func (v ledgerValue) Set(s string) error {
 	if !postgres.IsURL(s) {
-		return errors.New("--ledger takes a postgres:// URL (for a data directory, use --data DIR)")
+		return errors.New("--ledger takes a postgres:// URL or a keyword/value connection string such as 'host=HOST port=5432 dbname=DB user=USER' (for a data directory, use --data DIR)")
 	}
 	*v.data = s
 	return nil
@@ -130,7 +136,7 @@ func ledgerFlag(fs *flag.FlagSet, data *string, getenv func(string) string) {
 	if u := getenv(ledgerEnv); u != "" && postgres.IsURL(u) {
 		*data = u
 	}
-	fs.Var(ledgerValue{data}, "ledger", "the shared ledger: postgres://USER:PASSWORD@HOST:PORT/DB (instead of --data; default $"+ledgerEnv+")")
+	fs.Var(ledgerValue{data}, "ledger", "the shared ledger: postgres://USER:PASSWORD@HOST:PORT/DB or 'host=HOST port=PORT dbname=DB user=USER' (instead of --data; default $"+ledgerEnv+")")
 }
 
 // openLedger opens the data directory, or the shared ledger when dir is a

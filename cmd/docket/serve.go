@@ -79,7 +79,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	if err := c.servePlanner(st); err != nil {
 		return err
 	}
-	if err := openServeLedger(ctx, st); err != nil {
+	if err := c.openServeLedger(ctx, st); err != nil {
 		return err
 	}
 	defer st.l.Close()
@@ -278,13 +278,16 @@ func (c *serveCmd) servePlanner(st *serveState) error {
 // or the data directory. A subscription (one per WebSocket client) queues at
 // most serveSubscriberBuffer live events in the ledger; the WebSocket adds
 // its own bounded queue.
-func openServeLedger(ctx context.Context, st *serveState) error {
+func (c *serveCmd) openServeLedger(ctx context.Context, st *serveState) error {
 	o := st.o
 	if postgres.IsURL(o.data) {
 		if o.lease < time.Second {
 			return usageError("--lease must be at least 1s")
 		}
-		pg, err := openSharedLedger(ctx, postgres.Config{URL: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer, Lease: o.lease})
+		// Behind a pooler in transaction mode, $DOCKET_LEDGER_LISTEN is a direct
+		// connection to LISTEN on (prompt events on the sockets).
+		pg, err := openSharedLedger(ctx, postgres.Config{URL: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer, Lease: o.lease,
+			ListenURL: c.env.Getenv(ledgerListenEnv)})
 		if err != nil {
 			return err
 		}
@@ -507,7 +510,7 @@ func (c *serveCmd) startDrives(ctx context.Context, st *serveState) (stop func()
 	if st.pg != nil {
 		// Other nodes drive their own runs: this one adopts the runs whose
 		// driver is gone (now, then every second).
-		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", st.o.lease)
+		fmt.Fprintf(out, "  runs of nodes gone for --lease (%v) are adopted by another node\n", st.pg.LeaseDuration()) // raised behind a pooler
 		sweepCtx, stopSweep := context.WithCancel(ctx)
 		go sweepOrphans(sweepCtx, st.pg, st.srv, st.log)
 		return stopSweep, nil

@@ -13,7 +13,8 @@
 // truth), events (each run's log, primary key (run_id, seq)), memos, blobs
 // (large values stored once per run), nodes (one row per process with its
 // lease), reservations (run ids a node is accepting), sessions (the review
-// page's, by the cookie's SHA-256) and meta (the schema version). Each run
+// page's, by the cookie's SHA-256), limits (the service's per-token rate
+// buckets, shared by every node) and meta (the schema version). Each run
 // row names its driver: the node that last appended to its log. JSON
 // values are stored as bytea,
 // byte for byte as recorded (a value of 64 KiB or more is a reference
@@ -72,6 +73,27 @@
 // any gap from the table). A fallback poll (Config.Poll) compares the runs' last_seq with what
 // was delivered, so a lost notification (the listening connection dropped)
 // delays events by at most one poll, never stalls them.
+//
+// # Connection strings and poolers
+//
+// Config.URL is a URL (postgres://…, postgresql://…) or libpq's
+// keyword/value form (host=… port=… dbname=… user=… sslmode=…); IsURL
+// tells either from a data directory. Open looks for a pooler in
+// transaction mode (PgBouncer's pool_mode = transaction and its kind): two
+// of its connections, both open, that land on the same server backend.
+// Behind one (Store.Pooled) it sends queries without named prepared
+// statements (pgx's cache_describe: the unnamed statement, one round trip
+// per query once its description is cached), unless the URL sets
+// default_query_exec_mode itself; it does not LISTEN (the pooler would
+// register the LISTEN on a server connection it then hands to someone
+// else), so other nodes' events reach subscribers by the poll, within
+// Config.Poll, unless Config.ListenURL gives a direct connection to LISTEN
+// on; and it raises the node lease to at least
+// 2*Config.PoolerLoginRetry + SkewMargin, so that the pooler refusing
+// every client for its server_login_retry after a database restart does
+// not make live nodes' claims look dead. Each of these is written to the
+// log at Open. A direct connection or a pooler in session mode is used as
+// the server itself.
 //
 // # Secrets
 //

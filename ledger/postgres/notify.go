@@ -93,6 +93,13 @@ func (s *Store) listenLoop() {
 	// connection is down.
 	s.wg.Add(1)
 	go s.pollLoop(ctx)
+	if s.pooled && s.listenCfg == nil {
+		// LISTEN through a pooler in transaction mode registers on a server
+		// connection that goes back to the pool: nothing would arrive.
+		// The poll alone serves subscribers (Open logged it).
+		<-ctx.Done()
+		return
+	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.listen(ctx)
@@ -110,7 +117,11 @@ func (s *Store) listenLoop() {
 }
 
 func (s *Store) listen(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cc := s.pool.Config().ConnConfig.Copy()
+	if s.listenCfg != nil {
+		cc = s.listenCfg.Copy()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return err
 	}

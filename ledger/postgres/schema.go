@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -163,6 +163,23 @@ CREATE TABLE {S}.budget_holds (
 	released_at timestamptz
 );
 CREATE INDEX budget_holds_run ON {S}.budget_holds (run_id);
+`,
+	// 4: the service's per-token limits shared by every node (limits.go):
+	// one token bucket per (kind, name), and the sessions of a token by
+	// expiry (the cap on a token's sessions). The buckets are taken from
+	// on every request: unlogged, so a take waits for no WAL flush (a
+	// crash or a failover of the database refills them).
+	`
+CREATE UNLOGGED TABLE {S}.limits (
+	kind   text NOT NULL,
+	name   text NOT NULL,
+	tokens  double precision NOT NULL,
+	at      timestamptz NOT NULL,
+	took    boolean NOT NULL,
+	full_at timestamptz NOT NULL,
+	PRIMARY KEY (kind, name)
+);
+CREATE INDEX sessions_token ON {S}.sessions (token_name, expires);
 `,
 }
 

@@ -70,6 +70,23 @@ type Config struct {
 	// the error; default 30s. A transaction whose COMMIT was sent is never
 	// run again: its outcome is returned as unknown.
 	Outage time.Duration
+	// PoolerLoginRetry matters only behind a pooler in transaction mode
+	// (Store.Pooled): how long the pooler refuses every client after it
+	// failed to log in to the database (PgBouncer's server_login_retry,
+	// 15s by default), as after a database restart. A lease shorter than
+	// that would lapse on every node at once and let the nodes take over
+	// one another's live claims, so behind a pooler Open raises Lease to at
+	// least 2*PoolerLoginRetry + SkewMargin, and says so in its log.
+	// Default 15s; negative: leave Lease as it is.
+	PoolerLoginRetry time.Duration
+	// ListenURL, when set, is a connection string to the same database
+	// that does not go through a pooler in transaction mode (the server
+	// itself, or a pooler in session mode): the Store LISTENs there for
+	// other nodes' events when URL goes through such a pooler, so its
+	// subscribers get them at once rather than at the next poll. One
+	// connection per process. Its password is kept out of errors and logs
+	// as URL's is.
+	ListenURL string
 }
 
 // Defaults.
@@ -82,6 +99,7 @@ const (
 	DefaultPoll             = time.Second
 	DefaultMaxConns         = 16
 	DefaultOutage           = 30 * time.Second
+	DefaultPoolerLoginRetry = 15 * time.Second
 )
 
 // WithDefaults returns cfg with zero fields set to their defaults.
@@ -98,6 +116,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.Poll = cmp.Or(cfg.Poll, DefaultPoll)
 	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
 	cfg.Outage = cmp.Or(cfg.Outage, DefaultOutage)
+	cfg.PoolerLoginRetry = cmp.Or(cfg.PoolerLoginRetry, DefaultPoolerLoginRetry)
 	return cfg
 }
 
@@ -148,10 +167,17 @@ type Store struct {
 	pool   *pgxpool.Pool
 	log    *slog.Logger
 	secret string // the URL's password, redacted from every error
-	local  ledger.Local
-	hub    ledger.Hub
-	id     string // this handle's notification sender id (stable across incarnations)
-	q      queries
+	// listenCfg, when set, is where listenLoop LISTENs (Config.ListenURL);
+	// listenSecret its password.
+	listenCfg    *pgx.ConnConfig
+	listenSecret string
+	local        ledger.Local
+	hub          ledger.Hub
+	id           string // this handle's notification sender id (stable across incarnations)
+	pooled       bool   // behind a pooler in transaction mode (probePooler)
+	q            queries
+	lq           limitQueries
+	takes        atomic.Int64 // TakeTokens calls (sweepEvery)
 
 	inc        atomic.Pointer[string] // current incarnation
 	validUntil atomic.Int64           // local unix nanos until which the lease counts as valid (LeaseValid)
@@ -189,11 +215,34 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: database URL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(cfg.URL)))
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "ledger/postgres"), secret: pc.ConnConfig.Password,
-		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), notes: make(chan []string, 4096)}
+		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), lq: makeLimitQueries(cfg.Schema), notes: make(chan []string, 4096)}
 	s.heartbeat.Store(true)
 	pc.MaxConns = int32(cfg.MaxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
 	where := fmt.Sprintf("PostgreSQL at %s:%d, database %q as user %q", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User)
+	if s.pooled, err = probePooler(ctx, pc.ConnConfig); err != nil {
+		return nil, s.explain("connecting to "+where, err)
+	}
+	if s.pooled {
+		if !setsExecMode(cfg.URL) {
+			pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		}
+		if err := s.listenElsewhere(ctx); err != nil {
+			return nil, err
+		}
+		if s.listenCfg == nil {
+			s.log.Info("the database is reached through a pooler in transaction mode (two connections shared one server session): queries go without named prepared statements, and other nodes' events reach this node's subscribers by polling, as LISTEN does not work through such a pooler (give a direct connection for listening, ListenURL, to get them at once)",
+				"poll", cfg.Poll, "exec_mode", pc.ConnConfig.DefaultQueryExecMode.String())
+		} else {
+			s.log.Info("the database is reached through a pooler in transaction mode (two connections shared one server session): queries go without named prepared statements; this node LISTENs for other nodes' events on ListenURL",
+				"exec_mode", pc.ConnConfig.DefaultQueryExecMode.String())
+		}
+		if least := 2*cfg.PoolerLoginRetry + cfg.SkewMargin; cfg.PoolerLoginRetry > 0 && cfg.Lease < least {
+			s.log.Info("behind a pooler the node lease is raised above twice the pooler's wait after a failed login (PgBouncer's server_login_retry), so that a database restart does not make this node's live claims look dead; lower server_login_retry and set PoolerLoginRetry to keep a shorter lease",
+				"lease", least, "configured_lease", cfg.Lease, "pooler_login_retry", cfg.PoolerLoginRetry)
+			s.cfg.Lease = least
+		}
+	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return nil, s.explain("connecting to "+where, err)
 	}
@@ -232,6 +281,8 @@ func (s *Store) explain(doing string, err error) error {
 		hint = ": permission denied (the ledger's user must be able to create the schema and its tables, or they must exist)"
 	case "3D000":
 		hint = ": the database does not exist (create it first: createdb NAME)"
+	case "42P05", "26000": // prepared statement already exists / does not exist
+		hint = ": a pooler between docket and PostgreSQL shares server sessions (transaction pooling) and was not recognized at start: add " + execModeParam + "=cache_describe to the ledger URL"
 	default:
 		var lease *LeaseError
 		if errors.As(err, &lease) || errors.Is(err, ledger.ErrFormat) {
@@ -632,10 +683,12 @@ func (s *Store) Memo(ctx context.Context, runID, name string, value json.RawMess
 // redact returns err with the URL's password replaced, keeping the chain
 // (errors.Is and errors.As still see through it).
 func (s *Store) redact(err error) error {
-	if err == nil || s.secret == "" || !strings.Contains(err.Error(), s.secret) {
-		return err
+	for _, secret := range []string{s.secret, s.listenSecret} {
+		if err != nil && secret != "" && strings.Contains(err.Error(), secret) {
+			err = &redacted{err: err, secret: secret}
+		}
 	}
-	return &redacted{err: err, secret: s.secret}
+	return err
 }
 
 type redacted struct {
@@ -660,6 +713,14 @@ func passwordOf(raw string) string {
 		p, _ := u.User.Password()
 		return p
 	}
+	if kvs, ok := parseKeywordValue(raw); ok {
+		for _, kv := range kvs {
+			if kv.key == "password" {
+				return kv.value
+			}
+		}
+		return ""
+	}
 	for _, f := range strings.Fields(raw) {
 		if v, ok := strings.CutPrefix(f, "password="); ok {
 			return strings.Trim(v, "'")
@@ -669,8 +730,25 @@ func passwordOf(raw string) string {
 }
 
 // Redact removes the password from a ledger URL, for messages and logs:
-// postgres://user:xxxxx@host/db.
+// postgres://user:xxxxx@host/db, or host=h user=u password=xxxxx.
 func Redact(raw string) string {
+	if strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") {
+		if u, err := url.Parse(raw); err == nil {
+			if u.User != nil {
+				if _, has := u.User.Password(); has {
+					u.User = url.UserPassword(u.User.Username(), "xxxxx")
+				}
+			}
+			if q := u.Query(); q.Has("password") {
+				q.Set("password", "xxxxx")
+				u.RawQuery = q.Encode()
+			}
+			return u.String()
+		}
+	}
+	if r, ok := redactKeywordValue(raw); ok {
+		return r
+	}
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
@@ -683,8 +761,11 @@ func Redact(raw string) string {
 	return raw
 }
 
-// IsURL reports whether s names a PostgreSQL ledger (postgres:// or
-// postgresql://).
+// IsURL reports whether s names a PostgreSQL ledger: a URL (postgres://
+// or postgresql://) or libpq's keyword/value form with at least one of
+// host, hostaddr, port, dbname, user or service (host=db dbname=docket).
+// Anything else is a data directory (write ./host=x for a directory named
+// so).
 func IsURL(s string) bool {
-	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") || isKeywordValue(s)
 }

@@ -9,7 +9,9 @@
 //
 // A test that needs the cluster and finds no server binaries skips, saying
 // what to install, unless extras are required (CI, DOCKET_REQUIRE_EXTRAS=1:
-// evals/testextra), where it fails.
+// evals/testextra), where it fails. StartBouncer puts a PgBouncer (in
+// transaction mode by default) in front of a cluster the same way: without
+// the pgbouncer binary the test skips, or fails where extras are required.
 //
 // Imports: the standard library, pgx and evals/testextra.
 package pgtest

@@ -1,0 +1,145 @@
+package postgres
+
+import (
+	"strings"
+)
+
+// A ledger's connection string is a URL (postgres://… or postgresql://…)
+// or libpq's keyword/value form, as psql and every libpq program take it:
+//
+//	host=db.internal port=5432 dbname=docket user=docket sslmode=verify-full
+//
+// Keywords are lowercase words, each followed by = and a value; spaces
+// around = are allowed; a value with spaces or quotes is written in single
+// quotes, with \' and \\ inside them. pgx parses both forms the way libpq
+// does (and reads PGHOST, PGPASSWORD, ~/.pgpass and the rest for what the
+// string leaves out).
+
+// anchorKeywords are the keywords that make a keyword/value string name a
+// database: at least one of them must be present, so a word with an = in
+// it is not taken for a connection string.
+var anchorKeywords = map[string]bool{
+	"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true, "service": true,
+}
+
+// keyValue is one keyword and its value.
+type keyValue struct{ key, value string }
+
+// parseKeywordValue parses libpq's keyword/value form. ok is false when s
+// is not one: empty, a keyword that is not a lowercase word, a keyword
+// without =, or an unterminated quote.
+func parseKeywordValue(s string) (kvs []keyValue, ok bool) {
+	i := 0
+	skip := func() {
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+	}
+	for {
+		skip()
+		if i == len(s) {
+			return kvs, len(kvs) > 0
+		}
+		start := i
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
+			i++
+		}
+		key := s[start:i]
+		if !isKeyword(key) {
+			return nil, false
+		}
+		skip()
+		if i == len(s) || s[i] != '=' {
+			return nil, false
+		}
+		i++
+		skip()
+		var v strings.Builder
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for {
+				if i == len(s) {
+					return nil, false // unterminated quote
+				}
+				c := s[i]
+				i++
+				if c == '\'' {
+					break
+				}
+				if c == '\\' && i < len(s) {
+					c = s[i]
+					i++
+				}
+				v.WriteByte(c)
+			}
+		} else {
+			for i < len(s) && !isSpace(s[i]) {
+				c := s[i]
+				i++
+				if c == '\\' && i < len(s) {
+					c = s[i]
+					i++
+				}
+				v.WriteByte(c)
+			}
+		}
+		kvs = append(kvs, keyValue{key, v.String()})
+	}
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+func isKeyword(k string) bool {
+	if k == "" || k[0] < 'a' || k[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// isKeywordValue reports whether s is a keyword/value connection string
+// naming a database (one of host, hostaddr, port, dbname, user, service).
+func isKeywordValue(s string) bool {
+	kvs, ok := parseKeywordValue(s)
+	if !ok {
+		return false
+	}
+	for _, kv := range kvs {
+		if anchorKeywords[kv.key] {
+			return true
+		}
+	}
+	return false
+}
+
+// quoteValue writes a value as libpq reads it back.
+func quoteValue(v string) string {
+	if v != "" && !strings.ContainsAny(v, " \t\n\r\f\v'\\") {
+		return v
+	}
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
+
+// redactKeywordValue rewrites a keyword/value string with its password
+// replaced by xxxxx (ok false: s is not one).
+func redactKeywordValue(s string) (string, bool) {
+	kvs, ok := parseKeywordValue(s)
+	if !ok {
+		return "", false
+	}
+	parts := make([]string, len(kvs))
+	for i, kv := range kvs {
+		v := kv.value
+		if kv.key == "password" || kv.key == "sslpassword" {
+			v = "xxxxx"
+		}
+		parts[i] = kv.key + "=" + quoteValue(v)
+	}
+	return strings.Join(parts, " "), true
+}

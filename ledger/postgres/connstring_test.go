@@ -1,0 +1,101 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/postgres"
+)
+
+func TestIsURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s    string
+		want bool
+	}{
+		{"postgres://u:p@h/db", true},
+		{"postgresql://h/db", true},
+		{"host=db.internal port=5432 dbname=docket user=docket sslmode=disable", true},
+		{"dbname=docket", true},
+		{"host = db  dbname = docket", true},
+		{"host=db password='a b \\' c' dbname=d", true},
+		{"service=ledger", true},
+		{"host=db search_path=docket", true},
+		{"./docket-data", false},
+		{"docket-data", false},
+		{"/var/lib/docket", false},
+		{"./host=x", false},               // a directory written as a path
+		{"sslmode=disable", false},        // names no database
+		{"host=db password='open", false}, // unterminated quote
+		{"host db", false},
+		{"Host=db", false},
+		{"", false},
+	} {
+		if got := postgres.IsURL(tc.s); got != tc.want {
+			t.Errorf("IsURL(%q) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://u:secret@h:5432/db?sslmode=disable", "postgres://u:xxxxx@h:5432/db?sslmode=disable"},
+		{"postgres://u@h/db?password=secret&sslmode=disable", "postgres://u@h/db?password=xxxxx&sslmode=disable"},
+		{"host=h user=u password=secret dbname=d", "host=h user=u password=xxxxx dbname=d"},
+		{"host=h password='se cret\\'s' dbname=d", "host=h password=xxxxx dbname=d"},
+		{"host = h  dbname = 'my db'", "host=h dbname='my db'"},
+	} {
+		got := postgres.Redact(tc.in)
+		if got != tc.want {
+			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if strings.Contains(got, "secret") || strings.Contains(got, "cret") {
+			t.Errorf("Redact(%q) kept the password: %q", tc.in, got)
+		}
+	}
+}
+
+// keywordForm writes a cluster URL in libpq's keyword/value form, the
+// password quoted as libpq reads it.
+func keywordForm(t *testing.T, raw string) (string, string) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	return fmt.Sprintf("host=%s port = %s dbname=%s user=%s password='%s' sslmode=disable",
+		u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/"), u.User.Username(), pw), pw
+}
+
+// A keyword/value connection string opens the same ledger as the URL; a
+// wrong password in it fails without printing either password.
+func TestOpenKeywordForm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pw := keywordForm(t, database(t))
+	schema := schemaFor(t.Name())
+	a := open(t, postgres.Config{Schema: schema})
+	b := open(t, postgres.Config{URL: dsn, Schema: schema})
+	onePlanRun(t, a, "r")
+	if run, err := b.GetRun(ctx, "r"); err != nil || run.ID != "r" {
+		t.Fatalf("the run recorded through the URL, read through the keyword form: %+v, %v", run, err)
+	}
+	bad := strings.Replace(dsn, pw, "wrong-"+pw[:6], 1)
+	_, err := postgres.Open(ctx, postgres.Config{URL: bad, Schema: schema})
+	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("wrong password: %v, want an authentication error", err)
+	}
+	if strings.Contains(err.Error(), pw[:6]) {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+	if _, err := postgres.Open(ctx, postgres.Config{URL: "host=127.0.0.1 password='unterminated"}); !errors.Is(err, ledger.ErrInvalid) || strings.Contains(err.Error(), "unterminated") {
+		t.Fatalf("a broken keyword/value string: %v, want ErrInvalid without the password", err)
+	}
+}
