@@ -104,7 +104,7 @@ func (e *Engine) PreviewReplay(ctx context.Context, runID string, p *plan.Plan) 
 		e: e, pol: pol, run: next,
 		// A driver that is never driven: its rows are the replay's as the
 		// walk goes (the totals of runInput, the approvals of approved).
-		d:       &driver{e: e, runID: runID, run: next, pol: pol, nodes: map[string]*node{}},
+		d:       &driver{e: e, runID: runID, run: next, pol: pol, sched: sched{nodes: map[string]*node{}}},
 		steps:   map[string]*PreviewStep{},
 		state:   map[string]walkState{},
 		outputs: map[string]json.RawMessage{},
