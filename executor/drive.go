@@ -106,17 +106,21 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 		return dc, err
 	}
 
-	g.claimMu.Lock()
-	run, err := e.led.GetRun(ctx, runID)
+	var run ledger.Run
+	err := g.write(func() error {
+		var err error
+		if run, err = e.led.GetRun(ctx, runID); err != nil {
+			return err
+		}
+		g.status = run.Status
+		// A person's pause holds until an explicit resume (Engine.Unpause):
+		// this drive concludes what is in flight and starts nothing new.
+		g.pausedByPerson = run.Status == ledger.RunPaused && run.PausedBy != ""
+		return nil
+	})
 	if err != nil {
-		g.claimMu.Unlock()
 		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: %w", runID, err)
 	}
-	g.status = run.Status
-	// A person's pause holds until an explicit resume (Engine.Unpause): this
-	// drive concludes what is in flight and starts nothing new.
-	g.pausedByPerson = run.Status == ledger.RunPaused && run.PausedBy != ""
-	g.claimMu.Unlock()
 	if run.Status == ledger.RunCancelled {
 		return doc(d.concludeCancelled(ctx))
 	}
@@ -140,31 +144,38 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	}
 
 	d.loop(ctx)
+	err = d.end(ctx)
+	if errors.Is(err, errRedrive) {
+		return ledger.RunDoc{}, err
+	}
+	return doc(err)
+}
+
+// end concludes a drive once its loop stopped: drive again (errRedrive),
+// conclude a cancelled run, or finish.
+func (d *driver) end(ctx context.Context) error {
 	if d.fatal != nil {
-		return doc(d.fatal)
+		return d.fatal
 	}
 	if d.redrive && ctx.Err() == nil {
-		return ledger.RunDoc{}, errRedrive
+		return errRedrive
 	}
 	if d.cancelled() {
 		// Cancelled while this drive ran: workers interrupted (a context that
 		// ended, a lookup wait) may have left claims whose outcome is unknown.
 		// Conclude them now, whatever the context: nothing else will.
 		if err := d.concludeCancelled(context.WithoutCancel(ctx)); err != nil {
-			return doc(err)
+			return err
 		}
 	}
 	if ctx.Err() != nil {
-		return doc(fmt.Errorf("executor: run %s: %w", runID, ctx.Err()))
+		return fmt.Errorf("executor: run %s: %w", d.runID, ctx.Err())
 	}
 	if d.e.draining() && !d.settled {
 		// Stopped starting work (Drain): what is left waits for the next start.
-		return doc(fmt.Errorf("executor: run %s: %w", runID, ErrDraining))
+		return fmt.Errorf("executor: run %s: %w", d.runID, ErrDraining)
 	}
-	if err := d.finish(ctx); err != nil {
-		return doc(err)
-	}
-	return doc(nil)
+	return d.finish(ctx)
 }
 
 // load builds the nodes from the run's rows.
@@ -307,7 +318,7 @@ type act struct {
 // claimOp is the claim of attempt n of a.key; a first claim says what it
 // was decided from, for the ledger to check again.
 func (a *act) claimOp(runID string, n int) ledger.Op {
-	o := ledger.Claim(runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...)
+	o := ledger.Claim(runID, a.n.id, a.row.Tool, a.key, a.args, n).WithCharges(a.charges...)
 	if n == 1 && a.basis != nil {
 		o = a.basis(o)
 	}
@@ -356,22 +367,46 @@ func errText(err error) string {
 // data: parsing them again as references would refuse text that contains
 // "${", and lose the references for a later resolution.
 func (d *driver) templates(ctx context.Context, run ledger.Run, rows []ledger.Action) (map[string]json.RawMessage, error) {
-	var suspects bool
-	for _, r := range rows {
-		if !r.Undo && r.Key == "" && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved) {
-			suspects = true
-			break
-		}
-	}
-	if !suspects {
+	if !slices.ContainsFunc(rows, func(r ledger.Action) bool {
+		return !r.Undo && r.Key == "" && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved)
+	}) {
 		return nil, nil
 	}
 	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("executor: run %s: read events: %w", d.runID, err)
 	}
-	shown := map[string]bool{} // the latest change of the row's args was docket's resolution
-	personArgs := map[string]json.RawMessage{}
+	shown, personArgs := shownArgs(evs)
+	var out map[string]json.RawMessage
+	var planned map[string]json.RawMessage
+	for _, r := range rows {
+		if r.Key != "" || !shown[r.ID] {
+			continue
+		}
+		tm, ok := personArgs[r.ID]
+		if !ok {
+			if planned == nil {
+				if planned, err = d.plannedArgs(ctx, run.Revision); err != nil {
+					return nil, err
+				}
+			}
+			if tm, ok = planned[r.ID]; !ok {
+				continue
+			}
+		}
+		if out == nil {
+			out = map[string]json.RawMessage{}
+		}
+		out[r.ID] = tm
+	}
+	return out, nil
+}
+
+// shownArgs reads the current revision's events: shown lists the actions
+// whose latest change of args was docket's resolution, personArgs the
+// last args a person edited in.
+func shownArgs(evs []ledger.Event) (shown map[string]bool, personArgs map[string]json.RawMessage) {
+	shown, personArgs = map[string]bool{}, map[string]json.RawMessage{}
 	for _, ev := range evs {
 		switch ev.Type {
 		case ledger.EventRunReplayed:
@@ -392,34 +427,20 @@ func (d *driver) templates(ctx context.Context, run ledger.Run, rows []ledger.Ac
 			}
 		}
 	}
-	var out map[string]json.RawMessage
-	var planned map[string]json.RawMessage
-	for _, r := range rows {
-		if r.Key != "" || !shown[r.ID] {
-			continue
-		}
-		tm, ok := personArgs[r.ID]
-		if !ok {
-			if planned == nil {
-				p, err := d.e.led.Plan(ctx, d.runID, run.Revision)
-				if err != nil {
-					return nil, fmt.Errorf("executor: run %s: read plan revision %d: %w", d.runID, run.Revision, err)
-				}
-				planned = make(map[string]json.RawMessage, len(p.Actions))
-				for _, a := range p.Actions {
-					planned[a.ID] = a.Args
-				}
-			}
-			if tm, ok = planned[r.ID]; !ok {
-				continue
-			}
-		}
-		if out == nil {
-			out = map[string]json.RawMessage{}
-		}
-		out[r.ID] = tm
+	return shown, personArgs
+}
+
+// plannedArgs are the args of revision rev's plan, by action id.
+func (d *driver) plannedArgs(ctx context.Context, rev int) (map[string]json.RawMessage, error) {
+	p, err := d.e.led.Plan(ctx, d.runID, rev)
+	if err != nil {
+		return nil, fmt.Errorf("executor: run %s: read plan revision %d: %w", d.runID, rev, err)
 	}
-	return out, nil
+	planned := make(map[string]json.RawMessage, len(p.Actions))
+	for _, a := range p.Actions {
+		planned[a.ID] = a.Args
+	}
+	return planned, nil
 }
 
 // concludeCancelled settles what a cancelled run left open when the process

@@ -342,10 +342,13 @@ func (d *driver) logNotes(notes []note) {
 // markRunning moves a paused or awaiting_approval run to running before its
 // first new claim in this drive. Workers call it too (a retry's claim).
 func (d *driver) markRunning(ctx context.Context) error {
-	if d.resumed.Swap(true) {
+	if d.resumed.Load() {
 		return nil
 	}
 	return d.g.write(func() error {
+		if d.resumed.Swap(true) {
+			return nil // another goroutine of this drive did it meanwhile
+		}
 		switch d.g.status {
 		case ledger.RunPaused, ledger.RunAwaitingApproval:
 			if d.g.pausedByPerson {
