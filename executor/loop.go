@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/docketrun/docket/ledger"
 )
@@ -166,17 +167,17 @@ func (d *driver) commitWins(ctx context.Context, wins []win, pick bool) {
 		}
 		return
 	}
-	failed := false
+	var failed []string
 	for _, w := range wins {
 		if w.op >= 0 && res[w.op].Err != nil {
-			failed = true
+			failed = append(failed, w.a.n.id)
 		}
 	}
-	if failed {
+	if len(failed) > 0 {
 		// An output was not recorded. Claims written with it must not go ahead.
 		for _, b := range acts {
 			b.row = b.n.row
-			d.abandon(ctx, b, "not started: an output written with its claim could not be recorded")
+			d.abandon(ctx, b, "not started: the output of "+strings.Join(failed, ", ")+" could not be recorded")
 			d.absorbEnd(b)
 		}
 		acts = nil
