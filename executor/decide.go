@@ -226,12 +226,18 @@ func decideRecord(f facts) decision {
 	// Claimed by a process that is gone, or pending after a failed attempt
 	// or a person's "retry".
 	stale := rec.State == ledger.StatusClaimed
-	n := rec.Attempt + 1
 	if stale {
 		d.maybeDone, d.unknownAt = true, rec.ClaimedAt
 	} else if rec.Attempt > 0 && !d.maybeDone {
 		d.maybeDone = recMaybeDone(rec)
 	}
+	return f.retakeByClass(d, rec, stale)
+}
+
+// retakeByClass decides the next attempt n of a key claimed by a process
+// that is gone (stale) or pending, by the tool's class.
+func (f facts) retakeByClass(d decision, rec ledger.KeyRecord, stale bool) decision {
+	n := rec.Attempt + 1
 	var lookFrom time.Time
 	switch f.class {
 	case tools.AtMostOnce:
@@ -299,65 +305,87 @@ func (f facts) wait(d decision, floor time.Duration, lookFrom time.Time) decisio
 
 func decideFailure(f facts) decision {
 	d := decision{maybeDone: f.maybeDone, unknownAt: f.unknownAt, failure: f.failure}
-	mayExist := d.maybeDone && f.class != tools.ReadOnly
 	switch f.failure {
 	case tools.Definite:
-		switch {
-		case f.undoOf != "":
-			// An undo that cannot be done leaves the effect in place: a
-			// person decides (undo by hand and mark it done, retry, or skip).
-			return review(d, f.attempt, fmt.Sprintf("compensation of %s refused: %s", f.undoOf, f.msg))
-		case mayExist:
-			// "It did not happen" answers this attempt only: an earlier one
-			// whose outcome is unknown may have taken effect, so neither
-			// failing (and compensating) nor calling again is safe.
-			return review(d, f.attempt, fmt.Sprintf("attempt %d was refused (%s), but an earlier attempt's outcome is unknown, so its effect may exist", f.attempt, f.msg))
-		}
-		d.verb, d.attempt, d.reason = doFail, f.attempt, f.msg
-		return d
+		return f.definite(d)
 	case tools.NotSentOutcome, tools.NotProcessed:
-		after := f.retryAfter
-		if f.canRetry(after) {
-			return f.retryWithin(d, after, time.Time{})
-		}
-		final := fmt.Sprintf("gave up after %d attempts (%s) %s: %s", f.tries, f.failure, f.spent(), f.msg)
-		if r := f.retry; after > 0 && f.tries < r.MaxAttempts {
-			final = fmt.Sprintf("the provider asked to wait %v before another attempt, beyond this run's retry budget (%v in all, %v used): %s; "+
-				"nothing was processed, so running the same command again later is safe", after, r.MaxElapsed, f.now.Sub(f.began).Round(time.Millisecond), f.msg)
-		}
-		switch {
-		case f.undoOf != "":
-			return review(d, f.attempt, fmt.Sprintf("compensation of %s not done: %s", f.undoOf, final))
-		case mayExist:
-			return review(d, f.attempt, final+"; an earlier attempt's outcome is unknown, so its effect may exist")
-		}
-		d.verb, d.attempt, d.reason = doFail, f.attempt, final
-		return d
+		return f.notDone(d)
 	case tools.KeyInFlight:
-		// Another request with this key is still being processed. It ends
-		// within the tool's timeout of its claim: keep asking (with backoff)
-		// until then, whatever the attempt budget, and only past that ask a
-		// person.
-		d.maybeDone = true
-		since := f.unknownAt
-		if since.IsZero() {
-			since = f.first
-		}
-		if since.IsZero() {
-			since = f.claimAt
-		}
-		deadline := since.Add(f.timeout + f.skew)
-		if !f.now.Before(deadline) || f.tries >= maxInFlightTries {
-			return review(d, f.attempt, fmt.Sprintf("the provider still reports the key in flight after %d attempts, %v after the earlier request was claimed (its timeout is %v): %s",
-				f.tries, f.now.Sub(since).Round(time.Millisecond), f.timeout, f.msg))
-		}
-		after := f.retryAfter
-		if w := deadline.Sub(f.now); after > w {
-			after = w // look again once the earlier request must have ended
-		}
-		return f.wait(d, max(after, f.retry.Base), time.Time{})
+		return f.keyInFlight(d)
 	}
-	// Unknown outcome: the effect may have happened. By class.
+	return f.unknown(d)
+}
+
+// mayExist: an earlier attempt may have taken effect (what a read_only
+// call does is no effect).
+func (f facts) mayExist(d decision) bool { return d.maybeDone && f.class != tools.ReadOnly }
+
+// definite decides after an answer that says the attempt did not happen.
+func (f facts) definite(d decision) decision {
+	switch {
+	case f.undoOf != "":
+		// An undo that cannot be done leaves the effect in place: a
+		// person decides (undo by hand and mark it done, retry, or skip).
+		return review(d, f.attempt, fmt.Sprintf("compensation of %s refused: %s", f.undoOf, f.msg))
+	case f.mayExist(d):
+		// "It did not happen" answers this attempt only: an earlier one
+		// whose outcome is unknown may have taken effect, so neither
+		// failing (and compensating) nor calling again is safe.
+		return review(d, f.attempt, fmt.Sprintf("attempt %d was refused (%s), but an earlier attempt's outcome is unknown, so its effect may exist", f.attempt, f.msg))
+	}
+	d.verb, d.attempt, d.reason = doFail, f.attempt, f.msg
+	return d
+}
+
+// notDone decides after a call that was not sent or not processed.
+func (f facts) notDone(d decision) decision {
+	after := f.retryAfter
+	if f.canRetry(after) {
+		return f.retryWithin(d, after, time.Time{})
+	}
+	final := fmt.Sprintf("gave up after %d attempts (%s) %s: %s", f.tries, f.failure, f.spent(), f.msg)
+	if r := f.retry; after > 0 && f.tries < r.MaxAttempts {
+		final = fmt.Sprintf("the provider asked to wait %v before another attempt, beyond this run's retry budget (%v in all, %v used): %s; "+
+			"nothing was processed, so running the same command again later is safe", after, r.MaxElapsed, f.now.Sub(f.began).Round(time.Millisecond), f.msg)
+	}
+	switch {
+	case f.undoOf != "":
+		return review(d, f.attempt, fmt.Sprintf("compensation of %s not done: %s", f.undoOf, final))
+	case f.mayExist(d):
+		return review(d, f.attempt, final+"; an earlier attempt's outcome is unknown, so its effect may exist")
+	}
+	d.verb, d.attempt, d.reason = doFail, f.attempt, final
+	return d
+}
+
+// keyInFlight decides after the provider said another request with this
+// key is still being processed. It ends within the tool's timeout of its
+// claim: keep asking (with backoff) until then, whatever the attempt
+// budget, and only past that ask a person.
+func (f facts) keyInFlight(d decision) decision {
+	d.maybeDone = true
+	since := f.unknownAt
+	if since.IsZero() {
+		since = f.first
+	}
+	if since.IsZero() {
+		since = f.claimAt
+	}
+	deadline := since.Add(f.timeout + f.skew)
+	if !f.now.Before(deadline) || f.tries >= maxInFlightTries {
+		return review(d, f.attempt, fmt.Sprintf("the provider still reports the key in flight after %d attempts, %v after the earlier request was claimed (its timeout is %v): %s",
+			f.tries, f.now.Sub(since).Round(time.Millisecond), f.timeout, f.msg))
+	}
+	after := f.retryAfter
+	if w := deadline.Sub(f.now); after > w {
+		after = w // look again once the earlier request must have ended
+	}
+	return f.wait(d, max(after, f.retry.Base), time.Time{})
+}
+
+// unknown decides after a call whose outcome is unknown: the effect may
+// have happened. By class.
+func (f facts) unknown(d decision) decision {
 	d.maybeDone, d.unknownAt = true, f.claimAt
 	switch f.class {
 	case tools.AtMostOnce:

@@ -17,19 +17,10 @@ import (
 // finish runs once nothing more can start: skips what will never run,
 // compensates after a failure and sets the run's status.
 func (d *driver) finish(ctx context.Context) error {
-	d.mu.Lock()
 	if d.settled {
-		d.mu.Unlock()
 		return nil
 	}
-	quiet := d.failErr == ""
-	for _, n := range d.nodes {
-		if n.row.Status == ledger.StatusSkipped || n.row.Status == ledger.StatusFailed || n.row.Status == ledger.StatusRejected {
-			quiet = false
-		}
-	}
-	d.mu.Unlock()
-	if quiet {
+	if d.quiet() {
 		// Nothing to skip or compensate as far as this drive knows; settle
 		// reads the rows afresh (another drive may know more).
 		return d.settle(ctx)
@@ -38,113 +29,174 @@ func (d *driver) finish(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("executor: run %s: read actions: %w", d.runID, err)
 	}
-	d.mu.Lock()
 	for _, r := range rows {
 		if r.Undo {
 			continue
 		}
 		switch r.Status {
 		case ledger.StatusFailed:
-			d.failLocked(fmt.Sprintf("action %s failed: %s", r.ID, r.Error), false)
+			d.fail(fmt.Sprintf("action %s failed: %s", r.ID, r.Error), false)
 		case ledger.StatusRejected:
-			d.failLocked(fmt.Sprintf("action %s was rejected", r.ID), true)
+			d.fail(fmt.Sprintf("action %s was rejected", r.ID), true)
 		}
 	}
-	failMsg, rejected := d.failErr, d.rejected
-	d.mu.Unlock()
-
 	byID := make(map[string]ledger.Action, len(rows))
 	for _, r := range rows {
 		byID[r.ID] = r
 	}
 	var ops []ledger.Op
 	var skipped []string
-	if failMsg != "" {
-		// Every action that was claimed must have its outcome recorded
-		// before the run fails: its call may have taken effect (it is never
-		// "not started", and compensation must see it if it succeeded).
-		var open []string
-		for _, id := range d.order {
-			if r := byID[id]; r.Status == ledger.StatusClaimed || sentBefore(r) {
-				open = append(open, id)
-			}
-		}
-		if len(open) > 0 {
+	if d.failErr != "" {
+		if open := d.open(byID); len(open) > 0 {
+			// Every action that was claimed must have its outcome recorded
+			// before the run fails: its call may have taken effect (it is
+			// never "not started", and compensation must see it if it
+			// succeeded).
 			d.e.log.Warn("run failing, but claimed actions have no outcome yet; not finishing it now",
-				"run_id", d.runID, "actions", open, "error", failMsg)
+				"run_id", d.runID, "actions", open, "error", d.failErr)
 			return nil
 		}
-		links, err := linkEarlier(ctx, d.e.led, d.runID, rows, d.tmpl)
-		if err != nil {
+		if ops, skipped, err = d.skipFailed(ctx, rows, byID); err != nil {
 			return err
 		}
-		for _, id := range d.order {
-			if op, ok := links[id]; ok {
-				ops = append(ops, op)
-				skipped = append(skipped, id)
-				continue
-			}
-			if r := byID[id]; r.Attempts == 0 && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved) {
-				ops = append(ops, ledger.Skip(d.runID, id, "not started: the run failed ("+failMsg+")"))
-				skipped = append(skipped, id)
-			}
-		}
 	} else {
-		gone := map[string]bool{}
-		for _, r := range rows {
-			if r.Status == ledger.StatusSkipped {
-				gone[r.ID] = true
-			}
-		}
-		for _, id := range d.order {
-			r := byID[id]
-			if !reviewable(r) {
-				continue
-			}
-			for _, dep := range r.DependsOn {
-				if gone[dep] {
-					ops = append(ops, ledger.Skip(d.runID, id, "dependency "+dep+" was skipped"))
-					skipped = append(skipped, id)
-					gone[id] = true
-					break
-				}
-			}
-		}
+		ops, skipped = d.skipAfterSkipped(rows, byID)
 	}
-	if len(ops) > 0 {
-		res, err := d.e.led.Apply(ctx, ops...)
-		if err != nil {
-			return fmt.Errorf("executor: run %s: skip actions: %w", d.runID, err)
-		}
-		for i, r := range res {
-			if r.Err != nil && !errors.Is(r.Err, ledger.ErrConflict) {
-				return &ActionError{RunID: d.runID, ActionID: skipped[i], Op: "skip", Err: r.Err}
-			}
-			if r.Action.ID == skipped[i] {
-				byID[skipped[i]] = r.Action // linked rows are succeeded: compensation sees them
-			}
-		}
+	if err := d.skip(ctx, ops, skipped, byID); err != nil {
+		return err
 	}
-	if failMsg != "" && !rejected {
+	if d.failErr != "" && !d.rejected {
 		if err := d.compensate(ctx, byID); err != nil {
 			return err
 		}
-		if err := d.fatalErr(); err != nil {
-			return err
+		if d.fatal != nil {
+			return d.fatal
 		}
 	}
 	return d.settle(ctx)
 }
 
+// quiet reports whether, as far as this drive knows, nothing failed, was
+// rejected or skipped.
+func (d *driver) quiet() bool {
+	if d.failErr != "" {
+		return false
+	}
+	for _, n := range d.nodes {
+		if n.row.Status == ledger.StatusSkipped || n.row.Status == ledger.StatusFailed || n.row.Status == ledger.StatusRejected {
+			return false
+		}
+	}
+	return true
+}
+
+// open lists the actions claimed without an outcome yet, in order.
+func (d *driver) open(byID map[string]ledger.Action) []string {
+	var open []string
+	for _, id := range d.order {
+		if r := byID[id]; r.Status == ledger.StatusClaimed || sentBefore(r) {
+			open = append(open, id)
+		}
+	}
+	return open
+}
+
+// skipFailed are the ops of a failing run: what never started is skipped,
+// except a replay's unchanged action whose key succeeded (linked).
+func (d *driver) skipFailed(ctx context.Context, rows []ledger.Action, byID map[string]ledger.Action) ([]ledger.Op, []string, error) {
+	links, err := linkEarlier(ctx, d.e.led, d.runID, rows, d.tmpl)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ops []ledger.Op
+	var skipped []string
+	for _, id := range d.order {
+		if op, ok := links[id]; ok {
+			ops = append(ops, op)
+			skipped = append(skipped, id)
+			continue
+		}
+		if r := byID[id]; r.Attempts == 0 && (r.Status == ledger.StatusPending || r.Status == ledger.StatusApproved) {
+			ops = append(ops, ledger.Skip(d.runID, id, "not started: the run failed ("+d.failErr+")"))
+			skipped = append(skipped, id)
+		}
+	}
+	return ops, skipped, nil
+}
+
+// skipAfterSkipped skips the reviewable actions that depend on a skipped one.
+func (d *driver) skipAfterSkipped(rows []ledger.Action, byID map[string]ledger.Action) ([]ledger.Op, []string) {
+	gone := map[string]bool{}
+	for _, r := range rows {
+		if r.Status == ledger.StatusSkipped {
+			gone[r.ID] = true
+		}
+	}
+	var ops []ledger.Op
+	var skipped []string
+	for _, id := range d.order {
+		r := byID[id]
+		if !reviewable(r) {
+			continue
+		}
+		if i := slices.IndexFunc(r.DependsOn, func(dep string) bool { return gone[dep] }); i >= 0 {
+			ops = append(ops, ledger.Skip(d.runID, id, "dependency "+r.DependsOn[i]+" was skipped"))
+			skipped = append(skipped, id)
+			gone[id] = true
+		}
+	}
+	return ops, skipped
+}
+
+// skip writes ops (skips or links of the actions skipped) and brings byID
+// up to date.
+func (d *driver) skip(ctx context.Context, ops []ledger.Op, skipped []string, byID map[string]ledger.Action) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	res, err := d.e.led.Apply(ctx, ops...)
+	if err != nil {
+		return fmt.Errorf("executor: run %s: skip actions: %w", d.runID, err)
+	}
+	for i, r := range res {
+		if r.Err != nil && !errors.Is(r.Err, ledger.ErrConflict) {
+			return &ActionError{RunID: d.runID, ActionID: skipped[i], Op: "skip", Err: r.Err}
+		}
+		if r.Action.ID == skipped[i] {
+			byID[skipped[i]] = r.Action // linked rows are succeeded: compensation sees them
+		}
+	}
+	return nil
+}
+
 // compensate runs the compensations of succeeded actions in reverse completion
 // order, each as action "<id>.undo" with its own key.
 func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) error {
+	order, err := d.undoOrder(ctx, byID)
+	if err != nil {
+		return err
+	}
+	for _, id := range order {
+		if ctx.Err() != nil {
+			return fmt.Errorf("executor: run %s: compensation: %w", d.runID, ctx.Err())
+		}
+		if err := d.compensateOne(ctx, id, byID); err != nil {
+			return err
+		}
+		if d.fatal != nil {
+			return d.fatal
+		}
+	}
+	return nil
+}
+
+// undoOrder lists the actions that count as succeeded, newest first: the
+// ones a person marked done (action.resolved) as well.
+func (d *driver) undoOrder(ctx context.Context, byID map[string]ledger.Action) ([]string, error) {
 	evs, err := d.e.led.Events(ctx, d.runID, 0, 0)
 	if err != nil {
-		return fmt.Errorf("executor: run %s: read events for compensation: %w", d.runID, err)
+		return nil, fmt.Errorf("executor: run %s: read events for compensation: %w", d.runID, err)
 	}
-	// Every action that counts as succeeded is undone, newest first: the
-	// ones a person marked done (action.resolved) as well.
 	last := map[string]uint64{}
 	for _, ev := range evs {
 		if (ev.Type == ledger.EventActionSucceeded || ev.Type == ledger.EventActionResolved) && ev.ActionID != "" {
@@ -158,91 +210,105 @@ func (d *driver) compensate(ctx context.Context, byID map[string]ledger.Action) 
 		}
 	}
 	slices.SortFunc(order, func(a, b string) int { return -cmpU(last[a], last[b]) }) // newest first
+	return order, nil
+}
 
-	for _, id := range order {
-		if ctx.Err() != nil {
-			return fmt.Errorf("executor: run %s: compensation: %w", d.runID, ctx.Err())
-		}
-		row := byID[id]
-		if row.Status != ledger.StatusSucceeded {
-			continue
-		}
-		t, ok := d.e.reg.Get(row.Tool)
-		if !ok || t.Spec().Compensate == nil {
-			continue
-		}
-		comp := *t.Spec().Compensate
-		undoID := id + ".undo"
-		ur, exists := byID[undoID]
-		if exists && (ur.Status == ledger.StatusNeedsReview || ur.Status == ledger.StatusFailed ||
-			ur.Status == ledger.StatusSkipped || ur.Status == ledger.StatusRejected) {
-			continue // a person decides, or decided it is not undone
-		}
-		if exists && ur.Status == ledger.StatusSucceeded {
-			// Undone (a person marked the undo done): say so on the original.
-			if !d.record(ctx, &act{n: &node{id: undoID}, key: ur.Key}, ledger.Compensated(d.runID, id)) {
-				return d.fatalErr()
-			}
-			continue
-		}
-		ct, ok := d.e.reg.Get(comp.Tool)
-		if !ok {
-			d.e.log.Error("compensating tool not registered", "run_id", d.runID, "action_id", id, "tool", comp.Tool)
-			continue
-		}
-		args, err := tools.CompensationArgs(comp, row.Args, row.Output)
-		if err != nil {
-			d.e.log.Error("cannot build compensation arguments", "run_id", d.runID, "action_id", id, "error", err)
-			continue
-		}
-		key, err := plan.Key(d.runID, undoID, comp.Tool, args)
-		if err != nil {
-			d.e.log.Error("cannot derive compensation key", "run_id", d.runID, "action_id", id, "error", err)
-			continue
-		}
-		spec := ct.Spec()
-		un := &node{id: undoID, tool: ct, spec: spec, row: ledger.Action{
-			RunID: d.runID, ID: undoID, Tool: comp.Tool, Class: string(spec.Class),
-			Status: ledger.StatusPending, Args: args, Undo: true,
-		}}
-		if exists {
-			un.row = ur
-		}
-		a := &act{n: un, key: key, args: args, undoOf: id}
-		if !exists {
-			a.preOps = []ledger.Op{ledger.AddUndo(d.runID, un.row)}
-		}
-		if un.row.Attempts == 0 {
-			// An undo is an action like any other: the tools file's approval
-			// rules and the run's policy apply to it.
-			prun, _ := d.policyRun(undoID, spec, nil)
-			g := d.e.gateFor(d.pol, spec, policy.Input{ActionID: undoID, Key: key, Args: args, Run: prun}, false)
-			if g.Outcome == string(policy.Deny) {
-				// Undoing is not refused by a rule: a person decides.
-				g.Outcome, g.Need, g.Why = string(policy.Approve), 1, deniedReason(g)+"; a compensation waits for a person instead"
-			}
-			if ok, why := d.approved(un, args, g); !ok {
-				if !exists && !d.record(ctx, a, a.preOps...) {
-					return d.fatalErr()
-				}
-				d.mu.Lock()
-				d.undoAwaiting = append(d.undoAwaiting, undoID)
-				d.mu.Unlock()
-				d.e.log.Info("compensation waits for approval", "run_id", d.runID, "action_id", id, "undo", undoID, "reason", why)
-				continue
-			}
-		}
-		d.e.log.Info("compensating", "run_id", d.runID, "action_id", id, "undo", undoID, "key", key)
-		out, how := d.execute(ctx, a)
-		if how == endSucceeded {
-			d.record(ctx, a, ledger.Succeed(a.key, a.attempt, out), ledger.Compensated(d.runID, id))
-		}
-		d.release(a)
-		if err := d.fatalErr(); err != nil {
-			return err
-		}
+// compensateOne undoes action id, when it succeeded and its tool names a
+// compensation. Errors of the ledger end the drive (returned, or d.fatal).
+func (d *driver) compensateOne(ctx context.Context, id string, byID map[string]ledger.Action) error {
+	row := byID[id]
+	if row.Status != ledger.StatusSucceeded {
+		return nil
 	}
+	t, ok := d.e.reg.Get(row.Tool)
+	if !ok || t.Spec().Compensate == nil {
+		return nil
+	}
+	undoID := id + ".undo"
+	ur, exists := byID[undoID]
+	switch {
+	case exists && (ur.Status == ledger.StatusNeedsReview || ur.Status == ledger.StatusFailed ||
+		ur.Status == ledger.StatusSkipped || ur.Status == ledger.StatusRejected):
+		return nil // a person decides, or decided it is not undone
+	case exists && ur.Status == ledger.StatusSucceeded:
+		// Undone (a person marked the undo done): say so on the original.
+		a := &act{n: &node{id: undoID}, key: ur.Key}
+		d.record(ctx, a, ledger.Compensated(d.runID, id))
+		d.absorbEffects(a)
+		return nil
+	}
+	a := d.undoAct(id, row, *t.Spec().Compensate, ur, exists)
+	if a == nil {
+		return nil
+	}
+	defer d.absorbEffects(a)
+	if a.row.Attempts == 0 && d.undoWaits(ctx, a, exists) {
+		return nil
+	}
+	d.e.log.Info("compensating", "run_id", d.runID, "action_id", id, "undo", undoID, "key", a.key)
+	out, how := d.execute(ctx, a)
+	if how == endSucceeded {
+		d.record(ctx, a, ledger.Succeed(a.key, a.attempt, out), ledger.Compensated(d.runID, id))
+	}
+	a.releaseKey()
 	return nil
+}
+
+// undoAct is the act that undoes action id (row) with comp; ur is its
+// undo row when one exists. nil: it cannot be built (logged).
+func (d *driver) undoAct(id string, row ledger.Action, comp tools.Compensation, ur ledger.Action, exists bool) *act {
+	undoID := id + ".undo"
+	ct, ok := d.e.reg.Get(comp.Tool)
+	if !ok {
+		d.e.log.Error("compensating tool not registered", "run_id", d.runID, "action_id", id, "tool", comp.Tool)
+		return nil
+	}
+	args, err := tools.CompensationArgs(comp, row.Args, row.Output)
+	if err != nil {
+		d.e.log.Error("cannot build compensation arguments", "run_id", d.runID, "action_id", id, "error", err)
+		return nil
+	}
+	key, err := plan.Key(d.runID, undoID, comp.Tool, args)
+	if err != nil {
+		d.e.log.Error("cannot derive compensation key", "run_id", d.runID, "action_id", id, "error", err)
+		return nil
+	}
+	spec := ct.Spec()
+	un := &node{id: undoID, tool: ct, spec: spec, row: ledger.Action{
+		RunID: d.runID, ID: undoID, Tool: comp.Tool, Class: string(spec.Class),
+		Status: ledger.StatusPending, Args: args, Undo: true,
+	}}
+	if exists {
+		un.row = ur
+	}
+	a := newAct(un, key, args)
+	a.undoOf = id
+	if !exists {
+		a.preOps = []ledger.Op{ledger.AddUndo(d.runID, un.row)}
+	}
+	return a
+}
+
+// undoWaits reports whether the undo a waits for approval: an undo is an
+// action like any other, the tools file's approval rules and the run's
+// policy apply to it (a rule never refuses it: a person decides instead).
+func (d *driver) undoWaits(ctx context.Context, a *act, exists bool) bool {
+	un, spec := a.n, a.n.spec
+	prun, _ := d.policyRun(un.id, spec, nil)
+	g := d.e.gateFor(d.pol, spec, policy.Input{ActionID: un.id, Key: a.key, Args: a.args, Run: prun}, false)
+	if g.Outcome == string(policy.Deny) {
+		g.Outcome, g.Need, g.Why = string(policy.Approve), 1, deniedReason(g)+"; a compensation waits for a person instead"
+	}
+	ok, why := d.approved(un, a.args, g)
+	if ok {
+		return false
+	}
+	if !exists && !d.record(ctx, a, a.preOps...) {
+		return true
+	}
+	d.undoAwaiting = append(d.undoAwaiting, un.id)
+	d.e.log.Info("compensation waits for approval", "run_id", d.runID, "action_id", a.undoOf, "undo", un.id, "reason", why)
+	return true
 }
 
 func cmpU(a, b uint64) int {
@@ -257,95 +323,125 @@ func cmpU(a, b uint64) int {
 
 // settle sets the run's status from its rows once this drive is done.
 func (d *driver) settle(ctx context.Context) error {
-	d.g.claimMu.Lock()
-	defer d.g.claimMu.Unlock()
-	if d.g.status == ledger.RunCancelled || (d.g.status == ledger.RunPaused && d.g.pausedByPerson) {
+	return d.g.write(func() error {
+		if d.g.status == ledger.RunCancelled || (d.g.status == ledger.RunPaused && d.g.pausedByPerson) {
+			return nil
+		}
+		rows, err := d.e.led.Actions(ctx, d.runID)
+		if err != nil {
+			return fmt.Errorf("executor: run %s: read actions: %w", d.runID, err)
+		}
+		st, ok := d.settleTo(rows)
+		if !ok {
+			return nil // another drive is performing an action; it settles the run
+		}
+		if st.status == "" {
+			return d.stalled(rows)
+		}
+		if st.status == d.g.status {
+			return nil
+		}
+		var raw []byte
+		if st.data != nil {
+			raw = mustJSON(st.data)
+		}
+		if _, err := apply(ctx, d.e.led, ledger.SetRunStatus(d.runID, st.status, st.ev, st.errMsg, raw)); err != nil {
+			return fmt.Errorf("executor: run %s: set status %s: %w", d.runID, st.status, err)
+		}
+		d.g.status = st.status
+		d.e.obs.RunStatus(d.runID, st.status)
+		d.e.log.Info("run status", "run_id", d.runID, "status", string(st.status), "error", st.errMsg)
 		return nil
-	}
-	rows, err := d.e.led.Actions(ctx, d.runID)
-	if err != nil {
-		return fmt.Errorf("executor: run %s: read actions: %w", d.runID, err)
-	}
-	var needs, awaiting []string
-	failMsg := ""
-	open, started := 0, 0
-	d.mu.Lock()
+	})
+}
+
+// settled is the status a drive's end gives its run.
+type settlement struct {
+	status ledger.RunStatus // "": none (the run goes on)
+	ev     ledger.EventType
+	errMsg string
+	data   map[string]any
+}
+
+// rowTally sums up the rows for settle.
+type rowTally struct {
+	claimed         bool
+	needs, awaiting []string
+	failMsg         string
+	open, started   int
+}
+
+func (d *driver) tally(rows []ledger.Action) rowTally {
+	var t rowTally
 	for _, r := range rows {
 		switch r.Status {
 		case ledger.StatusClaimed:
-			d.mu.Unlock()
-			return nil // another drive is performing it; it settles the run
+			t.claimed = true
 		case ledger.StatusNeedsReview:
-			needs = append(needs, r.ID)
+			t.needs = append(t.needs, r.ID)
 		case ledger.StatusFailed, ledger.StatusRejected:
-			if !r.Undo && failMsg == "" {
-				if r.Status == ledger.StatusRejected {
-					failMsg = rejectedMsg(r)
-				} else {
-					failMsg = fmt.Sprintf("action %s failed: %s", r.ID, r.Error)
-				}
+			if !r.Undo && t.failMsg == "" {
+				t.failMsg = failureMsg(r)
 			}
 		case ledger.StatusPending, ledger.StatusApproved:
 			if sentBefore(r) {
-				started++
+				t.started++
 			}
 			if !r.Undo {
-				open++
+				t.open++
 				if n := d.nodes[r.ID]; n != nil && n.awaiting && r.Attempts == 0 {
-					awaiting = append(awaiting, r.ID)
+					t.awaiting = append(t.awaiting, r.ID)
 				}
 			}
 		}
 	}
-	if failMsg == "" {
-		failMsg = d.failErr
-	}
-	d.mu.Unlock()
+	return t
+}
 
-	var st ledger.RunStatus
-	var ev ledger.EventType
-	var errMsg string
-	var data map[string]any
-	switch {
-	case len(needs) > 0:
-		st, ev, data = ledger.RunPaused, ledger.EventRunPaused, map[string]any{"reason": "needs_review", "actions": needs}
-	case failMsg != "" && started > 0:
-		return nil // a claimed action still needs its outcome: a later drive concludes it first
-	case len(d.undoAwaiting) > 0:
-		st, ev, data = ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, map[string]any{"actions": d.undoAwaiting}
-	case failMsg != "":
-		st, ev, errMsg, data = ledger.RunFailed, ledger.EventRunFailed, failMsg, map[string]any{"error": failMsg}
-	case len(awaiting) > 0:
-		st, ev, data = ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, map[string]any{"actions": awaiting}
-	case open == 0:
-		st, ev = ledger.RunCompleted, ledger.EventRunCompleted
-	default:
-		d.mu.Lock()
-		stuck := d.readyLocked(rows)
-		d.mu.Unlock()
-		if len(stuck) > 0 && !otherDrives(d.e.led, d.runID) {
-			// Nothing is in flight, nothing waits for a person, and yet an
-			// action is ready: the scheduler missed it. Never a normal end.
-			err := &StallError{RunID: d.runID, Actions: stuck}
-			d.e.log.Error("executor bug: run stopped with ready actions not started", "run_id", d.runID, "actions", stuck)
-			return err
-		}
-		return nil // another drive of this process performs the rest
+// failureMsg says why the run fails at failed or rejected row r.
+func failureMsg(r ledger.Action) string {
+	if r.Status == ledger.StatusRejected {
+		return rejectedMsg(r)
 	}
-	if st == d.g.status {
+	return fmt.Sprintf("action %s failed: %s", r.ID, r.Error)
+}
+
+// settleTo is the status rows give the run (ok false: an action is
+// claimed, another drive performs it; status "": none, the run goes on).
+func (d *driver) settleTo(rows []ledger.Action) (settlement, bool) {
+	t := d.tally(rows)
+	if t.claimed {
+		return settlement{}, false
+	}
+	failMsg := cmpOr(t.failMsg, d.failErr)
+	switch {
+	case len(t.needs) > 0:
+		return settlement{ledger.RunPaused, ledger.EventRunPaused, "", map[string]any{"reason": "needs_review", "actions": t.needs}}, true
+	case failMsg != "" && t.started > 0:
+		return settlement{}, false // a claimed action still needs its outcome: a later drive concludes it first
+	case len(d.undoAwaiting) > 0:
+		return settlement{ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", map[string]any{"actions": d.undoAwaiting}}, true
+	case failMsg != "":
+		return settlement{ledger.RunFailed, ledger.EventRunFailed, failMsg, map[string]any{"error": failMsg}}, true
+	case len(t.awaiting) > 0:
+		return settlement{ledger.RunAwaitingApproval, ledger.EventRunAwaitingApproval, "", map[string]any{"actions": t.awaiting}}, true
+	case t.open == 0:
+		return settlement{status: ledger.RunCompleted, ev: ledger.EventRunCompleted}, true
+	}
+	return settlement{}, true
+}
+
+// stalled is the end of a drive that leaves open actions: nothing is in
+// flight, nothing waits for a person, and yet an action is ready: the
+// scheduler missed it. Never a normal end. With another drive of this
+// process on the run, that one performs the rest.
+func (d *driver) stalled(rows []ledger.Action) error {
+	stuck := d.ready(rows)
+	if len(stuck) == 0 || otherDrives(d.e.led, d.runID) {
 		return nil
 	}
-	var raw []byte
-	if data != nil {
-		raw = mustJSON(data)
-	}
-	if _, err := apply(ctx, d.e.led, ledger.SetRunStatus(d.runID, st, ev, errMsg, raw)); err != nil {
-		return fmt.Errorf("executor: run %s: set status %s: %w", d.runID, st, err)
-	}
-	d.g.status = st
-	d.e.obs.RunStatus(d.runID, st)
-	d.e.log.Info("run status", "run_id", d.runID, "status", string(st), "error", errMsg)
-	return nil
+	d.e.log.Error("executor bug: run stopped with ready actions not started", "run_id", d.runID, "actions", stuck)
+	return &StallError{RunID: d.runID, Actions: stuck}
 }
 
 // ErrStalled is the sentinel of StallError.
@@ -366,35 +462,6 @@ func (e *StallError) Error() string {
 }
 
 func (e *StallError) Unwrap() error { return ErrStalled }
-
-// readyLocked lists the open actions whose dependencies all succeeded and that
-// do not wait for a person. Call with d.mu held.
-func (d *driver) readyLocked(rows []ledger.Action) []string {
-	st := make(map[string]ledger.Status, len(rows))
-	for _, r := range rows {
-		st[r.ID] = r.Status
-	}
-	var out []string
-	for _, r := range rows {
-		if r.Undo || (r.Status != ledger.StatusPending && r.Status != ledger.StatusApproved) {
-			continue
-		}
-		if n := d.nodes[r.ID]; n == nil || n.awaiting {
-			continue
-		}
-		ready := true
-		for _, dep := range r.DependsOn {
-			if st[dep] != ledger.StatusSucceeded {
-				ready = false
-				break
-			}
-		}
-		if ready {
-			out = append(out, r.ID)
-		}
-	}
-	return out
-}
 
 // ErrUndone is the sentinel of a replay refused because it would build on an
 // action that was undone (compensated).

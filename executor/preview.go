@@ -104,7 +104,7 @@ func (e *Engine) PreviewReplay(ctx context.Context, runID string, p *plan.Plan) 
 		e: e, pol: pol, run: next,
 		// A driver that is never driven: its rows are the replay's as the
 		// walk goes (the totals of runInput, the approvals of approved).
-		d:       &driver{e: e, runID: runID, run: next, pol: pol, nodes: map[string]*node{}},
+		d:       &driver{e: e, runID: runID, run: next, pol: pol, sched: sched{nodes: map[string]*node{}}},
 		steps:   map[string]*PreviewStep{},
 		state:   map[string]walkState{},
 		outputs: map[string]json.RawMessage{},
@@ -254,13 +254,7 @@ func (w *previewWalk) decide(ctx context.Context, a plan.Action, st *PreviewStep
 	g := e.decideGate(w.pol, n.spec, policy.Input{ActionID: a.ID, Key: st.Key, Args: resolved, Run: w.runInput(a.ID, n.spec)}, bc)
 	approved, _ := w.d.approved(n, resolved, g)
 	v := decideStart(startFacts{gate: g, approved: approved, rec: rec})
-	switch {
-	case rec == nil:
-		st.Why = "a new key (its arguments changed, or it is new): "
-	case v == startKeep:
-	default:
-		st.Why = fmt.Sprintf("its key is %s: ", rec.State)
-	}
+	st.Why = startWhy(rec, v)
 	switch v {
 	case startDeny:
 		st.Outcome, st.Approval = PreviewDenied, &g
@@ -323,6 +317,18 @@ func (w *previewWalk) decide(ctx context.Context, a plan.Action, st *PreviewStep
 		}
 	}
 	return nil
+}
+
+// startWhy begins the reason of a preview step decided v with key record
+// rec (nil: a new key).
+func startWhy(rec *ledger.KeyRecord, v startVerdict) string {
+	switch {
+	case rec == nil:
+		return "a new key (its arguments changed, or it is new): "
+	case v == startKeep:
+		return ""
+	}
+	return fmt.Sprintf("its key is %s: ", rec.State)
 }
 
 // runInput is the run as the policy sees it for action id of tool spec

@@ -146,8 +146,8 @@ func TestStalledDriveSaysSoLoudly(t *testing.T) {
 	g := acquireGate(b.led, "stall")
 	defer releaseGate(b.led, "stall", g)
 	g.status = ledger.RunRunning
-	d := &driver{e: b.eng, runID: "stall", g: g, pol: PolicyAll, nodes: map[string]*node{}, undo: map[string]ledger.Action{},
-		wake: make(chan struct{}, 1)}
+	d := newDriver(b.eng, "stall", g)
+	d.pol = PolicyAll
 	recorded, err := b.led.Actions(ctx, "stall")
 	if err != nil {
 		t.Fatal(err)

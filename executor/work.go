@@ -21,186 +21,72 @@ const (
 	endStopped              // not started or interrupted; nothing more to do in this drive
 )
 
-// work performs a and, after each success, the actions that became ready with it.
+// work performs a in its own span (Config.Tracer), on a's copy of its row,
+// and sends it back to the drive's loop: with the output to record when it
+// succeeded, else with its outcome recorded (or the reason it stopped).
 func (d *driver) work(ctx context.Context, a *act) {
-	for a != nil {
-		next, more := d.workOne(ctx, a)
-		if !more {
-			return
-		}
-		for _, b := range next[1:] {
-			d.spawn(ctx, b)
-		}
-		a = next[0]
-	}
-}
-
-// workOne performs a in its own span (Config.Tracer) and records its
-// outcome; more: next holds the actions it made ready (the first to be
-// worked on by this goroutine).
-func (d *driver) workOne(ctx context.Context, a *act) (next []*act, more bool) {
 	actx, end := d.e.tracer.Start(ctx, Work{Kind: WorkAction, AttemptInfo: d.info(a)})
-	defer func() { end(Done{Status: d.rowStatus(a.n), Adopted: a.adopted}) }()
-	out, how := d.execute(actx, a)
-	if how != endSucceeded {
-		d.release(a)
-		d.done(a.n)
-		d.poke()
-		return nil, false
+	a.span = end
+	a.out, a.how = d.execute(actx, a)
+	if a.how != endSucceeded {
+		a.releaseKey()
 	}
-	next = d.succeed(actx, a, out)
-	if len(next) == 0 {
-		d.poke()
-		return nil, false
-	}
-	return next, true
+	d.inbox <- a
 }
 
-// rowStatus is n's status as this drive knows it.
-func (d *driver) rowStatus(n *node) ledger.Status {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return n.row.Status
+// endSpan ends a's span, once the loop absorbed its outcome.
+func (a *act) endSpan(done Done) {
+	if a.span != nil {
+		a.span(done)
+		a.span = nil
+	}
 }
 
-func (d *driver) release(a *act) {
+// releaseKey gives back a's reservation of its key in this process.
+func (a *act) releaseKey() {
 	if a.release != nil {
 		a.release()
 		a.release = nil
 	}
 }
 
-// succeed records a's output together with the claims of the actions it makes
-// ready, and returns those.
-//
-// a stays in flight until its row holds its outcome: a join that depends on
-// a and on an action finishing at the same time must find one of the two
-// settled, or the scheduler still waiting for the other.
-func (d *driver) succeed(ctx context.Context, a *act, out json.RawMessage) []*act {
-	defer d.leave()
-	var lead []ledger.Op
-	if !(a.adopted && d.linked(a)) {
-		lead = []ledger.Op{ledger.Succeed(a.key, a.attempt, out)}
+// fail notes that a fails the run (msg).
+func (a *act) fail(msg string) {
+	if a.failMsg == "" {
+		a.failMsg = msg
 	}
-	if len(lead) > 0 && len(out) <= maxMergedOutput && d.isLast(a) && d.completeWith(ctx, a, lead[0], out) {
-		return nil
-	}
-	d.mu.Lock()
-	a.n.done = true
-	d.mu.Unlock()
-	acts, res, err := d.start(ctx, lead, a, out)
-	if err != nil {
-		d.release(a)
-		return nil
-	}
-	if len(lead) > 0 && res[0].Err != nil {
-		// The output was not recorded. Claims written with it must not go ahead.
-		for _, b := range acts {
-			d.abandon(ctx, b, "not started: the output of "+a.n.id+" could not be recorded")
-			d.done(b.n)
-		}
-		defer d.release(a)
-		err := res[0].Err
-		switch {
-		case errors.Is(err, ledger.ErrTooLarge):
-			d.park(ctx, a, fmt.Sprintf("the call succeeded but its output could not be recorded: %v", err))
-		case conflictRecord(err) != nil && conflictRecord(err).State == ledger.StatusSucceeded:
-			cur := conflictRecord(err)
-			d.setSucceeded(a, cur.Output)
-		default:
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: err})
-		}
-		return nil
-	}
-	d.setSucceeded(a, out)
-	d.reportEnded(a)
-	d.release(a)
-	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
-		h(a.n.id)
-	}
-	if a.adopted {
-		d.e.obs.Adopted(d.info(a))
-	}
-	d.e.log.Debug("action succeeded", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "adopted", a.adopted)
-	return acts
 }
 
-// isLast reports whether a is the run's last open action as this drive
-// knows it: nothing else in flight, every other action succeeded.
-func (d *driver) isLast(a *act) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.inflight != 1 || d.failErr != "" || d.fatal != nil || len(d.undo) > 0 {
-		return false
+// setFatal notes the first error that stops the drive.
+func (a *act) setFatal(err error) {
+	if a.fatal == nil {
+		a.fatal = err
 	}
-	// Every other node succeeded: a's own row is the only one not yet
-	// succeeded (it is in flight, its outcome not recorded).
-	if a.n.row.Status == ledger.StatusSucceeded || d.nodes[a.n.id] != a.n {
-		return d.unsucceeded == 0
-	}
-	return d.unsucceeded == 1
 }
 
-// completeWith records the last action's outcome and the run's completion in
-// one Apply (one sync less per run). It reports false, having written
-// nothing, when the run's status forbids it (paused or cancelled meanwhile).
-func (d *driver) completeWith(ctx context.Context, a *act, succeed ledger.Op, out json.RawMessage) bool {
-	d.g.claimMu.Lock()
-	defer d.g.claimMu.Unlock()
-	switch d.g.status {
-	case ledger.RunRunning, ledger.RunPaused, ledger.RunAwaitingApproval:
-		if d.g.pausedByPerson {
-			return false
-		}
-	default:
-		return false
+// succeeded brings a's row to its output.
+func (a *act) succeeded(out json.RawMessage) {
+	a.row.Status, a.row.Key, a.row.Output, a.row.Error = ledger.StatusSucceeded, a.key, out, ""
+	if a.attempt > a.row.Attempts {
+		a.row.Attempts = a.attempt
 	}
-	d.mu.Lock()
-	a.n.done = true
-	d.mu.Unlock()
-	defer d.release(a)
-	res, err := d.e.led.Apply(context.WithoutCancel(ctx), succeed,
-		ledger.SetRunStatus(d.runID, ledger.RunCompleted, ledger.EventRunCompleted, "", nil))
-	if err != nil {
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: err})
-		return true
-	}
-	if res[0].Err != nil {
-		// The status went through without the output: take it back; the
-		// drive's end sets the right one.
-		if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.SetRunStatus(d.runID, ledger.RunRunning, "", "", nil)); err != nil {
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: errors.Join(err, res[0].Err)})
-			return true
-		}
-		d.g.status = ledger.RunRunning
-		if errors.Is(res[0].Err, ledger.ErrTooLarge) {
-			d.park(ctx, a, fmt.Sprintf("the call succeeded but its output could not be recorded: %v", res[0].Err))
-		} else {
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record output", Err: res[0].Err})
-		}
-		return true
-	}
-	d.g.status = ledger.RunCompleted
-	d.setSucceeded(a, out)
-	d.reportEnded(a)
-	d.e.obs.RunStatus(d.runID, ledger.RunCompleted)
-	d.mu.Lock()
-	d.settled = true
-	d.mu.Unlock()
-	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
-		h(a.n.id)
-	}
-	d.e.log.Info("run status", "run_id", d.runID, "status", string(ledger.RunCompleted))
-	return true
 }
 
-func (d *driver) setSucceeded(a *act, out json.RawMessage) {
-	d.updateRow(a.n, func(row *ledger.Action) {
-		row.Status, row.Key, row.Output, row.Error = ledger.StatusSucceeded, a.key, out, ""
-		if a.attempt > row.Attempts {
-			row.Attempts = a.attempt
-		}
-	})
+// claimed notes that a holds attempt n of its key, claimed at now.
+func (a *act) claimed(n int, rec ledger.KeyRecord, now time.Time) {
+	a.attempt = n
+	a.claimAt = rec.ClaimedAt
+	a.first = rec.FirstClaimedAt
+	if a.began.IsZero() {
+		a.began = now
+	}
+	a.row.Status, a.row.Key, a.row.Attempts, a.row.Args = ledger.StatusClaimed, a.key, n, a.args
+}
+
+// linked reports whether the action's row already mirrors its key's outcome.
+func (a *act) linked() bool {
+	r := a.row
+	return r.Key == a.key && (r.Status == ledger.StatusSucceeded || r.Status == ledger.StatusCompensated)
 }
 
 // abandon gives up a claim we hold but will not act on: the key goes back to
@@ -208,16 +94,16 @@ func (d *driver) setSucceeded(a *act, out json.RawMessage) {
 func (d *driver) abandon(ctx context.Context, a *act, why string) {
 	if a.attempt > 0 {
 		d.record(ctx, a, ledger.FailWith(a.key, a.attempt, why, true, ledger.FailureNotSent, nil))
-		d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusPending })
+		a.row.Status = ledger.StatusPending
 	}
-	d.release(a)
+	a.releaseKey()
 }
 
 // park records needs_review for the attempt we hold.
 func (d *driver) park(ctx context.Context, a *act, reason string) {
 	if d.record(ctx, a, ledger.NeedsReview(a.key, a.attempt, reason)) {
 		d.e.obs.NeedsReview(d.info(a), reason)
-		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusNeedsReview, reason })
+		a.row.Status, a.row.Error = ledger.StatusNeedsReview, reason
 		d.e.log.Warn("action needs review", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt, "reason", reason)
 	}
 }
@@ -226,7 +112,7 @@ func (d *driver) park(ctx context.Context, a *act, reason string) {
 // reports whether every op went through.
 func (d *driver) record(ctx context.Context, a *act, ops ...ledger.Op) bool {
 	if _, err := apply(context.WithoutCancel(ctx), d.e.led, ops...); err != nil {
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record outcome", Err: err})
+		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record outcome", Err: err})
 		return false
 	}
 	d.reportEnded(a)
@@ -316,7 +202,7 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 				continue
 			case err != nil:
 				if ctx.Err() == nil {
-					d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "read key", Err: err})
+					a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "read key", Err: err})
 				}
 				return nil, endStopped, false
 			}
@@ -324,7 +210,7 @@ func (d *driver) acquire(ctx context.Context, a *act) (out json.RawMessage, how 
 		}
 		a.rec = nil
 		if rec.Key != a.key {
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim",
+			a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim",
 				Err: fmt.Errorf("the action is held under another key %q (state %q)", rec.Key, rec.State)})
 			return nil, endStopped, false
 		}
@@ -349,7 +235,7 @@ func (d *driver) facts(a *act, s stage) facts {
 // another record).
 func (d *driver) onRecord(ctx context.Context, a *act, rec *ledger.KeyRecord) (out json.RawMessage, how end, held, again bool) {
 	f := d.facts(a, atRecord)
-	f.rec, f.mine, f.linked = *rec, rec.State == ledger.StatusClaimed && rec.Owner == d.inc, d.linked(a)
+	f.rec, f.mine, f.linked = *rec, rec.State == ledger.StatusClaimed && rec.Owner == d.inc, a.linked()
 	dec := decide(f)
 	if dec.closeUnknown {
 		a.attempt = rec.Attempt
@@ -362,7 +248,7 @@ func (d *driver) onRecord(ctx context.Context, a *act, rec *ledger.KeyRecord) (o
 	switch dec.verb {
 	case doAdopt:
 		a.attempt, a.adopted = rec.Attempt, true
-		if !d.linked(a) {
+		if !a.linked() {
 			d.link(ctx, a, rec)
 		}
 		return rec.Output, endSucceeded, false, false
@@ -373,10 +259,10 @@ func (d *driver) onRecord(ctx context.Context, a *act, rec *ledger.KeyRecord) (o
 		d.parkAt(ctx, a, dec)
 		return nil, endRecorded, false, false
 	case doRefuse:
-		d.fail(fmt.Sprintf("action %s: %s", a.n.id, dec.reason))
+		a.fail(fmt.Sprintf("action %s: %s", a.n.id, dec.reason))
 		return nil, endStopped, false, false
 	case doBroken:
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: errors.New(dec.reason)})
+		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: errors.New(dec.reason)})
 		return nil, endStopped, false, false
 	}
 	out, found, how, held := d.claimNext(ctx, a, dec)
@@ -395,14 +281,14 @@ func (d *driver) onRecord(ctx context.Context, a *act, rec *ledger.KeyRecord) (o
 func (d *driver) mirror(a *act, rec *ledger.KeyRecord) {
 	switch rec.State {
 	case ledger.StatusNeedsReview:
-		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key = ledger.StatusNeedsReview, a.key })
+		a.row.Status, a.row.Key = ledger.StatusNeedsReview, a.key
 	case ledger.StatusFailed:
-		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Key, row.Error = ledger.StatusFailed, a.key, rec.Error })
+		a.row.Status, a.row.Key, a.row.Error = ledger.StatusFailed, a.key, rec.Error
 		if a.undoOf == "" {
-			d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, rec.Error))
+			a.fail(fmt.Sprintf("action %s failed: %s", a.n.id, rec.Error))
 		}
 	case ledger.StatusSkipped:
-		d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
+		a.row.Status = ledger.StatusSkipped
 	}
 }
 
@@ -419,25 +305,17 @@ func (d *driver) parkAt(ctx context.Context, a *act, dec decision) {
 	d.park(ctx, a, dec.reason)
 }
 
-// linked reports whether the action's row already mirrors its key's outcome.
-func (d *driver) linked(a *act) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r := a.n.row
-	return r.Key == a.key && (r.Status == ledger.StatusSucceeded || r.Status == ledger.StatusCompensated)
-}
-
 // link points the current revision's row at a key that already has an
 // outcome (replay of an unchanged action): a claim of such a key conflicts
 // and links the row.
 func (d *driver) link(ctx context.Context, a *act, rec *ledger.KeyRecord) {
-	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, rec.Attempt+1))
+	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ledger.Claim(d.runID, a.n.id, a.row.Tool, a.key, a.args, rec.Attempt+1))
 	if err != nil {
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "link row to key", Err: err})
+		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "link row to key", Err: err})
 		return
 	}
 	if r := res[0]; r.Action.ID == a.n.id {
-		d.updateRow(a.n, func(row *ledger.Action) { *row = r.Action })
+		a.row = r.Action
 	}
 }
 
@@ -451,31 +329,33 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	if h := d.e.cfg.Hooks.BeforeClaim; h != nil {
 		h(a.n.id)
 	}
-	if !d.resumedDone() {
-		if err := d.markRunning(ctx); err != nil {
-			d.setFatal(err)
-			return false, endStopped
-		}
+	if err := d.markRunning(ctx); err != nil {
+		a.setFatal(err)
+		return false, endStopped
 	}
 	ops := append(a.preOps, a.claimOp(d.runID, n))
-	d.g.claimMu.RLock()
-	if d.g.halted() {
-		cancelled := d.g.status == ledger.RunCancelled
-		d.g.claimMu.RUnlock()
+	var res []ledger.Result
+	var err error
+	halted, cancelled := false, false
+	d.g.read(func(h bool) {
+		halted, cancelled = h, d.g.status == ledger.RunCancelled
+		if !halted {
+			res, err = d.e.led.Apply(context.WithoutCancel(ctx), ops...)
+		}
+	})
+	if halted {
 		if cancelled && n > 1 {
 			return false, d.concludeOnCancel(ctx, a, n)
 		}
 		return false, endStopped
 	}
-	res, err := d.e.led.Apply(context.WithoutCancel(ctx), ops...)
-	d.g.claimMu.RUnlock()
 	if err != nil {
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
+		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
 		return false, endStopped
 	}
 	for _, r := range res[:len(ops)-1] {
 		if r.Err != nil {
-			d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
+			a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
 			return false, endStopped
 		}
 	}
@@ -497,7 +377,8 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			return false, endSucceeded
 		}
 		if errors.Is(r.Err, ledger.ErrStale) {
-			d.stale(a.n.id, r.Err)
+			d.e.log.Info(staleMsg, "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
+			a.stale = true
 			return false, endStopped
 		}
 		if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
@@ -509,10 +390,10 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			d.e.log.Info("claim refused by a budget", "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
 			return false, endStopped
 		}
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
+		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
 		return false, endStopped
 	}
-	d.claimed(a, n, r.Key)
+	d.claimedNow(a, n, r.Key)
 	return true, endSucceeded
 }
 
@@ -556,7 +437,7 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		// longer than it): another node may have taken the claim over.
 		// The call is not made; the drive stops and starts again.
 		d.abandon(ctx, a, "this node's lease may have lapsed: not called")
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "call", Err: ledger.ErrLeaseExpired})
+		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "call", Err: ledger.ErrLeaseExpired})
 		return nil, endStopped, false
 	}
 	d.e.obs.AttemptStarted(d.info(a))
@@ -603,11 +484,11 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		// decide fails an action only when no attempt may have taken effect
 		// (else a person reviews it): its budgets get the amount back.
 		if d.record(ctx, a, ledger.FailWith(a.key, a.attempt, dec.reason, false, failureOf(outcome), nil).NoEffect()) {
-			d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusFailed, dec.reason })
+			a.row.Status, a.row.Error = ledger.StatusFailed, dec.reason
 			d.e.log.Warn("action failed", "run_id", d.runID, "action_id", a.n.id, "key", a.key, "attempt", a.attempt,
 				"outcome", outcome.String(), "error", dec.reason)
 			if a.undoOf == "" {
-				d.fail(fmt.Sprintf("action %s failed: %s", a.n.id, dec.reason))
+				a.fail(fmt.Sprintf("action %s failed: %s", a.n.id, dec.reason))
 			}
 		}
 		return nil, endRecorded, false
@@ -635,7 +516,7 @@ func (d *driver) retry(ctx context.Context, a *act, dec decision, msg string) (j
 	d.e.log.Info("attempt failed, retrying", "run_id", d.runID, "action_id", a.n.id, "key", a.key,
 		"attempt", a.attempt, "outcome", dec.failure.String(), "retry_in", wait)
 	prev := a.attempt
-	d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusPending, msg })
+	a.row.Status, a.row.Error = ledger.StatusPending, msg
 	if err := d.e.sleep(ctx, wait); err != nil {
 		// Interrupted, or shutting down (Drain): the failed attempt is
 		// recorded; the next start decides what follows by the class.
@@ -790,20 +671,28 @@ func (d *driver) lookupWait(ctx context.Context, a *act, data map[string]any) {
 
 // cancelled reports whether the run was cancelled (by this process).
 func (d *driver) cancelled() bool {
-	d.g.claimMu.RLock()
-	defer d.g.claimMu.RUnlock()
-	return d.g.status == ledger.RunCancelled
+	c := false
+	d.g.read(func(bool) { c = d.g.status == ledger.RunCancelled })
+	return c
+}
+
+// claimedNow notes that a worker holds attempt n of a.key (Hooks.AfterClaim).
+func (d *driver) claimedNow(a *act, n int, rec ledger.KeyRecord) {
+	a.claimed(n, rec, d.e.clock.Now())
+	if h := d.e.cfg.Hooks.AfterClaim; h != nil {
+		h(a.n.id)
+	}
 }
 
 // claimAlways claims attempt n of a.key whatever the run's status (to park
 // it: never to call). how is endSucceeded when we hold the claim.
 func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
-	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.n.row.Tool, a.key, a.args, n).WithCharges(a.charges...).Parking())
+	res, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Claim(d.runID, a.n.id, a.row.Tool, a.key, a.args, n).WithCharges(a.charges...).Parking())
 	if err != nil {
-		d.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
+		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
 		return false, endStopped
 	}
-	d.claimed(a, n, res[0].Key)
+	d.claimedNow(a, n, res[0].Key)
 	return true, endSucceeded
 }
 
@@ -815,7 +704,7 @@ func (d *driver) claimAlways(ctx context.Context, a *act, n int) (bool, end) {
 // --retry goes past the limit, --skip gives up). Room found again (the
 // measure says no budget is exceeded now): decide again.
 func (d *driver) overOnRetry(ctx context.Context, a *act, n int, err error) end {
-	bc := d.checkBudgets(ctx, a.n.row.Tool, a.args)
+	bc := d.checkBudgets(ctx, a.row.Tool, a.args)
 	if bc.gate == nil {
 		a.rec = nil
 		return endSucceeded
@@ -829,8 +718,8 @@ func (d *driver) overOnRetry(ctx context.Context, a *act, n int, err error) end 
 	}
 	reason := fmt.Sprintf("not attempted again: %s", errText(err))
 	if d.record(ctx, a, ledger.Skip(d.runID, a.n.id, reason).NoEffect()) {
-		d.updateRow(a.n, func(row *ledger.Action) { row.Status, row.Error = ledger.StatusSkipped, reason })
-		d.fail(fmt.Sprintf("action %s was %s", a.n.id, reason))
+		a.row.Status, a.row.Error = ledger.StatusSkipped, reason
+		a.fail(fmt.Sprintf("action %s was %s", a.n.id, reason))
 	}
 	return endRecorded
 }
@@ -850,7 +739,7 @@ func (d *driver) concludeOnCancel(ctx context.Context, a *act, n int) end {
 		}
 		ops = append(ops, ledger.Skip(d.runID, a.n.id, "not attempted again: the run was cancelled").NoEffect())
 		if d.record(ctx, a, ops...) {
-			d.updateRow(a.n, func(row *ledger.Action) { row.Status = ledger.StatusSkipped })
+			a.row.Status = ledger.StatusSkipped
 		}
 		return endRecorded
 	}
