@@ -397,11 +397,6 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 	return true, endSucceeded
 }
 
-// leaseHolder is a shared ledger's store (ledger/postgres): LeaseValid is
-// false once this node's lease may have lapsed, by the local clock with a
-// margin for skew.
-type leaseHolder interface{ LeaseValid() bool }
-
 // otherNodeWait is how long a drive waits before it looks again at a key
 // that another live node holds (shared ledger).
 const otherNodeWait = 250 * time.Millisecond
@@ -432,7 +427,7 @@ func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, 
 		d.abandon(ctx, a, "not called: this process is shutting down")
 		return nil, endStopped, false
 	}
-	if lh, ok := d.e.led.(leaseHolder); ok && !lh.LeaseValid() {
+	if lh, ok := d.e.led.(ledger.LeaseHolder); ok && !lh.LeaseValid() {
 		// A shared ledger, and this node's lease may have lapsed (a pause
 		// longer than it): another node may have taken the claim over.
 		// The call is not made; the drive stops and starts again.
