@@ -29,61 +29,79 @@ type keyValue struct{ key, value string }
 // is not one: empty, a keyword that is not a lowercase word, a keyword
 // without =, or an unterminated quote.
 func parseKeywordValue(s string) (kvs []keyValue, ok bool) {
-	i := 0
-	skip := func() {
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-	}
+	c := kvScanner{s: s}
 	for {
-		skip()
-		if i == len(s) {
+		c.spaces()
+		if c.done() {
 			return kvs, len(kvs) > 0
 		}
-		start := i
-		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
-			i++
-		}
-		key := s[start:i]
+		key := c.word()
 		if !isKeyword(key) {
 			return nil, false
 		}
-		skip()
-		if i == len(s) || s[i] != '=' {
+		c.spaces()
+		if c.done() || c.s[c.i] != '=' {
 			return nil, false
 		}
-		i++
-		skip()
-		var v strings.Builder
-		if i < len(s) && s[i] == '\'' {
-			i++
-			for {
-				if i == len(s) {
-					return nil, false // unterminated quote
-				}
-				c := s[i]
-				i++
-				if c == '\'' {
-					break
-				}
-				if c == '\\' && i < len(s) {
-					c = s[i]
-					i++
-				}
-				v.WriteByte(c)
-			}
-		} else {
-			for i < len(s) && !isSpace(s[i]) {
-				c := s[i]
-				i++
-				if c == '\\' && i < len(s) {
-					c = s[i]
-					i++
-				}
-				v.WriteByte(c)
-			}
+		c.i++
+		c.spaces()
+		v, ok := c.value()
+		if !ok {
+			return nil, false
 		}
-		kvs = append(kvs, keyValue{key, v.String()})
+		kvs = append(kvs, keyValue{key, v})
+	}
+}
+
+// kvScanner reads a keyword/value string from s[i:].
+type kvScanner struct {
+	s string
+	i int
+}
+
+func (c *kvScanner) done() bool { return c.i == len(c.s) }
+
+func (c *kvScanner) spaces() {
+	for !c.done() && isSpace(c.s[c.i]) {
+		c.i++
+	}
+}
+
+// word reads up to an = or a space.
+func (c *kvScanner) word() string {
+	start := c.i
+	for !c.done() && c.s[c.i] != '=' && !isSpace(c.s[c.i]) {
+		c.i++
+	}
+	return c.s[start:c.i]
+}
+
+// value reads a value: in single quotes (false: unterminated) or up to a
+// space, a backslash escaping the next byte in either.
+func (c *kvScanner) value() (string, bool) {
+	quoted := !c.done() && c.s[c.i] == '\''
+	if quoted {
+		c.i++
+	}
+	var v strings.Builder
+	for {
+		if c.done() {
+			return v.String(), !quoted // unterminated quote
+		}
+		b := c.s[c.i]
+		if quoted && b == '\'' {
+			c.i++
+			return v.String(), true
+		}
+		if !quoted && isSpace(b) {
+			return v.String(), true
+		}
+		c.i++
+		if b == '\\' && !c.done() {
+			b = c.s[c.i]
+			c.i++
+		}
+		v.WriteByte(b)
 	}
 }
 
