@@ -18,6 +18,8 @@ type queries struct {
 
 	registerNode, renewNode, stopNode, leaseCheck, ownerGone, clock string
 
+	lockRuns, lockRows, lockKeys, lockHolds string // an Apply's first reads (tx.begin)
+
 	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
 	rowForUpdate, upsertRow, insertRow, insertPlan               string
 	keyForUpdate, insertKey, updateKey                           string
@@ -43,10 +45,26 @@ func makeQueries(schema string) queries {
 		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
 			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp()`),
 		stopNode:   t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
-		leaseCheck: t(`SELECT (SELECT lease_expires FROM {S}.nodes WHERE incarnation = $1), clock_timestamp()`),
+		leaseCheck: t(`SELECT {S}.lease_check($1)`),
 		ownerGone:  t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
 		clock:      `SELECT clock_timestamp()`,
 
+		// The runs named and the runs of the keys named ($2: a key's run
+		// never changes), the rows named ($1, $2) in their run's current
+		// revision and the rows of the keys named ($3), the keys named and
+		// the keys of the rows named, locked in one order.
+		lockRuns: t(runRead + ` WHERE run_id = ANY(array_cat($1::text[], ARRAY(SELECT k.run_id FROM {S}.keys k WHERE k.key = ANY($2::text[]))))
+			ORDER BY run_id FOR UPDATE`),
+		lockRows: t(`SELECT a.run_id, a.revision, ` + rowCols + ` FROM {S}.actions a WHERE (a.run_id, a.revision, a.action_id) IN (
+				SELECT r.run_id, r.revision, x.action_id FROM unnest($1::text[], $2::text[]) AS x (run_id, action_id) JOIN {S}.runs r ON r.run_id = x.run_id
+				UNION ALL
+				SELECT r.run_id, r.revision, k.action_id FROM {S}.keys k JOIN {S}.runs r ON r.run_id = k.run_id WHERE k.key = ANY($3::text[]))
+			ORDER BY a.run_id, a.action_id FOR UPDATE OF a`),
+		lockKeys: t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = ANY(array_cat($1::text[], ARRAY(
+				SELECT a.key FROM unnest($2::text[], $3::text[]) AS x (run_id, action_id) JOIN {S}.runs r ON r.run_id = x.run_id
+				JOIN {S}.actions a ON a.run_id = r.run_id AND a.revision = r.revision AND a.action_id = x.action_id WHERE a.key <> '')))
+			ORDER BY key FOR UPDATE`),
+		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
 		insertRun:    t(`INSERT INTO {S}.runs (` + runCols + `, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0)`),
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
@@ -65,8 +83,16 @@ func makeQueries(schema string) queries {
 		// node and not concluded yet), or a keyed action between attempts
 		// when the driver is gone. A drive of a cancelled run concludes them
 		// and starts nothing.
+		// The candidates come from indexes of live runs (runs_status) and
+		// of actions in flight (actions_in_flight), never a scan of every
+		// run.
 		adoptOrphans: t(`UPDATE {S}.runs SET driver = $1 WHERE run_id IN (
-			SELECT r.run_id FROM {S}.runs r LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
+			SELECT r.run_id FROM (
+				SELECT c.run_id FROM {S}.runs c WHERE c.status IN ('running', 'paused', 'awaiting_approval')
+				UNION
+				SELECT f.run_id FROM {S}.actions f
+				WHERE f.key <> '' AND (f.status = 'claimed' OR (f.status IN ('pending', 'approved') AND f.attempts > 0 AND NOT f.undo))
+			) AS cand JOIN {S}.runs r ON r.run_id = cand.run_id LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
 			WHERE (r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp()))
 			OR (r.status IN ('paused', 'awaiting_approval') AND r.paused_by = ''
 				AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())

@@ -7,21 +7,27 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/docketrun/docket/ledger"
 )
 
 // tx is one Apply's transaction. It implements ledger.Tx: every record it
 // reads is locked (FOR UPDATE) and cached; writes go to the cache and are
-// queued, then sent in one batch with the events, the notification and the
-// lease check (flush), so a reader of the same transaction sees the cache.
+// queued, so a reader of the same transaction sees the cache. An Apply is
+// two round trips in the common case: begin sends BEGIN with the reads the
+// ops are known to make (ledger.ReadSet) and the clock in one pipeline, and
+// commit sends the writes, the runs' new last_seq, the lease check and
+// COMMIT in another. A read the forecast missed is one more query.
 type tx struct {
 	s   *Store
 	ctx context.Context
-	ptx pgx.Tx
+	ptx *pgx.Conn // in the transaction begin opened
 	inc string
 	now time.Time // the database's clock, read once (zero: not yet)
 
@@ -73,7 +79,7 @@ var (
 	_ ledger.HashedAppender = (*tx)(nil)
 )
 
-func newTx(s *Store, ctx context.Context, ptx pgx.Tx) *tx {
+func newTx(s *Store, ctx context.Context, ptx *pgx.Conn) *tx {
 	return &tx{s: s, ctx: ctx, ptx: ptx, inc: s.Incarnation(),
 		runs: map[string]*runEntry{}, rows: map[rowKey]*rowEntry{}, keys: map[string]*keyEntry{},
 		memos: map[pair]*valEntry{}, blobs: map[pair]*valEntry{}, ranges: map[string][2]uint64{}}
@@ -399,11 +405,186 @@ type notification struct {
 	Last   uint64 `json:"l"`
 }
 
-// flush sends the queued writes, the runs' new last_seq and the lease check
-// in one round trip (the notifications go after the commit: notifier). A lapsed lease fails it with a
-// *LeaseError (the caller rolls back), also when the ops wrote nothing (a
-// conflict): a lapsed node learns it at its next Apply, whatever it was.
-func (t *tx) flush() error {
+// begin opens the transaction and reads what the ops are known to read
+// (rs), locked, with the clock, in one round trip: BEGIN, then the runs,
+// the rows, the keys and the keys' budget holds (in that order, the order
+// every Apply locks them in)
+// and the database's clock after the locks are held. What it finds, and
+// what it looked for and did not find, is cached; the rules' other reads
+// go to the database.
+func (t *tx) begin(rs ledger.Reads) error {
+	var b pgx.Batch
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	rowRuns := make([]string, len(rs.Rows))
+	rowActs := make([]string, len(rs.Rows))
+	for i, r := range rs.Rows {
+		rowRuns[i], rowActs[i] = r.RunID, r.ActionID
+	}
+	keys := rs.Keys
+	if keys == nil {
+		keys = []string{}
+	}
+	runs := rs.Runs
+	if runs == nil {
+		runs = []string{}
+	}
+	lockRuns := len(runs) > 0 || len(keys) > 0
+	lockRows := len(rowRuns) > 0 || len(keys) > 0
+	if lockRuns {
+		b.Queue(t.s.q.lockRuns, runs, keys)
+	}
+	if lockRows {
+		b.Queue(t.s.q.lockRows, rowRuns, rowActs, keys)
+		b.Queue(t.s.q.lockKeys, keys, rowRuns, rowActs)
+	}
+	lockHolds := len(keys) > 0
+	if lockHolds {
+		b.Queue(t.s.q.lockHolds, keys)
+	}
+	clock := t.s.cfg.Clock == nil
+	if clock {
+		b.Queue(t.s.q.clock)
+	}
+	br := t.ptx.SendBatch(t.ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if lockRuns {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			e := &runEntry{found: true, inDB: true}
+			var lastSeq int64
+			if err := scanRun(rows, &e.rec, &lastSeq); err != nil {
+				rows.Close()
+				return err
+			}
+			e.lastSeq = uint64(lastSeq)
+			t.runs[e.rec.ID] = e
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range runs {
+			if _, ok := t.runs[id]; !ok {
+				t.runs[id] = &runEntry{}
+			}
+		}
+	}
+	if lockRows {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var runID string
+			var rev int
+			var r ledger.RowRecord
+			if err := scanRow(rowsWith(rows, &runID, &rev), &r, nil); err != nil {
+				rows.Close()
+				return err
+			}
+			t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		for rows.Next() {
+			e := &keyEntry{found: true}
+			if err := scanKey(rows, &e.rec); err != nil {
+				rows.Close()
+				return err
+			}
+			t.keys[e.rec.Key] = e
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// What was looked for and is not there is cached as absent, as a
+		// query of it would have found.
+		absentRow := func(runID, actionID string) {
+			if e := t.runs[runID]; e != nil && e.found {
+				k := rowKey{runID, e.rec.Revision, actionID}
+				if _, ok := t.rows[k]; !ok {
+					t.rows[k] = &rowEntry{}
+				}
+			}
+		}
+		for _, k := range keys {
+			if e, ok := t.keys[k]; !ok {
+				t.keys[k] = &keyEntry{}
+			} else {
+				absentRow(e.rec.RunID, e.rec.ActionID)
+			}
+		}
+		for _, r := range rs.Rows {
+			absentRow(r.RunID, r.ActionID)
+			if e := t.runs[r.RunID]; e != nil && e.found {
+				if row := t.rows[rowKey{r.RunID, e.rec.Revision, r.ActionID}]; row.found && row.rec.Key != "" {
+					if _, ok := t.keys[row.rec.Key]; !ok {
+						t.keys[row.rec.Key] = &keyEntry{}
+					}
+				}
+			}
+		}
+	}
+	if lockHolds {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		c := t.budgetCache()
+		for rows.Next() {
+			e := &holdEntry{found: true}
+			if err := scanHold(rows, &e.h); err != nil {
+				rows.Close()
+				return err
+			}
+			c.holds[e.h.Key] = e
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if _, ok := c.holds[k]; !ok {
+				c.holds[k] = &holdEntry{}
+			}
+		}
+	}
+	if clock {
+		if err := br.QueryRow().Scan(&t.now); err != nil {
+			return err
+		}
+		t.now = t.now.UTC()
+	}
+	return br.Close()
+}
+
+// rowsWith reads two leading columns into a and b, then the rest into the
+// destinations of the Scan it is given.
+func rowsWith(rows pgx.Rows, a, b any) pgx.Row { return leadingCols{rows, []any{a, b}} }
+
+type leadingCols struct {
+	rows pgx.Rows
+	lead []any
+}
+
+func (l leadingCols) Scan(dest ...any) error { return l.rows.Scan(append(l.lead, dest...)...) }
+
+// commit sends the queued writes, the runs' new last_seq, the lease check
+// and COMMIT in one round trip (the notifications go after the commit:
+// notifier). A lapsed lease fails the lease check with a *LeaseError, so
+// the server skips COMMIT and the transaction is rolled back, also when
+// the ops wrote nothing (a conflict): a lapsed node learns it at its next
+// Apply, whatever it was. An error that leaves the outcome unknown (the
+// connection broke after the batch was sent) is a *commitUnknownError.
+func (t *tx) commit() error {
 	for id, e := range t.runs {
 		if e.seqs {
 			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq), t.inc)
@@ -411,30 +592,53 @@ func (t *tx) flush() error {
 	}
 	n := t.batch.Len()
 	t.batch.Queue(t.s.q.leaseCheck, t.inc)
+	t.batch.Queue(`COMMIT`)
 	br := t.ptx.SendBatch(t.ctx, &t.batch)
-	for i := 0; i < n; i++ {
+	err := func() error {
+		for i := 0; i < n; i++ {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
 		if _, err := br.Exec(); err != nil {
-			br.Close()
+			if le := leaseError(t.inc, err); le != nil {
+				return le
+			}
 			return err
 		}
-	}
-	var expires *time.Time
-	var now time.Time
-	if err := br.QueryRow().Scan(&expires, &now); err != nil {
-		br.Close()
+		_, err := br.Exec()
 		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	if err := br.Close(); err != nil {
-		return err
+	if err != nil && pgCode(err) == "" && !errors.Is(err, ledger.ErrLeaseExpired) && !pgconn.SafeToRetry(err) {
+		// Not an answer of the server: COMMIT may have been carried out.
+		return &commitUnknownError{err}
 	}
-	if expires == nil || !expires.After(now) {
-		le := &LeaseError{Incarnation: t.inc, Now: now}
-		if expires != nil {
-			le.Expired = *expires
-		}
-		return le
+	return err
+}
+
+// codeLeaseLapsed is the error the lease check raises (schema version 4).
+const codeLeaseLapsed = "DKL01"
+
+// leaseError turns the lease check's error into a *LeaseError (nil: err is
+// another error). Its detail holds the lease's end and the database's
+// clock, in microseconds since the epoch (the end empty: no node row).
+func leaseError(inc string, err error) *LeaseError {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != codeLeaseLapsed {
+		return nil
 	}
-	return nil
+	le := &LeaseError{Incarnation: inc}
+	expires, now, _ := strings.Cut(pe.Detail, " ")
+	if us, err := strconv.ParseInt(expires, 10, 64); err == nil {
+		le.Expired = time.UnixMicro(us).UTC()
+	}
+	if us, err := strconv.ParseInt(now, 10, 64); err == nil {
+		le.Now = time.UnixMicro(us).UTC()
+	}
+	return le
 }
 
 func nilIfEmpty(b []byte) any {
