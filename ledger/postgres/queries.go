@@ -36,6 +36,7 @@ func makeQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
 	t := func(q string) string { return strings.ReplaceAll(q, "{S}", s) }
 	runRead := `SELECT ` + runCols + `, last_seq FROM {S}.runs`
+	rRunCols := "r." + strings.ReplaceAll(runCols, ", ", ", r.")
 	return queries{
 		channel: "docket_events_" + schema,
 
@@ -123,7 +124,9 @@ func makeQueries(schema string) queries {
 			output = $10, error = $11, retryable = $12, updated_at = $13, first_claimed_at = $14, maybe_took_effect = $15, failure = $16 WHERE key = $1`),
 
 		insertEvent: t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
-		notify:      `SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p`,
+		// One statement, in a transaction of its own that does not wait for
+		// its commit to be flushed (set_config local to it).
+		notify: `SELECT count(pg_notify($1, p)) FROM set_config('synchronous_commit', 'off', true), unnest($2::text[]) AS p`,
 
 		memoForUpdate: t(`SELECT value FROM {S}.memos WHERE run_id = $1 AND name = $2 FOR UPDATE`),
 		insertMemo:    t(`INSERT INTO {S}.memos (run_id, name, value) VALUES ($1, $2, $3)`),
@@ -135,9 +138,16 @@ func makeQueries(schema string) queries {
 		listRuns: t(`SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq) FROM {S}.runs r
 			WHERE ($1::timestamptz IS NULL OR created_at < $1 OR (created_at = $1 AND run_id > $2))
 			ORDER BY created_at DESC, run_id LIMIT $3`),
-		listRunsStatus: t(`SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq) FROM {S}.runs r
-			WHERE status = $4 AND ($1::timestamptz IS NULL OR created_at < $1 OR (created_at = $1 AND run_id > $2))
-			ORDER BY created_at DESC, run_id LIMIT $3`),
+		// The page's ids come from the index runs_status alone (an
+		// index-only scan), then each run by its key (OFFSET 0 keeps that a
+		// lookup per id), whatever plan is chosen for the prepared
+		// statement: never a read of the runs of other statuses.
+		listRunsStatus: t(`SELECT ` + rRunCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq)
+			FROM (SELECT p.run_id, p.created_at FROM {S}.runs p
+				WHERE p.status = $4 AND ($1::timestamptz IS NULL OR p.created_at < $1 OR (p.created_at = $1 AND p.run_id > $2))
+				ORDER BY p.created_at DESC, p.run_id LIMIT $3) AS page,
+			LATERAL (SELECT ` + runCols + `, last_seq FROM {S}.runs x WHERE x.run_id = page.run_id OFFSET 0) AS r
+			ORDER BY page.created_at DESC, page.run_id`),
 		plan: t(`SELECT plan, arg_refs FROM {S}.revisions WHERE run_id = $1 AND revision = $2`),
 		actions: t(`SELECT a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals,
 			CASE WHEN a.status IN ('succeeded', 'compensated') THEN k.output END
