@@ -45,32 +45,48 @@ func makeQueries(schema string) queries {
 			RETURNING clock_timestamp()`),
 		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
 			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp()`),
-		stopNode:   t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
-		leaseCheck: t(`SELECT {S}.lease_check($1)`),
-		ownerGone:  t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
-		clock:      `SELECT clock_timestamp()`,
+		stopNode: t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
+		// The commit's lease check fails its statement when the lease
+		// lapsed, so that the server skips the COMMIT sent after it: the
+		// failure is a cast of a marked text (leaseError reads it back)
+		// holding the lease's end and the database's clock in microseconds
+		// since the epoch ("-": the node has no row).
+		leaseCheck: t(`SELECT CASE WHEN l.e > l.n THEN 0 ELSE ('` + leaseLapsed + ` ' || coalesce((extract(epoch FROM l.e) * 1000000)::bigint::text, '-')
+			|| ' ' || (extract(epoch FROM l.n) * 1000000)::bigint::text)::int END
+			FROM (SELECT (SELECT lease_expires FROM {S}.nodes WHERE incarnation = $1) AS e, clock_timestamp() AS n) AS l`),
+		ownerGone: t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
+		clock:     `SELECT clock_timestamp()`,
 
 		// The runs named and the runs of the keys named ($2: a key's run
 		// never changes), the rows named ($1, $2) in their run's current
 		// revision and the rows of the keys named ($3), the keys named and
-		// the keys of the rows named, locked in one order.
-		lockRuns: t(runRead + ` WHERE run_id = ANY(array_cat($1::text[], ARRAY(SELECT k.run_id FROM {S}.keys k WHERE k.key = ANY($2::text[]))))
-			ORDER BY run_id FOR UPDATE`),
-		lockRows: t(`SELECT a.run_id, a.revision, ` + rowCols + ` FROM {S}.actions a WHERE (a.run_id, a.revision, a.action_id) IN (
-				SELECT r.run_id, r.revision, x.action_id FROM unnest($1::text[], $2::text[]) AS x (run_id, action_id) JOIN {S}.runs r ON r.run_id = x.run_id
-				UNION ALL
-				SELECT r.run_id, r.revision, k.action_id FROM {S}.keys k JOIN {S}.runs r ON r.run_id = k.run_id WHERE k.key = ANY($3::text[]))
-			ORDER BY a.run_id, a.action_id FOR UPDATE OF a`),
-		lockKeys: t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = ANY(array_cat($1::text[], ARRAY(
-				SELECT a.key FROM unnest($2::text[], $3::text[]) AS x (run_id, action_id) JOIN {S}.runs r ON r.run_id = x.run_id
-				JOIN {S}.actions a ON a.run_id = r.run_id AND a.revision = r.revision AND a.action_id = x.action_id WHERE a.key <> '')))
-			ORDER BY key FOR UPDATE`),
+		// the keys of the rows named: each set sorted, then each record
+		// looked up and locked by its primary key in that order (a LATERAL
+		// subquery with FOR UPDATE is a lookup per id whatever the plan
+		// chosen for the prepared statement; a join there could turn into a
+		// scan of the table when its statistics are off).
+		lockRuns: t(`SELECT r.* FROM (SELECT DISTINCT id FROM unnest(array_cat($1::text[],
+				ARRAY(SELECT k.run_id FROM {S}.keys k WHERE k.key = ANY($2::text[])))) AS id ORDER BY id) AS w,
+			LATERAL (` + runRead + ` WHERE run_id = w.id FOR UPDATE) AS r`),
+		lockRows: t(`SELECT a.* FROM (SELECT DISTINCT u.run_id, u.action_id FROM (
+				SELECT * FROM unnest($1::text[], $2::text[]) AS x (run_id, action_id)
+				UNION ALL SELECT k.run_id, k.action_id FROM {S}.keys k WHERE k.key = ANY($3::text[])) AS u ORDER BY 1, 2) AS w,
+			LATERAL (SELECT run_id, revision, ` + rowCols + ` FROM {S}.actions WHERE run_id = w.run_id AND action_id = w.action_id
+				AND revision = (SELECT r.revision FROM {S}.runs r WHERE r.run_id = w.run_id) FOR UPDATE) AS a`),
+		lockKeys: t(`SELECT k.* FROM (SELECT DISTINCT u.key FROM (
+				SELECT unnest($1::text[]) AS key
+				UNION ALL SELECT a.key FROM unnest($2::text[], $3::text[]) AS x (run_id, action_id),
+					LATERAL (SELECT key FROM {S}.actions WHERE run_id = x.run_id AND action_id = x.action_id
+						AND revision = (SELECT r.revision FROM {S}.runs r WHERE r.run_id = x.run_id) AND key <> '' OFFSET 0) AS a) AS u ORDER BY 1) AS w,
+			LATERAL (SELECT ` + keyCols + ` FROM {S}.keys WHERE key = w.key FOR UPDATE) AS k`),
 		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
-		insertRun:    t(`INSERT INTO {S}.runs (` + runCols + `, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0)`),
+		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`),
+		// $19 NULL: the driver is kept (no event appended).
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13,
-			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17 WHERE run_id = $1`),
+			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17, last_seq = $18, driver = coalesce($19, driver) WHERE run_id = $1`),
 		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
 		// Orphans: running runs whose driver is gone; runs paused by the
 		// executor with nothing left in needs_review, or awaiting approval

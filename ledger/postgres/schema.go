@@ -164,25 +164,10 @@ CREATE TABLE {S}.budget_holds (
 );
 CREATE INDEX budget_holds_run ON {S}.budget_holds (run_id);
 `,
-	// 4: the commit's lease check raises an error (so the COMMIT sent in
-	// the same round trip is not carried out): its detail is the lease's
-	// end and the database's clock in microseconds since the epoch, the
-	// end empty when the node has no row. The adopt sweep finds cancelled
-	// runs with an action in flight through an index of such actions only,
-	// so its cost does not grow with the finished runs.
+	// 4: the adopt sweep finds cancelled runs with an action in flight
+	// through an index of such actions only, so its cost does not grow
+	// with the finished runs.
 	`
-CREATE FUNCTION {S}.lease_check(inc text) RETURNS void LANGUAGE plpgsql AS $f$
-DECLARE
-	e timestamptz;
-	n timestamptz := clock_timestamp();
-BEGIN
-	SELECT lease_expires INTO e FROM {S}.nodes WHERE incarnation = inc;
-	IF e IS NULL OR e <= n THEN
-		RAISE EXCEPTION USING ERRCODE = 'DKL01', MESSAGE = 'docket: the node lease of ' || inc || ' lapsed',
-			DETAIL = coalesce((extract(epoch FROM e) * 1000000)::bigint::text, '') || ' ' || (extract(epoch FROM n) * 1000000)::bigint::text;
-	END IF;
-END
-$f$;
 CREATE INDEX actions_in_flight ON {S}.actions (run_id)
 	WHERE key <> '' AND (status = 'claimed' OR (status IN ('pending', 'approved') AND attempts > 0 AND NOT undo));
 `,

@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,8 +47,9 @@ type runEntry struct {
 	rec     ledger.RunRecord
 	found   bool // the run exists (in the database or written here)
 	inDB    bool // a row exists in the database (UPDATE, not INSERT)
+	dirty   bool // rec was written: it is sent at commit, once
 	lastSeq uint64
-	seqs    bool // events were appended: last_seq is written at flush
+	seqs    bool // events were appended: last_seq is written at commit
 }
 
 type rowKey struct {
@@ -146,16 +147,31 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 	if err != nil {
 		return err
 	}
+	// Written at commit, with last_seq: a run an Apply writes several
+	// times (its header, then its audit chain's position at every event)
+	// is one statement.
+	e.rec, e.found, e.dirty = r, true, true
+	return nil
+}
+
+// queueRun queues the statement that writes run e at commit (none when it
+// is unchanged).
+func (t *tx) queueRun(e *runEntry) {
+	r := e.rec
 	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
 		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq)}
-	if e.inDB {
-		t.batch.Queue(t.s.q.updateRun, args...)
-	} else {
-		t.batch.Queue(t.s.q.insertRun, args...)
-		e.inDB = true
+	var driver any // NULL: no event appended (a new run's), kept (an update's)
+	if e.seqs {
+		driver = t.inc
 	}
-	e.rec, e.found = r, true
-	return nil
+	switch {
+	case e.dirty && !e.inDB:
+		t.batch.Queue(t.s.q.insertRun, append(args, int64(e.lastSeq), driver)...)
+	case e.dirty:
+		t.batch.Queue(t.s.q.updateRun, append(args, int64(e.lastSeq), driver)...)
+	case e.seqs:
+		t.batch.Queue(t.s.q.setLastSeq, r.ID, int64(e.lastSeq), t.inc)
+	}
 }
 
 func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool, error) {
@@ -415,6 +431,11 @@ type notification struct {
 func (t *tx) begin(rs ledger.Reads) error {
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	// The plans of the Apply's statements do not depend on their
+	// arguments (lookups by primary key): planning them again at every
+	// execution, which PostgreSQL does when it estimates a generic plan
+	// dearer than a custom one, would cost more than running them.
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	rowRuns := make([]string, len(rs.Rows))
 	rowActs := make([]string, len(rs.Rows))
 	for i, r := range rs.Rows {
@@ -447,8 +468,10 @@ func (t *tx) begin(rs ledger.Reads) error {
 	}
 	br := t.ptx.SendBatch(t.ctx, &b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return err
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
 	if lockRuns {
 		rows, err := br.Query()
@@ -585,10 +608,8 @@ func (l leadingCols) Scan(dest ...any) error { return l.rows.Scan(append(l.lead,
 // Apply, whatever it was. An error that leaves the outcome unknown (the
 // connection broke after the batch was sent) is a *commitUnknownError.
 func (t *tx) commit() error {
-	for id, e := range t.runs {
-		if e.seqs {
-			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq), t.inc)
-		}
+	for _, e := range t.runs {
+		t.queueRun(e)
 	}
 	n := t.batch.Len()
 	t.batch.Queue(t.s.q.leaseCheck, t.inc)
@@ -619,23 +640,27 @@ func (t *tx) commit() error {
 	return err
 }
 
-// codeLeaseLapsed is the error the lease check raises (schema version 4).
-const codeLeaseLapsed = "DKL01"
+// leaseLapsed marks the lease check's failure (queries.leaseCheck).
+const leaseLapsed = "docket-lease-lapsed"
 
-// leaseError turns the lease check's error into a *LeaseError (nil: err is
-// another error). Its detail holds the lease's end and the database's
-// clock, in microseconds since the epoch (the end empty: no node row).
+var leaseLapsedRe = regexp.MustCompile(leaseLapsed + ` (-|\d+) (\d+)`)
+
+// leaseError turns the lease check's failure into a *LeaseError (nil: err
+// is another error).
 func leaseError(inc string, err error) *LeaseError {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != codeLeaseLapsed {
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	m := leaseLapsedRe.FindStringSubmatch(pe.Message)
+	if m == nil {
 		return nil
 	}
 	le := &LeaseError{Incarnation: inc}
-	expires, now, _ := strings.Cut(pe.Detail, " ")
-	if us, err := strconv.ParseInt(expires, 10, 64); err == nil {
+	if us, err := strconv.ParseInt(m[1], 10, 64); err == nil {
 		le.Expired = time.UnixMicro(us).UTC()
 	}
-	if us, err := strconv.ParseInt(now, 10, 64); err == nil {
+	if us, err := strconv.ParseInt(m[2], 10, 64); err == nil {
 		le.Now = time.UnixMicro(us).UTC()
 	}
 	return le
