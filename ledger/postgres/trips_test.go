@@ -36,7 +36,7 @@ func TestApplyRoundTrips(t *testing.T) {
 		}
 	}
 	p := &plan.Plan{Goal: "trips"}
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		p.Actions = append(p.Actions, plan.Action{ID: id, Tool: "t", Args: json.RawMessage(`{"id":"` + id + `"}`)})
 	}
 	trips("create run", func(ctx context.Context) error {
@@ -58,13 +58,24 @@ func TestApplyRoundTrips(t *testing.T) {
 	trips("claim attempt 2", apply(ledger.Claim("r1", "b", "t", key("b"), args, 2)))
 	trips("fail", apply(ledger.Fail(key("b"), 2, "boom", false, nil)))
 	trips("approve", apply(ledger.Approve("r1", "c", nil, "alice")))
+	trips("claim d", apply(ledger.Claim("r1", "d", "t", key("d"), args, 1)))
+	trips("succeed d + claim e (a step of the executor)", func(ctx context.Context) error {
+		res, err := s.Apply(ctx, ledger.Succeed(key("d"), 1, json.RawMessage(`{}`)), ledger.Claim("r1", "e", "t", key("e"), args, 1))
+		for _, r := range res {
+			if err == nil {
+				err = r.Err
+			}
+		}
+		return err
+	})
 	trips("run status", apply(ledger.SetRunStatus("r1", ledger.RunFailed, ledger.EventRunFailed, "b failed", nil)))
 
 	acts, err := s.Actions(bg, "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]ledger.Status{"a": ledger.StatusSucceeded, "b": ledger.StatusFailed, "c": ledger.StatusApproved}
+	want := map[string]ledger.Status{"a": ledger.StatusSucceeded, "b": ledger.StatusFailed, "c": ledger.StatusApproved,
+		"d": ledger.StatusSucceeded, "e": ledger.StatusClaimed}
 	for _, a := range acts {
 		if a.Status != want[a.ID] {
 			t.Errorf("action %s is %s, want %s", a.ID, a.Status, want[a.ID])
