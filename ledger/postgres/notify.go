@@ -28,11 +28,11 @@ func (s *Store) publish(events []ledger.Event) {
 }
 
 // notifier sends the notifications of committed Applies, as many as are
-// waiting in one statement (one round trip, its own transaction) with
-// synchronous_commit off: NOTIFY holds a
-// global lock through its transaction's commit, so notifying inside every
-// Apply would serialize all commits behind one another's WAL flush. A
-// notification lost in a crash is covered by the subscribers' poll.
+// waiting, in one statement (one round trip, a transaction of its own) with
+// synchronous_commit off: NOTIFY holds a global lock through its
+// transaction's commit, so notifying inside every Apply would serialize all
+// commits behind one another's WAL flush. A notification lost in a crash is
+// covered by the subscribers' poll.
 func (s *Store) notifier() {
 	defer s.wg.Done()
 	ctx, cancel := s.stopCtx()

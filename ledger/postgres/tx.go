@@ -422,12 +422,11 @@ type notification struct {
 }
 
 // begin opens the transaction and reads what the ops are known to read
-// (rs), locked, with the clock, in one round trip: BEGIN, then the runs,
-// the rows, the keys and the keys' budget holds (in that order, the order
-// every Apply locks them in)
-// and the database's clock after the locks are held. What it finds, and
-// what it looked for and did not find, is cached; the rules' other reads
-// go to the database.
+// (rs), locked, in one round trip: BEGIN, then the runs, the rows, the
+// keys and the keys' budget holds (in that order, the order every Apply
+// locks them in), then the database's clock, read once the locks are held.
+// What it finds, and what it looked for and did not find, is cached; the
+// rules' other reads go to the database.
 func (t *tx) begin(rs ledger.Reads) error {
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
