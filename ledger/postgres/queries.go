@@ -65,12 +65,15 @@ func makeQueries(schema string) queries {
 		// subquery with FOR UPDATE is a lookup per id whatever the plan
 		// chosen for the prepared statement; a join there could turn into a
 		// scan of the table when its statistics are off).
-		lockRuns: t(`SELECT r.* FROM (SELECT DISTINCT id FROM unnest(array_cat($1::text[],
-				ARRAY(SELECT k.run_id FROM {S}.keys k WHERE k.key = ANY($2::text[])))) AS id ORDER BY id) AS w,
+		lockRuns: t(`SELECT r.* FROM (SELECT DISTINCT u.id FROM (
+				SELECT unnest($1::text[]) AS id
+				UNION ALL SELECT k.run_id FROM unnest($2::text[]) AS x (key), LATERAL (SELECT run_id FROM {S}.keys WHERE key = x.key OFFSET 0) AS k) AS u
+				ORDER BY 1) AS w,
 			LATERAL (` + runRead + ` WHERE run_id = w.id FOR UPDATE) AS r`),
 		lockRows: t(`SELECT a.* FROM (SELECT DISTINCT u.run_id, u.action_id FROM (
 				SELECT * FROM unnest($1::text[], $2::text[]) AS x (run_id, action_id)
-				UNION ALL SELECT k.run_id, k.action_id FROM {S}.keys k WHERE k.key = ANY($3::text[])) AS u ORDER BY 1, 2) AS w,
+				UNION ALL SELECT k.run_id, k.action_id FROM unnest($3::text[]) AS y (key),
+					LATERAL (SELECT run_id, action_id FROM {S}.keys WHERE key = y.key OFFSET 0) AS k) AS u ORDER BY 1, 2) AS w,
 			LATERAL (SELECT run_id, revision, ` + rowCols + ` FROM {S}.actions WHERE run_id = w.run_id AND action_id = w.action_id
 				AND revision = (SELECT r.revision FROM {S}.runs r WHERE r.run_id = w.run_id) FOR UPDATE) AS a`),
 		lockKeys: t(`SELECT k.* FROM (SELECT DISTINCT u.key FROM (
