@@ -36,16 +36,27 @@
 // the start and sees the winner's record, exactly as a compare-and-swap
 // loser does. Deadlocks and serialization failures run again too. A run's
 // event seq comes from runs.last_seq, read under the run's row lock and
-// written in the same transaction: gap-free and never repeated. Writes are
-// sent in one batch with the lease check, then COMMIT:
-// with the server's defaults (fsync, synchronous_commit on) an acknowledged
-// Apply is on disk.
+// written in the same transaction: gap-free and never repeated. With the
+// server's defaults (fsync, synchronous_commit on) an acknowledged Apply is
+// on disk.
+//
+// An Apply is two round trips when its ops read what ledger.ReadSet
+// forecasts (claims, outcomes, reviews, run status, a new run): one
+// pipeline sends BEGIN, locks and reads the runs, rows, keys and budget
+// holds the ops name (and those they lead to: a key's run and row, a
+// row's key), each set in one order, and reads the clock; the rules then
+// run on those records in memory; a second pipeline sends the writes (a
+// run once, however often the rules wrote it), the lease check and COMMIT.
+// A read the forecast missed (another key of the row, a blob, a budget
+// bucket, a memo) is one more query. A lapsed lease fails the lease check,
+// so the server skips the COMMIT behind it; a connection that breaks after
+// the second pipeline was sent leaves the outcome unknown (never retried).
 //
 // # Nodes, leases and fencing
 //
 // Each Store registers a node row (its incarnation) with a lease of
-// Config.Lease, renewed every Config.Heartbeat. The last statement of every
-// Apply checks, by the database's clock, that the writer's lease is still
+// Config.Lease, renewed every Config.Heartbeat. The statement before every
+// Apply's COMMIT checks, by the database's clock, that the writer's lease is still
 // valid; if it lapsed (a pause, a partition longer than the lease) the
 // commit is refused with a *LeaseError (errors.Is ledger.ErrLeaseExpired),
 // and the Store re-registers with a new incarnation: a caller drops what it
@@ -65,7 +76,7 @@
 // # Events on every node
 //
 // After a commit that appended events, the Store sends NOTIFY on a channel
-// of the schema (batched, in a transaction of its own with
+// of the schema (batched: one statement, in a transaction of its own with
 // synchronous_commit off: NOTIFY holds a global lock through its
 // transaction's commit, which inside every Apply would serialize all
 // commits); each Store LISTENs on a dedicated connection and publishes

@@ -90,6 +90,9 @@ func TestLeaseFencing(t *testing.T) {
 	if !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("lease error says: %v", err)
 	}
+	if le.Expired.IsZero() || !le.Now.After(le.Expired) {
+		t.Fatalf("lease error times: expired %v, database clock %v: want the lease's end and a later clock", le.Expired, le.Now)
+	}
 	if rec, err := b.Key(ctx, k); err != nil || rec.State != ledger.StatusClaimed || rec.Owner != old {
 		t.Fatalf("the refused outcome wrote something: %+v, %v", rec, err)
 	}

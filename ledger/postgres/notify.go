@@ -28,10 +28,11 @@ func (s *Store) publish(events []ledger.Event) {
 }
 
 // notifier sends the notifications of committed Applies, as many as are
-// waiting in one transaction with synchronous_commit off: NOTIFY holds a
-// global lock through its transaction's commit, so notifying inside every
-// Apply would serialize all commits behind one another's WAL flush. A
-// notification lost in a crash is covered by the subscribers' poll.
+// waiting, in one statement (one round trip, a transaction of its own) with
+// synchronous_commit off: NOTIFY holds a global lock through its
+// transaction's commit, so notifying inside every Apply would serialize all
+// commits behind one another's WAL flush. A notification lost in a crash is
+// covered by the subscribers' poll.
 func (s *Store) notifier() {
 	defer s.wg.Done()
 	ctx, cancel := s.stopCtx()
@@ -56,13 +57,7 @@ func (s *Store) notifier() {
 		if len(batch) == 0 {
 			continue
 		}
-		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, s.q.notify, s.q.channel, batch)
-			return err
-		})
+		_, err := s.pool.Exec(ctx, s.q.notify, s.q.channel, batch)
 		if err != nil && ctx.Err() == nil {
 			s.log.Debug("sending notifications failed; other nodes' subscribers get these events by polling", "err", s.redact(err))
 		}

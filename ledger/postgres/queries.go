@@ -18,6 +18,8 @@ type queries struct {
 
 	registerNode, renewNode, stopNode, leaseCheck, ownerGone, clock string
 
+	lockRuns, lockRows, lockKeys, lockHolds string // an Apply's first reads (tx.begin)
+
 	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
 	rowForUpdate, upsertRow, insertRow, insertPlan               string
 	keyForUpdate, insertKey, updateKey                           string
@@ -34,6 +36,7 @@ func makeQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
 	t := func(q string) string { return strings.ReplaceAll(q, "{S}", s) }
 	runRead := `SELECT ` + runCols + `, last_seq FROM {S}.runs`
+	rRunCols := "r." + strings.ReplaceAll(runCols, ", ", ", r.")
 	return queries{
 		channel: "docket_events_" + schema,
 
@@ -42,16 +45,51 @@ func makeQueries(schema string) queries {
 			RETURNING clock_timestamp()`),
 		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
 			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp()`),
-		stopNode:   t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
-		leaseCheck: t(`SELECT (SELECT lease_expires FROM {S}.nodes WHERE incarnation = $1), clock_timestamp()`),
-		ownerGone:  t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
-		clock:      `SELECT clock_timestamp()`,
+		stopNode: t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
+		// The commit's lease check fails its statement when the lease
+		// lapsed, so that the server skips the COMMIT sent after it: the
+		// failure is a cast of a marked text (leaseError reads it back)
+		// holding the lease's end and the database's clock in microseconds
+		// since the epoch ("-": the node has no row).
+		leaseCheck: t(`SELECT CASE WHEN l.e > l.n THEN 0 ELSE ('` + leaseLapsed + ` ' || coalesce((extract(epoch FROM l.e) * 1000000)::bigint::text, '-')
+			|| ' ' || (extract(epoch FROM l.n) * 1000000)::bigint::text)::int END
+			FROM (SELECT (SELECT lease_expires FROM {S}.nodes WHERE incarnation = $1) AS e, clock_timestamp() AS n) AS l`),
+		ownerGone: t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
+		clock:     `SELECT clock_timestamp()`,
 
+		// The runs named and the runs of the keys named ($2: a key's run
+		// never changes), the rows named ($1, $2) in their run's current
+		// revision and the rows of the keys named ($3), the keys named and
+		// the keys of the rows named: each set sorted, then each record
+		// looked up and locked by its primary key in that order (a LATERAL
+		// subquery with FOR UPDATE is a lookup per id whatever the plan
+		// chosen for the prepared statement; a join there could turn into a
+		// scan of the table when its statistics are off).
+		lockRuns: t(`SELECT r.* FROM (SELECT DISTINCT u.id FROM (
+				SELECT unnest($1::text[]) AS id
+				UNION ALL SELECT k.run_id FROM unnest($2::text[]) AS x (key), LATERAL (SELECT run_id FROM {S}.keys WHERE key = x.key OFFSET 0) AS k) AS u
+				ORDER BY 1) AS w,
+			LATERAL (` + runRead + ` WHERE run_id = w.id FOR UPDATE) AS r`),
+		lockRows: t(`SELECT a.* FROM (SELECT DISTINCT u.run_id, u.action_id FROM (
+				SELECT * FROM unnest($1::text[], $2::text[]) AS x (run_id, action_id)
+				UNION ALL SELECT k.run_id, k.action_id FROM unnest($3::text[]) AS y (key),
+					LATERAL (SELECT run_id, action_id FROM {S}.keys WHERE key = y.key OFFSET 0) AS k) AS u ORDER BY 1, 2) AS w,
+			LATERAL (SELECT run_id, revision, ` + rowCols + ` FROM {S}.actions WHERE run_id = w.run_id AND action_id = w.action_id
+				AND revision = (SELECT r.revision FROM {S}.runs r WHERE r.run_id = w.run_id) FOR UPDATE) AS a`),
+		lockKeys: t(`SELECT k.* FROM (SELECT DISTINCT u.key FROM (
+				SELECT unnest($1::text[]) AS key
+				UNION ALL SELECT a.key FROM unnest($2::text[], $3::text[]) AS x (run_id, action_id),
+					LATERAL (SELECT key FROM {S}.actions WHERE run_id = x.run_id AND action_id = x.action_id
+						AND revision = (SELECT r.revision FROM {S}.runs r WHERE r.run_id = x.run_id) AND key <> '' OFFSET 0) AS a) AS u ORDER BY 1) AS w,
+			LATERAL (SELECT ` + keyCols + ` FROM {S}.keys WHERE key = w.key FOR UPDATE) AS k`),
+		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
-		insertRun:    t(`INSERT INTO {S}.runs (` + runCols + `, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0)`),
+		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`),
+		// $19 NULL: the driver is kept (no event appended).
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13,
-			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17 WHERE run_id = $1`),
+			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17, last_seq = $18, driver = coalesce($19, driver) WHERE run_id = $1`),
 		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
 		// Orphans: running runs whose driver is gone; runs paused by the
 		// executor with nothing left in needs_review, or awaiting approval
@@ -65,8 +103,16 @@ func makeQueries(schema string) queries {
 		// node and not concluded yet), or a keyed action between attempts
 		// when the driver is gone. A drive of a cancelled run concludes them
 		// and starts nothing.
+		// The candidates come from indexes of live runs (runs_status) and
+		// of actions in flight (actions_in_flight), never a scan of every
+		// run.
 		adoptOrphans: t(`UPDATE {S}.runs SET driver = $1 WHERE run_id IN (
-			SELECT r.run_id FROM {S}.runs r LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
+			SELECT r.run_id FROM (
+				SELECT c.run_id FROM {S}.runs c WHERE c.status IN ('running', 'paused', 'awaiting_approval')
+				UNION
+				SELECT f.run_id FROM {S}.actions f
+				WHERE f.key <> '' AND (f.status = 'claimed' OR (f.status IN ('pending', 'approved') AND f.attempts > 0 AND NOT f.undo))
+			) AS cand JOIN {S}.runs r ON r.run_id = cand.run_id LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
 			WHERE (r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp()))
 			OR (r.status IN ('paused', 'awaiting_approval') AND r.paused_by = ''
 				AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp())
@@ -97,7 +143,9 @@ func makeQueries(schema string) queries {
 			output = $10, error = $11, retryable = $12, updated_at = $13, first_claimed_at = $14, maybe_took_effect = $15, failure = $16 WHERE key = $1`),
 
 		insertEvent: t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
-		notify:      `SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p`,
+		// One statement, in a transaction of its own that does not wait for
+		// its commit to be flushed (set_config local to it).
+		notify: `SELECT count(pg_notify($1, p)) FROM set_config('synchronous_commit', 'off', true), unnest($2::text[]) AS p`,
 
 		memoForUpdate: t(`SELECT value FROM {S}.memos WHERE run_id = $1 AND name = $2 FOR UPDATE`),
 		insertMemo:    t(`INSERT INTO {S}.memos (run_id, name, value) VALUES ($1, $2, $3)`),
@@ -109,9 +157,16 @@ func makeQueries(schema string) queries {
 		listRuns: t(`SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq) FROM {S}.runs r
 			WHERE ($1::timestamptz IS NULL OR created_at < $1 OR (created_at = $1 AND run_id > $2))
 			ORDER BY created_at DESC, run_id LIMIT $3`),
-		listRunsStatus: t(`SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq) FROM {S}.runs r
-			WHERE status = $4 AND ($1::timestamptz IS NULL OR created_at < $1 OR (created_at = $1 AND run_id > $2))
-			ORDER BY created_at DESC, run_id LIMIT $3`),
+		// The page's ids come from the index runs_status alone (an
+		// index-only scan), then each run by its key (OFFSET 0 keeps that a
+		// lookup per id), whatever plan is chosen for the prepared
+		// statement: never a read of the runs of other statuses.
+		listRunsStatus: t(`SELECT ` + rRunCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq)
+			FROM (SELECT p.run_id, p.created_at FROM {S}.runs p
+				WHERE p.status = $4 AND ($1::timestamptz IS NULL OR p.created_at < $1 OR (p.created_at = $1 AND p.run_id > $2))
+				ORDER BY p.created_at DESC, p.run_id LIMIT $3) AS page,
+			LATERAL (SELECT ` + runCols + `, last_seq FROM {S}.runs x WHERE x.run_id = page.run_id OFFSET 0) AS r
+			ORDER BY page.created_at DESC, page.run_id`),
 		plan: t(`SELECT plan, arg_refs FROM {S}.revisions WHERE run_id = $1 AND revision = $2`),
 		actions: t(`SELECT a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals,
 			CASE WHEN a.status IN ('succeeded', 'compensated') THEN k.output END

@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -180,6 +180,13 @@ CREATE UNLOGGED TABLE {S}.limits (
 	PRIMARY KEY (kind, name)
 );
 CREATE INDEX sessions_token ON {S}.sessions (token_name, expires);
+`,
+	// 5: the adopt sweep finds cancelled runs with an action in flight
+	// through an index of such actions only, so its cost does not grow
+	// with the finished runs.
+	`
+CREATE INDEX actions_in_flight ON {S}.actions (run_id)
+	WHERE key <> '' AND (status = 'claimed' OR (status IN ('pending', 'approved') AND attempts > 0 AND NOT undo));
 `,
 }
 

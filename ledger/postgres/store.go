@@ -219,6 +219,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.heartbeat.Store(true)
 	pc.MaxConns = int32(cfg.MaxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
+	pc.ConnConfig.Tracer = tripTracer{}
 	where := fmt.Sprintf("PostgreSQL at %s:%d, database %q as user %q", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User)
 	if s.pooled, err = probePooler(ctx, pc.ConnConfig); err != nil {
 		return nil, s.explain("connecting to "+where, err)
@@ -518,26 +519,28 @@ func (s *Store) retry(ctx context.Context, fn func(ctx context.Context) error) e
 	}
 }
 
-// applyOnce runs the ops in one transaction.
+// applyOnce runs the ops in one transaction: two round trips when the
+// ops read nothing but what ledger.ReadSet forecasts (tx.begin, tx.commit).
 func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result, []ledger.Event, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer conn.Release()
-	ptx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return nil, nil, err
-	}
-	t := newTx(s, ctx, ptx)
+	t := newTx(s, ctx, conn.Conn())
 	done := false
 	defer func() {
-		if !done {
+		if !done && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			ptx.Rollback(rctx)
+			if _, err := conn.Conn().Exec(rctx, "ROLLBACK"); err != nil {
+				conn.Conn().Close(rctx) // the pool replaces it
+			}
 			cancel()
 		}
 	}()
+	if err := t.begin(ledger.ReadSet(ops)); err != nil {
+		return nil, nil, err
+	}
 	results := make([]ledger.Result, len(ops))
 	for i, o := range ops {
 		res, err := ledger.Eval(t, o)
@@ -546,16 +549,14 @@ func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 		}
 		results[i] = res
 	}
-	if err := t.flush(); err != nil {
-		return nil, nil, err
-	}
-	done = true
-	if err := ptx.Commit(ctx); err != nil {
-		if connLost(err) || ctx.Err() != nil {
-			return nil, nil, &commitUnknownError{err}
+	if err := t.commit(); err != nil {
+		var cu *commitUnknownError
+		if errors.As(err, &cu) {
+			done = true
 		}
 		return nil, nil, err
 	}
+	done = true
 	select {
 	case s.notes <- t.notifications():
 	default: // the notifier is behind: the subscribers' poll delivers these

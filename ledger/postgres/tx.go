@@ -6,22 +6,28 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/docketrun/docket/ledger"
 )
 
 // tx is one Apply's transaction. It implements ledger.Tx: every record it
 // reads is locked (FOR UPDATE) and cached; writes go to the cache and are
-// queued, then sent in one batch with the events, the notification and the
-// lease check (flush), so a reader of the same transaction sees the cache.
+// queued, so a reader of the same transaction sees the cache. An Apply is
+// two round trips in the common case: begin sends BEGIN with the reads the
+// ops are known to make (ledger.ReadSet) and the clock in one pipeline, and
+// commit sends the writes, the runs' new last_seq, the lease check and
+// COMMIT in another. A read the forecast missed is one more query.
 type tx struct {
 	s   *Store
 	ctx context.Context
-	ptx pgx.Tx
+	ptx *pgx.Conn // in the transaction begin opened
 	inc string
 	now time.Time // the database's clock, read once (zero: not yet)
 
@@ -41,8 +47,9 @@ type runEntry struct {
 	rec     ledger.RunRecord
 	found   bool // the run exists (in the database or written here)
 	inDB    bool // a row exists in the database (UPDATE, not INSERT)
+	dirty   bool // rec was written: it is sent at commit, once
 	lastSeq uint64
-	seqs    bool // events were appended: last_seq is written at flush
+	seqs    bool // events were appended: last_seq is written at commit
 }
 
 type rowKey struct {
@@ -73,7 +80,7 @@ var (
 	_ ledger.HashedAppender = (*tx)(nil)
 )
 
-func newTx(s *Store, ctx context.Context, ptx pgx.Tx) *tx {
+func newTx(s *Store, ctx context.Context, ptx *pgx.Conn) *tx {
 	return &tx{s: s, ctx: ctx, ptx: ptx, inc: s.Incarnation(),
 		runs: map[string]*runEntry{}, rows: map[rowKey]*rowEntry{}, keys: map[string]*keyEntry{},
 		memos: map[pair]*valEntry{}, blobs: map[pair]*valEntry{}, ranges: map[string][2]uint64{}}
@@ -140,16 +147,31 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 	if err != nil {
 		return err
 	}
+	// Written at commit, with last_seq: a run an Apply writes several
+	// times (its header, then its audit chain's position at every event)
+	// is one statement.
+	e.rec, e.found, e.dirty = r, true, true
+	return nil
+}
+
+// queueRun queues the statement that writes run e at commit (none when it
+// is unchanged).
+func (t *tx) queueRun(e *runEntry) {
+	r := e.rec
 	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
 		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq)}
-	if e.inDB {
-		t.batch.Queue(t.s.q.updateRun, args...)
-	} else {
-		t.batch.Queue(t.s.q.insertRun, args...)
-		e.inDB = true
+	var driver any // NULL: no event appended (a new run's), kept (an update's)
+	if e.seqs {
+		driver = t.inc
 	}
-	e.rec, e.found = r, true
-	return nil
+	switch {
+	case e.dirty && !e.inDB:
+		t.batch.Queue(t.s.q.insertRun, append(args, int64(e.lastSeq), driver)...)
+	case e.dirty:
+		t.batch.Queue(t.s.q.updateRun, append(args, int64(e.lastSeq), driver)...)
+	case e.seqs:
+		t.batch.Queue(t.s.q.setLastSeq, r.ID, int64(e.lastSeq), t.inc)
+	}
 }
 
 func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool, error) {
@@ -399,42 +421,282 @@ type notification struct {
 	Last   uint64 `json:"l"`
 }
 
-// flush sends the queued writes, the runs' new last_seq and the lease check
-// in one round trip (the notifications go after the commit: notifier). A lapsed lease fails it with a
-// *LeaseError (the caller rolls back), also when the ops wrote nothing (a
-// conflict): a lapsed node learns it at its next Apply, whatever it was.
-func (t *tx) flush() error {
-	for id, e := range t.runs {
-		if e.seqs {
-			t.batch.Queue(t.s.q.setLastSeq, id, int64(e.lastSeq), t.inc)
-		}
-	}
-	n := t.batch.Len()
-	t.batch.Queue(t.s.q.leaseCheck, t.inc)
-	br := t.ptx.SendBatch(t.ctx, &t.batch)
-	for i := 0; i < n; i++ {
+// begin opens the transaction and reads what the ops are known to read
+// (rs), locked, in one round trip: BEGIN, then the runs, the rows, the
+// keys and the keys' budget holds (in that order, the order every Apply
+// locks them in), then the database's clock, read once the locks are held.
+// What it finds, and what it looked for and did not find, is cached; the
+// rules' other reads go to the database.
+func (t *tx) begin(rs ledger.Reads) error {
+	f := newForecast(rs)
+	b := t.queueReads(f)
+	br := t.ptx.SendBatch(t.ctx, b)
+	defer br.Close()
+	for range 2 { // BEGIN, SET LOCAL
 		if _, err := br.Exec(); err != nil {
-			br.Close()
 			return err
 		}
 	}
-	var expires *time.Time
-	var now time.Time
-	if err := br.QueryRow().Scan(&expires, &now); err != nil {
-		br.Close()
-		return err
-	}
-	if err := br.Close(); err != nil {
-		return err
-	}
-	if expires == nil || !expires.After(now) {
-		le := &LeaseError{Incarnation: t.inc, Now: now}
-		if expires != nil {
-			le.Expired = *expires
+	if f.lockRuns() {
+		if err := eachRow(br, t.cacheRun); err != nil {
+			return err
 		}
-		return le
+		t.absentRuns(f.runs)
 	}
+	if f.lockRows() {
+		if err := eachRow(br, t.cacheRow); err != nil {
+			return err
+		}
+		if err := eachRow(br, t.cacheKey); err != nil {
+			return err
+		}
+		t.absentRowsAndKeys(rs, f.keys)
+	}
+	if f.lockHolds() {
+		c := t.budgetCache()
+		if err := eachRow(br, func(rows pgx.Rows) error { return cacheHold(c, rows) }); err != nil {
+			return err
+		}
+		for _, k := range f.keys {
+			if _, ok := c.holds[k]; !ok {
+				c.holds[k] = &holdEntry{}
+			}
+		}
+	}
+	if t.s.cfg.Clock == nil {
+		if err := br.QueryRow().Scan(&t.now); err != nil {
+			return err
+		}
+		t.now = t.now.UTC()
+	}
+	return br.Close()
+}
+
+// forecast is begin's reads as the statements' arguments (never nil
+// slices: an empty array, not NULL).
+type forecast struct {
+	runs, keys, rowRuns, rowActs []string
+}
+
+func newForecast(rs ledger.Reads) forecast {
+	f := forecast{runs: rs.Runs, keys: rs.Keys, rowRuns: make([]string, len(rs.Rows)), rowActs: make([]string, len(rs.Rows))}
+	for i, r := range rs.Rows {
+		f.rowRuns[i], f.rowActs[i] = r.RunID, r.ActionID
+	}
+	if f.keys == nil {
+		f.keys = []string{}
+	}
+	if f.runs == nil {
+		f.runs = []string{}
+	}
+	return f
+}
+
+func (f forecast) lockRuns() bool  { return len(f.runs) > 0 || len(f.keys) > 0 }
+func (f forecast) lockRows() bool  { return len(f.rowRuns) > 0 || len(f.keys) > 0 }
+func (f forecast) lockHolds() bool { return len(f.keys) > 0 }
+
+// queueReads is begin's pipeline.
+func (t *tx) queueReads(f forecast) *pgx.Batch {
+	var b pgx.Batch
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	// The plans of the Apply's statements do not depend on their
+	// arguments (lookups by primary key): planning them again at every
+	// execution, which PostgreSQL does when it estimates a generic plan
+	// dearer than a custom one, would cost more than running them.
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+	if f.lockRuns() {
+		b.Queue(t.s.q.lockRuns, f.runs, f.keys)
+	}
+	if f.lockRows() {
+		b.Queue(t.s.q.lockRows, f.rowRuns, f.rowActs, f.keys)
+		b.Queue(t.s.q.lockKeys, f.keys, f.rowRuns, f.rowActs)
+	}
+	if f.lockHolds() {
+		b.Queue(t.s.q.lockHolds, f.keys)
+	}
+	if t.s.cfg.Clock == nil {
+		b.Queue(t.s.q.clock)
+	}
+	return &b
+}
+
+// eachRow reads the next result of br, one row at a time.
+func eachRow(br pgx.BatchResults, f func(pgx.Rows) error) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := f(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func (t *tx) cacheRun(rows pgx.Rows) error {
+	e := &runEntry{found: true, inDB: true}
+	var lastSeq int64
+	if err := scanRun(rows, &e.rec, &lastSeq); err != nil {
+		return err
+	}
+	e.lastSeq = uint64(lastSeq)
+	t.runs[e.rec.ID] = e
 	return nil
+}
+
+func (t *tx) cacheRow(rows pgx.Rows) error {
+	var runID string
+	var rev int
+	var r ledger.RowRecord
+	if err := scanRow(rowsWith(rows, &runID, &rev), &r, nil); err != nil {
+		return err
+	}
+	t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
+	return nil
+}
+
+func (t *tx) cacheKey(rows pgx.Rows) error {
+	e := &keyEntry{found: true}
+	if err := scanKey(rows, &e.rec); err != nil {
+		return err
+	}
+	t.keys[e.rec.Key] = e
+	return nil
+}
+
+func cacheHold(c *budgetCache, rows pgx.Rows) error {
+	e := &holdEntry{found: true}
+	if err := scanHold(rows, &e.h); err != nil {
+		return err
+	}
+	c.holds[e.h.Key] = e
+	return nil
+}
+
+// absentRuns caches the runs looked for and not found as absent, as a
+// query of them would have found.
+func (t *tx) absentRuns(ids []string) {
+	for _, id := range ids {
+		if _, ok := t.runs[id]; !ok {
+			t.runs[id] = &runEntry{}
+		}
+	}
+}
+
+// absentRowsAndKeys caches the rows and keys looked for and not found as
+// absent: the keys asked for, the rows of keys found, the rows asked for
+// and the keys those rows name.
+func (t *tx) absentRowsAndKeys(rs ledger.Reads, keys []string) {
+	for _, k := range keys {
+		if e, ok := t.keys[k]; !ok {
+			t.keys[k] = &keyEntry{}
+		} else {
+			t.absentRow(e.rec.RunID, e.rec.ActionID)
+		}
+	}
+	for _, r := range rs.Rows {
+		t.absentRow(r.RunID, r.ActionID)
+		e := t.runs[r.RunID]
+		if e == nil || !e.found {
+			continue
+		}
+		if row := t.rows[rowKey{r.RunID, e.rec.Revision, r.ActionID}]; row.found && row.rec.Key != "" {
+			if _, ok := t.keys[row.rec.Key]; !ok {
+				t.keys[row.rec.Key] = &keyEntry{}
+			}
+		}
+	}
+}
+
+// absentRow caches row actionID of its run's current revision as absent
+// unless it was found.
+func (t *tx) absentRow(runID, actionID string) {
+	if e := t.runs[runID]; e != nil && e.found {
+		k := rowKey{runID, e.rec.Revision, actionID}
+		if _, ok := t.rows[k]; !ok {
+			t.rows[k] = &rowEntry{}
+		}
+	}
+}
+
+// rowsWith reads two leading columns into a and b, then the rest into the
+// destinations of the Scan it is given.
+func rowsWith(rows pgx.Rows, a, b any) pgx.Row { return leadingCols{rows, []any{a, b}} }
+
+type leadingCols struct {
+	rows pgx.Rows
+	lead []any
+}
+
+func (l leadingCols) Scan(dest ...any) error { return l.rows.Scan(append(l.lead, dest...)...) }
+
+// commit sends the queued writes, the runs' new last_seq, the lease check
+// and COMMIT in one round trip (the notifications go after the commit:
+// notifier). A lapsed lease fails the lease check with a *LeaseError, so
+// the server skips COMMIT and the transaction is rolled back, also when
+// the ops wrote nothing (a conflict): a lapsed node learns it at its next
+// Apply, whatever it was. An error that leaves the outcome unknown (the
+// connection broke after the batch was sent) is a *commitUnknownError.
+func (t *tx) commit() error {
+	for _, e := range t.runs {
+		t.queueRun(e)
+	}
+	n := t.batch.Len()
+	t.batch.Queue(t.s.q.leaseCheck, t.inc)
+	t.batch.Queue(`COMMIT`)
+	br := t.ptx.SendBatch(t.ctx, &t.batch)
+	err := func() error {
+		for i := 0; i < n; i++ {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if _, err := br.Exec(); err != nil {
+			if le := leaseError(t.inc, err); le != nil {
+				return le
+			}
+			return err
+		}
+		_, err := br.Exec()
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && pgCode(err) == "" && !errors.Is(err, ledger.ErrLeaseExpired) && !pgconn.SafeToRetry(err) {
+		// Not an answer of the server: COMMIT may have been carried out.
+		return &commitUnknownError{err}
+	}
+	return err
+}
+
+// leaseLapsed marks the lease check's failure (queries.leaseCheck).
+const leaseLapsed = "docket-lease-lapsed"
+
+var leaseLapsedRe = regexp.MustCompile(leaseLapsed + ` (-|\d+) (\d+)`)
+
+// leaseError turns the lease check's failure into a *LeaseError (nil: err
+// is another error).
+func leaseError(inc string, err error) *LeaseError {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	m := leaseLapsedRe.FindStringSubmatch(pe.Message)
+	if m == nil {
+		return nil
+	}
+	le := &LeaseError{Incarnation: inc}
+	if us, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+		le.Expired = time.UnixMicro(us).UTC()
+	}
+	if us, err := strconv.ParseInt(m[2], 10, 64); err == nil {
+		le.Now = time.UnixMicro(us).UTC()
+	}
+	return le
 }
 
 func nilIfEmpty(b []byte) any {

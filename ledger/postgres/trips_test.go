@@ -1,0 +1,84 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/postgres"
+	"github.com/docketrun/docket/plan"
+)
+
+// The common Applies are two round trips each: one that begins the
+// transaction and reads (and locks) what the op reads, one that writes,
+// checks the lease and commits.
+func TestApplyRoundTrips(t *testing.T) {
+	t.Parallel()
+	s := open(t, postgres.Config{Schema: schemaFor(t.Name())})
+	bg := context.Background()
+	trips := func(what string, fn func(ctx context.Context) error) {
+		t.Helper()
+		var n atomic.Int64
+		if err := fn(postgres.CountTrips(bg, &n)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %d round trips", what, n.Load())
+		if n.Load() > 2 {
+			t.Errorf("%s took %d round trips, want at most 2", what, n.Load())
+		}
+	}
+	apply := func(op ledger.Op) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := ledger.ApplyOne(ctx, s, op)
+			return err
+		}
+	}
+	p := &plan.Plan{Goal: "trips"}
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		p.Actions = append(p.Actions, plan.Action{ID: id, Tool: "t", Args: json.RawMessage(`{"id":"` + id + `"}`)})
+	}
+	trips("create run", func(ctx context.Context) error {
+		_, created, err := s.CreateRun(ctx, ledger.Run{ID: "r1", Policy: "all"}, p, nil)
+		if err == nil && !created {
+			t.Error("the run was not created")
+		}
+		return err
+	})
+	key := func(id string) string {
+		k, _ := plan.Key("r1", id, "t", p.Actions[0].Args)
+		return k + id
+	}
+	args := json.RawMessage(`{"x":1}`)
+	trips("claim", apply(ledger.Claim("r1", "a", "t", key("a"), args, 1)))
+	trips("succeed", apply(ledger.Succeed(key("a"), 1, json.RawMessage(`{"ok":true}`))))
+	trips("claim again", apply(ledger.Claim("r1", "b", "t", key("b"), args, 1)))
+	trips("fail (retryable)", apply(ledger.Fail(key("b"), 1, "boom", true, nil)))
+	trips("claim attempt 2", apply(ledger.Claim("r1", "b", "t", key("b"), args, 2)))
+	trips("fail", apply(ledger.Fail(key("b"), 2, "boom", false, nil)))
+	trips("approve", apply(ledger.Approve("r1", "c", nil, "alice")))
+	trips("claim d", apply(ledger.Claim("r1", "d", "t", key("d"), args, 1)))
+	trips("succeed d + claim e (a step of the executor)", func(ctx context.Context) error {
+		res, err := s.Apply(ctx, ledger.Succeed(key("d"), 1, json.RawMessage(`{}`)), ledger.Claim("r1", "e", "t", key("e"), args, 1))
+		for _, r := range res {
+			if err == nil {
+				err = r.Err
+			}
+		}
+		return err
+	})
+	trips("run status", apply(ledger.SetRunStatus("r1", ledger.RunFailed, ledger.EventRunFailed, "b failed", nil)))
+
+	acts, err := s.Actions(bg, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]ledger.Status{"a": ledger.StatusSucceeded, "b": ledger.StatusFailed, "c": ledger.StatusApproved,
+		"d": ledger.StatusSucceeded, "e": ledger.StatusClaimed}
+	for _, a := range acts {
+		if a.Status != want[a.ID] {
+			t.Errorf("action %s is %s, want %s", a.ID, a.Status, want[a.ID])
+		}
+	}
+}
