@@ -27,6 +27,40 @@ type LeaseHolder interface {
 	LeaseValid() bool
 }
 
+// LeaseReader is a Store shared by several processes that reads another
+// process's node lease (ledger/postgres), so a caller that meets a claim
+// owned by another incarnation can tell a live owner (wait for it) from a
+// gone one (its claim may be taken over). Lease returns the lease of
+// incarnation inc by the ledger's clock; ErrNotFound when no such node is
+// known (a claim it owns counts as gone), ErrClosed, the context's error,
+// the backend's.
+type LeaseReader interface {
+	Lease(ctx context.Context, inc string) (NodeLease, error)
+}
+
+// NodeLease is what a shared ledger knows of one incarnation's lease, read
+// by the ledger's clock (LeaseReader).
+type NodeLease struct {
+	Incarnation string
+	Host        string // where the process ran (its host name)
+	PID         int
+	Expires     time.Time // when the lease ends (or ended), by the ledger's clock
+	Now         time.Time // the ledger's clock when it was read
+	Stopped     bool      // the process closed its ledger (its lease was ended at once)
+}
+
+// Live reports whether the lease still holds: another process may not take
+// over its claims yet.
+func (l NodeLease) Live() bool { return !l.Stopped && l.Expires.After(l.Now) }
+
+// Left is how long the lease still holds (0 once it expired).
+func (l NodeLease) Left() time.Duration {
+	if !l.Live() {
+		return 0
+	}
+	return l.Expires.Sub(l.Now)
+}
+
 // Reserver is a Store shared by several processes that holds a name for
 // one of them at a time (ledger/postgres): the service holds a run id this
 // way while it accepts the run, so a second request for it on any node is

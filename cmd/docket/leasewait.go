@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
-	"github.com/docketrun/docket/ledger/postgres"
 )
 
 // On the shared ledger a claim belongs to its process's node lease: when a
@@ -42,12 +41,12 @@ const maxTakeovers = 3
 // lease still holds.
 type heldClaim struct {
 	action string
-	lease  postgres.NodeLease
+	lease  ledger.NodeLease
 }
 
 // liveClaims lists the actions of runID that another process claimed and
 // whose lease still holds (none for a run that does not exist yet).
-func liveClaims(ctx context.Context, pg *postgres.Store, runID string) ([]heldClaim, error) {
+func liveClaims(ctx context.Context, pg sharedStore, runID string) ([]heldClaim, error) {
 	rows, err := pg.Actions(ctx, runID)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, nil
@@ -55,7 +54,7 @@ func liveClaims(ctx context.Context, pg *postgres.Store, runID string) ([]heldCl
 	if err != nil {
 		return nil, err
 	}
-	leases := map[string]postgres.NodeLease{}
+	leases := map[string]ledger.NodeLease{}
 	var held []heldClaim
 	for _, r := range rows {
 		if r.Status != ledger.StatusClaimed || r.Key == "" {
@@ -94,7 +93,7 @@ func liveClaims(ctx context.Context, pg *postgres.Store, runID string) ([]heldCl
 // until when. It returns exit 4 when the wait would exceed bound, or when a
 // lease it waited for was renewed (its process is alive and performing the
 // action).
-func waitLeases(ctx context.Context, pg *postgres.Store, runID string, bound time.Duration, w io.Writer) error {
+func waitLeases(ctx context.Context, pg sharedStore, runID string, bound time.Duration, w io.Writer) error {
 	deadline := time.Now().Add(bound)
 	waited := map[string]time.Time{} // incarnation → the expiry this command waited for
 	for {
@@ -137,8 +136,15 @@ func waitLeases(ctx context.Context, pg *postgres.Store, runID string, bound tim
 }
 
 // describeLease names a lease's process for a person.
-func describeLease(l postgres.NodeLease) string {
+func describeLease(l ledger.NodeLease) string {
 	return fmt.Sprintf("incarnation %s, host %s, pid %d", l.Incarnation, l.Host, l.PID)
+}
+
+// sharedStore is a ledger whose claims are held by node leases that other
+// processes can read (ledger.LeaseReader).
+type sharedStore struct {
+	ledger.Store
+	ledger.LeaseReader
 }
 
 // claimedElsewhere reports whether err is a claim (or an outcome) refused
@@ -153,17 +159,17 @@ func claimedElsewhere(err error, self string) bool {
 // the run, and when the drive meets such a claim anyway (taken after the
 // first look) it waits for it and drives again. Other ledgers: drive as is.
 func driveShared(ctx context.Context, l ledger.Store, runID string, bound time.Duration, w io.Writer, drive func() (ledger.RunDoc, error)) (ledger.RunDoc, error) {
-	pg, ok := l.(*postgres.Store)
+	lr, ok := l.(ledger.LeaseReader)
 	if !ok || runID == "" {
 		return drive()
 	}
 	start := time.Now()
 	for i := 0; ; i++ {
-		if err := waitLeases(ctx, pg, runID, bound-time.Since(start), w); err != nil {
+		if err := waitLeases(ctx, sharedStore{l, lr}, runID, bound-time.Since(start), w); err != nil {
 			return ledger.RunDoc{}, err
 		}
 		doc, err := drive()
-		if i >= maxTakeovers || !claimedElsewhere(err, pg.Incarnation()) {
+		if i >= maxTakeovers || !claimedElsewhere(err, l.Incarnation()) {
 			return doc, err
 		}
 	}

@@ -23,6 +23,7 @@ var capabilities = []capability{
 	{"ledger.Backuper", is[ledger.Backuper], testBackuper},
 	{"ledger.BudgetReader", is[ledger.BudgetReader], testBudgetReader},
 	{"ledger.LeaseHolder", is[ledger.LeaseHolder], testLeaseHolder},
+	{"ledger.LeaseReader", is[ledger.LeaseReader], testLeaseReader},
 	{"ledger.Reserver", is[ledger.Reserver], testReserver},
 	{"ledger.SessionKeeper", is[ledger.SessionKeeper], testSessionKeeper},
 }
@@ -90,6 +91,33 @@ func testLeaseHolder(t *testing.T, open Opener, _ Options) {
 	b := setup(t, open)
 	if !b.l.(ledger.LeaseHolder).LeaseValid() {
 		t.Fatal("LeaseValid() = false on a handle just opened")
+	}
+}
+
+// testLeaseReader: a handle's own lease reads as live, an unknown
+// incarnation is ErrNotFound, and on a durable store a second handle reads
+// the first's lease, which ends (not live) once the first is closed.
+func testLeaseReader(t *testing.T, open Opener, opts Options) {
+	b := setup(t, open)
+	lr := b.l.(ledger.LeaseReader)
+	own, err := lr.Lease(b.ctx, b.l.Incarnation())
+	if err != nil || own.Incarnation != b.l.Incarnation() || !own.Live() || own.Left() <= 0 {
+		t.Fatalf("own lease: %+v (live %v, left %v), %v", own, own.Live(), own.Left(), err)
+	}
+	if l, err := lr.Lease(b.ctx, "no-such-incarnation"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("lease of an unknown incarnation: %+v, %v; want ErrNotFound", l, err)
+	}
+	if !opts.Durable {
+		return
+	}
+	other := open(t, b.cfg)
+	first := b.l.Incarnation()
+	if l, err := other.(ledger.LeaseReader).Lease(b.ctx, first); err != nil || !l.Live() {
+		t.Fatalf("the first handle's lease read by a second: %+v, %v", l, err)
+	}
+	b.l.Close()
+	if l, err := other.(ledger.LeaseReader).Lease(b.ctx, first); err != nil || l.Live() || l.Left() != 0 {
+		t.Fatalf("the lease of a closed handle: %+v (live %v), %v", l, l.Live(), err)
 	}
 }
 

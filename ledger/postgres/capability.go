@@ -7,6 +7,7 @@ var (
 	_ ledger.Store         = (*Store)(nil)
 	_ ledger.BudgetReader  = (*Store)(nil)
 	_ ledger.LeaseHolder   = (*Store)(nil)
+	_ ledger.LeaseReader   = (*Store)(nil)
 	_ ledger.Reserver      = (*Store)(nil)
 	_ ledger.SessionKeeper = (*Store)(nil)
 )
