@@ -157,34 +157,8 @@ func TestSubscribeAcrossNodes(t *testing.T) {
 	cfg := postgres.Config{Schema: schema, Poll: 200 * time.Millisecond}
 	a := open(t, cfg)
 	b := open(t, cfg)
-	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a1", Tool: "t", Args: json.RawMessage(`{}`)}}}
-	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := b.Subscribe(ctx, "r", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	next := uint64(1)
-	expect := func(upto uint64) {
-		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for next <= upto {
-			select {
-			case ev, ok := <-sub.C:
-				if !ok {
-					t.Fatalf("subscription ended: %v", sub.Err())
-				}
-				if ev.Seq != next {
-					t.Fatalf("got seq %d, want %d", ev.Seq, next)
-				}
-				next++
-			case <-timeout:
-				t.Fatalf("seq %d did not arrive", next)
-			}
-		}
-	}
+	watch := watchRun(ctx, t, a, b)
+	expect := func(upto uint64) { t.Helper(); watch(upto, "") }
 	expect(2) // run.created, plan.recorded
 	note := func(i int) {
 		if _, err := ledger.ApplyOne(ctx, a, ledger.Note("r", "test.note", "", json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)))); err != nil {

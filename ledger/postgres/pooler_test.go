@@ -86,34 +86,8 @@ func TestSubscribeAcrossNodesThroughPgBouncer(t *testing.T) {
 	if !a.Pooled() || !b.Pooled() {
 		t.Fatal("the pooler was not found")
 	}
-	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a1", Tool: "t", Args: json.RawMessage(`{}`)}}}
-	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := b.Subscribe(ctx, "r", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	next := uint64(1)
-	expect := func(upto uint64) {
-		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for next <= upto {
-			select {
-			case ev, ok := <-sub.C:
-				if !ok {
-					t.Fatalf("subscription ended: %v", sub.Err())
-				}
-				if ev.Seq != next {
-					t.Fatalf("got seq %d, want %d", ev.Seq, next)
-				}
-				next++
-			case <-timeout:
-				t.Fatalf("seq %d did not arrive", next)
-			}
-		}
-	}
+	watch := watchRun(ctx, t, a, b)
+	expect := func(upto uint64) { t.Helper(); watch(upto, "") }
 	expect(2)
 	for round := range 3 {
 		for i := range 4 {
@@ -142,34 +116,12 @@ func TestListenURLBesidePgBouncer(t *testing.T) {
 	if !b.Pooled() || !strings.Contains(log.String(), "LISTENs for other nodes' events on ListenURL") {
 		t.Fatalf("pooled %v; log:\n%s", b.Pooled(), log.String())
 	}
-	p := &plan.Plan{Goal: "g", Actions: []plan.Action{{ID: "a1", Tool: "t", Args: json.RawMessage(`{}`)}}}
-	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r"}, p, nil); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := b.Subscribe(ctx, "r", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	next := uint64(1)
+	expect := watchRun(ctx, t, a, b)
 	for round := range 3 {
 		if _, err := ledger.ApplyOne(ctx, a, ledger.Note("r", "test.note", "", json.RawMessage(fmt.Sprintf(`{"i":%d}`, round)))); err != nil {
 			t.Fatal(err)
 		}
-		for next <= uint64(3+round) {
-			select {
-			case ev, ok := <-sub.C:
-				if !ok {
-					t.Fatalf("subscription ended: %v", sub.Err())
-				}
-				if ev.Seq != next {
-					t.Fatalf("got seq %d, want %d", ev.Seq, next)
-				}
-				next++
-			case <-time.After(30 * time.Second):
-				t.Fatalf("seq %d did not arrive within 30s (the poll is 10 minutes away: LISTEN on ListenURL did not deliver)", next)
-			}
-		}
+		expect(uint64(3+round), " (the poll is 10 minutes away: LISTEN on ListenURL did not deliver)")
 	}
 	bad := cfg
 	bad.ListenURL = bouncer.Rewrite(direct)
