@@ -1,10 +1,8 @@
 package ui
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/planner"
+	"github.com/docketrun/docket/tools/httpspan"
 )
 
 // metrics are the server's Prometheus metrics (github.com/prometheus/client_golang),
@@ -422,16 +421,16 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 func (m *metrics) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httpspan.StatusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		route := routeLabel(r.Pattern)
 		method := methodLabel(r.Method)
-		code := sw.code
+		code := sw.Code()
 		if code == 0 {
 			code = http.StatusOK
 		}
 		m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
-		if !sw.hijacked {
+		if !sw.Hijacked() {
 			m.httpSeconds.WithLabelValues(route, method).Observe(time.Since(t0).Seconds())
 		}
 	})
@@ -463,51 +462,6 @@ func methodLabel(m string) string {
 	}
 	return "other"
 }
-
-// statusWriter remembers the status code written; it passes Flush and
-// Hijack through (the event streams flush, WebSockets hijack).
-type statusWriter struct {
-	http.ResponseWriter
-	code     int
-	hijacked bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 && code >= 200 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h, ok := w.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("ui: the connection cannot be hijacked")
-	}
-	c, rw, err := h.Hijack()
-	if err == nil {
-		w.hijacked = true
-		if w.code == 0 {
-			w.code = http.StatusSwitchingProtocols
-		}
-	}
-	return c, rw, err
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ledgerCounts keeps docket_runs (runs by status) and docket_actions
 // (actions by effect class and status) over ALL runs of the ledger, cheaply:

@@ -39,7 +39,7 @@ func Handler(h http.Handler, tp trace.TracerProvider, prop propagation.TextMapPr
 		ctx, span := tr.Start(WithPropagator(ctx, prop), spanMethod(r.Method),
 			trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 		defer span.End()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &StatusWriter{ResponseWriter: w}
 		r = r.WithContext(ctx)
 		h.ServeHTTP(sw, r)
 		if _, route, ok := strings.Cut(r.Pattern, " "); ok || r.Pattern != "" {
@@ -85,38 +85,47 @@ func Caller(ctx context.Context) trace.SpanContext {
 	return sc
 }
 
-// statusWriter records the status code, passing Flush and Hijack through
-// (event streams, WebSockets).
-type statusWriter struct {
+// StatusWriter wraps a handler's ResponseWriter and records the status
+// code written (Code) and whether the connection was hijacked (Hijacked),
+// passing Flush and Hijack through (event streams, WebSockets). The API's
+// spans and its metrics both read it.
+type StatusWriter struct {
 	http.ResponseWriter
 	code     int
 	hijacked bool
 }
 
-func (w *statusWriter) WriteHeader(code int) {
+// Code is the status written: 0 when nothing was, 101 for a hijacked
+// connection (a WebSocket).
+func (w *StatusWriter) Code() int { return w.code }
+
+// Hijacked reports whether the handler took the connection over.
+func (w *StatusWriter) Hijacked() bool { return w.hijacked }
+
+func (w *StatusWriter) WriteHeader(code int) {
 	if w.code == 0 && code >= 200 {
 		w.code = code
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *statusWriter) Write(b []byte) (int, error) {
+func (w *StatusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *statusWriter) Flush() {
+func (w *StatusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
-func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *StatusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	h, ok := w.ResponseWriter.(http.Hijacker)
 	if !ok {
-		return nil, nil, errors.New("httpspan: the connection cannot be hijacked")
+		return nil, nil, errors.New("the connection cannot be hijacked")
 	}
 	c, rw, err := h.Hijack()
 	if err == nil {
@@ -128,4 +137,4 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, rw, err
 }
 
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
