@@ -265,7 +265,7 @@ function inlineForm(it, kind) {
       await api("POST", path, body);
       delete inbox.open[k];
       await loadInbox([it.run_id]);
-      const s = selectedItem(); if (s) s.focus();
+      refocusSelected();
     } catch (e) { msg.textContent = describe(e); }
   };
   field.addEventListener("keydown", (ev) => {
@@ -307,6 +307,15 @@ async function inboxOp(name) {
     return;
   }
   await loadInbox([it.run_id]);
+  refocusSelected();
+}
+
+// refocusSelected gives the focus back to the selected item once an action
+// sent from the inbox is done, unless a form was opened meanwhile (the person
+// went on while the request was under way): its field is being typed in, and
+// taking the focus from it would send the next keys to the inbox's shortcuts.
+function refocusSelected() {
+  if (Object.keys(inbox.open).length) return;
   const s = selectedItem(); if (s) s.focus();
 }
 
