@@ -99,9 +99,9 @@ func (ms *memSessions) end(_ context.Context, id string) error {
 // for lookups (a sign-out on another node counts here too). Only the
 // cookie's SHA-256 is stored, with the name of the token it was made from
 // (each node maps the name to its scopes from its own token
-// configuration). The sessions made on this server are kept in memory
-// too, for the cap on each token's sessions; a ledger that keeps the
-// service's limits (SharedLimits) caps them over every node.
+// configuration). A ledger that keeps the service's limits (SharedLimits)
+// caps each token's sessions over every node; otherwise the sessions made
+// on this server are kept in memory too, for the cap on this server.
 type ledgerSessions struct {
 	local  *memSessions
 	keeper ledger.SessionKeeper
@@ -110,15 +110,19 @@ type ledgerSessions struct {
 }
 
 func (ls *ledgerSessions) start(ctx context.Context, id string, p principal, now, expires time.Time) error {
-	for _, k := range ls.local.add(id, p, now, expires) {
-		if err := ls.keeper.DeleteSession(ctx, sessionHash(k)); err != nil {
-			return fmt.Errorf("ending the token's oldest session: %w", err)
+	if ls.capper == nil {
+		for _, k := range ls.local.add(id, p, now, expires) {
+			if err := ls.keeper.DeleteSession(ctx, sessionHash(k)); err != nil {
+				return fmt.Errorf("ending the token's oldest session: %w", err)
+			}
 		}
 	}
 	if err := ls.keeper.PutSession(ctx, sessionHash(id), p.name, expires); err != nil {
 		return fmt.Errorf("recording the session: %w", err)
 	}
 	if ls.capper != nil {
+		// The ledger ends the token's oldest sessions over every node,
+		// this server's among them: nothing to count here.
 		if err := ls.capper.CapSessions(ctx, p.name, ls.local.perToken); err != nil {
 			return fmt.Errorf("ending the token's oldest sessions: %w", err)
 		}
