@@ -135,19 +135,7 @@ func TestSharedLedgerNodesThroughPgBouncer(t *testing.T) {
 		}
 	}
 
-	wait := `{"run_id": "wait", "approve": "none", "plan": {"goal": "one charge", "actions": [
-		{"id": "w1", "tool": "charge", "args": {"reference": "w1", "amount": 7}}]}}`
-	if status, _, code := b.call(t, "POST", "/v1/runs", token, wait); status != http.StatusCreated {
-		t.Fatalf("POST on B: %d %s", status, code)
-	}
-	waitStatus(t, b, token, "wait", "awaiting_approval")
-	if status, _, code := b.call(t, "POST", "/v1/runs/wait/approve", token, `{"all": true}`); status != http.StatusOK && status != http.StatusAccepted {
-		t.Fatalf("approve on B: %d %s", status, code)
-	}
-	waitStatus(t, b, token, "wait", "completed")
-	if n := w.effectsOf("w1")["w1"]; n != 1 {
-		t.Fatalf("%d charges for w1", n)
-	}
+	submitAndApprove(t, w, b, b, token)
 	for _, s := range []*servedChild{a, b} {
 		if strings.Contains(s.output(), pw) {
 			t.Fatalf("a node logged the password:\n%s", s.output())

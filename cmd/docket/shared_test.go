@@ -258,19 +258,7 @@ func TestSharedLedgerNodes(t *testing.T) {
 	}
 
 	// Submitted to B, approved on C, continued wherever it is driven.
-	wait := `{"run_id": "wait", "approve": "none", "plan": {"goal": "one charge", "actions": [
-		{"id": "w1", "tool": "charge", "args": {"reference": "w1", "amount": 7}}]}}`
-	if status, _, code := b.call(t, "POST", "/v1/runs", token, wait); status != http.StatusCreated {
-		t.Fatalf("POST on B: %d %s", status, code)
-	}
-	waitStatus(t, b, token, "wait", "awaiting_approval")
-	if status, _, code := c.call(t, "POST", "/v1/runs/wait/approve", token, `{"all": true}`); status != http.StatusOK && status != http.StatusAccepted {
-		t.Fatalf("approve on C: %d %s", status, code)
-	}
-	waitStatus(t, b, token, "wait", "completed")
-	if n := w.effectsOf("w1")["w1"]; n != 1 {
-		t.Fatalf("%d charges for w1", n)
-	}
+	submitAndApprove(t, w, b, c, token)
 	// C's all-runs stream (the page's live list) shows a run that B
 	// created and drove.
 	all := stream(t, c.base, token, "/v1/ws")
@@ -334,6 +322,26 @@ func TestSharedLedgerNodes(t *testing.T) {
 }
 
 // waitStatus polls a run on node s until it has status want.
+// submitAndApprove submits run "wait" (one charge, nothing approved) to
+// node on, approves it on node by (the same node or another), and wants it
+// completed with one charge.
+func submitAndApprove(t *testing.T, w *chargeWorld, on, by *servedChild, token string) {
+	t.Helper()
+	wait := `{"run_id": "wait", "approve": "none", "plan": {"goal": "one charge", "actions": [
+		{"id": "w1", "tool": "charge", "args": {"reference": "w1", "amount": 7}}]}}`
+	if status, _, code := on.call(t, "POST", "/v1/runs", token, wait); status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", status, code)
+	}
+	waitStatus(t, on, token, "wait", "awaiting_approval")
+	if status, _, code := by.call(t, "POST", "/v1/runs/wait/approve", token, `{"all": true}`); status != http.StatusOK && status != http.StatusAccepted {
+		t.Fatalf("approve: %d %s", status, code)
+	}
+	waitStatus(t, on, token, "wait", "completed")
+	if n := w.effectsOf("w1")["w1"]; n != 1 {
+		t.Fatalf("%d charges for w1", n)
+	}
+}
+
 func waitStatus(t *testing.T, s *servedChild, token, runID, want string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
