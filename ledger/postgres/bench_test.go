@@ -24,57 +24,60 @@ import (
 func BenchmarkStep(b *testing.B) {
 	for _, inflight := range []int{1, 64} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
-			ctx := context.Background()
 			s := open(b, postgres.Config{Schema: schemaFor(fmt.Sprintf("%s-%d", b.Name(), b.N)), MaxConns: max(8, inflight)})
-			// One run per worker, with enough actions for every step.
-			per := (b.N + inflight - 1) / inflight
-			for w := range inflight {
-				p := &plan.Plan{Goal: "bench"}
-				for i := range per {
-					p.Actions = append(p.Actions, plan.Action{ID: fmt.Sprintf("a%d", i), Tool: "t", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			benchSteps(b, s, inflight)
+		})
+	}
+}
+
+// benchSteps runs b.N steps (a claim, then its success, each one Apply) on
+// s, inflight at a time, one run per worker, and reports steps/s and the
+// p50 and p99 latency of a step.
+func benchSteps(b *testing.B, s *postgres.Store, inflight int) {
+	ctx := context.Background()
+	per := (b.N + inflight - 1) / inflight
+	for w := range inflight {
+		p := &plan.Plan{Goal: "bench"}
+		for i := range per {
+			p.Actions = append(p.Actions, plan.Action{ID: fmt.Sprintf("a%d", i), Tool: "t", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+		}
+		if _, _, err := s.CreateRun(ctx, ledger.Run{ID: fmt.Sprintf("w%d", w), Policy: "all"}, p, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([][]time.Duration, inflight)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range inflight {
+		n := min(per, b.N-per*w)
+		wg.Go(func() {
+			run := fmt.Sprintf("w%d", w)
+			for i := range max(n, 0) {
+				id := fmt.Sprintf("a%d", i)
+				args := json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))
+				k, _ := plan.Key(run, id, "t", args)
+				t0 := time.Now()
+				if _, err := ledger.ApplyOne(ctx, s, ledger.Claim(run, id, "t", k, args, 1)); err != nil {
+					b.Error(err)
+					return
 				}
-				if _, _, err := s.CreateRun(ctx, ledger.Run{ID: fmt.Sprintf("w%d", w), Policy: "all"}, p, nil); err != nil {
-					b.Fatal(err)
+				if _, err := ledger.ApplyOne(ctx, s, ledger.Succeed(k, 1, json.RawMessage(`{"ok":true}`))); err != nil {
+					b.Error(err)
+					return
 				}
-			}
-			lat := make([][]time.Duration, inflight)
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			for w := range inflight {
-				n := per
-				if w == inflight-1 {
-					n = b.N - per*(inflight-1)
-				}
-				wg.Go(func() {
-					run := fmt.Sprintf("w%d", w)
-					for i := range max(n, 0) {
-						id := fmt.Sprintf("a%d", i)
-						args := json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))
-						k, _ := plan.Key(run, id, "t", args)
-						t0 := time.Now()
-						if _, err := ledger.ApplyOne(ctx, s, ledger.Claim(run, id, "t", k, args, 1)); err != nil {
-							b.Error(err)
-							return
-						}
-						if _, err := ledger.ApplyOne(ctx, s, ledger.Succeed(k, 1, json.RawMessage(`{"ok":true}`))); err != nil {
-							b.Error(err)
-							return
-						}
-						lat[w] = append(lat[w], time.Since(t0))
-					}
-				})
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			all := slices.Concat(lat...)
-			slices.Sort(all)
-			if len(all) > 0 {
-				b.ReportMetric(float64(len(all))/elapsed.Seconds(), "steps/s")
-				b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50_ms")
-				b.ReportMetric(float64(all[min(len(all)-1, len(all)*99/100)].Microseconds())/1000, "p99_ms")
+				lat[w] = append(lat[w], time.Since(t0))
 			}
 		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(len(all))/elapsed.Seconds(), "steps/s")
+		b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50_ms")
+		b.ReportMetric(float64(all[min(len(all)-1, len(all)*99/100)].Microseconds())/1000, "p99_ms")
 	}
 }
