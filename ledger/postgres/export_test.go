@@ -21,6 +21,8 @@ func (s *Store) LeaseExpired(ctx context.Context, inc string) (bool, error) {
 	return gone, err
 }
 
+func init() { countingTrips = true }
+
 // CountTrips returns ctx with a counter of the round trips the Store's
 // statements run with it make (a batch is one; see countTrips).
 func CountTrips(ctx context.Context, n *atomic.Int64) context.Context { return countTrips(ctx, n) }

@@ -219,7 +219,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.heartbeat.Store(true)
 	pc.MaxConns = int32(cfg.MaxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
-	pc.ConnConfig.Tracer = tripTracer{}
+	if countingTrips {
+		pc.ConnConfig.Tracer = tripTracer{}
+	}
 	where := fmt.Sprintf("PostgreSQL at %s:%d, database %q as user %q", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User)
 	if s.pooled, err = probePooler(ctx, pc.ConnConfig); err != nil {
 		return nil, s.explain("connecting to "+where, err)

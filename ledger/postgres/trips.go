@@ -7,6 +7,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// countingTrips installs tripTracer in every Store opened after it is set:
+// the package's tests set it (export_test.go); a Store in production pays
+// nothing per statement for it.
+var countingTrips bool
+
 // tripsKey is the context key of a round-trip counter (countTrips).
 type tripsKey struct{}
 
