@@ -187,7 +187,7 @@ func TestChaosVisibilityLag(t *testing.T) {
 			// this experiment, judging the race by its duplicates, must
 			// not mix in.
 			rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 300, Lag: 8 * time.Second,
-				LagDeclared: c.declared, ProtectedOnly: true, Faults: faults, Workers: 8, NoControl: true})
+				LagDeclared: c.declared, ProtectedOnly: true, Faults: faults, Workers: 8, NoControl: true, MinKills: 25})
 			p := rep.Mode(chaos.Protected)
 			if len(p.Errors) > 0 {
 				t.Fatalf("seed %d: unfinished runs: %q", seed, p.Errors)
@@ -276,7 +276,7 @@ func TestChaosCommand(t *testing.T) {
 		t.Fatalf("chaos crash marker/points %q %v differ from the binary's %q %v", chaos.CrashMarker, chaos.CrashPoints, crashMarker, crashPoints)
 	}
 	seed := chaosSeed(t)
-	r := inproc(t, "chaos", "--seed", strconv.FormatUint(seed, 10), "--actions", "150", "--json")
+	r := inproc(t, "chaos", "--seed", strconv.FormatUint(seed, 10), "--actions", "150", "--min-kills", "10", "--json")
 	var rep chaos.Report
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, r)
