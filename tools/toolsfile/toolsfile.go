@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/tools"
 	"github.com/docketrun/docket/tools/policy"
 )
@@ -327,13 +328,13 @@ func (p *parser) duration(m map[string]json.RawMessage, where, key string) time.
 	s := p.str(m, where, key)
 	if s == "" {
 		if _, ok := m[key]; ok {
-			p.add(join(where, key), `empty duration (want a Go duration such as "30s")`)
+			p.add(join(where, key), `empty duration (want one such as "30s", "2h" or "30d")`)
 		}
 		return 0
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		p.add(join(where, key), `bad duration %q (want a positive Go duration such as "30s")`, s)
+	d, err := plan.ParseDuration(s)
+	if err != nil {
+		p.add(join(where, key), "%v", err)
 		return 0
 	}
 	return d
