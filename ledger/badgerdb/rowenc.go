@@ -367,7 +367,9 @@ type rowExt struct {
 	Timer     *ledger.Timer     `json:"timer,omitempty"`
 }
 
-func extended(r ledger.RowRecord) bool { return r.Gate != nil || len(r.Approvals) > 0 || r.Timer != nil }
+func extended(r ledger.RowRecord) bool {
+	return r.Gate != nil || len(r.Approvals) > 0 || r.Timer != nil
+}
 
 func appendExt(b []byte, r ledger.RowRecord) []byte {
 	if !extended(r) {
