@@ -108,7 +108,7 @@ func NextWake(ctx context.Context, s Store) (Wake, bool, error) {
 	if !ok {
 		return Wake{}, false, nil
 	}
-	ws, err := wi.Wakes(ctx, time.Unix(1<<62, 0), 1)
+	ws, err := wi.Wakes(ctx, time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC), 1)
 	if err != nil || len(ws) == 0 {
 		return Wake{}, false, err
 	}
