@@ -376,6 +376,11 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			a.rec = cur
 			return false, endSucceeded
 		}
+		if due, ok := notDue(r.Err); ok {
+			d.e.log.Info(waitingMsg, "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
+			a.notDue = &due
+			return false, endStopped
+		}
 		if errors.Is(r.Err, ledger.ErrStale) {
 			d.e.log.Info(staleMsg, "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
 			a.stale = true
