@@ -506,13 +506,17 @@ func (c *serveCmd) announceTokens(st *serveState, base string) {
 // runs of nodes gone (now, then every second, until stop); else every run
 // that was running when the service stopped.
 func (c *serveCmd) startDrives(ctx context.Context, st *serveState) (stop func(), err error) {
-	stop, err = c.startDrivesOnly(ctx, st)
+	stopDrives, err := c.startDrivesOnly(ctx, st)
 	if err != nil {
 		return nil, err
 	}
 	wakeCtx, stopWakes := context.WithCancel(ctx)
-	go wakeLoop(wakeCtx, st.l, st.srv.Drive, st.log) // wake.go
-	return func() { stopWakes(); stop() }, nil
+	woke := make(chan struct{})
+	go func() {
+		defer close(woke)
+		wakeLoop(wakeCtx, st.l, st.srv.Drive, st.log) // wake.go
+	}()
+	return func() { stopWakes(); <-woke; stopDrives() }, nil
 }
 
 func (c *serveCmd) startDrivesOnly(ctx context.Context, st *serveState) (stop func(), err error) {

@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,5 +121,115 @@ func TestRunNowCommand(t *testing.T) {
 	}
 	if n := b.world.Effect("payments/ref-2"); n != 1 {
 		t.Fatalf("the invoice took effect %d times", n)
+	}
+}
+
+// getRun reads a run through a service's API.
+func getRun(t *testing.T, base, token, runID string) runJSON {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/runs/"+runID, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET run %s: %v", runID, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET run %s = %d: %s", runID, resp.StatusCode, body)
+	}
+	return doc(t, result{stdout: string(body)})
+}
+
+// waitRun polls a service until cond holds for the run (or fails the test
+// after a minute).
+func waitRun(t *testing.T, base, token, runID, what string, cond func(runJSON) bool) runJSON {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d := getRun(t, base, token, runID)
+		if cond(d) {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: %s did not happen: %+v", runID, what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServeWakesTimer: `docket run --wait-timers=false` leaves a run
+// waiting (exit 3); `docket serve` on the same data directory wakes it at
+// its time and it completes, each effect once.
+func TestServeWakesTimer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	args := b.runArgs(b.plan(t, "plan", timerPlan), "--approve", "all", "--run-id", "sw", "--wait-timers=false")
+	wantCode(t, inproc(t, args...), exitPaused)
+	s := startServe(t, nil, "--data", b.data, "--tools", b.tools)
+	d := waitRun(t, s.base, s.token, "sw", "completed", func(d runJSON) bool { return d.Status == "completed" })
+	if d.WaitingUntil != "" {
+		t.Fatalf("a completed run waits until %s", d.WaitingUntil)
+	}
+	for _, e := range []string{"payments/ref-1", "payments/ref-2"} {
+		if n := b.world.Effect(e); n != 1 {
+			t.Fatalf("%s took effect %d times, want once", e, n)
+		}
+	}
+	if !strings.Contains(s.stderr.String(), "waking a run") {
+		t.Fatalf("the service's log does not say it woke the run:\n%s", s.stderr)
+	}
+}
+
+// TestSharedTimerNodes: two `docket serve` nodes on one PostgreSQL ledger.
+// A run that waits, recorded through node A: when A is SIGKILLed while it
+// holds the run, node B wakes it at its time; when both are up, both look
+// for due runs. Either way the delayed invoice takes effect exactly once.
+func TestSharedTimerNodes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	url, _ := sharedLedger(t)
+	const tok = "timer-nodes-token-0123456789"
+	node := func() *servedChild {
+		return startServeChild(t, "--ledger", url, "--tools", b.tools, "--token", tok, "--lease", "2s")
+	}
+	a, bb := node(), node()
+	var p map[string]any
+	if err := json.Unmarshal([]byte(timerPlan), &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		run  string
+		kill bool
+		ref  string
+	}{{"kill", true, "ref-k"}, {"both", false, "ref-b"}} {
+		acts := p["actions"].([]any)
+		for i, a := range acts {
+			a.(map[string]any)["args"].(map[string]any)["reference"] = tc.ref + "-" + string(rune('1'+i))
+		}
+		body, _ := json.Marshal(map[string]any{"run_id": tc.run, "plan": p, "approve": "all"})
+		if code, _, _ := a.call(t, "POST", "/v1/runs", tok, string(body)); code != http.StatusCreated {
+			t.Fatalf("create %s = %d\n%s", tc.run, code, a.output())
+		}
+		waitRun(t, a.base, tok, tc.run, "a wake time", func(d runJSON) bool { return d.WaitingUntil != "" })
+		if tc.kill {
+			if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-a.done
+			a.done <- nil // for the cleanup
+		}
+		d := waitRun(t, bb.base, tok, tc.run, "completed", func(d runJSON) bool { return d.Status == "completed" })
+		for _, ref := range []string{tc.ref + "-1", tc.ref + "-2"} {
+			if n := b.world.Effect("payments/" + ref); n != 1 {
+				t.Fatalf("run %s: payments/%s took effect %d times, want once", tc.run, ref, n)
+			}
+		}
+		if d.action("inv2").Attempts != 1 {
+			t.Fatalf("run %s: inv2 took %d attempts, want 1", tc.run, d.action("inv2").Attempts)
+		}
+		if tc.kill {
+			a = node()
+		}
 	}
 }
