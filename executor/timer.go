@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/docketrun/docket/ledger"
@@ -102,10 +103,13 @@ func (e *Engine) RunNow(ctx context.Context, runID, actionID, by string) error {
 	return e.applyReview(ctx, runID, "run now", []string{actionID}, []ledger.Op{ledger.RunNow(runID, actionID, by)})
 }
 
+// wakeParallel bounds the runs WakeDue drives at once.
+const wakeParallel = 16
+
 // WakeDue drives the runs whose wake time has come by the ledger's clock
-// (the store must implement ledger.WakeIndex: else it does nothing), one
-// after another, and returns the earliest wake time still ahead (zero:
-// none). A drive's error is returned after the others were driven.
+// (the store must implement ledger.WakeIndex: else it does nothing), up to
+// 16 at once, and returns once they stopped, with the earliest wake time
+// still ahead (zero: none). The drives' errors are joined.
 func (e *Engine) WakeDue(ctx context.Context) (time.Time, error) {
 	wi, ok := e.led.(ledger.WakeIndex)
 	if !ok {
@@ -115,12 +119,18 @@ func (e *Engine) WakeDue(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("executor: find runs to wake: %w", err)
 	}
-	var errs []error
-	for _, w := range ws {
-		if _, err := e.Resume(ctx, w.RunID, nil); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(ws))
+	sem := make(chan struct{}, wakeParallel)
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, errs[i] = e.Resume(ctx, w.RunID, nil)
+		}()
 	}
+	wg.Wait()
 	var next time.Time
 	w, ok, err := ledger.NextWake(ctx, e.led)
 	if err != nil {
