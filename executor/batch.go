@@ -298,8 +298,13 @@ func (s *sched) absorbClaim(a *act, r ledger.Result, runID string, now time.Time
 		out.work = append(out.work, a)
 		return
 	}
+	if due, ok := notDue(r.Err); ok {
+		out.notes = append(out.notes, note{msg: waitingMsg, id: n.id, err: r.Err.Error()})
+		s.wait(n, due)
+		return
+	}
 	switch {
-	case errors.Is(r.Err, ledger.ErrStale):
+	case errors.Is(r.Err, ledger.ErrStale), errors.Is(r.Err, ledger.ErrNotDue): // not due, without a time: stale facts (timer.go)
 		out.notes = append(out.notes, note{msg: staleMsg, id: n.id, err: r.Err.Error()})
 		s.redrive = true
 		s.retake(n)

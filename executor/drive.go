@@ -31,6 +31,10 @@ type node struct {
 	started  bool            // taken by this drive
 	done     bool            // this drive is finished with it (any outcome)
 	awaiting bool            // waits for a person's approval
+	// waiting: the ledger refused its first claim because it is not due
+	// yet (timer.go); dueAt is when it is.
+	waiting bool
+	dueAt   time.Time
 	// deps are the nodes of row.DependsOn (nil: not in this run); blocker
 	// is the dep that kept it from starting at the last look.
 	deps    []*node
@@ -128,6 +132,9 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 		return doc(nil)
 	}
 	d.run = run
+	if err := d.woken(ctx); err != nil {
+		return doc(err)
+	}
 	d.pol = Policy(run.Policy)
 	if !d.pol.valid() {
 		d.pol = PolicySafe
@@ -147,6 +154,9 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	err = d.end(ctx)
 	if errors.Is(err, errRedrive) {
 		return ledger.RunDoc{}, err
+	}
+	if err == nil && ctx.Err() == nil {
+		err = d.recordWake(ctx)
 	}
 	return doc(err)
 }
@@ -312,6 +322,7 @@ type act struct {
 	failMsg string          // the action failed the run
 	fatal   error           // the ledger failed: the drive stops
 	stale   bool            // a claim was refused as stale: drive again
+	notDue  *time.Time      // the claim was refused: the action is due then (timer.go)
 	span    func(Done)      // ends the action's span once its outcome is absorbed
 }
 

@@ -500,6 +500,7 @@ func (e *Engine) initialRows(p *plan.Plan, pol Policy, creator string, rev int) 
 			Status:    ledger.StatusPending,
 			Args:      a.Args,
 			DependsOn: a.DependsOn,
+			Timer:     ledger.TimerOf(a),
 		}
 		g := e.gateFor(pol, spec, policy.Input{ActionID: a.ID, Args: a.Args,
 			Run: policy.Run{ID: p.RunID, Goal: p.Goal, Creator: creator, Revision: rev}}, true)

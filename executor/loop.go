@@ -83,6 +83,12 @@ func (d *driver) spawn(ctx context.Context, acts []*act) {
 func (d *driver) absorbEnd(a *act) {
 	d.absorbEffects(a)
 	d.setRow(a.n, a.row)
+	if a.notDue != nil {
+		d.wait(a.n, *a.notDue)
+		a.notDue = nil
+		a.endSpan(Done{Status: a.row.Status})
+		return
+	}
 	d.done(a.n)
 	a.endSpan(Done{Status: a.row.Status, Adopted: a.adopted})
 }

@@ -137,7 +137,7 @@ func (s *sched) pick(slots int, fin map[*node]bool) []*node {
 // take it now.
 func (s *sched) look(n *node, fin map[*node]bool) (keep, take bool) {
 	switch {
-	case n.done || n.awaiting:
+	case n.done || n.awaiting || n.waiting:
 		return false, false
 	case n.started:
 		return true, false
@@ -311,7 +311,7 @@ func (s *sched) ready(rows []ledger.Action) []string {
 		if r.Undo || (r.Status != ledger.StatusPending && r.Status != ledger.StatusApproved) {
 			continue
 		}
-		if n := s.nodes[r.ID]; n == nil || n.awaiting {
+		if n := s.nodes[r.ID]; n == nil || n.awaiting || n.waiting {
 			continue
 		}
 		if !slices.ContainsFunc(r.DependsOn, func(dep string) bool { return st[dep] != ledger.StatusSucceeded }) {

@@ -376,7 +376,12 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			a.rec = cur
 			return false, endSucceeded
 		}
-		if errors.Is(r.Err, ledger.ErrStale) {
+		if due, ok := notDue(r.Err); ok {
+			d.e.log.Info(waitingMsg, "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
+			a.notDue = &due
+			return false, endStopped
+		}
+		if errors.Is(r.Err, ledger.ErrStale) || errors.Is(r.Err, ledger.ErrNotDue) { // not due, without a time: stale facts (timer.go)
 			d.e.log.Info(staleMsg, "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
 			a.stale = true
 			return false, endStopped

@@ -172,6 +172,14 @@ func (c *claimOp) admitted(b *batch, s *claiming) (Result, bool, error) {
 		return res, true, nil
 	}
 	takeover := s.has && s.rec.State == StatusClaimed // a gone owner's claim, concluded: nothing new starts
+	if !s.has && (c.basis == nil || !c.basis.parking) {
+		// The first claim waits for the action's time (timer.go).
+		if refused, err := b.notDue(c, s.run, s.row); err != nil {
+			return Result{}, true, err
+		} else if refused != nil {
+			return refuse(refused)
+		}
+	}
 	if !takeover {
 		if refused, err := b.admit(c, s.run, s.row, !s.has); err != nil {
 			return Result{}, true, err

@@ -34,11 +34,13 @@ const (
 	opSetToolsHash
 	opSetPause
 	opDecide
+	opWait
+	opRunNow
 )
 
 var opNames = [...]string{"none", "claim", "succeed", "fail", "needs_review", "resolve", "approve",
 	"reject", "edit", "skip", "compensated", "add_undo", "set_run_status", "note", "create_run",
-	"add_revision", "memo", "set_tools_hash", "set_pause", "decide"}
+	"add_revision", "memo", "set_tools_hash", "set_pause", "decide", "wait", "run_now"}
 
 // Op is one conditional change to the ledger; build it with the constructors
 // below. Apply commits ops atomically per call (all in one transaction, shared

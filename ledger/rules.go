@@ -86,13 +86,14 @@ type RowRecord struct {
 	Ord          int             `json:"ord"`
 	Gate         *Gate           `json:"gate,omitempty"`
 	Approvals    []Approval      `json:"approvals,omitempty"`
+	Timer        *Timer          `json:"timer,omitempty"`
 }
 
 // Action is the row as an Action of run runID (without output).
 func (r RowRecord) Action(runID string) Action {
 	return Action{RunID: runID, ID: r.ID, Tool: r.Tool, Class: r.Class, Key: r.Key, Status: r.Status,
 		Attempts: r.Attempts, Args: r.Args, DependsOn: r.DependsOn, Error: r.Error,
-		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo, Gate: r.Gate, Approvals: r.Approvals}
+		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo, Gate: r.Gate, Approvals: r.Approvals, Timer: r.Timer}
 }
 
 // The rules below predate RunRecord and RowRecord; these names keep them as
@@ -107,7 +108,7 @@ func (r RowRecord) action(runID string) Action { return r.Action(runID) }
 func rowFromAction(a Action, ord int) storedRow {
 	return storedRow{ID: a.ID, Tool: a.Tool, Class: a.Class, Key: a.Key, Status: a.Status,
 		Attempts: a.Attempts, Args: a.Args, DependsOn: a.DependsOn, Error: a.Error,
-		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord, Gate: a.Gate, Approvals: a.Approvals}
+		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord, Gate: a.Gate, Approvals: a.Approvals, Timer: a.Timer}
 }
 
 // batch is the rules' view of one backend transaction.

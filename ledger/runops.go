@@ -141,6 +141,9 @@ func (o *setRunStatusOp) eval(bv batch) (Result, error) {
 		return Result{}, nil
 	}
 	run.Status, run.Error = o.status, o.errMsg
+	if ended(o.status) {
+		run.WakeAt = noWake // an ended run is never woken (timer.go)
+	}
 	if o.status != RunPaused {
 		// A person's pause is over once the run leaves paused: a
 		// leftover PausedBy would make a later pause for another

@@ -144,6 +144,9 @@ type Run struct {
 	// AuditHash is the hash of the run's last event (the head of its audit
 	// chain, see VerifyChain); "" for a run whose events are not chained.
 	AuditHash string `json:"audit_hash,omitempty"`
+	// WakeAt is when a drive should take the run up again: the earliest
+	// time one of its waiting actions is due (timer.go); zero: none.
+	WakeAt time.Time `json:"waiting_until,omitzero"`
 }
 
 // Action is one action of a run's current revision: the row of the Run JSON.
@@ -167,6 +170,8 @@ type Action struct {
 	Gate *Gate `json:"-"`
 	// Approvals are the people's approvals of the action in this revision.
 	Approvals []Approval `json:"-"`
+	// Timer is when the action may start (nil: at once), timer.go.
+	Timer *Timer `json:"timer,omitempty"`
 }
 
 // KeyRecord is the execution truth for one idempotency key.
@@ -276,8 +281,9 @@ func (d RunDoc) MarshalJSON() ([]byte, error) {
 		Actions   []Action  `json:"actions"`
 		Error     string    `json:"error"`
 		TraceID   string    `json:"trace_id,omitempty"`
+		WakeAt    time.Time `json:"waiting_until,omitzero"`
 	}{d.Run.ID, d.Run.Status, d.Run.Revision, d.Run.Goal, d.Run.Policy,
-		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error, d.TraceID})
+		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error, d.TraceID, d.Run.WakeAt.UTC()})
 }
 
 // ListOptions pages through runs, newest first.

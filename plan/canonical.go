@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
@@ -104,13 +105,21 @@ type hashedAction struct {
 	Tool      string          `json:"tool"`
 	Args      json.RawMessage `json:"args"`
 	DependsOn []string        `json:"depends_on"`
+	// Present only when set, so that the hash of a plan without timers
+	// is what it always was.
+	NotBefore string `json:"not_before,omitempty"`
+	After     string `json:"after,omitempty"`
 }
 
 // Hash is a stable digest ("sha256:" + lowercase hex) of what the plan asks
 // for: sha256 over the canonical JSON of
 //
-//	{"goal": ..., "actions": [{"id", "tool", "args" (canonical), "depends_on" (sorted)}]}
+//	{"goal": ..., "actions": [{"id", "tool", "args" (canonical), "depends_on" (sorted),
+//	  "not_before"?, "after"?}]}
 //
+// not_before and after are there only when set (so a plan without them
+// hashes as it did before they existed), in a normal form when valid: the
+// time in UTC (RFC 3339), the duration as FormatDuration writes it.
 // with actions in plan order. Formatting, key order and number spelling in
 // args do not change it; the order of depends_on does not either (it carries
 // no meaning), and a missing depends_on hashes like an empty one. ID, RunID,
@@ -141,7 +150,18 @@ func Hash(p *Plan) (string, error) {
 				return "", fmt.Errorf("plan hash: action %q (actions[%d]): %q is not valid UTF-8", a.ID, i, s)
 			}
 		}
-		h.Actions[i] = hashedAction{ID: a.ID, Tool: a.Tool, Args: args, DependsOn: deps}
+		h.Actions[i] = hashedAction{ID: a.ID, Tool: a.Tool, Args: args, DependsOn: deps, NotBefore: a.NotBefore, After: a.After}
+		if t, err := parseNotBefore(a.NotBefore); err == nil && a.NotBefore != "" {
+			h.Actions[i].NotBefore = t.Format(time.RFC3339Nano)
+		}
+		if d, err := ParseDuration(a.After); err == nil && a.After != "" {
+			h.Actions[i].After = FormatDuration(d)
+		}
+		for _, s := range []string{h.Actions[i].NotBefore, h.Actions[i].After} {
+			if !utf8.ValidString(s) {
+				return "", fmt.Errorf("plan hash: action %q (actions[%d]): %q is not valid UTF-8", a.ID, i, s)
+			}
+		}
 	}
 	doc, err := json.Marshal(h)
 	if err != nil {

@@ -96,7 +96,9 @@ func (c *checker) err() error {
 //     object key containing "${";
 //   - depends_on names other actions of the plan, each once, without cycles
 //     (a cycle is reported once, naming its actions in order);
-//   - every reference names an action that is a transitive dependency.
+//   - every reference names an action that is a transitive dependency;
+//   - not_before, when set, is an RFC 3339 time with a zone, and after, when
+//     set, a duration ParseDuration reads ("2d", "90m"; not negative).
 //
 // A plan has at most MaxActions actions.
 func (p *Plan) Check() error {
@@ -170,6 +172,7 @@ func (c *checker) run() {
 		if !c.skipped(i, "args") {
 			refs[i] = c.checkArgs(i, a)
 		}
+		c.checkTimer(i, a)
 	}
 	deps := c.checkDeps(index)
 	c.checkCycles(deps)
@@ -425,4 +428,18 @@ func (p *Plan) Action(id string) (Action, bool) {
 		}
 	}
 	return Action{}, false
+}
+
+// checkTimer validates the action's not_before and after.
+func (c *checker) checkTimer(i int, a Action) {
+	if a.NotBefore != "" && !c.skipped(i, "not_before") {
+		if _, err := parseNotBefore(a.NotBefore); err != nil {
+			c.add(i, "not_before", err.Error())
+		}
+	}
+	if a.After != "" && !c.skipped(i, "after") {
+		if _, err := ParseDuration(a.After); err != nil {
+			c.add(i, "after", err.Error()+": after is a duration such as \"2d\" or \"90m\"")
+		}
+	}
 }

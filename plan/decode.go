@@ -11,7 +11,7 @@ import (
 
 var (
 	planFields   = []string{"id", "run_id", "goal", "actions", "meta", "created_at", "transcript"}
-	actionFields = []string{"id", "tool", "args", "depends_on", "why"}
+	actionFields = []string{"id", "tool", "args", "depends_on", "why", "not_before", "after"}
 )
 
 // Decode strictly parses a plan document and runs Check on it.
@@ -147,6 +147,12 @@ func decodeAction(c *checker, i int, raw json.RawMessage) {
 	}
 	if msg := decodeString(m, "why", &a.Why); msg != "" {
 		fail("why", msg)
+	}
+	if msg := decodeString(m, "not_before", &a.NotBefore); msg != "" {
+		fail("not_before", msg)
+	}
+	if msg := decodeString(m, "after", &a.After); msg != "" {
+		fail("after", msg)
 	}
 	if raw, ok := m["depends_on"]; ok {
 		if k := kindOf(raw); k != "array" {

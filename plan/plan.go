@@ -2,6 +2,7 @@ package plan
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -38,6 +39,42 @@ type Action struct {
 	DependsOn []string `json:"depends_on,omitempty"`
 	// Why is a short human explanation. Not part of Hash.
 	Why string `json:"why,omitempty"`
+	// NotBefore, when set, is an RFC 3339 time before which the action
+	// does not start ("2026-03-01T09:00:00Z").
+	NotBefore string `json:"not_before,omitempty"`
+	// After, when set, is a duration (ParseDuration: "2d", "90m") counted
+	// from the moment the action's dependencies all succeeded (from the
+	// run's creation when it has none). The action is due at the later of
+	// NotBefore and that moment plus After.
+	After string `json:"after,omitempty"`
+}
+
+// Timer returns the action's NotBefore and After as values (zero when
+// unset), or the first problem with them. Check reports the same problems.
+func (a Action) Timer() (notBefore time.Time, after time.Duration, err error) {
+	if a.NotBefore != "" {
+		if notBefore, err = parseNotBefore(a.NotBefore); err != nil {
+			return time.Time{}, 0, err
+		}
+	}
+	if a.After != "" {
+		if after, err = ParseDuration(a.After); err != nil {
+			return time.Time{}, 0, err
+		}
+	}
+	return notBefore, after, nil
+}
+
+// HasTimer reports whether the action waits for a time (NotBefore or After set).
+func (a Action) HasTimer() bool { return a.NotBefore != "" || a.After != "" }
+
+// parseNotBefore reads an RFC 3339 time with a zone ("Z" or an offset).
+func parseNotBefore(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %s", quoteShort(s))
+	}
+	return t.UTC(), nil
 }
 
 // Validator checks one action's arguments against its tool's schema. tools.Registry

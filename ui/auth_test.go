@@ -184,6 +184,7 @@ func TestEverySocketOpWithEveryScope(t *testing.T) {
 		"reject":  {"op": "reject", "action": "nope"},
 		"edit":    {"op": "edit", "action": "nope", "args": map[string]any{}},
 		"resolve": {"op": "resolve", "action": "nope", "skip": true},
+		"run_now": {"op": "run_now", "action": "nope"},
 		"pause":   {"op": "pause"},
 		"resume":  {"op": "resume"},
 		"cancel":  {"op": "cancel", "run": "other-run"}, // refused as another run's: after the scope

@@ -658,6 +658,17 @@ func TestOpenAPIAgainstServer(t *testing.T) {
 	b.createPayMail("r-rej2")
 	c.admin(b, 200, "POST", "/v1/runs/r-rej2/reject", map[string]any{"all": true, "reason": "no"})
 
+	// Timers: a run that waits (waiting_until, an action's timer), run now.
+	later := json.RawMessage(`{"goal": "later", "actions": [{"id": "prefs", "tool": "settings_put", "after": "30d",
+		"args": {"account": "initech", "settings": {"plan": "team"}}}]}`)
+	c.admin(b, 201, "POST", "/v1/runs", map[string]any{"run_id": "r-later", "plan": later, "approve": "all"})
+	b.waitFor("r-later", "its wake time", func(d ledger.RunDoc) bool { return !d.Run.WakeAt.IsZero() })
+	c.admin(b, 200, "GET", "/v1/runs/r-later", nil)
+	c.admin(b, 200, "POST", "/v1/runs/r-later/actions/prefs/run_now", map[string]any{})
+	b.waitStatus("r-later", ledger.RunCompleted)
+	// Again: the person's decision is recorded once, and asking again is no error.
+	c.admin(b, 200, "POST", "/v1/runs/r-later/actions/prefs/run_now", map[string]any{})
+
 	// Every operation of today's document was answered with success.
 	var missed []string
 	for _, r := range routeKeys() {
@@ -701,7 +712,7 @@ var exercisedOps = []string{
 	"POST /v1/runs/{id}/resume", "POST /v1/runs/{id}/cancel", "POST /v1/runs/{id}/replay",
 	"POST /v1/runs/{id}/fork", "POST /v1/runs/{id}/actions/{action}/approve",
 	"POST /v1/runs/{id}/actions/{action}/reject", "POST /v1/runs/{id}/actions/{action}/edit",
-	"POST /v1/runs/{id}/actions/{action}/resolve", "GET /v1/inbox", "GET /v1/search/runs",
+	"POST /v1/runs/{id}/actions/{action}/resolve", "POST /v1/runs/{id}/actions/{action}/run_now", "GET /v1/inbox", "GET /v1/search/runs",
 	"GET /v1/runs/{id}/diff", "POST /v1/runs/{id}/diff", "GET /v1/budgets",
 }
 

@@ -24,6 +24,7 @@ import (
 //	reject    exactly one of action, all: true; reason optional
 //	edit      action, args (a JSON object)
 //	resolve   action, exactly one of done (the output, JSON), retry: true, skip: true
+//	run_now   action
 //	pause, resume, cancel   nothing else
 //
 // A field the op does not take is refused, never ignored: a message is never
@@ -33,7 +34,7 @@ import (
 // bodies); review_shape_test.go checks that the two agree.
 
 // reviewOps are the ops, in the order error messages list them.
-var reviewOps = []string{"approve", "reject", "edit", "resolve", "pause", "resume", "cancel"}
+var reviewOps = []string{"approve", "reject", "edit", "resolve", "run_now", "pause", "resume", "cancel"}
 
 // reviewFields lists, per op, the fields a request may carry besides the
 // envelope (id, op, run).
@@ -42,6 +43,7 @@ var reviewFields = map[string][]string{
 	"reject":  {"action", "all", "reason"},
 	"edit":    {"action", "args"},
 	"resolve": {"action", "done", "retry", "skip"},
+	"run_now": {"action"},
 	"pause":   nil,
 	"resume":  nil,
 	"cancel":  nil,
@@ -53,6 +55,7 @@ var reviewTakes = map[string]string{
 	"reject":  "reject takes exactly one of action (one id) or all: true (every action not started), and an optional reason",
 	"edit":    "edit takes action and args (a JSON object)",
 	"resolve": "resolve takes action and exactly one of done (the output, JSON), retry: true or skip: true",
+	"run_now": "run_now takes action (the id of an action that waits for its time)",
 	"pause":   "pause takes no other field",
 	"resume":  "resume takes no other field",
 	"cancel":  "cancel takes no other field",
@@ -209,6 +212,10 @@ func decodeReview(data []byte, from reviewFrom) (reviewOp, error) {
 		if a := bytes.TrimSpace(w.Args); len(a) == 0 || a[0] != '{' {
 			return op, fmt.Errorf("%w: edit needs args, a JSON object", errBadOp)
 		}
+	case "run_now":
+		if !hasAction {
+			return op, fmt.Errorf("%w: %s", errBadOp, reviewTakes[op.Op])
+		}
 	case "resolve":
 		if !hasAction {
 			return op, fmt.Errorf("%w: %s", errBadOp, reviewTakes[op.Op])
@@ -269,6 +276,9 @@ func (s *Server) rejectAction(w http.ResponseWriter, r *http.Request) {
 func (s *Server) editAction(w http.ResponseWriter, r *http.Request) { s.reviewHTTP(w, r, "edit") }
 func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 	s.reviewHTTP(w, r, "resolve")
+}
+func (s *Server) runNowAction(w http.ResponseWriter, r *http.Request) {
+	s.reviewHTTP(w, r, "run_now")
 }
 func (s *Server) pause(w http.ResponseWriter, r *http.Request)     { s.reviewHTTP(w, r, "pause") }
 func (s *Server) resume(w http.ResponseWriter, r *http.Request)    { s.reviewHTTP(w, r, "resume") }
@@ -341,6 +351,9 @@ func (s *Server) review(ctx context.Context, runID string, op reviewOp, as ledge
 		}
 		err = s.eng.Resolve(ctx, runID, op.Action, res)
 		s.metrics.reviews.add("resolve")
+	case "run_now":
+		// The action is due at once: the drive started here claims it.
+		err = s.eng.RunNow(ctx, runID, op.Action, by)
 	case "pause":
 		err = s.eng.Pause(ctx, runID, by)
 		drive = false

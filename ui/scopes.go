@@ -75,8 +75,10 @@ var routeScopes = map[string]Scope{
 	"POST /v1/runs/{id}/pause":  ScopeControl,
 	"POST /v1/runs/{id}/resume": ScopeControl,
 	"POST /v1/runs/{id}/cancel": ScopeControl,
-	"POST /v1/runs/{id}/replay": ScopeControl,
-	"POST /v1/runs/{id}/fork":   ScopeControl,
+	// Running a waiting action now changes when it happens, not what.
+	"POST /v1/runs/{id}/actions/{action}/run_now": ScopeControl,
+	"POST /v1/runs/{id}/replay":                   ScopeControl,
+	"POST /v1/runs/{id}/fork":                     ScopeControl,
 }
 
 // opScopes is what each review or control op needs, over HTTP (where the
@@ -86,6 +88,7 @@ var opScopes = map[string]Scope{
 	"reject":  ScopeReview,
 	"edit":    ScopeReview,
 	"resolve": ScopeReview,
+	"run_now": ScopeControl,
 	"pause":   ScopeControl,
 	"resume":  ScopeControl,
 	"cancel":  ScopeControl,

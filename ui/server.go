@@ -478,6 +478,7 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/runs/{id}/actions/{action}/reject", s.rejectAction, false},
 		{"POST", "/v1/runs/{id}/actions/{action}/edit", s.editAction, false},
 		{"POST", "/v1/runs/{id}/actions/{action}/resolve", s.resolveAction, false},
+		{"POST", "/v1/runs/{id}/actions/{action}/run_now", s.runNowAction, false},
 		{"GET", "/v1/inbox", s.inbox, false},
 		{"GET", "/v1/search/runs", s.searchRuns, false},
 		{"GET", "/v1/runs/{id}/diff", s.getDiff, false},

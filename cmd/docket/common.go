@@ -354,6 +354,11 @@ func outcome(doc ledger.RunDoc, flags string) error {
 		return nil
 	case ledger.RunPaused, ledger.RunAwaitingApproval:
 		return withCode(exitPaused, errors.New(waitingMessageFlags(doc, flags)))
+	case ledger.RunRunning:
+		if waitingFor(doc) { // waits for a time (wake.go)
+			return withCode(exitPaused, errors.New(waitingTimerMessage(doc, flags)))
+		}
+		return withCode(exitFailed, fmt.Errorf("run %s stopped while %s; run the same command again to continue it", r.ID, r.Status))
 	case ledger.RunFailed, ledger.RunCancelled:
 		msg := fmt.Sprintf("run %s %s", r.ID, r.Status)
 		if r.Error != "" {

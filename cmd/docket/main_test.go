@@ -198,6 +198,8 @@ type runJSON struct {
 	Actions   []actionJSON `json:"actions"`
 	Error     string       `json:"error"`
 	TraceID   string       `json:"trace_id,omitempty"` // only when tracing is on
+	// WaitingUntil: only while an action waits for its time.
+	WaitingUntil string `json:"waiting_until,omitempty"`
 }
 
 type actionJSON struct {
@@ -211,6 +213,7 @@ type actionJSON struct {
 	DependsOn []string        `json:"depends_on"`
 	Output    json.RawMessage `json:"output"`
 	Error     string          `json:"error"`
+	Timer     json.RawMessage `json:"timer,omitempty"` // only on actions with not_before or after
 }
 
 var runJSONFields = []string{"run_id", "status", "revision", "goal", "policy", "created_at", "updated_at", "actions", "error"}

@@ -29,9 +29,11 @@ type runCmd struct {
 	// leaseWait bounds the wait for other processes' claims on the shared
 	// ledger (--lease-wait).
 	leaseWait time.Duration
+	// waitTimers: stay up while the run waits for a time (--wait-timers).
+	waitTimers bool
 }
 
-const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
+const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--wait-timers=false] [--server URL --token T]"
 
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
@@ -44,6 +46,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	approve := fs.String("approve", "", "approval policy stored with a new run: all, safe or none (default safe; given, a rerun must name the policy the run was created with)")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
 	leaseWait := leaseWaitFlag(fs)
+	waitTimers := fs.Bool("wait-timers", true, "stay up while the run waits for its actions' times (not_before, after) and drive it then; false: exit 3 once only waiting actions are left, saying until when (docket serve wakes the run)")
 	policyPath := policyFlag(fs)
 	as := identityFlag(fs)
 	mf := addModelFlags(fs)
@@ -68,7 +71,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		if *leaseWait < 0 {
 			return ledger.RunDoc{}, usageError("--lease-wait must not be negative")
 		}
-		c.leaseWait = *leaseWait
+		c.leaseWait, c.waitTimers = *leaseWait, *waitTimers
 		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools, mf)
 	}()
 	// The Run JSON is printed when there is a run to show, as the ledger (or
@@ -169,7 +172,7 @@ func plainUnreachable(err error) string {
 // service stopped driving while it was still running (it is shutting down)
 // has an outcome nobody knows yet (exit 6), not a failure.
 func remoteOutcome(doc ledger.RunDoc, server string) error {
-	if doc.Run.Status == ledger.RunRunning {
+	if doc.Run.Status == ledger.RunRunning && !waitingFor(doc) {
 		return withCode(exitSentUnknown, fmt.Errorf("run %s is still running, but the service at %s stopped driving it (it may be shutting down); its calls may have been made: "+
 			"run this same command again once the service answers (it repeats nothing), or see it with docket runs show --server %s %s", doc.Run.ID, server, server, doc.Run.ID))
 	}
@@ -232,7 +235,10 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	if err = runs.Check(ctx, l, req); err == nil {
 		doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
 			_, doc, err := runs.Run(ctx, eng, l, req)
-			return doc, err
+			if !c.waitTimers {
+				return doc, err
+			}
+			return untilDone(ctx, c.env.Stderr, l, eng, doc, err)
 		})
 	}
 	if err != nil && doc.Run.ID == "" {
@@ -270,7 +276,11 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 		*runID = planner.GoalRunID(planner.Request{Goal: goal}, reg.Hash()) // as runGoal derives it
 	}
 	doc, err := driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
-		return runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+		doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+		if !c.waitTimers {
+			return doc, err
+		}
+		return untilDone(ctx, c.env.Stderr, l, eng, doc, err)
 	})
 	if err != nil && doc.Run.ID == "" {
 		doc, _ = storedDoc(ctx, l, *runID)

@@ -506,6 +506,20 @@ func (c *serveCmd) announceTokens(st *serveState, base string) {
 // runs of nodes gone (now, then every second, until stop); else every run
 // that was running when the service stopped.
 func (c *serveCmd) startDrives(ctx context.Context, st *serveState) (stop func(), err error) {
+	stopDrives, err := c.startDrivesOnly(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	wakeCtx, stopWakes := context.WithCancel(ctx)
+	woke := make(chan struct{})
+	go func() {
+		defer close(woke)
+		wakeLoop(wakeCtx, st.l, st.srv.Drive, st.log) // wake.go
+	}()
+	return func() { stopWakes(); <-woke; stopDrives() }, nil
+}
+
+func (c *serveCmd) startDrivesOnly(ctx context.Context, st *serveState) (stop func(), err error) {
 	out := c.env.Stdout
 	if st.pg != nil {
 		// Other nodes drive their own runs: this one adopts the runs whose

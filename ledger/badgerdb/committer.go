@@ -35,6 +35,8 @@ type entry struct {
 	// encoded; evalRequest encodes it once, at the end of the request,
 	// however often the request rewrote it.
 	stale bool
+	// del: the commit deletes key (an index entry that moved).
+	del bool
 }
 
 var (
@@ -137,7 +139,7 @@ const recordCacheMaxValue = 2 << 10
 
 func (c *recordCache) add(e *entry) {
 	switch e.key[0] {
-	case kindEvent, kindPlan, kindIndex:
+	case kindEvent, kindPlan, kindIndex, kindWake:
 		return // never read back by the committer
 	}
 	if len(e.val) > recordCacheMaxValue {
@@ -215,6 +217,9 @@ func (b *batch) PutRun(r ledger.RunRecord) error {
 	// headers; it is rewritten only when the status changes.
 	if !existed || prev.Status != r.Status {
 		b.put(indexKey(r.CreatedAt.UnixNano(), r.ID), nil, []byte(r.Status))
+	}
+	if !prev.WakeAt.Equal(r.WakeAt) {
+		b.moveWake(prev, r)
 	}
 	return nil
 }
@@ -790,6 +795,12 @@ func (l *Ledger) write(b *batch) error {
 	defer txn.Discard()
 	for _, k := range b.base.order {
 		e := b.base.m[k]
+		if e.del {
+			if err := txn.Delete(e.key); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := txn.SetEntry(badger.NewEntry(e.key, e.val)); err != nil {
 			return err
 		}

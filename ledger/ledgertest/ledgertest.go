@@ -85,6 +85,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"LedgerDecides", testLedgerDecides, false},
 		{"Modifiers", testModifiers, false},
 		{"Capabilities", func(t *testing.T, open Opener) { testCapabilities(t, open, opts) }, false},
+		{"Timers", func(t *testing.T, open Opener) { testTimers(t, open, opts) }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -187,6 +187,14 @@ CREATE INDEX sessions_token ON {S}.sessions (token_name, expires);
 	`
 CREATE INDEX actions_in_flight ON {S}.actions (run_id)
 	WHERE key <> '' AND (status = 'claimed' OR (status IN ('pending', 'approved') AND attempts > 0 AND NOT undo));
+`,
+	// 6: durable timers (ledger/timer.go): an action's timer, and a run's
+	// wake time with an index of the runs that wait, so that finding the
+	// due runs reads only theirs.
+	`
+ALTER TABLE {S}.actions ADD COLUMN timer bytea;
+ALTER TABLE {S}.runs ADD COLUMN wake_at timestamptz;
+CREATE INDEX runs_wake ON {S}.runs (wake_at, run_id) WHERE wake_at IS NOT NULL;
 `,
 }
 

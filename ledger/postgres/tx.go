@@ -159,7 +159,7 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 func (t *tx) queueRun(e *runEntry) {
 	r := e.rec
 	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
-		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq)}
+		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq), wakeArg(r.WakeAt)}
 	var driver any // NULL: no event appended (a new run's), kept (an update's)
 	if e.seqs {
 		driver = t.inc
@@ -210,8 +210,12 @@ func rowArgs(runID string, rev int, r ledger.RowRecord) []any {
 	if len(r.Approvals) > 0 {
 		approvals, _ = json.Marshal(r.Approvals)
 	}
+	var timer []byte
+	if r.Timer != nil {
+		timer, _ = json.Marshal(r.Timer)
+	}
 	return []any{runID, rev, r.ID, r.Ord, r.Tool, r.Class, r.Key, string(r.Status), r.Attempts, nilIfEmpty(r.Args), deps,
-		r.Error, nilIfEmpty(r.ApprovedArgs), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals)}
+		r.Error, nilIfEmpty(r.ApprovedArgs), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals), nilIfEmpty(timer)}
 }
 
 func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
@@ -725,10 +729,12 @@ func utcOrZero(t *time.Time) time.Time {
 func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 	var status string
 	var auditSeq int64
+	var wake *time.Time
 	if err := row.Scan(&r.ID, &status, &r.Revision, &r.Goal, &r.Policy, &r.PlanHash, &r.ToolsHash, &r.CreatedAt, &r.UpdatedAt,
-		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, extra); err != nil {
+		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, &wake, extra); err != nil {
 		return err
 	}
+	r.WakeAt = utcOrZero(wake)
 	r.AuditSeq = uint64(auditSeq)
 	r.Status = ledger.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
@@ -738,8 +744,8 @@ func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 // scanRow reads rowCols and, when output is not nil, one more column.
 func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 	var status string
-	var args, approved, gate, approvals []byte
-	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo, &gate, &approvals}
+	var args, approved, gate, approvals, timer []byte
+	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo, &gate, &approvals, &timer}
 	if output != nil {
 		dest = append(dest, output)
 	}
@@ -755,6 +761,11 @@ func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 	if len(approvals) > 0 {
 		if err := json.Unmarshal(approvals, &r.Approvals); err != nil {
 			return fmt.Errorf("%w: the approvals of action %q: %v", ledger.ErrFormat, r.ID, err)
+		}
+	}
+	if len(timer) > 0 {
+		if err := json.Unmarshal(timer, &r.Timer); err != nil {
+			return fmt.Errorf("%w: the timer of action %q: %v", ledger.ErrFormat, r.ID, err)
 		}
 	}
 	if len(r.DependsOn) == 0 {

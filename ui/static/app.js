@@ -492,6 +492,9 @@ function render(doc) {
   $("run-goal").textContent = r.goal || "";
   $("run-error").textContent = r.error || "";
   const live = !["completed", "failed", "cancelled"].includes(r.status);
+  // A run whose next actions wait for their time (not_before, after): the
+  // service drives it again then.
+  $("run-waiting").textContent = live && r.waiting_until ? "waiting until " + when(r.waiting_until) : "";
   const waiting = r.actions.some((a) => a.status === "pending" && a.attempts === 0);
   $("approve-all").disabled = !live || !waiting;
   $("reject-all").disabled = !live || !r.actions.some((a) => a.attempts === 0 && (a.status === "pending" || a.status === "approved"));
@@ -545,6 +548,15 @@ function renderAction(a) {
     }, "danger");
     op("Edit arguments", "edit", () => { state.open[a.id] = "edit"; render(state.doc); });
   }
+  const due = a.timer && (a.timer.due_at || a.timer.not_before);
+  if (live && a.timer && !a.key && !a.timer.run_now_by && (a.status === "pending" || a.status === "approved")) {
+    li.insertBefore(el("p", { class: "waiting-note", "data-role": "waiting",
+      text: due ? "waiting until " + when(due) : "waits " + a.timer.after + " after " + (a.depends_on || []).join(", ") + " succeed" }),
+      li.querySelector("details"));
+    op("Run now", "run_now", () => {
+      if (confirm("Run " + a.id + " now instead of " + (due ? "at " + when(due) : "when its time comes") + "?")) act("POST", `/actions/${enc(a.id)}/run_now`, {});
+    });
+  }
   if (a.status === "needs_review") {
     li.append(el("p", { class: "review-note", text: "Outcome unknown: check the external system, then say what happened." }));
     op("It happened: record output…", "done", () => { state.open[a.id] = "done"; render(state.doc); });
@@ -555,6 +567,12 @@ function renderAction(a) {
   if (state.open[a.id] === "edit" && reviewable) li.append(editor(a, "edit"));
   if (state.open[a.id] === "done" && a.status === "needs_review") li.append(editor(a, "done"));
   return li;
+}
+
+// when shows an RFC 3339 time in the reader's time zone, and as recorded.
+function when(t) {
+  const d = new Date(t);
+  return isNaN(d) ? t : d.toLocaleString() + " (" + t + ")";
 }
 
 const classHelp = {

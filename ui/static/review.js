@@ -566,6 +566,9 @@ function sentence(ev) {
     case "run.paused": return "run paused" + (d.reason === "needs_review" ? ": needs review of " + (d.actions || []).join(", ") : d.reason ? ": " + d.reason : "") + by;
     case "run.resumed": return "run resumed" + by;
     case "run.cancelled": return "run cancelled" + by;
+    case "run.waiting": return "waiting until " + d.until + (Array.isArray(d.actions) && d.actions.length ? ": " + d.actions.join(", ") : "");
+    case "run.woken": return "woken: its time came (" + d.waiting_until + ")";
+    case "action.run_now": return a + " run now" + by + " (not waiting for its time)";
     case "run.completed": return "run completed";
     case "run.failed": return "run failed" + (d.error ? ": " + d.error : "");
     case "run.tools_changed": return "the tool definitions changed since the run started";
