@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/masterkey"
+	"github.com/docketrun/docket/ledger/postgres"
+)
+
+func init() {
+	register("keygen", "print a new encryption key for the data directory (64 hexadecimal digits; keep it in a file readable only by you)", func(env Env) command { return &keygenCmd{env: env} })
+	register("rekey", "move an encrypted data directory to a new encryption key (the master key's rotation)", func(env Env) command { return &rekeyCmd{env: env} })
+}
+
+// keyFileFlag names the flag every command that opens the ledger takes.
+const keyFileFlag = "encryption-key-file"
+
+// ledgerKey is where a command finds the ledger's encryption key:
+// --encryption-key-file FILE, else $DOCKET_ENCRYPTION_KEY, else none (the
+// ledger is not encrypted). The key is read when the ledger is opened.
+type ledgerKey struct {
+	file   string
+	getenv func(string) string
+}
+
+// addKeyFlag adds --encryption-key-file to fs.
+func addKeyFlag(fs *flag.FlagSet, getenv func(string) string) *ledgerKey {
+	k := &ledgerKey{getenv: getenv}
+	fs.StringVar(&k.file, keyFileFlag, "", "file holding the data directory's encryption key (docket keygen; default $"+masterkey.Env+"; none: not encrypted)")
+	return k
+}
+
+// envKey is the key of a command without the flag: $DOCKET_ENCRYPTION_KEY.
+func envKey(getenv func(string) string) *ledgerKey { return &ledgerKey{getenv: getenv} }
+
+// load reads the key; a nil ledgerKey has none. A malformed key or an
+// unreadable file is bad input (exit 2); the message never shows the key.
+func (k *ledgerKey) load() (masterkey.Key, error) {
+	if k == nil {
+		return masterkey.Key{}, nil
+	}
+	key, _, err := masterkey.Load(k.file, k.getenv)
+	if err != nil {
+		return masterkey.Key{}, withCode(exitBad, err)
+	}
+	return key, nil
+}
+
+// keyError explains a key that does not fit the ledger (exit 2): where
+// the key comes from and what to do. Other errors pass through.
+func keyError(err error) error {
+	if !errors.Is(err, ledger.ErrKey) {
+		return err
+	}
+	return withCode(exitBad, fmt.Errorf("%w (the key comes from --%s FILE or $%s)", err, keyFileFlag, masterkey.Env))
+}
+
+// keygenCmd is `docket keygen [--out FILE]`.
+type keygenCmd struct{ env Env }
+
+func (c *keygenCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("keygen", "keygen [--out FILE]", c.env.Stderr)
+	out := fs.String("out", "", "write the key to this new file (mode 0600; refused if it exists) instead of stdout")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("keygen takes no positional arguments (got %q)", pos)
+	}
+	k, err := masterkey.Generate()
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		fmt.Fprintln(c.env.Stdout, k.Hex())
+		return nil
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return usageError("writing the key: %v (keygen never overwrites a key file)", err)
+	}
+	if _, err := fmt.Fprintln(f, k.Hex()); err != nil {
+		f.Close()
+		os.Remove(*out)
+		return fmt.Errorf("writing the key to %s: %w", *out, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(*out)
+		return fmt.Errorf("writing the key to %s: %w", *out, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing the key to %s: %w", *out, err)
+	}
+	fmt.Fprintf(c.env.Stderr, "wrote key %s to %s\n", k.ID(), *out)
+	return nil
+}
+
+// rekeyCmd is `docket rekey --data DIR --encryption-key-file OLD --new-key-file NEW`.
+type rekeyCmd struct{ env Env }
+
+func (c *rekeyCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("rekey", "rekey [--data DIR] [--encryption-key-file OLD] --new-key-file NEW", c.env.Stderr)
+	data := fs.String("data", defaultDataDir, "data directory to move to the new key (no process may have it open)")
+	oldKey := ledgerFlag(fs, data, c.env.Getenv)
+	newFile := fs.String("new-key-file", "", "file holding the new key (docket keygen --out NEW)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("rekey takes no positional arguments (got %q)", pos)
+	}
+	if postgres.IsURL(*data) {
+		return usageError("rekey moves a data directory (--data DIR) to a new key")
+	}
+	if *newFile == "" {
+		fs.Usage()
+		return usageError("rekey needs --new-key-file NEW (make one with docket keygen --out NEW)")
+	}
+	if err := dataDirExists(*data); err != nil {
+		return err
+	}
+	old, err := oldKey.load()
+	if err != nil {
+		return err
+	}
+	if !old.Valid() {
+		return usageError("rekey needs the directory's current key: --%s OLD or $%s", keyFileFlag, masterkey.Env)
+	}
+	nk, err := masterkey.Read(*newFile)
+	if err != nil {
+		return withCode(exitBad, err)
+	}
+	err = badgerdb.Rekey(ctx, *data, old, nk)
+	switch {
+	case errors.Is(err, ledger.ErrLocked):
+		return withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it (%w); stop it and rekey again", *data, err))
+	case err != nil:
+		return keyError(fmt.Errorf("rekeying %s: %w", *data, err))
+	}
+	fmt.Fprintf(c.env.Stderr, "%s is now encrypted with key %s: open it with --%s %s; the old key no longer opens it\n", *data, nk.ID(), keyFileFlag, *newFile)
+	return nil
+}
+
+// sharedKeyError refuses an encryption key for the shared ledger, whose
+// records this build does not encrypt: storing them in plaintext while a
+// key was given would mislead.
+func sharedKeyError() error {
+	return usageError("an encryption key was given (--%s or $%s), but this build encrypts only data directories (--data DIR), not the shared ledger on PostgreSQL: "+
+		"encrypt the database's storage instead, and give no key with --ledger", keyFileFlag, masterkey.Env)
+}
+
+// refuseSharedKey is sharedKeyError when key gives a key.
+func refuseSharedKey(key *ledgerKey) error {
+	k, err := key.load()
+	if err != nil {
+		return err
+	}
+	if k.Valid() {
+		return sharedKeyError()
+	}
+	return nil
+}
