@@ -193,10 +193,11 @@ func openLedgerConfig(ctx context.Context, cfg badgerdb.Config, key *ledgerKey) 
 		return nil, usageError("--data must not be empty")
 	}
 	if postgres.IsURL(dir) {
-		if err := refuseSharedKey(key); err != nil {
+		kr, err := key.keyring()
+		if err != nil {
 			return nil, err
 		}
-		return openSharedLedger(ctx, postgres.Config{URL: dir, Logger: cfg.Logger, SubscriberBuffer: cfg.SubscriberBuffer})
+		return openSharedLedger(ctx, postgres.Config{URL: dir, Logger: cfg.Logger, SubscriberBuffer: cfg.SubscriberBuffer, Keyring: kr})
 	}
 	k, err := key.load()
 	if err != nil {
@@ -224,6 +225,9 @@ func openSharedLedger(ctx context.Context, cfg postgres.Config) (*postgres.Store
 			code = exitBad
 		case errors.Is(err, ledger.ErrUnavailable):
 			code = exitBusy // retry later
+		}
+		if errors.Is(err, ledger.ErrKey) {
+			return nil, keyError(fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(cfg.URL), err))
 		}
 		return nil, withCode(code, fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(cfg.URL), err))
 	}

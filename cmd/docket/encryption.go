@@ -39,17 +39,30 @@ func addKeyFlag(fs *flag.FlagSet, getenv func(string) string) *ledgerKey {
 // envKey is the key of a command without the flag: $DOCKET_ENCRYPTION_KEY.
 func envKey(getenv func(string) string) *ledgerKey { return &ledgerKey{getenv: getenv} }
 
-// load reads the key; a nil ledgerKey has none. A malformed key or an
-// unreadable file is bad input (exit 2); the message never shows the key.
-func (k *ledgerKey) load() (masterkey.Key, error) {
+// keyring reads the keys (the shared ledger's keyring: the current key
+// first, older ones after it); a nil ledgerKey has none. A malformed key or
+// an unreadable file is bad input (exit 2); the message never shows a key.
+func (k *ledgerKey) keyring() (*masterkey.Keyring, error) {
 	if k == nil {
-		return masterkey.Key{}, nil
+		return nil, nil
 	}
-	key, _, err := masterkey.Load(k.file, k.getenv)
+	kr, err := masterkey.LoadKeyring(k.file, k.getenv)
 	if err != nil {
-		return masterkey.Key{}, withCode(exitBad, err)
+		return nil, withCode(exitBad, err)
 	}
-	return key, nil
+	return kr, nil
+}
+
+// load reads the key of a data directory: one key (zero: none).
+func (k *ledgerKey) load() (masterkey.Key, error) {
+	kr, err := k.keyring()
+	if err != nil || kr == nil {
+		return masterkey.Key{}, err
+	}
+	if kr.Len() > 1 {
+		return masterkey.Key{}, usageError("the encryption key file or $%s holds %d keys: a data directory is encrypted with one key (move it to a new key with docket rekey)", masterkey.Env, kr.Len())
+	}
+	return kr.Current(), nil
 }
 
 // keyError explains a key that does not fit the ledger (exit 2): where
@@ -147,25 +160,5 @@ func (c *rekeyCmd) Run(ctx context.Context, args []string) error {
 		return keyError(fmt.Errorf("rekeying %s: %w", *data, err))
 	}
 	fmt.Fprintf(c.env.Stderr, "%s is now encrypted with key %s: open it with --%s %s; the old key no longer opens it\n", *data, nk.ID(), keyFileFlag, *newFile)
-	return nil
-}
-
-// sharedKeyError refuses an encryption key for the shared ledger, whose
-// records this build does not encrypt: storing them in plaintext while a
-// key was given would mislead.
-func sharedKeyError() error {
-	return usageError("an encryption key was given (--%s or $%s), but this build encrypts only data directories (--data DIR), not the shared ledger on PostgreSQL: "+
-		"encrypt the database's storage instead, and give no key with --ledger", keyFileFlag, masterkey.Env)
-}
-
-// refuseSharedKey is sharedKeyError when key gives a key.
-func refuseSharedKey(key *ledgerKey) error {
-	k, err := key.load()
-	if err != nil {
-		return err
-	}
-	if k.Valid() {
-		return sharedKeyError()
-	}
 	return nil
 }

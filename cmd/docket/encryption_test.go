@@ -130,9 +130,25 @@ func TestEncryptionCommands(t *testing.T) {
 	}
 	do(exitOK, withEnv, "runs", "show", "--data", migrated, "pl")
 
-	// The shared ledger is not encrypted by this build: a key is refused.
-	if r := do(exitBad, withEnv, "runs", "list", "--ledger", "postgres://u@127.0.0.1:1/db"); !strings.Contains(r.stderr, "encrypts only data directories") {
-		t.Fatalf("a key with --ledger:\n%s", r)
+	// The shared ledger: the same flag and variable give its keyring (the
+	// current key first, older ones after it).
+	url, _ := sharedLedger(t)
+	do(exitOK, nil, "run", "--ledger", url, "--tools", b.tools, "--plan", p, "--run-id", "sh", "--approve", "all", "--encryption-key-file", keyFile)
+	if r := do(exitBad, nil, "runs", "list", "--ledger", url); !strings.Contains(r.stderr, "is encrypted") || !strings.Contains(r.stderr, "--encryption-key-file") {
+		t.Fatalf("the encrypted shared ledger without a key:\n%s", r)
+	}
+	ring := filepath.Join(b.dir, "ring")
+	if err := os.WriteFile(ring, []byte("# current\n"+keyHex(newKeyFile)+"\n# older\n"+keyHex(keyFile)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := do(exitOK, nil, "runs", "show", "--json", "--ledger", url, "--encryption-key-file", ring, "sh").stdout; !strings.Contains(got, secret) {
+		t.Fatalf("the shared ledger after rotation:\n%s", got)
+	}
+	if r := do(exitBad, nil, "runs", "list", "--ledger", url, "--encryption-key-file", newKeyFile); !strings.Contains(r.stderr, "lacks") {
+		t.Fatalf("a keyring without the key in use:\n%s", r)
+	}
+	if r := do(exitBad, nil, "runs", "list", "--data", b.data, "--encryption-key-file", ring); !strings.Contains(r.stderr, "holds 2 keys") {
+		t.Fatalf("a keyring for a data directory:\n%s", r)
 	}
 
 	for _, r := range all {

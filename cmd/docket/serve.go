@@ -285,13 +285,14 @@ func (c *serveCmd) openServeLedger(ctx context.Context, st *serveState) error {
 		if o.lease < time.Second {
 			return usageError("--lease must be at least 1s")
 		}
-		if err := refuseSharedKey(o.key); err != nil {
+		kr, err := o.key.keyring()
+		if err != nil {
 			return err
 		}
 		// Behind a pooler in transaction mode, $DOCKET_LEDGER_LISTEN is a direct
 		// connection to LISTEN on (prompt events on the sockets).
 		pg, err := openSharedLedger(ctx, postgres.Config{URL: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer, Lease: o.lease,
-			ListenURL: c.env.Getenv(ledgerListenEnv)})
+			ListenURL: c.env.Getenv(ledgerListenEnv), Keyring: kr})
 		if err != nil {
 			return err
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/ledger/masterkey"
 	"github.com/docketrun/docket/plan"
 )
@@ -437,4 +438,14 @@ func TestRekeyKill(t *testing.T) {
 	if rekeys == 0 {
 		t.Fatalf("seed %d: no kill came after a finished rekey: nothing was tested", seed)
 	}
+}
+
+// The conformance suite passes on an encrypted directory (reopens, backups
+// and restores included).
+func TestConformanceEncrypted(t *testing.T) {
+	key := newKey(t)
+	ledgertest.Run(t, func(t *testing.T, c ledgertest.Config) ledger.Store {
+		return openBadger(t, badgerdb.Config{Dir: c.Dir, Clock: c.Clock, Key: key,
+			SubscriberBuffer: c.SubscriberBuffer, MaxOutputBytes: c.MaxOutputBytes})
+	}, ledgertest.Options{Durable: true, ApplyLimit: true})
 }
