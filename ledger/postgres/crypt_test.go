@@ -31,7 +31,7 @@ func TestConformanceEncrypted(t *testing.T) {
 	}, ledgertest.Options{Durable: true})
 }
 
-func testKeyring(t *testing.T, n int) *masterkey.Keyring {
+func testKeyring(t testing.TB, n int) *masterkey.Keyring {
 	t.Helper()
 	var keys []masterkey.Key
 	for range n {
