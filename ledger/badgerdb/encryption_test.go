@@ -138,15 +138,16 @@ func TestEncryptedAtRest(t *testing.T) {
 				key = newKey(t)
 			}
 			l := openBadger(t, badgerdb.Config{Dir: dir, Key: key})
-			recordSecret(t, l, "r1")
-			want := readRunState(t, l, "r1")
+			const runID = "run-Q7ZX2W" // record keys hold it: encrypted too
+			recordSecret(t, l, runID)
+			want := readRunState(t, l, runID)
 			// Unflushed: in the write-ahead and value logs.
-			live := filesHolding(t, dir, secret)
+			live := append(filesHolding(t, dir, secret), filesHolding(t, dir, runID)...)
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
 			// Flushed into tables at Close.
-			closed := filesHolding(t, dir, secret)
+			closed := append(filesHolding(t, dir, secret), filesHolding(t, dir, runID)...)
 			if !encrypted {
 				if len(live) == 0 || len(closed) == 0 {
 					t.Fatalf("plain ledger: the secret was not found in its files (open: %v, closed: %v): the search cannot fail", live, closed)
@@ -157,10 +158,10 @@ func TestEncryptedAtRest(t *testing.T) {
 				t.Fatalf("encrypted ledger: the secret is in %v (open) / %v (closed)", live, closed)
 			}
 			l2 := openBadger(t, badgerdb.Config{Dir: dir, Key: key})
-			if got := readRunState(t, l2, "r1"); !reflect.DeepEqual(got, want) {
+			if got := readRunState(t, l2, runID); !reflect.DeepEqual(got, want) {
 				t.Fatalf("reopened with the key: %+v, want %+v", got, want)
 			}
-			if got := readRunState(t, l2, "r1"); !strings.Contains(string(got.Doc.Actions[0].Args), secret) {
+			if got := readRunState(t, l2, runID); !strings.Contains(string(got.Doc.Actions[0].Args), secret) {
 				t.Fatalf("args do not round-trip: %s", got.Doc.Actions[0].Args)
 			}
 		})
