@@ -15,7 +15,7 @@ import (
 
 func init() {
 	register("keygen", "print a new encryption key for the data directory (64 hexadecimal digits; keep it in a file readable only by you)", func(env Env) command { return &keygenCmd{env: env} })
-	register("rekey", "move an encrypted data directory to a new encryption key (the master key's rotation)", func(env Env) command { return &rekeyCmd{env: env} })
+	register("rekey", "move an encrypted ledger to a new encryption key (the master key's rotation)", func(env Env) command { return &rekeyCmd{env: env} })
 }
 
 // keyFileFlag names the flag every command that opens the ledger takes.
@@ -116,14 +116,16 @@ func (c *keygenCmd) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// rekeyCmd is `docket rekey --data DIR --encryption-key-file OLD --new-key-file NEW`.
+// rekeyCmd is `docket rekey --data DIR --encryption-key-file OLD
+// --new-key-file NEW`, and `docket rekey --ledger URL
+// --encryption-key-file RING` for the shared ledger.
 type rekeyCmd struct{ env Env }
 
 func (c *rekeyCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("rekey", "rekey [--data DIR] [--encryption-key-file OLD] --new-key-file NEW", c.env.Stderr)
+	fs := newFlags("rekey", "rekey [--data DIR] [--encryption-key-file OLD] --new-key-file NEW | rekey --ledger URL [--encryption-key-file RING]", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory to move to the new key (no process may have it open)")
 	oldKey := ledgerFlag(fs, data, c.env.Getenv)
-	newFile := fs.String("new-key-file", "", "file holding the new key (docket keygen --out NEW)")
+	newFile := fs.String("new-key-file", "", "file holding the new key (docket keygen --out NEW); a data directory only")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -132,7 +134,10 @@ func (c *rekeyCmd) Run(ctx context.Context, args []string) error {
 		return usageError("rekey takes no positional arguments (got %q)", pos)
 	}
 	if postgres.IsURL(*data) {
-		return usageError("rekey moves a data directory (--data DIR) to a new key")
+		if *newFile != "" {
+			return usageError("the shared ledger takes its new key as the first key of its keyring (--%s RING: the new key first, the old ones after it), not --new-key-file", keyFileFlag)
+		}
+		return c.reseal(ctx, *data, oldKey)
 	}
 	if *newFile == "" {
 		fs.Usage()
@@ -160,5 +165,31 @@ func (c *rekeyCmd) Run(ctx context.Context, args []string) error {
 		return keyError(fmt.Errorf("rekeying %s: %w", *data, err))
 	}
 	fmt.Fprintf(c.env.Stderr, "%s is now encrypted with key %s: open it with --%s %s; the old key no longer opens it\n", *data, nk.ID(), keyFileFlag, *newFile)
+	return nil
+}
+
+// reseal moves every value of the shared ledger to its keyring's current
+// key (postgres.Store.Reseal).
+func (c *rekeyCmd) reseal(ctx context.Context, url string, key *ledgerKey) error {
+	kr, err := key.keyring()
+	if err != nil {
+		return err
+	}
+	if kr == nil {
+		return usageError("rekey needs the keyring: --%s RING or $%s (the new key first, the old ones after it)", keyFileFlag, masterkey.Env)
+	}
+	s, err := openSharedLedger(ctx, postgres.Config{URL: url, Logger: cliLogger(c.env.Stderr), Keyring: kr})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	st, err := s.Reseal(ctx)
+	if err != nil {
+		return keyError(fmt.Errorf("resealing the shared ledger %s: %w", postgres.Redact(url), err))
+	}
+	if st.Left > 0 {
+		return fmt.Errorf("resealed %d values and sealed %d plaintext ones; %d changed meanwhile under another key: restart every node with the new keyring and run rekey again", st.Resealed, st.Sealed, st.Left)
+	}
+	fmt.Fprintf(c.env.Stderr, "resealed %d values under key %s and sealed %d plaintext ones: the keyring's other keys may now be removed\n", st.Resealed, kr.Current().ID(), st.Sealed)
 	return nil
 }

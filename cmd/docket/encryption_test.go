@@ -147,6 +147,12 @@ func TestEncryptionCommands(t *testing.T) {
 	if r := do(exitBad, nil, "runs", "list", "--ledger", url, "--encryption-key-file", newKeyFile); !strings.Contains(r.stderr, "lacks") {
 		t.Fatalf("a keyring without the key in use:\n%s", r)
 	}
+	if r := do(exitOK, nil, "rekey", "--ledger", url, "--encryption-key-file", ring); !strings.Contains(r.stderr, "may now be removed") {
+		t.Fatalf("rekey of the shared ledger:\n%s", r)
+	}
+	if got := do(exitOK, nil, "runs", "show", "--json", "--ledger", url, "--encryption-key-file", newKeyFile, "sh").stdout; !strings.Contains(got, secret) {
+		t.Fatalf("the shared ledger after rekey, with the new key alone:\n%s", got)
+	}
 	if r := do(exitBad, nil, "runs", "list", "--data", b.data, "--encryption-key-file", ring); !strings.Contains(r.stderr, "holds 2 keys") {
 		t.Fatalf("a keyring for a data directory:\n%s", r)
 	}

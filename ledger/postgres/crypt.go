@@ -134,7 +134,7 @@ func (e *envelope) sealText(col, s string) string {
 	if e == nil || s == "" {
 		return s
 	}
-	return textPrefix + base64.RawStdEncoding.EncodeToString(e.seal(col, []byte(s)))
+	return textPrefix + b64(e.seal(col, []byte(s)))
 }
 
 // openText is open for a text column.
@@ -142,13 +142,24 @@ func (e *envelope) openText(col, s string) (string, error) {
 	if !strings.HasPrefix(s, textPrefix) {
 		return s, nil
 	}
-	b, err := base64.RawStdEncoding.DecodeString(s[len(textPrefix):])
+	b, err := decodeText(col, s)
 	if err != nil {
-		return "", fmt.Errorf("%w: an encrypted text of %s is not base64", ledger.ErrFormat, col)
+		return "", err
 	}
 	p, err := e.open(col, b)
 	return string(p), err
 }
+
+// decodeText returns the sealed bytes of a sealed text.
+func decodeText(col, s string) ([]byte, error) {
+	b, err := base64.RawStdEncoding.DecodeString(strings.TrimPrefix(s, textPrefix))
+	if err != nil {
+		return nil, fmt.Errorf("%w: an encrypted text of %s is not base64", ledger.ErrFormat, col)
+	}
+	return b, nil
+}
+
+func b64(b []byte) string { return base64.RawStdEncoding.EncodeToString(b) }
 
 // openInto opens each (column, value) pair in place.
 func (e *envelope) openInto(pairs ...any) error {
