@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/docketrun/docket/evals/demoworld"
 )
 
 // grepDir lists the files under dir that hold s.
@@ -163,5 +167,39 @@ func TestEncryptionCommands(t *testing.T) {
 				t.Fatalf("a key is shown:\n%s", r)
 			}
 		}
+	}
+}
+
+// docket serve with a key from the environment: it says the ledger is
+// encrypted (by the key's id, never the key), and what it records is in no
+// file of the data directory.
+func TestServeEncrypted(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "d")
+	r := inproc(t, "keygen")
+	wantCode(t, r, exitOK)
+	key := strings.TrimSpace(r.stdout)
+	s := startServe(t, map[string]string{"DOCKET_TOKEN": "ci=0123456789abcdef0123", "DOCKET_ENCRYPTION_KEY": key}, "--data", dir)
+	s.token = "0123456789abcdef0123"
+	if !strings.Contains(strings.Join(s.lines, "\n"), "encrypted at rest: key k") {
+		t.Fatalf("serve does not say the ledger is encrypted:\n%s", strings.Join(s.lines, "\n"))
+	}
+	var doc runJSON
+	if code := s.post(t, "/v1/runs", map[string]any{"plan": json.RawMessage(demoworld.OnboardingPlan()), "approve": "none", "run_id": "srv"}, &doc); code != http.StatusCreated {
+		t.Fatalf("POST /v1/runs = %d", code)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if out := strings.Join(s.lines, "\n") + s.stderr.String(); strings.Contains(out, key) {
+		t.Fatalf("serve showed the key:\n%s", out)
+	}
+	if files := grepDir(t, dir, "billing@acme.example"); len(files) > 0 {
+		t.Fatalf("an argument is in %v", files)
+	}
+	show := inprocEnv(t, map[string]string{"DOCKET_ENCRYPTION_KEY": key}, "runs", "show", "--json", "--data", dir, "srv")
+	wantCode(t, show, exitOK)
+	if !strings.Contains(show.stdout, "billing@acme.example") {
+		t.Fatalf("runs show with the key:\n%s", show)
 	}
 }

@@ -457,6 +457,9 @@ func (c *serveCmd) announce(st *serveState) {
 	} else {
 		fmt.Fprintf(out, "  data directory: %s\n", o.data)
 	}
+	if kr, _ := o.key.keyring(); kr != nil {
+		fmt.Fprintf(out, "  encrypted at rest: key %s (the key itself is never shown)\n", kr.Current().ID())
+	}
 	if o.mcpOn {
 		fmt.Fprintf(out, "  MCP (streamable HTTP): %s/mcp (calls need the submit scope, reading runs the read scope)\n", base)
 	}
