@@ -79,6 +79,7 @@ func TestEncryptionCommands(t *testing.T) {
 		t.Fatalf("the secret argument is in %v", files)
 	}
 	withEnv := map[string]string{"DOCKET_ENCRYPTION_KEY": keyHex(keyFile)}
+	do(exitOK, withEnv, "version")
 	show := do(exitOK, withEnv, "runs", "show", "--json", "--data", b.data, "enc").stdout
 	if !strings.Contains(show, secret) {
 		t.Fatalf("runs show with the key from the environment does not show the args:\n%s", show)

@@ -102,3 +102,40 @@ func TestLoad(t *testing.T) {
 		t.Fatal("missing file: no error")
 	}
 }
+
+func TestKeyring(t *testing.T) {
+	t.Parallel()
+	a, _ := masterkey.Generate()
+	b, _ := masterkey.Generate()
+	kr, err := masterkey.ParseKeyring([]byte("# rotated\n" + b.Hex() + "\n\n# the old key\n" + a.Hex() + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kr.Current().ID() != b.ID() || kr.Len() != 2 || !kr.Key(a.ID()).Valid() || kr.Key("k0000").Valid() {
+		t.Fatalf("keyring %v", kr)
+	}
+	if s := fmt.Sprintf("%v %+v %#v", kr, kr, kr); strings.Contains(s, a.Hex()[:16]) || strings.Contains(s, b.Hex()[:16]) {
+		t.Fatalf("the keyring prints a key: %s", s)
+	}
+	for name, text := range map[string]string{
+		"empty":     "# nothing\n",
+		"duplicate": a.Hex() + "\n" + a.Hex(),
+		"bad line":  a.Hex() + "\nnope\n",
+	} {
+		if _, err := masterkey.ParseKeyring([]byte(text)); !errors.Is(err, ledger.ErrKey) {
+			t.Errorf("%s: %v, want ErrKey", name, err)
+		}
+	}
+	env := func(name string) string {
+		if name == masterkey.Env {
+			return b.Hex() + "," + a.Hex()
+		}
+		return ""
+	}
+	if kr, err := masterkey.LoadKeyring("", env); err != nil || kr.Len() != 2 || kr.Current().ID() != b.ID() {
+		t.Fatalf("keyring from the environment: %v %v", kr, err)
+	}
+	if kr, err := masterkey.LoadKeyring("", func(string) string { return "" }); err != nil || kr != nil {
+		t.Fatalf("no keyring: %v %v", kr, err)
+	}
+}
