@@ -127,4 +127,12 @@
 // Events are the "e" records above; Subscribe serves them through a
 // ledger.Hub fed by the writer after each durable commit (the ledger
 // package's doc says what a subscription promises).
+//
+// # Encryption at rest
+//
+// With Config.Key the directory is encrypted with Badger's own encryption
+// (every table, value log and write-ahead log), its backups with
+// AES-256-GCM in chunks (backupcrypt.go); Open tells a missing, wrong or
+// needless key from its key registry before Badger writes anything, and
+// Rekey rewrites the registry under a new master key (encryption.go).
 package badgerdb
