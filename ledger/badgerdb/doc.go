@@ -6,7 +6,7 @@
 // Imports: the standard library, github.com/dgraph-io/badger/v4 (this is the
 // only docket package importing Badger; its errors are translated into the
 // ledger's: ErrNotFound, ErrClosed, ErrTooLarge, ErrNoSpace, ...), and
-// docket's ledger and plan packages.
+// docket's ledger (with ledger/masterkey) and plan packages.
 //
 // # Writes: one committer, group commit, durability
 //
