@@ -139,3 +139,31 @@ func TestKeyring(t *testing.T) {
 		t.Fatalf("no keyring: %v %v", kr, err)
 	}
 }
+
+// FuzzParseKeyring: any text is a keyring of valid keys or ledger.ErrKey,
+// and an error never repeats a line of the text.
+func FuzzParseKeyring(f *testing.F) {
+	k, _ := masterkey.Generate()
+	f.Add([]byte(k.Hex()))
+	f.Add([]byte("# c\n" + k.Hex() + "\n" + strings.ToUpper(k.Hex())))
+	f.Add([]byte("not a key at all, 1234567890"))
+	f.Fuzz(func(t *testing.T, text []byte) {
+		kr, err := masterkey.ParseKeyring(text)
+		if err != nil {
+			if !errors.Is(err, ledger.ErrKey) {
+				t.Fatalf("%v is not ErrKey", err)
+			}
+			for _, line := range strings.Split(string(text), "\n") {
+				if l := strings.TrimSpace(line); len(l) >= 16 && strings.Contains(err.Error(), l) {
+					t.Fatalf("the error repeats the text: %v", err)
+				}
+			}
+			return
+		}
+		for _, id := range kr.IDs() {
+			if !kr.Key(id).Valid() {
+				t.Fatalf("key %s is not valid", id)
+			}
+		}
+	})
+}
