@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register("keygen", "print a new encryption key for the data directory (64 hexadecimal digits; keep it in a file readable only by you)", func(env Env) command { return &keygenCmd{env: env} })
+	register("keygen", "print a new encryption key for the ledger (64 hexadecimal digits; keep it in a file readable only by you)", func(env Env) command { return &keygenCmd{env: env} })
 	register("rekey", "move an encrypted ledger to a new encryption key (the master key's rotation)", func(env Env) command { return &rekeyCmd{env: env} })
 }
 
@@ -32,7 +32,7 @@ type ledgerKey struct {
 // addKeyFlag adds --encryption-key-file to fs.
 func addKeyFlag(fs *flag.FlagSet, getenv func(string) string) *ledgerKey {
 	k := &ledgerKey{getenv: getenv}
-	fs.StringVar(&k.file, keyFileFlag, "", "file holding the data directory's encryption key (docket keygen; default $"+masterkey.Env+"; none: not encrypted)")
+	fs.StringVar(&k.file, keyFileFlag, "", "file holding the ledger's encryption key (docket keygen); with --ledger, its keyring: the current key first, older ones after it (default $"+masterkey.Env+"; none: not encrypted)")
 	return k
 }
 
