@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -449,4 +451,34 @@ func TestConformanceEncrypted(t *testing.T) {
 		return openBadger(t, badgerdb.Config{Dir: c.Dir, Clock: c.Clock, Key: key,
 			SubscriberBuffer: c.SubscriberBuffer, MaxOutputBytes: c.MaxOutputBytes})
 	}, ledgertest.Options{Durable: true, ApplyLimit: true})
+}
+
+// Nothing the ledger or Badger logs, at any level, shows the key.
+func TestKeyNotLogged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := newKey(t)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug - 8}))
+	dir := t.TempDir()
+	l, err := badgerdb.Open(ctx, badgerdb.Config{Dir: dir, Key: key, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordSecret(t, l, "r1")
+	var buf bytes.Buffer
+	if err := l.Backup(ctx, &buf); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := badgerdb.Restore(ctx, filepath.Join(t.TempDir(), "r"), &buf, badgerdb.Config{Key: key, Logger: log}); err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() == 0 {
+		t.Fatal("nothing was logged: the check cannot fail")
+	}
+	b64 := base64.StdEncoding.EncodeToString(key.Bytes())
+	if s := logs.String(); strings.Contains(strings.ToLower(s), key.Hex()) || strings.Contains(s, b64) || bytes.Contains(logs.Bytes(), key.Bytes()) {
+		t.Fatal("the log shows the key")
+	}
 }
