@@ -30,7 +30,7 @@ const auditUsage = "audit [--data DIR | --ledger URL | --server URL --token T] [
 func (c *auditCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("audit", auditUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	verify := fs.Bool("verify", false, "verify the run's hash chain: exit 1 when it is broken")
 	sf := addServerFlags(fs)
 	pos, err := parseArgs(fs, args)
@@ -48,7 +48,7 @@ func (c *auditCmd) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		l, err := openRecorded(ctx, *data, c.env.Stderr)
+		l, err := openRecorded(ctx, *data, key, c.env.Stderr)
 		if err != nil {
 			return err
 		}

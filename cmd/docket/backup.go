@@ -22,9 +22,9 @@ func init() {
 type backupCmd struct{ env Env }
 
 func (c *backupCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("backup", "backup [--data DIR] [--out FILE]", c.env.Stderr)
+	fs := newFlags("backup", "backup [--data DIR] [--out FILE] [--encryption-key-file FILE]", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger) to back up")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	out := fs.String("out", "", "write the backup to this file (written whole, then renamed into place; default: stdout)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -36,7 +36,7 @@ func (c *backupCmd) Run(ctx context.Context, args []string) error {
 	if postgres.IsURL(*data) {
 		return usageError("the shared ledger lives in PostgreSQL: back it up with PostgreSQL's own tools, e.g. pg_dump --format=custom --schema=docket --file docket.dump 'postgres://…' (restore with pg_restore)")
 	}
-	l, err := openRecorded(ctx, *data, c.env.Stderr)
+	l, err := openRecorded(ctx, *data, key, c.env.Stderr)
 	if err != nil {
 		return err
 	}
@@ -95,9 +95,9 @@ func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
 type restoreCmd struct{ env Env }
 
 func (c *restoreCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("restore", "restore --data DIR [--in FILE]", c.env.Stderr)
+	fs := newFlags("restore", "restore --data DIR [--in FILE] [--encryption-key-file FILE]", c.env.Stderr)
 	data := fs.String("data", "", "new or empty data directory to restore into (required; never overwritten)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	in := fs.String("in", "", "read the backup from this file (default: stdin)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -122,8 +122,17 @@ func (c *restoreCmd) Run(ctx context.Context, args []string) error {
 		defer f.Close()
 		r = f
 	}
-	err = badgerdb.Restore(ctx, *data, r, badgerdb.Config{Logger: cliLogger(c.env.Stderr)})
+	// With a key the backup is decrypted with it (if it is encrypted) and
+	// the new directory is encrypted with it: a plain backup restored with
+	// a key is how a plain directory is encrypted.
+	k, err := key.load()
+	if err != nil {
+		return err
+	}
+	err = badgerdb.Restore(ctx, *data, r, badgerdb.Config{Logger: cliLogger(c.env.Stderr), Key: k})
 	switch {
+	case errors.Is(err, ledger.ErrKey):
+		return keyError(fmt.Errorf("restoring into %s: %w", *data, err))
 	case err == nil:
 		fmt.Fprintf(c.env.Stderr, "restored into %s\n", *data)
 		return nil

@@ -27,7 +27,7 @@ const budgetsUsage = "budgets [--data DIR | --ledger URL | --server URL --token 
 func (c *budgetsCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("budgets", budgetsUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	asJSON := fs.Bool("json", false, "print JSON (the body of GET /v1/budgets)")
 	sf := addServerFlags(fs)
 	pos, err := parseArgs(fs, args)
@@ -47,7 +47,7 @@ func (c *budgetsCmd) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		l, err := openRecorded(ctx, *data, c.env.Stderr)
+		l, err := openRecorded(ctx, *data, key, c.env.Stderr)
 		if err != nil {
 			return err
 		}

@@ -37,7 +37,7 @@ func (c *chatCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("chat", chatUsage, c.env.Stderr)
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	mf := addModelFlags(fs)
 	progress := fs.Bool("progress", false, "show each planning as it happens (default: when the output is a terminal)")
 	pos, err := parseArgs(fs, args)
@@ -56,7 +56,7 @@ func (c *chatCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := openLedger(ctx, *data, c.env.Stderr)
+	l, err := openLedger(ctx, *data, key, c.env.Stderr)
 	if err != nil {
 		return err
 	}

@@ -131,19 +131,22 @@ func (v ledgerValue) Set(s string) error {
 
 // ledgerFlag adds --ledger URL next to a command's --data: the shared
 // ledger on PostgreSQL instead of the data directory. $DOCKET_LEDGER is the
-// default of both (an explicit --data or --ledger wins).
-func ledgerFlag(fs *flag.FlagSet, data *string, getenv func(string) string) {
+// default of both (an explicit --data or --ledger wins). It also adds
+// --encryption-key-file, and returns where the ledger's key comes from.
+func ledgerFlag(fs *flag.FlagSet, data *string, getenv func(string) string) *ledgerKey {
 	if u := getenv(ledgerEnv); u != "" && postgres.IsURL(u) {
 		*data = u
 	}
 	fs.Var(ledgerValue{data}, "ledger", "the shared ledger: postgres://USER:PASSWORD@HOST:PORT/DB or 'host=HOST port=PORT dbname=DB user=USER' (instead of --data; default $"+ledgerEnv+")")
+	return addKeyFlag(fs, getenv)
 }
 
 // openLedger opens the data directory, or the shared ledger when dir is a
-// postgres:// URL (--ledger). A directory held by another process comes back
-// as exit 4 with a message saying what to do.
-func openLedger(ctx context.Context, dir string, stderr io.Writer) (ledger.Store, error) {
-	return openLedgerConfig(ctx, badgerdb.Config{Dir: dir, Logger: cliLogger(stderr)})
+// postgres:// URL (--ledger), with its encryption key (nil: none). A
+// directory held by another process comes back as exit 4 with a message
+// saying what to do.
+func openLedger(ctx context.Context, dir string, key *ledgerKey, stderr io.Writer) (ledger.Store, error) {
+	return openLedgerConfig(ctx, badgerdb.Config{Dir: dir, Logger: cliLogger(stderr)}, key)
 }
 
 // openRecorded opens the ledger of a command that reads or continues runs
@@ -152,11 +155,11 @@ func openLedger(ctx context.Context, dir string, stderr io.Writer) (ledger.Store
 // refused with exit 2 (a mistyped --data would otherwise get a new, empty
 // ledger); the commands that record new runs (run, step, serve, mcp, chat,
 // demo, restore) create it with openLedger.
-func openRecorded(ctx context.Context, dir string, stderr io.Writer) (ledger.Store, error) {
+func openRecorded(ctx context.Context, dir string, key *ledgerKey, stderr io.Writer) (ledger.Store, error) {
 	if err := dataDirExists(dir); err != nil {
 		return nil, err
 	}
-	return openLedger(ctx, dir, stderr)
+	return openLedger(ctx, dir, key, stderr)
 }
 
 // dataDirExists refuses (exit 2) a data directory that does not exist or is
@@ -183,21 +186,30 @@ func dataDirExists(dir string) error {
 }
 
 // openLedgerConfig is openLedger with a whole configuration (for the
-// shared ledger: its Logger and SubscriberBuffer).
-func openLedgerConfig(ctx context.Context, cfg badgerdb.Config) (ledger.Store, error) {
+// shared ledger: its Logger and SubscriberBuffer) and the key's source.
+func openLedgerConfig(ctx context.Context, cfg badgerdb.Config, key *ledgerKey) (ledger.Store, error) {
 	dir := cfg.Dir
 	if dir == "" {
 		return nil, usageError("--data must not be empty")
 	}
 	if postgres.IsURL(dir) {
-		return openSharedLedger(ctx, postgres.Config{URL: dir, Logger: cfg.Logger, SubscriberBuffer: cfg.SubscriberBuffer})
+		kr, err := key.keyring()
+		if err != nil {
+			return nil, err
+		}
+		return openSharedLedger(ctx, postgres.Config{URL: dir, Logger: cfg.Logger, SubscriberBuffer: cfg.SubscriberBuffer, Keyring: kr})
 	}
+	k, err := key.load()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Key = k
 	l, err := badgerdb.Open(ctx, cfg)
 	if errors.Is(err, ledger.ErrLocked) {
 		return nil, withCode(exitBusy, fmt.Errorf("data directory %s is busy: another docket process holds it (%w); retry when it is done, or, if it is docket serve, act through it: add --server URL --token T to this command", dir, err))
 	}
 	if err != nil {
-		return nil, noSpace(fmt.Errorf("opening data directory %s: %w", dir, err), dir)
+		return nil, keyError(noSpace(fmt.Errorf("opening data directory %s: %w", dir, err), dir))
 	}
 	return l, nil
 }
@@ -213,6 +225,9 @@ func openSharedLedger(ctx context.Context, cfg postgres.Config) (*postgres.Store
 			code = exitBad
 		case errors.Is(err, ledger.ErrUnavailable):
 			code = exitBusy // retry later
+		}
+		if errors.Is(err, ledger.ErrKey) {
+			return nil, keyError(fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(cfg.URL), err))
 		}
 		return nil, withCode(code, fmt.Errorf("opening the shared ledger %s: %w", postgres.Redact(cfg.URL), err))
 	}

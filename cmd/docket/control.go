@@ -56,7 +56,7 @@ func (c *pauseCmd) Run(ctx context.Context, args []string) error {
 		}
 	}
 	defer closeTools()
-	l, err := openRecorded(ctx, *f.data, c.env.Stderr)
+	l, err := openRecorded(ctx, *f.data, f.key, c.env.Stderr)
 	if err != nil {
 		return err
 	}

@@ -131,7 +131,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.say("   The world now holds: %s", d.world.Describe())
 
-	l, err := openLedger(ctx, d.data, d.env.Stderr)
+	l, err := openLedger(ctx, d.data, envKey(d.env.Getenv), d.env.Stderr)
 	if err != nil {
 		return err
 	}

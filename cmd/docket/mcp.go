@@ -39,7 +39,7 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("mcp", mcpUsage, c.env.Stderr)
 	toolsPath := fs.String("tools", "", "tools file (required)")
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	approve := fs.String("approve", "safe", "approval policy stored with every call's run: safe (at_most_once calls and the tools file's rules wait for a person), all (only the tools file's rules), none (every call waits)")
 	wait := fs.Duration("wait", 60*time.Second, "how long a call that waits for a person stays open (with progress notifications) before its result says it waits; 0: answer at once")
 	session := fs.String("session", "", "session id of the stdio session (default: new for each process); give the same one across restarts so that a client's identical repeat is recognised")
@@ -84,7 +84,7 @@ func (c *mcpCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeTools()
-	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer})
+	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: *data, Logger: log, SubscriberBuffer: serveSubscriberBuffer}, key)
 	if err != nil {
 		return err
 	}

@@ -210,7 +210,7 @@ func TestRunGoal(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer closeTools()
-		l, err := openLedger(ctx, b.data, env.Stderr)
+		l, err := openLedger(ctx, b.data, nil, env.Stderr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,6 +38,7 @@ func (s *session) close() {
 // runFlags are the flags shared by the commands that continue a run.
 type runFlags struct {
 	data        *string
+	key         *ledgerKey // the ledger's encryption key
 	tools       *string
 	acceptTools *bool
 	policy      *string
@@ -47,9 +48,10 @@ type runFlags struct {
 
 func addRunFlags(fs *flag.FlagSet, getenv func(string) string) runFlags {
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, getenv)
+	key := ledgerFlag(fs, data, getenv)
 	return runFlags{
 		data:        data,
+		key:         key,
 		tools:       fs.String("tools", "", "tools file the run's actions are performed with (required: the run continues)"),
 		acceptTools: fs.Bool("accept-tools-change", false, "continue even though the tool definitions changed since the run started"),
 		policy:      policyFlag(fs),
@@ -79,7 +81,7 @@ func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := openRecorded(ctx, *f.data, env.Stderr)
+	l, err := openRecorded(ctx, *f.data, f.key, env.Stderr)
 	if err != nil {
 		closeTools()
 		return nil, err

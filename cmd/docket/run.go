@@ -31,6 +31,8 @@ type runCmd struct {
 	leaseWait time.Duration
 	// waitTimers: stay up while the run waits for a time (--wait-timers).
 	waitTimers bool
+	// key is the ledger's encryption key.
+	key *ledgerKey
 }
 
 const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--wait-timers=false] [--server URL --token T]"
@@ -38,7 +40,7 @@ const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	c.key = ledgerFlag(fs, data, c.env.Getenv)
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	planPath := fs.String("plan", "", "plan file (JSON) to record and perform")
 	goal := fs.String("goal", "", "goal to plan with the model (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL); once the plan is recorded the model is never called again for this run")
@@ -215,7 +217,7 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 		}
 		*runID = id
 	}
-	l, err := openLedger(ctx, data, c.env.Stderr)
+	l, err := openLedger(ctx, data, c.key, c.env.Stderr)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
@@ -263,7 +265,7 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 		return ledger.RunDoc{}, err
 	}
 	defer closeTools()
-	l, err := openLedger(ctx, data, c.env.Stderr)
+	l, err := openLedger(ctx, data, c.key, c.env.Stderr)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}

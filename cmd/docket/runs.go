@@ -55,7 +55,7 @@ type runList struct {
 func (c *runsCmd) list(ctx context.Context, args []string) error {
 	fs := newFlags("runs list", "runs list [--data DIR] [--json] [--status S] [--limit N]", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	asJSON := fs.Bool("json", false, "print JSON for programs instead of a table")
 	status := fs.String("status", "", "only runs with this status ("+joinStatuses()+")")
 	limit := fs.Int("limit", 50, "at most this many runs (1..1000)")
@@ -92,7 +92,7 @@ func (c *runsCmd) list(ctx context.Context, args []string) error {
 		}
 		runs, next = list.Runs, list.Next
 	} else {
-		l, err := openRecorded(ctx, *data, c.env.Stderr)
+		l, err := openRecorded(ctx, *data, key, c.env.Stderr)
 		if err != nil {
 			return err
 		}
@@ -130,7 +130,7 @@ func writeRunTable(w io.Writer, runs []ledger.Run, next string) error {
 func (c *runsCmd) show(ctx context.Context, args []string) error {
 	fs := newFlags("runs show", "runs show [--data DIR] [--json] RUN", c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	key := ledgerFlag(fs, data, c.env.Getenv)
 	asJSON := fs.Bool("json", false, "print the Run JSON instead of a summary")
 	sf := addServerFlags(fs)
 	pos, err := parseArgs(fs, args)
@@ -155,7 +155,7 @@ func (c *runsCmd) show(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		l, err := openRecorded(ctx, *data, c.env.Stderr)
+		l, err := openRecorded(ctx, *data, key, c.env.Stderr)
 		if err != nil {
 			return err
 		}

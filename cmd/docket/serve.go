@@ -110,6 +110,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 
 // serveOpts are serve's flags, checked.
 type serveOpts struct {
+	key                                                                *ledgerKey // the ledger's encryption key
 	data, toolsPath, addr, tokensPath, tlsCert, tlsKey, notify, secret string
 	tokens, origins                                                    stringList
 	rate                                                               float64
@@ -129,7 +130,7 @@ func (c *serveCmd) parseFlags(args []string) (*serveOpts, error) {
 	o := &serveOpts{}
 	fs := newFlags("serve", serveUsage, c.env.Stderr)
 	fs.StringVar(&o.data, "data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, &o.data, c.env.Getenv)
+	o.key = ledgerFlag(fs, &o.data, c.env.Getenv)
 	fs.StringVar(&o.toolsPath, "tools", "", "tools file (default: the built-in demo world, simulated in-process)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	policyPath := policyFlag(fs)
@@ -284,17 +285,21 @@ func (c *serveCmd) openServeLedger(ctx context.Context, st *serveState) error {
 		if o.lease < time.Second {
 			return usageError("--lease must be at least 1s")
 		}
+		kr, err := o.key.keyring()
+		if err != nil {
+			return err
+		}
 		// Behind a pooler in transaction mode, $DOCKET_LEDGER_LISTEN is a direct
 		// connection to LISTEN on (prompt events on the sockets).
 		pg, err := openSharedLedger(ctx, postgres.Config{URL: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer, Lease: o.lease,
-			ListenURL: c.env.Getenv(ledgerListenEnv)})
+			ListenURL: c.env.Getenv(ledgerListenEnv), Keyring: kr})
 		if err != nil {
 			return err
 		}
 		st.l, st.pg = pg, pg
 		return nil
 	}
-	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer})
+	l, err := openLedgerConfig(ctx, badgerdb.Config{Dir: o.data, Logger: st.log, SubscriberBuffer: serveSubscriberBuffer}, o.key)
 	if err != nil {
 		return err
 	}
@@ -451,6 +456,9 @@ func (c *serveCmd) announce(st *serveState) {
 		fmt.Fprintf(out, "  ledger: %s (shared: other nodes may serve it too)\n", postgres.Redact(o.data))
 	} else {
 		fmt.Fprintf(out, "  data directory: %s\n", o.data)
+	}
+	if kr, _ := o.key.keyring(); kr != nil {
+		fmt.Fprintf(out, "  encrypted at rest: key %s (the key itself is never shown)\n", kr.Current().ID())
 	}
 	if o.mcpOn {
 		fmt.Fprintf(out, "  MCP (streamable HTTP): %s/mcp (calls need the submit scope, reading runs the read scope)\n", base)

@@ -36,6 +36,7 @@ func init() {
 // request cannot change it.
 type stepCmd struct {
 	env Env
+	key *ledgerKey // the ledger's encryption key
 }
 
 const stepUsage = "step [--data DIR] --tools FILE < request.json   (request: {\"run_id\", \"plan\"? | \"goal\"?, \"approve\"?})"
@@ -59,7 +60,7 @@ type stepRequest struct {
 func (c *stepCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("step", stepUsage, c.env.Stderr)
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
-	ledgerFlag(fs, data, c.env.Getenv)
+	c.key = ledgerFlag(fs, data, c.env.Getenv)
 	toolsPath := fs.String("tools", "", "tools file (JSON, version 1)")
 	policyPath := policyFlag(fs)
 	as := identityFlag(fs)
@@ -166,7 +167,7 @@ func (c *stepCmd) exec(ctx context.Context, data, toolsPath string, req stepRequ
 			return ledger.RunDoc{}, err
 		}
 	}
-	l, err := openLedger(ctx, data, c.env.Stderr)
+	l, err := openLedger(ctx, data, c.key, c.env.Stderr)
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}

@@ -45,7 +45,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Backup writes a consistent full backup of the ledger to w: every record as
 // of one moment (one Badger read timestamp), so each Apply is in it wholly or
 // not at all. Writes may continue meanwhile; Close waits for a running
-// Backup. Restore reads the stream back. Errors: ErrClosed, the context's
+// Backup. Restore reads the stream back. With Config.Key the stream is
+// encrypted with it (backupcrypt.go). Errors: ErrClosed, the context's
 // error, w's error.
 func (l *Ledger) Backup(ctx context.Context, w io.Writer) error {
 	if err := ctx.Err(); err != nil {
@@ -56,6 +57,23 @@ func (l *Ledger) Backup(ctx context.Context, w io.Writer) error {
 	if l.closed {
 		return ledger.ErrClosed
 	}
+	if l.cfg.Key.Valid() {
+		// The stream holds every record in plaintext: seal it
+		// (backupcrypt.go).
+		sw, err := newSealWriter(w, l.cfg.Key)
+		if err != nil {
+			return err
+		}
+		if err := l.backup(ctx, sw); err != nil {
+			return err
+		}
+		return sw.Close()
+	}
+	return l.backup(ctx, w)
+}
+
+// backup writes the plain backup stream to w.
+func (l *Ledger) backup(ctx context.Context, w io.Writer) error {
 	hdr := append([]byte(backupMagic), byte(len(formatVersion)))
 	hdr = append(hdr, formatVersion...)
 	if _, err := w.Write(hdr); err != nil {
@@ -237,7 +255,11 @@ func readBackupHeader(r io.Reader) error {
 // exist or be empty: an existing ledger is never overwritten. The ledger is
 // built in a temporary sibling directory, synced, and renamed to dir only when
 // the whole stream loaded, so a failed restore leaves no ledger behind.
-// cfg.Dir is ignored; cfg's other fields are as for Open. Errors: ErrNotEmpty,
+// cfg.Dir is ignored; cfg's other fields are as for Open: with cfg.Key the
+// new ledger is encrypted with it, and an encrypted backup is decrypted with
+// it (a plain backup restored with a key makes an encrypted ledger: how a
+// plain ledger is encrypted). Errors: ledger.ErrKey (an encrypted backup
+// without its key), ErrNotEmpty,
 // ErrFormat (not a backup, or another format version), ErrCorrupt (truncated
 // or damaged), ErrInvalid, the context's error, r's error.
 func Restore(ctx context.Context, dir string, r io.Reader, cfg Config) (err error) {
@@ -255,6 +277,14 @@ func Restore(ctx context.Context, dir string, r io.Reader, cfg Config) (err erro
 	}
 	if err := checkEmptyDir(dir); err != nil {
 		return err
+	}
+	br := bufio.NewReader(r)
+	if magic, _ := br.Peek(len(sealMagic)); string(magic) == sealMagic {
+		if r, err = openBackup(br, cfg.Key); err != nil {
+			return err
+		}
+	} else {
+		r = br
 	}
 	if err := readBackupHeader(r); err != nil {
 		return err

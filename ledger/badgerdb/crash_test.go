@@ -39,6 +39,8 @@ func TestMain(m *testing.M) {
 		os.Exit(crashChild(os.Getenv("DOCKET_LEDGER_DIR"), os.Getenv("DOCKET_LEDGER_SEED")))
 	case "hold":
 		os.Exit(holdChild(os.Getenv("DOCKET_LEDGER_DIR")))
+	case "rekey":
+		os.Exit(rekeyChild(os.Getenv("DOCKET_LEDGER_DIR"), os.Getenv("DOCKET_KEY_A"), os.Getenv("DOCKET_KEY_B")))
 	}
 	goleak.VerifyTestMain(m,
 		// Badger's and ristretto's package-level goroutines outlive any DB.

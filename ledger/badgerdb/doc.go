@@ -6,7 +6,7 @@
 // Imports: the standard library, github.com/dgraph-io/badger/v4 (this is the
 // only docket package importing Badger; its errors are translated into the
 // ledger's: ErrNotFound, ErrClosed, ErrTooLarge, ErrNoSpace, ...), and
-// docket's ledger and plan packages.
+// docket's ledger (with ledger/masterkey) and plan packages.
 //
 // # Writes: one committer, group commit, durability
 //
@@ -127,4 +127,12 @@
 // Events are the "e" records above; Subscribe serves them through a
 // ledger.Hub fed by the writer after each durable commit (the ledger
 // package's doc says what a subscription promises).
+//
+// # Encryption at rest
+//
+// With Config.Key the directory is encrypted with Badger's own encryption
+// (every table, value log and write-ahead log), its backups with
+// AES-256-GCM in chunks (backupcrypt.go); Open tells a missing, wrong or
+// needless key from its key registry before Badger writes anything, and
+// Rekey rewrites the registry under a new master key (encryption.go).
 package badgerdb

@@ -17,6 +17,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/masterkey"
 )
 
 // Config opens a ledger. Zero values take the documented defaults (WithDefaults).
@@ -43,6 +44,15 @@ type Config struct {
 	// at Open is opened read-only (space.go). Default: derived from
 	// MemTableSize (59 MiB with the default 8 MiB memtables).
 	MinFreeBytes int64
+	// Key, when valid, encrypts the ledger at rest with Badger's encryption
+	// (AES-256; encryption.go): a new directory is made encrypted, an
+	// encrypted one must be opened with the key it was made with, and a
+	// plain one is refused (ledger.ErrKey). Backups are encrypted with it
+	// too. Default: none, not encrypted.
+	Key masterkey.Key
+	// DataKeyRotation is how long Badger uses one data key (encrypted with
+	// Key) for the new files it writes; default Badger's, 10 days.
+	DataKeyRotation time.Duration
 	// AfterSync, when set, is called by the committer right after each durable
 	// sync and before any acknowledgement of the writes it covered (test hook).
 	AfterSync func()
@@ -93,6 +103,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("%w: SubscriberBuffer must be positive", ledger.ErrInvalid)
 	case cfg.MinFreeBytes < 0:
 		return fmt.Errorf("%w: negative MinFreeBytes", ledger.ErrInvalid)
+	case cfg.DataKeyRotation < 0:
+		return fmt.Errorf("%w: negative DataKeyRotation", ledger.ErrInvalid)
 	}
 	return nil
 }
@@ -141,6 +153,8 @@ var (
 // directory is held by another handle or process, still after waiting up to
 // a second for it: lockWait), ErrFormat (the directory holds another
 // format than formatVersion, older or newer, or is not a docket ledger:
+// nothing in it is changed), ErrKey (the directory is encrypted and
+// Config.Key is missing or another key, or it is plain and a key was given:
 // nothing in it is changed), ErrInvalid.
 func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	cfg = cfg.WithDefaults()
@@ -156,6 +170,9 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 			return nil, fmt.Errorf("%w on %s: creating the data directory: %v", ledger.ErrNoSpace, cfg.Dir, err)
 		}
 		return nil, fmt.Errorf("ledger: creating data directory: %w", err)
+	}
+	if err := checkKey(cfg.Dir, cfg.Key); err != nil {
+		return nil, err
 	}
 	space := &spaceGuard{dir: cfg.Dir, minFree: cfg.MinFreeBytes, reserve: reserveBytes(cfg)}
 	opts := badgerOptions(cfg, log)
@@ -292,7 +309,7 @@ func openWaitingForLock(opts badger.Options) (*badger.DB, error) {
 
 func badgerOptions(cfg Config, log *slog.Logger) badger.Options {
 	vlogSize := vlogFileSize(cfg)
-	return badger.DefaultOptions(cfg.Dir).
+	opts := badger.DefaultOptions(cfg.Dir).
 		WithLogger(badgerLogger{log: log}).
 		// Every commit is synced inside Badger before Commit returns (WAL,
 		// and the value log when a value went there); see doc.go.
@@ -311,6 +328,14 @@ func badgerOptions(cfg Config, log *slog.Logger) badger.Options {
 		WithValueLogFileSize(vlogSize).
 		WithMetricsEnabled(false).
 		WithNumVersionsToKeep(1)
+	if cfg.Key.Valid() {
+		// Encryption needs the block and index caches (set above).
+		opts = opts.WithEncryptionKey(cfg.Key.Bytes())
+		if cfg.DataKeyRotation > 0 {
+			opts = opts.WithEncryptionKeyRotationDuration(cfg.DataKeyRotation)
+		}
+	}
+	return opts
 }
 
 func isLockErr(err error) bool {

@@ -111,6 +111,18 @@
 // The connection URL's password never appears in an error or a log line of
 // this package (errors are redacted before they leave it).
 //
+// # Encryption at rest
+//
+// With Config.Keyring, the values that may hold data (args, outputs,
+// errors, goals, plans, event data, memos, blobs) are sealed one by one
+// when they are encoded for a statement and opened when they are scanned
+// (crypt.go): AES-256-GCM under a random data key per value, the data key
+// sealed with the keyring's current master key, whose id the value keeps.
+// The rules see plaintext only. Open refuses a keyring that lacks a key the
+// ledger lists in its meta table, and a ledger with keys opened without
+// one (ledger.ErrKey). Reseal moves every value to the current key
+// (reseal.go). Keys never appear in an error or a log line.
+//
 // Imports: the standard library, pgx, and docket's ledger (with its
-// internal blobref) and plan packages.
+// internal blobref and masterkey) and plan packages.
 package postgres

@@ -20,6 +20,9 @@ import (
 var pg pgtest.Shared
 
 func TestMain(m *testing.M) {
+	if os.Getenv(resealChildEnv) != "" {
+		os.Exit(resealChild())
+	}
 	code := m.Run()
 	pg.Stop()
 	os.Exit(code)

@@ -60,6 +60,9 @@ func (s *Store) resolver(ctx context.Context, q querier, runID string) *blobref.
 	return &blobref.Resolver{Get: func(hash string) (json.RawMessage, error) {
 		var v []byte
 		err := q.QueryRow(ctx, s.q.blobRead, runID, hash).Scan(&v)
+		if err == nil {
+			err = s.env.openInto("blobs.value", (*[]byte)(&v))
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("%w: run %q refers to blob %s, which is missing", ledger.ErrFormat, runID, hash)
 		}
@@ -72,7 +75,7 @@ func (s *Store) resolver(ctx context.Context, q querier, runID string) *blobref.
 func (s *Store) getRun(ctx context.Context, q querier, runID string) (ledger.Run, error) {
 	var r ledger.RunRecord
 	var last *time.Time
-	err := scanRun(q.QueryRow(ctx, s.q.getRun, runID), &r, &last)
+	err := scanRun(s.env, q.QueryRow(ctx, s.q.getRun, runID), &r, &last)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ledger.Run{}, fmt.Errorf("%w: run %q", ledger.ErrNotFound, runID)
 	}
@@ -139,7 +142,7 @@ func (s *Store) ListRuns(ctx context.Context, o ledger.ListOptions) (runs []ledg
 		for rows.Next() {
 			var r ledger.RunRecord
 			var last *time.Time
-			if err := scanRun(rows, &r, &last); err != nil {
+			if err := scanRun(s.env, rows, &r, &last); err != nil {
 				return err
 			}
 			if last != nil && last.After(r.UpdatedAt) {
@@ -180,6 +183,9 @@ func (s *Store) Plan(ctx context.Context, runID string, rev int) (*plan.Plan, er
 		if err != nil {
 			return err
 		}
+		if pj, err = s.env.open("revisions.plan", pj); err != nil {
+			return err
+		}
 		var refs map[string]string
 		if len(refsJSON) > 0 {
 			if err := json.Unmarshal(refsJSON, &refs); err != nil {
@@ -204,7 +210,7 @@ func (s *Store) actions(ctx context.Context, q querier, r ledger.Run) ([]ledger.
 	for rows.Next() {
 		var row ledger.RowRecord
 		var output []byte
-		if err := scanRow(rows, &row, &output); err != nil {
+		if err := scanRow(s.env, rows, &row, &output); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -258,7 +264,7 @@ func (s *Store) Key(ctx context.Context, key string) (ledger.KeyRecord, error) {
 	var rec ledger.KeyRecord
 	err := s.readTx(ctx, func(q querier) error {
 		rec = ledger.KeyRecord{}
-		err := scanKey(q.QueryRow(ctx, s.q.key, key), &rec)
+		err := scanKey(s.env, q.QueryRow(ctx, s.q.key, key), &rec)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: key %s", ledger.ErrNotFound, key)
 		}
@@ -291,6 +297,9 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 			var typ string
 			var data []byte
 			if err := rows.Scan(&seq, &typ, &ev.ActionID, &ev.At, &data, &ev.Hash); err != nil {
+				return err
+			}
+			if data, err = s.env.open("events.data", data); err != nil {
 				return err
 			}
 			ev.Seq, ev.Type, ev.At = uint64(seq), ledger.EventType(typ), ev.At.UTC()

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/masterkey"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -79,6 +80,11 @@ type Config struct {
 	// least 2*PoolerLoginRetry + SkewMargin, and says so in its log.
 	// Default 15s; negative: leave Lease as it is.
 	PoolerLoginRetry time.Duration
+	// Keyring, when set, encrypts the values that may hold data (args,
+	// outputs, errors, goals, plans, event data, memos) with envelope
+	// encryption under its current key; older keys read what they sealed
+	// (crypt.go). Default: none, values are stored in plaintext.
+	Keyring *masterkey.Keyring
 	// ListenURL, when set, is a connection string to the same database
 	// that does not go through a pooler in transaction mode (the server
 	// itself, or a pooler in session mode): the Store LISTENs there for
@@ -164,6 +170,7 @@ func (e *LeaseError) Is(target error) bool { return target == ledger.ErrLeaseExp
 // Store is the shared ledger (see the package doc).
 type Store struct {
 	cfg    Config
+	env    *envelope // seals and opens values (Config.Keyring); nil: plaintext
 	pool   *pgxpool.Pool
 	log    *slog.Logger
 	secret string // the URL's password, redacted from every error
@@ -256,6 +263,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := migrate(ctx, s.pool, cfg.Schema); err != nil {
 		s.pool.Close()
 		return nil, s.explain("preparing the ledger's tables in "+where, err)
+	}
+	if s.env, err = newEnvelope(cfg.Keyring); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
+	if err := s.checkKeys(ctx); err != nil {
+		s.pool.Close()
+		if errors.Is(err, ledger.ErrKey) {
+			return nil, err
+		}
+		return nil, s.explain("checking the encryption keys in "+where, err)
 	}
 	if err := s.register(ctx); err != nil {
 		s.pool.Close()

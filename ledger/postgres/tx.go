@@ -122,7 +122,7 @@ func (t *tx) run(runID string) (*runEntry, error) {
 	}
 	e := &runEntry{}
 	var lastSeq int64
-	err := scanRun(t.ptx.QueryRow(t.ctx, t.s.q.runForUpdate, runID), &e.rec, &lastSeq)
+	err := scanRun(t.s.env, t.ptx.QueryRow(t.ctx, t.s.q.runForUpdate, runID), &e.rec, &lastSeq)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -158,8 +158,8 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 // is unchanged).
 func (t *tx) queueRun(e *runEntry) {
 	r := e.rec
-	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
-		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq), wakeArg(r.WakeAt)}
+	args := []any{r.ID, string(r.Status), r.Revision, t.s.env.sealText("runs.goal", r.Goal), r.Policy, r.PlanHash, r.ToolsHash,
+		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), t.s.env.sealText("runs.error", r.Error), r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq), wakeArg(r.WakeAt)}
 	var driver any // NULL: no event appended (a new run's), kept (an update's)
 	if e.seqs {
 		driver = t.inc
@@ -180,7 +180,7 @@ func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool
 		return e.rec, e.found, nil
 	}
 	e := &rowEntry{}
-	err := scanRow(t.ptx.QueryRow(t.ctx, t.s.q.rowForUpdate, runID, rev, actionID), &e.rec, nil)
+	err := scanRow(t.s.env, t.ptx.QueryRow(t.ctx, t.s.q.rowForUpdate, runID, rev, actionID), &e.rec, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -198,7 +198,7 @@ func cloneRow(r ledger.RowRecord) ledger.RowRecord {
 	return r
 }
 
-func rowArgs(runID string, rev int, r ledger.RowRecord) []any {
+func rowArgs(e *envelope, runID string, rev int, r ledger.RowRecord) []any {
 	var deps []string
 	if len(r.DependsOn) > 0 {
 		deps = r.DependsOn
@@ -214,13 +214,13 @@ func rowArgs(runID string, rev int, r ledger.RowRecord) []any {
 	if r.Timer != nil {
 		timer, _ = json.Marshal(r.Timer)
 	}
-	return []any{runID, rev, r.ID, r.Ord, r.Tool, r.Class, r.Key, string(r.Status), r.Attempts, nilIfEmpty(r.Args), deps,
-		r.Error, nilIfEmpty(r.ApprovedArgs), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals), nilIfEmpty(timer)}
+	return []any{runID, rev, r.ID, r.Ord, r.Tool, r.Class, r.Key, string(r.Status), r.Attempts, nilIfEmpty(e.seal("actions.args", r.Args)), deps,
+		e.sealText("actions.error", r.Error), nilIfEmpty(e.seal("actions.approved_args", r.ApprovedArgs)), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals), nilIfEmpty(timer)}
 }
 
 func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 	r = cloneRow(r)
-	t.batch.Queue(t.s.q.upsertRow, rowArgs(runID, rev, r)...)
+	t.batch.Queue(t.s.q.upsertRow, rowArgs(t.s.env, runID, rev, r)...)
 	t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
 	return nil
 }
@@ -228,7 +228,7 @@ func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 func (t *tx) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
 	for _, r := range rows {
 		r = cloneRow(r)
-		t.batch.Queue(t.s.q.insertRow, rowArgs(runID, rev, r)...)
+		t.batch.Queue(t.s.q.insertRow, rowArgs(t.s.env, runID, rev, r)...)
 		t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
 	}
 	return nil
@@ -243,7 +243,7 @@ func (t *tx) PutPlan(runID string, rev int, planJSON []byte, argRefs map[string]
 		}
 		refs = string(b)
 	}
-	t.batch.Queue(t.s.q.insertPlan, runID, rev, bytes.Clone(planJSON), refs)
+	t.batch.Queue(t.s.q.insertPlan, runID, rev, t.s.env.seal("revisions.plan", bytes.Clone(planJSON)), refs)
 	return nil
 }
 
@@ -252,7 +252,7 @@ func (t *tx) key(key string) (*keyEntry, error) {
 		return e, nil
 	}
 	e := &keyEntry{}
-	err := scanKey(t.ptx.QueryRow(t.ctx, t.s.q.keyForUpdate, key), &e.rec)
+	err := scanKey(t.s.env, t.ptx.QueryRow(t.ctx, t.s.q.keyForUpdate, key), &e.rec)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -286,8 +286,9 @@ func (t *tx) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
 		return err
 	}
 	rec.Args, rec.Output = bytes.Clone(rec.Args), bytes.Clone(rec.Output)
-	args := []any{rec.Key, rec.RunID, rec.ActionID, rec.Tool, nilIfEmpty(rec.Args), string(rec.State), rec.Attempt, rec.Owner,
-		timeOrNil(rec.ClaimedAt), nilIfEmpty(rec.Output), rec.Error, rec.Retryable, timeOrNil(rec.UpdatedAt),
+	env := t.s.env
+	args := []any{rec.Key, rec.RunID, rec.ActionID, rec.Tool, nilIfEmpty(env.seal("keys.args", rec.Args)), string(rec.State), rec.Attempt, rec.Owner,
+		timeOrNil(rec.ClaimedAt), nilIfEmpty(env.seal("keys.output", rec.Output)), env.sealText("keys.error", rec.Error), rec.Retryable, timeOrNil(rec.UpdatedAt),
 		timeOrNil(rec.FirstClaimedAt), rec.MaybeTookEffect, string(rec.Failure)}
 	if e.found {
 		t.batch.Queue(t.s.q.updateKey, args...)
@@ -324,7 +325,7 @@ func (t *tx) AppendHashedEvent(runID string, typ ledger.EventType, actionID stri
 		ev.Hash = hash(ev)
 		h = ev.Hash
 	}
-	t.batch.Queue(t.s.q.insertEvent, runID, int64(ev.Seq), string(typ), actionID, ev.At, nilIfEmpty(ev.Data), h)
+	t.batch.Queue(t.s.q.insertEvent, runID, int64(ev.Seq), string(typ), actionID, ev.At, nilIfEmpty(t.s.env.seal("events.data", ev.Data)), h)
 	t.events = append(t.events, ev)
 	r, ok := t.ranges[runID]
 	if !ok {
@@ -342,6 +343,9 @@ func (t *tx) Blob(runID, hash string) (json.RawMessage, bool, error) {
 	}
 	e := &valEntry{}
 	err := t.ptx.QueryRow(t.ctx, t.s.q.blob, runID, hash).Scan(&e.v)
+	if err == nil {
+		err = t.s.env.openInto("blobs.value", (*[]byte)(&e.v))
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -358,7 +362,7 @@ func (t *tx) PutBlob(runID, hash string, v json.RawMessage) error {
 	if e, ok := t.blobs[k]; ok && e.found {
 		return nil
 	}
-	t.batch.Queue(t.s.q.insertBlob, runID, hash, bytes.Clone(v))
+	t.batch.Queue(t.s.q.insertBlob, runID, hash, t.s.env.seal("blobs.value", bytes.Clone(v)))
 	t.blobs[k] = &valEntry{v: bytes.Clone(v), found: true}
 	return nil
 }
@@ -370,6 +374,9 @@ func (t *tx) memo(runID, name string) (*valEntry, error) {
 	}
 	e := &valEntry{}
 	err := t.ptx.QueryRow(t.ctx, t.s.q.memoForUpdate, runID, name).Scan(&e.v)
+	if err == nil {
+		err = t.s.env.openInto("memos.value", (*[]byte)(&e.v))
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -395,9 +402,9 @@ func (t *tx) PutMemo(runID, name string, v json.RawMessage) error {
 		return err
 	}
 	if e.found {
-		t.batch.Queue(t.s.q.updateMemo, runID, name, bytes.Clone(v))
+		t.batch.Queue(t.s.q.updateMemo, runID, name, t.s.env.seal("memos.value", bytes.Clone(v)))
 	} else {
-		t.batch.Queue(t.s.q.insertMemo, runID, name, bytes.Clone(v))
+		t.batch.Queue(t.s.q.insertMemo, runID, name, t.s.env.seal("memos.value", bytes.Clone(v)))
 	}
 	e.v, e.found = bytes.Clone(v), true
 	return nil
@@ -543,7 +550,7 @@ func eachRow(br pgx.BatchResults, f func(pgx.Rows) error) error {
 func (t *tx) cacheRun(rows pgx.Rows) error {
 	e := &runEntry{found: true, inDB: true}
 	var lastSeq int64
-	if err := scanRun(rows, &e.rec, &lastSeq); err != nil {
+	if err := scanRun(t.s.env, rows, &e.rec, &lastSeq); err != nil {
 		return err
 	}
 	e.lastSeq = uint64(lastSeq)
@@ -555,7 +562,7 @@ func (t *tx) cacheRow(rows pgx.Rows) error {
 	var runID string
 	var rev int
 	var r ledger.RowRecord
-	if err := scanRow(rowsWith(rows, &runID, &rev), &r, nil); err != nil {
+	if err := scanRow(t.s.env, rowsWith(rows, &runID, &rev), &r, nil); err != nil {
 		return err
 	}
 	t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
@@ -564,7 +571,7 @@ func (t *tx) cacheRow(rows pgx.Rows) error {
 
 func (t *tx) cacheKey(rows pgx.Rows) error {
 	e := &keyEntry{found: true}
-	if err := scanKey(rows, &e.rec); err != nil {
+	if err := scanKey(t.s.env, rows, &e.rec); err != nil {
 		return err
 	}
 	t.keys[e.rec.Key] = e
@@ -726,7 +733,7 @@ func utcOrZero(t *time.Time) time.Time {
 
 // scanRun reads runCols and one more column (last_seq, or the last event's
 // time when extra is a **time.Time).
-func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
+func scanRun(e *envelope, row pgx.Row, r *ledger.RunRecord, extra any) error {
 	var status string
 	var auditSeq int64
 	var wake *time.Time
@@ -735,6 +742,9 @@ func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 		return err
 	}
 	r.WakeAt = utcOrZero(wake)
+	if err := e.openInto("runs.goal", &r.Goal, "runs.error", &r.Error); err != nil {
+		return err
+	}
 	r.AuditSeq = uint64(auditSeq)
 	r.Status = ledger.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
@@ -742,7 +752,7 @@ func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 }
 
 // scanRow reads rowCols and, when output is not nil, one more column.
-func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
+func scanRow(e *envelope, row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 	var status string
 	var args, approved, gate, approvals, timer []byte
 	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo, &gate, &approvals, &timer}
@@ -751,6 +761,14 @@ func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 	}
 	if err := row.Scan(dest...); err != nil {
 		return err
+	}
+	if err := e.openInto("actions.args", &args, "actions.approved_args", &approved, "actions.error", &r.Error); err != nil {
+		return err
+	}
+	if output != nil {
+		if err := e.openInto("keys.output", output); err != nil {
+			return err
+		}
 	}
 	r.Status, r.Args, r.ApprovedArgs = ledger.Status(status), args, approved
 	if len(gate) > 0 {
@@ -774,12 +792,15 @@ func scanRow(row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 	return nil
 }
 
-func scanKey(row pgx.Row, k *ledger.KeyRecord) error {
+func scanKey(e *envelope, row pgx.Row, k *ledger.KeyRecord) error {
 	var state, failure string
 	var args, output []byte
 	var claimed, updated, first *time.Time
 	if err := row.Scan(&k.Key, &k.RunID, &k.ActionID, &k.Tool, &args, &state, &k.Attempt, &k.Owner, &claimed, &output,
 		&k.Error, &k.Retryable, &updated, &first, &k.MaybeTookEffect, &failure); err != nil {
+		return err
+	}
+	if err := e.openInto("keys.args", &args, "keys.output", &output, "keys.error", &k.Error); err != nil {
 		return err
 	}
 	k.Args, k.Output, k.State, k.Failure = args, output, ledger.Status(state), ledger.Failure(failure)
