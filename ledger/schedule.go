@@ -42,6 +42,9 @@ type Schedule struct {
 	// is the latest of them.
 	Skipped     int64     `json:"skipped"`
 	LastSkipped time.Time `json:"last_skipped,omitzero"`
+	// LastError says why the last slot that could not fire did not (its
+	// plan no longer valid, planning failed); "" once a slot fires.
+	LastError string `json:"last_error,omitempty"`
 
 	// Version counts the record's writes (1 once created); SwapSchedule
 	// replaces only the version it was given.

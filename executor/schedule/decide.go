@@ -167,3 +167,21 @@ func Decide(f Facts) Decision {
 func RunID(id string, slot time.Time) string {
 	return "sched:" + id + ":" + slot.UTC().Format("20060102T150405Z")
 }
+
+// Check checks a schedule's definition: its spec, zone and policies ("" a
+// policy's default), and returns the policies it names. Errors wrap
+// ErrBadSpec.
+func Check(spec, tz, overlap, catchUp string) (Overlap, CatchUp, error) {
+	if _, err := Parse(spec); err != nil {
+		return "", "", err
+	}
+	if _, err := LoadLocation(tz); err != nil {
+		return "", "", err
+	}
+	o, err := ParseOverlap(overlap)
+	if err != nil {
+		return "", "", err
+	}
+	c, err := ParseCatchUp(catchUp)
+	return o, c, err
+}
