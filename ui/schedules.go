@@ -340,21 +340,22 @@ type scheduleRequest struct {
 	Paused  bool            `json:"paused,omitempty"`
 }
 
-// scheduleView is a schedule as the API answers it: the record and its
-// next slots (none while paused).
-type scheduleView struct {
+// ScheduleView is a schedule as the API answers it (GET
+// /v1/schedules/{id}): the record and its next slots (none while paused).
+type ScheduleView struct {
 	ledger.Schedule
 	Next []time.Time `json:"next"`
 }
 
-// scheduleList is the answer of GET /v1/schedules.
-type scheduleList struct {
-	Schedules []scheduleView `json:"schedules"`
+// ScheduleList is the answer of GET /v1/schedules.
+type ScheduleList struct {
+	Schedules []ScheduleView `json:"schedules"`
 }
 
-// viewSchedule is rec with its next three slots after now.
-func viewSchedule(rec ledger.Schedule, now time.Time) scheduleView {
-	v := scheduleView{Schedule: rec, Next: []time.Time{}}
+// ViewSchedule is rec with its next three slots after now (and after its
+// mark).
+func ViewSchedule(rec ledger.Schedule, now time.Time) ScheduleView {
+	v := ScheduleView{Schedule: rec, Next: []time.Time{}}
 	spec, err := schedule.Parse(rec.Spec)
 	loc, lerr := schedule.LoadLocation(rec.TZ)
 	if err != nil || lerr != nil || rec.Paused {
@@ -418,7 +419,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request) {
 	if out.Version != 1 || !out.CreatedAt.Equal(rec.CreatedAt) {
 		status = http.StatusOK // the same schedule, created before
 	}
-	writeJSON(w, status, viewSchedule(out, s.cfg.Now()))
+	writeJSON(w, status, ViewSchedule(out, s.cfg.Now()))
 }
 
 // newSchedule checks a create request and builds its record; the status
@@ -477,10 +478,10 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	out := scheduleList{Schedules: []scheduleView{}}
+	out := ScheduleList{Schedules: []ScheduleView{}}
 	now := s.cfg.Now()
 	for _, rec := range all {
-		out.Schedules = append(out.Schedules, viewSchedule(rec, now))
+		out.Schedules = append(out.Schedules, ViewSchedule(rec, now))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -495,7 +496,7 @@ func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewSchedule(rec, s.cfg.Now()))
+	writeJSON(w, http.StatusOK, ViewSchedule(rec, s.cfg.Now()))
 }
 
 func (s *Server) pauseSchedule(w http.ResponseWriter, r *http.Request) {
@@ -517,7 +518,7 @@ func (s *Server) setSchedulePaused(w http.ResponseWriter, r *http.Request, pause
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewSchedule(rec, s.cfg.Now()))
+	writeJSON(w, http.StatusOK, ViewSchedule(rec, s.cfg.Now()))
 }
 
 // SetSchedulePaused pauses or resumes schedule id (already so: nothing is
