@@ -153,7 +153,7 @@ func (sc *scheduler) step(ctx context.Context, rec ledger.Schedule, spec *schedu
 	if err != nil {
 		return ledger.Schedule{}, err
 	}
-	d := schedule.Decide(schedule.Facts{Due: due, Started: sc.started, PrevActive: prevActive,
+	d := schedule.Decide(schedule.Facts{Due: due, Started: sc.started, Grace: spec.Grace(), PrevActive: prevActive,
 		Overlap: schedule.Overlap(rec.Overlap), CatchUp: schedule.CatchUp(rec.CatchUp)})
 	next := rec
 	if len(d.Skipped) > 0 {

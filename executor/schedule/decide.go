@@ -22,8 +22,8 @@ const (
 )
 
 // CatchUp says what happens to slots missed while no scheduler ran (the
-// service was down): slots due more than Grace before the scheduler
-// started.
+// service was down): slots due more than the spec's grace (Spec.Grace)
+// before the scheduler started.
 type CatchUp string
 
 const (
@@ -44,8 +44,9 @@ const (
 	// MaxBacklog caps the slots that wait (queued behind a running run,
 	// or missed and caught up with CatchUpAll).
 	MaxBacklog = 100
-	// Grace is how late a slot may be found by a scheduler that was
-	// running and still count as due rather than missed.
+	// Grace is how long before a scheduler started a slot may have come
+	// due and still count as due rather than missed (Spec.Grace: an
+	// interval shorter than it is its own grace).
 	Grace = time.Minute
 )
 
@@ -76,10 +77,12 @@ type Facts struct {
 	// Due are the slots not yet handled (fired or skipped), oldest first,
 	// up to now: Spec.Between(handled, now).
 	Due []time.Time
-	// Started is when this scheduler started: slots due more than Grace
-	// before it were missed (nobody was running); later ones were seen
-	// by a running scheduler.
+	// Started is when this scheduler started: slots due more than
+	// Grace before it were missed (nobody was running); later ones were
+	// seen by a running scheduler.
 	Started time.Time
+	// Grace is the spec's (Spec.Grace); zero: the constant Grace.
+	Grace time.Duration
 	// PrevActive says the schedule's previous run has not ended.
 	PrevActive bool
 	Overlap    Overlap
@@ -105,7 +108,11 @@ func Decide(f Facts) Decision {
 		return d
 	}
 	// Catch-up: slots missed while nobody ran.
-	missedBefore := f.Started.Add(-Grace)
+	grace := f.Grace
+	if grace <= 0 {
+		grace = Grace
+	}
+	missedBefore := f.Started.Add(-grace)
 	var missed, fresh []time.Time
 	for _, t := range f.Due {
 		if t.Before(missedBefore) {
@@ -184,4 +191,14 @@ func Check(spec, tz, overlap, catchUp string) (Overlap, CatchUp, error) {
 	}
 	c, err := ParseCatchUp(catchUp)
 	return o, c, err
+}
+
+// Grace is how long before a scheduler started a slot of s may have come
+// due and still fire as due rather than be treated as missed: Grace, or
+// the interval when that is shorter.
+func (s *Spec) Grace() time.Duration {
+	if s.every > 0 && s.every < Grace {
+		return s.every
+	}
+	return Grace
 }

@@ -84,3 +84,29 @@ func TestParsePolicies(t *testing.T) {
 		t.Fatal("ParseCatchUp(some) accepted")
 	}
 }
+
+// An interval shorter than Grace is its own grace: after a few seconds of
+// downtime, a schedule every second has missed slots.
+func TestDecideIntervalGrace(t *testing.T) {
+	t.Parallel()
+	s, err := Parse("every 1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Grace() != time.Second {
+		t.Fatalf("Grace of every 1s = %v", s.Grace())
+	}
+	if d, _ := Parse("@daily"); d.Grace() != Grace {
+		t.Fatalf("Grace of @daily = %v", d.Grace())
+	}
+	started := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	var due []time.Time
+	for i := 1; i <= 10; i++ {
+		due = append(due, started.Add(time.Duration(i-10)*time.Second))
+	}
+	d := Decide(Facts{Due: due, Started: started, Grace: s.Grace(), CatchUp: CatchUpNone})
+	// Slots up to started-1s are in grace: the last two (9s and 10s).
+	if len(d.Skipped) != 8 || !d.Fire.Equal(due[8]) {
+		t.Fatalf("fire %v, skipped %d; want the slot at 9s fired and 8 skipped", d.Fire, len(d.Skipped))
+	}
+}
