@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor/schedule"
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ui"
@@ -329,5 +330,28 @@ func TestScheduleRefusals(t *testing.T) {
 	}
 	if st := b.call("GET", "/v1/schedules", nil, &list); st != 200 || len(list.Schedules) != 0 {
 		t.Fatalf("after refusals: %d %v", st, list)
+	}
+}
+
+// A goal schedule: each slot's run is planned by the model when the slot
+// fires (here the demo model), then recorded and driven like POST /v1/runs
+// with a goal.
+func TestSchedulerGoal(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	b := setupScheduler(t, t0)
+	b.create(t, map[string]any{"id": "g", "spec": "every 1m", "goal": demoworld.OnboardingGoal, "approve": "all"})
+	b.startScheduler(t, 2)
+	slot := t0.Add(time.Minute)
+	b.clock.set(slot.Add(time.Second))
+	rec := b.waitRecord(t, "g", "the first slot", func(r ledger.Schedule) bool { return r.LastFired.Equal(slot) })
+	doc := b.waitStatus(rec.LastRunID, ledger.RunCompleted)
+	if doc.Run.CreatedBy != "schedule:g" || doc.Run.Goal != demoworld.OnboardingGoal || len(doc.Actions) == 0 {
+		t.Fatalf("the goal's run: created by %q, goal %q, %d actions", doc.Run.CreatedBy, doc.Run.Goal, len(doc.Actions))
+	}
+	for _, effect := range demoworld.OnboardingEffects {
+		if n := b.world.Effect(effect); n != 1 {
+			t.Errorf("%s: %d; want 1", effect, n)
+		}
 	}
 }
