@@ -36,12 +36,24 @@ const scheduleUsage = `schedule create --spec SPEC (--plan FILE --tools FILE | -
 
 // Run dispatches to the subcommand.
 func (c *scheduleCmd) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintln(c.env.Stderr, "usage: docket "+scheduleUsage)
-			return nil
+	if len(args) == 0 {
+		return usageError("schedule needs a subcommand: create, list, show, pause, resume or delete")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		return showHelp("usage: docket " + scheduleUsage + "\n\nRun 'docket schedule create -h' for its flags.\n")
+	}
+	if strings.HasPrefix(args[0], "-") {
+		// A flag before the subcommand: say what is wrong with it.
+		fs := newFlags("schedule", scheduleUsage, c.env.Stderr)
+		data := fs.String("data", defaultDataDir, "data directory (the ledger)")
+		ledgerFlag(fs, data, c.env.Getenv)
+		fs.Bool("json", false, "print JSON (the API's answer)")
+		addServerFlags(fs)
+		if _, err := parseArgs(fs, args); err != nil {
+			return err
 		}
-		return usageError("schedule needs a subcommand: create, list, show, pause, resume or delete (usage: docket %s)", scheduleUsage)
+		return usageError("schedule needs a subcommand first: create, list, show, pause, resume or delete")
 	}
 	sub, rest := args[0], args[1:]
 	switch sub {
