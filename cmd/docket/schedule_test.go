@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 // docket schedule on a data directory: create (a plan checked against the
@@ -73,4 +74,46 @@ func TestScheduleCLI(t *testing.T) {
 	}
 	wantCode(t, inproc(t, "schedule", "frobnicate"), 2)
 	wantCode(t, inproc(t, "schedule"), 2)
+}
+
+// docket schedule --server: created through a running docket serve (on a
+// data directory), which fires it; shown, listed and deleted through it.
+func TestScheduleCLIServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const token = "schedule-cli-server-token"
+	s := startServeChild(t, "--data", b.data, "--tools", b.tools, "--token", token)
+	pl := b.plan(t, "inv", `{"goal": "invoice", "actions": [{"id": "pay", "tool": "payments_create_invoice",
+		"args": {"customer": "c_1", "amount": 5, "currency": "EUR", "reference": "cli-server"}}]}`)
+	srv := []string{"--server", s.base, "--token", token}
+	wantCode(t, inproc(t, append([]string{"schedule", "create", "--id", "tick", "--spec", "every 1s", "--plan", pl}, srv...)...), 0)
+	r := inproc(t, append([]string{"schedule", "list"}, srv...)...)
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "tick") || !strings.Contains(r.stdout, "every 1s") {
+		t.Fatalf("list:\n%s", r.stdout)
+	}
+	var view struct {
+		LastRunID string `json:"last_run_id"`
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for view.LastRunID == "" {
+		r = inproc(t, append([]string{"schedule", "show", "--json", "tick"}, srv...)...)
+		wantCode(t, r, 0)
+		if err := json.Unmarshal([]byte(r.stdout), &view); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("docket serve fired no slot\n%s", s.output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.HasPrefix(view.LastRunID, "sched:tick:") {
+		t.Fatalf("last run %q", view.LastRunID)
+	}
+	waitStatus(t, s, token, view.LastRunID, "completed")
+	wantCode(t, inproc(t, append([]string{"schedule", "delete", "tick"}, srv...)...), 0)
+	r = inproc(t, append([]string{"schedule", "show", "tick"}, srv...)...)
+	if r.code == 0 || !strings.Contains(r.stderr, "not_found") && !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("show after delete:\n%s", r)
+	}
 }
