@@ -107,7 +107,10 @@ type Ledger struct {
 
 	mu     sync.RWMutex // guards closed against Apply's enqueue
 	closed bool
-	reqCh  chan *request
+	// schedMu serializes schedule writes (schedule.go): the database runs
+	// without conflict detection, the committer being its only other writer.
+	schedMu sync.Mutex
+	reqCh   chan *request
 
 	committerDone chan struct{}
 	gcStop        chan struct{}

@@ -2,7 +2,6 @@ package badgerdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
@@ -12,9 +11,10 @@ import (
 
 // Schedules (ledger.ScheduleKeeper) are records of their own kind, the JSON
 // of ledger.EncodeSchedule, written in Badger transactions of their own
-// (the committer never touches them): a schedule's reads and write are one
-// transaction, so two writers of one schedule conflict and one of them
-// gets ErrConflict.
+// (the committer never touches them). The database runs without conflict
+// detection, so the writes take turns (Ledger.schedMu): a swap reads the
+// version it replaces under the same lock, and the second of two swaps at
+// one version gets ErrConflict.
 const kindSchedule = 's' // s\0<schedule id> -> ledger.Schedule (JSON)
 
 var _ ledger.ScheduleKeeper = (*Ledger)(nil)
@@ -22,8 +22,7 @@ var _ ledger.ScheduleKeeper = (*Ledger)(nil)
 func scheduleKey(id string) []byte { return simpleKey(kindSchedule, id) }
 
 // update runs fn in a read-write transaction and commits it (synced:
-// SyncWrites), unless the ledger is closed. A transaction that another
-// changed under it is ErrConflict.
+// SyncWrites), one at a time, unless the ledger is closed.
 func (l *Ledger) update(ctx context.Context, fn func(txn *badger.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -33,11 +32,9 @@ func (l *Ledger) update(ctx context.Context, fn func(txn *badger.Txn) error) err
 	if l.closed {
 		return ledger.ErrClosed
 	}
-	err := l.db.Update(fn)
-	if errors.Is(err, badger.ErrConflict) {
-		return fmt.Errorf("%w: the record changed meanwhile: %v", ledger.ErrConflict, err)
-	}
-	return translate(err)
+	l.schedMu.Lock()
+	defer l.schedMu.Unlock()
+	return translate(l.db.Update(fn))
 }
 
 func readSchedule(txn *badger.Txn, id string) (sc ledger.Schedule, found bool, err error) {
