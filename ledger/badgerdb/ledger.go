@@ -107,10 +107,7 @@ type Ledger struct {
 
 	mu     sync.RWMutex // guards closed against Apply's enqueue
 	closed bool
-	// schedMu serializes schedule writes (schedule.go): the database runs
-	// without conflict detection, the committer being its only other writer.
-	schedMu sync.Mutex
-	reqCh   chan *request
+	reqCh  chan *request
 
 	committerDone chan struct{}
 	gcStop        chan struct{}
@@ -119,6 +116,10 @@ type Ledger struct {
 	hub   ledger.Hub
 	stats stats
 	space *spaceGuard
+
+	// schedMu serializes schedule writes (schedule.go): the database runs
+	// without conflict detection, the committer being its only other writer.
+	schedMu sync.Mutex
 
 	// committer-owned state (only the committer goroutine touches these).
 	seqs     map[string]uint64 // last committed event seq per run (loaded at first use)
