@@ -108,18 +108,20 @@ type initRows struct {
 
 // state is the committed state.
 type state struct {
-	runs      map[string]ledger.RunRecord
-	init      map[revKey]*initRows
-	rows      map[revKey]map[string]ledger.RowRecord // rows changed since their revision was recorded
-	plans     map[revKey]planRec
-	keyRuns   map[string]string
-	keyRecs   map[string]ledger.KeyRecord
-	events    map[string][]ledger.Event
-	memos     map[pair]json.RawMessage
-	blobs     map[pair]json.RawMessage
-	budgets   map[string]ledger.BudgetRecord // by bucket id
-	holds     map[string]ledger.Hold         // by key
-	schedules map[string][]byte              // by id (schedule.go; made on first write)
+	runs    map[string]ledger.RunRecord
+	init    map[revKey]*initRows
+	rows    map[revKey]map[string]ledger.RowRecord // rows changed since their revision was recorded
+	plans   map[revKey]planRec
+	keyRuns map[string]string
+	keyRecs map[string]ledger.KeyRecord
+	events  map[string][]ledger.Event
+	memos   map[pair]json.RawMessage
+	blobs   map[pair]json.RawMessage
+	budgets map[string]ledger.BudgetRecord // by bucket id
+	holds   map[string]ledger.Hold         // by key
+
+	// schedules by id, encoded (schedule.go; made on first write).
+	schedules map[string][]byte
 }
 
 // New returns an empty Store. Errors: ErrInvalid (a bad Config).
