@@ -89,3 +89,23 @@ type SessionKeeper interface {
 	Session(ctx context.Context, hash string) (tokenName string, expires time.Time, ok bool, err error)
 	DeleteSession(ctx context.Context, hash string) error
 }
+
+// ScheduleKeeper is a Store that keeps schedules (schedule.go), read and
+// written by every process on the same ledger. CreateSchedule stores a
+// new one (ScheduleCreated: version 1) and returns it as stored; when the
+// id is stored already it returns the stored record if the definition is
+// the same (SameDefinition: a retried create) and ErrConflict otherwise.
+// Schedule returns one, Schedules all (by id). SwapSchedule replaces the
+// record whose stored Version is s.Version with s (its Version one more)
+// and returns it as stored; ErrConflict when the stored version is
+// another (another writer changed it first: read it again), ErrNotFound
+// when there is none. DeleteSchedule removes one (ErrNotFound when there
+// is none). Errors besides: ErrInvalid (CheckSchedule), ErrTooLarge,
+// ErrClosed, the context's error, the backend's.
+type ScheduleKeeper interface {
+	CreateSchedule(ctx context.Context, s Schedule) (Schedule, error)
+	Schedule(ctx context.Context, id string) (Schedule, error)
+	Schedules(ctx context.Context) ([]Schedule, error)
+	SwapSchedule(ctx context.Context, s Schedule) (Schedule, error)
+	DeleteSchedule(ctx context.Context, id string) error
+}

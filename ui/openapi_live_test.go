@@ -669,6 +669,20 @@ func TestOpenAPIAgainstServer(t *testing.T) {
 	// Again: the person's decision is recorded once, and asking again is no error.
 	c.admin(b, 200, "POST", "/v1/runs/r-later/actions/prefs/run_now", map[string]any{})
 
+	// Schedules (no scheduler runs here: nothing fires).
+	sched := map[string]any{"id": "nightly", "spec": "30 2 * * *", "tz": "Europe/Paris", "plan": onboardingPlan(t), "paused": true}
+	c.admin(b, 201, "POST", "/v1/schedules", sched)
+	c.admin(b, 200, "POST", "/v1/schedules", sched)
+	sched["spec"] = "0 3 * * *"
+	c.admin(b, 409, "POST", "/v1/schedules", sched)
+	c.admin(b, 422, "POST", "/v1/schedules", map[string]any{"spec": "61 * * * *", "plan": onboardingPlan(t)})
+	c.admin(b, 200, "GET", "/v1/schedules", nil)
+	c.admin(b, 200, "POST", "/v1/schedules/nightly/resume", map[string]any{})
+	c.admin(b, 200, "GET", "/v1/schedules/nightly", nil)
+	c.admin(b, 200, "POST", "/v1/schedules/nightly/pause", map[string]any{})
+	c.admin(b, 204, "DELETE", "/v1/schedules/nightly", nil)
+	c.admin(b, 404, "GET", "/v1/schedules/nightly", nil)
+
 	// Every operation of today's document was answered with success.
 	var missed []string
 	for _, r := range routeKeys() {
@@ -714,6 +728,8 @@ var exercisedOps = []string{
 	"POST /v1/runs/{id}/actions/{action}/reject", "POST /v1/runs/{id}/actions/{action}/edit",
 	"POST /v1/runs/{id}/actions/{action}/resolve", "POST /v1/runs/{id}/actions/{action}/run_now", "GET /v1/inbox", "GET /v1/search/runs",
 	"GET /v1/runs/{id}/diff", "POST /v1/runs/{id}/diff", "GET /v1/budgets",
+	"POST /v1/schedules", "GET /v1/schedules", "GET /v1/schedules/{id}", "DELETE /v1/schedules/{id}",
+	"POST /v1/schedules/{id}/pause", "POST /v1/schedules/{id}/resume",
 }
 
 // Over its rate limit a token gets 429 with Retry-After, as declared.

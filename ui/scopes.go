@@ -79,6 +79,15 @@ var routeScopes = map[string]Scope{
 	"POST /v1/runs/{id}/actions/{action}/run_now": ScopeControl,
 	"POST /v1/runs/{id}/replay":                   ScopeControl,
 	"POST /v1/runs/{id}/fork":                     ScopeControl,
+
+	// A schedule creates runs: writing one needs what creating a run
+	// needs (with approve "all", review as well).
+	"GET /v1/schedules":              ScopeRead,
+	"GET /v1/schedules/{id}":         ScopeRead,
+	"POST /v1/schedules":             ScopeSubmit,
+	"DELETE /v1/schedules/{id}":      ScopeSubmit,
+	"POST /v1/schedules/{id}/pause":  ScopeSubmit,
+	"POST /v1/schedules/{id}/resume": ScopeSubmit,
 }
 
 // opScopes is what each review or control op needs, over HTTP (where the

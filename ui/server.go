@@ -484,6 +484,12 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/runs/{id}/diff", s.getDiff, false},
 		{"POST", "/v1/runs/{id}/diff", s.postDiff, false},
 		{"GET", "/v1/budgets", s.budgets, false},
+		{"POST", "/v1/schedules", s.createSchedule, false},
+		{"GET", "/v1/schedules", s.listSchedules, false},
+		{"GET", "/v1/schedules/{id}", s.getSchedule, false},
+		{"DELETE", "/v1/schedules/{id}", s.deleteSchedule, false},
+		{"POST", "/v1/schedules/{id}/pause", s.pauseSchedule, false},
+		{"POST", "/v1/schedules/{id}/resume", s.resumeSchedule, false},
 	}
 }
 

@@ -105,6 +105,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopDrives()
+	defer startScheduler(ctx, st)()
 	return c.serveUntilSignal(ctx, st)
 }
 

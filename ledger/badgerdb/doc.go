@@ -95,6 +95,7 @@
 //	c\0<run>\0<sha256 hex>           a value of 64 KiB or more, stored once (large.go)
 //	u\0<bucket id>                   budget bucket (JSON ledger.BudgetRecord; budget.go)
 //	r\0<key>                         a key's budget hold (JSON ledger.Hold; budget.go)
+//	s\0<schedule id>                 schedule (JSON ledger.EncodeSchedule; schedule.go)
 //
 // The <key> of x and k records is NUL + the 32 bytes of an executor-derived
 // key ("dk1_" + 64 lowercase hex digits), any other key its text.

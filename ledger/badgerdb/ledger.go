@@ -129,6 +129,10 @@ type Ledger struct {
 	stats stats
 	space *spaceGuard
 
+	// schedMu serializes schedule writes (schedule.go): the database runs
+	// without conflict detection, the committer being its only other writer.
+	schedMu sync.Mutex
+
 	// committer-owned state (only the committer goroutine touches these).
 	seqs     map[string]uint64 // last committed event seq per run (loaded at first use)
 	cache    recordCache

@@ -26,6 +26,7 @@ var capabilities = []capability{
 	{"ledger.LeaseReader", is[ledger.LeaseReader], testLeaseReader},
 	{"ledger.Reserver", is[ledger.Reserver], testReserver},
 	{"ledger.SessionKeeper", is[ledger.SessionKeeper], testSessionKeeper},
+	{"ledger.ScheduleKeeper", is[ledger.ScheduleKeeper], testScheduleKeeper},
 }
 
 func is[T any](s ledger.Store) bool {

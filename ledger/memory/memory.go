@@ -119,6 +119,9 @@ type state struct {
 	blobs   map[pair]json.RawMessage
 	budgets map[string]ledger.BudgetRecord // by bucket id
 	holds   map[string]ledger.Hold         // by key
+
+	// schedules by id, encoded (schedule.go; made on first write).
+	schedules map[string][]byte
 }
 
 // New returns an empty Store. Errors: ErrInvalid (a bad Config).

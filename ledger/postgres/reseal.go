@@ -30,6 +30,7 @@ var sealedTables = []sealedTable{
 	{name: "events", pk: []string{"run_id", "seq"}, bytea: []string{"data"}},
 	{name: "memos", pk: []string{"run_id", "name"}, bytea: []string{"value"}},
 	{name: "blobs", pk: []string{"run_id", "hash"}, bytea: []string{"value"}},
+	{name: "schedules", pk: []string{"id"}, bytea: []string{"doc"}},
 }
 
 // ResealStats says what Reseal did.

@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -195,6 +195,15 @@ CREATE INDEX actions_in_flight ON {S}.actions (run_id)
 ALTER TABLE {S}.actions ADD COLUMN timer bytea;
 ALTER TABLE {S}.runs ADD COLUMN wake_at timestamptz;
 CREATE INDEX runs_wake ON {S}.runs (wake_at, run_id) WHERE wake_at IS NOT NULL;
+`,
+	// 7: schedules (schedule.go): one row per schedule, its record as
+	// ledger.EncodeSchedule writes it, and its version for swaps.
+	`
+CREATE TABLE {S}.schedules (
+	id      text PRIMARY KEY,
+	version bigint NOT NULL,
+	doc     bytea NOT NULL
+);
 `,
 }
 
