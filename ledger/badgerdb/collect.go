@@ -22,6 +22,11 @@ const collectChunk = 64
 // runKinds are the per-run record kinds (runPrefix) a collected run loses.
 var runKinds = []byte{kindPlan, kindRow, kindRows, kindKeyRec, kindEvent, kindMemo, kindBlob}
 
+// markKey is the ended-index entry of a run whose header is marked
+// Collecting: at time 0, so that the next Collect finds it first whatever
+// its retention.
+func markKey(runID string) []byte { return endedKey(time.Unix(0, 0), runID) }
+
 func endedKey(at time.Time, runID string) []byte {
 	b := make([]byte, 0, 10+len(runID))
 	b = append(b, kindEnded, 0)
@@ -122,8 +127,9 @@ func (l *Ledger) candidates(ctx context.Context, o ledger.CollectOptions, from [
 			}
 			ended := time.Unix(0, int64(beUint64(k[len(prefix):])))
 			// Every run is kept at least o.Retention after it ended; a
-			// run with a longer one of its own is read and kept.
-			if o.Retention > 0 && o.Now.Before(ended.Add(o.Retention)) {
+			// run with a longer one of its own is read and kept. Marked
+			// runs (markKey, at 0) come first.
+			if ended.UnixNano() != 0 && o.Retention > 0 && o.Now.Before(ended.Add(o.Retention)) {
 				return nil
 			}
 			if len(out) == collectChunk {
@@ -209,13 +215,16 @@ func (c *collection) run(cands [][]byte) (ledger.CollectReport, error) {
 	type due struct {
 		id     string
 		hdr    ledger.RunRecord
-		ended  []byte
 		header *badger.Item
 	}
 	var runs []due
+	seen := map[string]bool{}
 	for _, k := range cands {
 		id := string(k[2+8:])
 		at := int64(beUint64(k[2:]))
+		if seen[id] {
+			continue // its mark and its end
+		}
 		item, err := c.read.Get(runKey(id))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			if err := c.del(k); err != nil { // left by a run deleted earlier
@@ -243,7 +252,8 @@ func (c *collection) run(cands [][]byte) (ledger.CollectReport, error) {
 			}
 			continue
 		}
-		runs = append(runs, due{id: id, hdr: hdr, ended: k, header: item})
+		seen[id] = true
+		runs = append(runs, due{id: id, hdr: hdr, header: item})
 	}
 	// 1. Mark: reads and ops find no run from here on.
 	for _, r := range runs {
@@ -264,6 +274,9 @@ func (c *collection) run(cands [][]byte) (ledger.CollectReport, error) {
 		if err := c.del(indexKey(r.hdr.CreatedAt.UnixNano(), r.id)); err != nil {
 			return c.rep, err
 		}
+		if err := c.set(markKey(r.id), []byte{}); err != nil {
+			return c.rep, err
+		}
 	}
 	if err := c.commit(); err != nil {
 		return c.rep, err
@@ -282,7 +295,10 @@ func (c *collection) run(cands [][]byte) (ledger.CollectReport, error) {
 		if err := c.del(runKey(r.id)); err != nil {
 			return c.rep, err
 		}
-		if err := c.del(r.ended); err != nil {
+		if err := c.del(endedKey(r.hdr.EndedAt, r.id)); err != nil {
+			return c.rep, err
+		}
+		if err := c.del(markKey(r.id)); err != nil {
 			return c.rep, err
 		}
 	}

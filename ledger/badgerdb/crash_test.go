@@ -39,6 +39,8 @@ func TestMain(m *testing.M) {
 		os.Exit(crashChild(os.Getenv("DOCKET_LEDGER_DIR"), os.Getenv("DOCKET_LEDGER_SEED")))
 	case "hold":
 		os.Exit(holdChild(os.Getenv("DOCKET_LEDGER_DIR")))
+	case "collect":
+		os.Exit(collectChild(os.Getenv("DOCKET_LEDGER_DIR")))
 	}
 	goleak.VerifyTestMain(m,
 		// Badger's and ristretto's package-level goroutines outlive any DB.
