@@ -7,7 +7,7 @@ import (
 )
 
 const (
-	runCols = `run_id, status, revision, goal, policy, plan_hash, tools_hash, created_at, updated_at, error, paused_by, rows, rev_hash, created_by, audit, audit_hash, audit_seq`
+	runCols = `run_id, status, revision, goal, policy, plan_hash, tools_hash, created_at, updated_at, error, paused_by, rows, rev_hash, created_by, audit, audit_hash, audit_seq, retention_ms, ended_at, keys_until`
 	rowCols = `action_id, ord, tool, class, key, status, attempts, args, depends_on, error, approved_args, undo, gate, approvals`
 	keyCols = `key, run_id, action_id, tool, args, state, attempt, owner, claimed_at, output, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure`
 )
@@ -85,11 +85,12 @@ func makeQueries(schema string) queries {
 		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
 		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`),
-		// $19 NULL: the driver is kept (no event appended).
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`),
+		// $22 NULL: the driver is kept (no event appended).
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13,
-			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17, last_seq = $18, driver = coalesce($19, driver) WHERE run_id = $1`),
+			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17, retention_ms = $18, ended_at = $19, keys_until = $20,
+			last_seq = $21, driver = coalesce($22, driver) WHERE run_id = $1`),
 		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
 		// Orphans: running runs whose driver is gone; runs paused by the
 		// executor with nothing left in needs_review, or awaiting approval

@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -187,6 +187,16 @@ CREATE INDEX sessions_token ON {S}.sessions (token_name, expires);
 	`
 CREATE INDEX actions_in_flight ON {S}.actions (run_id)
 	WHERE key <> '' AND (status = 'claimed' OR (status IN ('pending', 'approved') AND attempts > 0 AND NOT undo));
+`,
+	// 6: retention (collect.go): a run's own retention, when it ended and
+	// until when its keys protect it; the collector finds ended runs and
+	// budget buckets with a window through indexes of those only, so its
+	// cost does not grow with live runs.
+	`
+ALTER TABLE {S}.runs ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0,
+	ADD COLUMN ended_at timestamptz, ADD COLUMN keys_until timestamptz;
+CREATE INDEX runs_ended ON {S}.runs (ended_at, run_id) WHERE ended_at IS NOT NULL;
+CREATE INDEX budgets_window ON {S}.budgets (window_start) WHERE every_ms > 0;
 `,
 }
 

@@ -159,7 +159,8 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 func (t *tx) queueRun(e *runEntry) {
 	r := e.rec
 	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
-		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq)}
+		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq),
+		r.Retention.Milliseconds(), timeOrNil(r.EndedAt), timeOrNil(r.KeysUntil)}
 	var driver any // NULL: no event appended (a new run's), kept (an update's)
 	if e.seqs {
 		driver = t.inc
@@ -724,12 +725,15 @@ func utcOrZero(t *time.Time) time.Time {
 // time when extra is a **time.Time).
 func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 	var status string
-	var auditSeq int64
+	var auditSeq, retentionMS int64
+	var ended, keysUntil *time.Time
 	if err := row.Scan(&r.ID, &status, &r.Revision, &r.Goal, &r.Policy, &r.PlanHash, &r.ToolsHash, &r.CreatedAt, &r.UpdatedAt,
-		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, extra); err != nil {
+		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, &retentionMS, &ended, &keysUntil, extra); err != nil {
 		return err
 	}
 	r.AuditSeq = uint64(auditSeq)
+	r.Retention = time.Duration(retentionMS) * time.Millisecond
+	r.EndedAt, r.KeysUntil = utcOrZero(ended), utcOrZero(keysUntil)
 	r.Status = ledger.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	return nil
