@@ -3,6 +3,8 @@ package ledgertest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,10 +243,122 @@ func testCollector(t *testing.T, open Opener, _ Options) {
 			t.Fatalf("buckets after collect = %+v, %v; want only the current window's", all, err)
 		}
 	})
+	t.Run("Concurrent", func(t *testing.T) { testCollectConcurrent(t, open) })
 	t.Run("NegativeRetentionRefused", func(t *testing.T) {
 		b := setup(t, open)
 		if _, err := b.l.(ledger.Collector).Collect(b.ctx, ledger.CollectOptions{Retention: -time.Second}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("Collect with a negative retention: %v, want ErrInvalid", err)
 		}
 	})
+}
+
+// testCollectConcurrent: collects running again and again while runs are
+// created, driven and ended leave every run that is not ended whole, and a
+// run deleted under a writer makes its ops fail with ErrNotFound, never
+// with anything else.
+func testCollectConcurrent(t *testing.T, open Opener) {
+	b := setup(t, open)
+	c := b.l.(ledger.Collector)
+	far := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	const workers, runs, actions = 3, 12, 4
+	errs := make(chan error, workers+1)
+	stop := make(chan struct{})
+	collected := make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				collected <- n
+				return
+			default:
+			}
+			rep, err := c.Collect(b.ctx, ledger.CollectOptions{Now: far, Retention: time.Nanosecond})
+			if err != nil {
+				errs <- fmt.Errorf("Collect: %w", err)
+				collected <- n
+				return
+			}
+			n += rep.Runs
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range runs {
+				id := fmt.Sprintf("w%d-r%d", w, r)
+				live := r%3 == 0 // never ended
+				if _, _, err := b.l.CreateRun(b.ctx, ledger.Run{ID: id}, testPlan(id, actions), nil); err != nil {
+					errs <- fmt.Errorf("CreateRun(%s): %w", id, err)
+					return
+				}
+				for i := 1; i <= actions; i++ {
+					a, args := fmt.Sprintf("a%d", i), fmt.Sprintf(`{"i":%d}`, i)
+					k := key(t, id, a, args)
+					for _, op := range []ledger.Op{ledger.Claim(id, a, "t", k, json.RawMessage(args), 1),
+						ledger.Succeed(k, 1, json.RawMessage(`{}`))} {
+						if _, err := ledger.ApplyOne(b.ctx, b.l, op); err != nil {
+							errs <- fmt.Errorf("%s %s: %w", id, a, err)
+							return
+						}
+					}
+				}
+				if live {
+					continue
+				}
+				if _, err := ledger.ApplyOne(b.ctx, b.l, ledger.SetRunStatus(id, ledger.RunCompleted, ledger.EventRunCompleted, "", nil)); err != nil {
+					errs <- fmt.Errorf("ending %s: %w", id, err)
+					return
+				}
+				// A replay racing the collector: it finds the run or not.
+				_, err := ledger.ApplyOne(b.ctx, b.l, ledger.SetRunStatus(id, ledger.RunRunning, "", "", nil))
+				if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+					errs <- fmt.Errorf("replaying %s: %w", id, err)
+					return
+				}
+				if err == nil {
+					if _, err := ledger.ApplyOne(b.ctx, b.l, ledger.SetRunStatus(id, ledger.RunCompleted, ledger.EventRunCompleted, "", nil)); err != nil {
+						errs <- fmt.Errorf("ending %s again: %w", id, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	n := <-collected
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for w := range workers {
+		for r := 0; r < runs; r += 3 {
+			id := fmt.Sprintf("w%d-r%d", w, r)
+			doc, err := b.l.Doc(b.ctx, id)
+			if err != nil {
+				t.Fatalf("live run %s: %v", id, err)
+			}
+			for _, a := range doc.Actions {
+				if a.Status != ledger.StatusSucceeded {
+					t.Errorf("live run %s action %s is %s", id, a.ID, a.Status)
+				}
+			}
+			checkSeqs(t, b.events(t, id), 0)
+		}
+	}
+	// What is left ended goes with one more collect; the live runs stay.
+	if _, err := c.Collect(b.ctx, ledger.CollectOptions{Now: far, Retention: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	all, _, err := b.l.ListRuns(b.ctx, ledger.ListOptions{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != workers*runs/3 {
+		t.Errorf("%d runs left, want the %d live ones", len(all), workers*runs/3)
+	}
+	t.Logf("%d runs collected while the writers ran", n)
 }
