@@ -27,6 +27,15 @@ var runKinds = []byte{kindPlan, kindRow, kindRows, kindKeyRec, kindEvent, kindMe
 // its retention.
 func markKey(runID string) []byte { return endedKey(time.Unix(0, 0), runID) }
 
+// endedValue is an ended-index entry's value: 1 when the run has its own
+// retention (without a global one, only those are read), else empty.
+func endedValue(r ledger.RunRecord) []byte {
+	if r.Retention > 0 {
+		return []byte{1}
+	}
+	return []byte{}
+}
+
 func endedKey(at time.Time, runID string) []byte {
 	b := make([]byte, 0, 10+len(runID))
 	b = append(b, kindEnded, 0)
@@ -37,7 +46,9 @@ func endedKey(at time.Time, runID string) []byte {
 // Collect deletes the ended runs past their retention and the budget
 // buckets past their window (ledger.Collector). Candidates come from the
 // index of ended runs by end time (g\0), read in chunks up to the oldest end
-// that can be due, so the work does not grow with live runs. Each chunk is
+// that can be due, so the work does not grow with live runs (without a
+// global retention, the index is read whole but only the runs with a
+// retention of their own are looked at). Each chunk is
 // deleted while the committer waits (writers are held for one chunk), in
 // three steps, each one synced commit or more: the headers are marked
 // Collecting and leave the run list (reads then find no run), the records
@@ -135,6 +146,9 @@ func (l *Ledger) candidates(ctx context.Context, o ledger.CollectOptions, from [
 			if len(out) == collectChunk {
 				next = it.Item().KeyCopy(nil)
 				return nil
+			}
+			if o.Retention == 0 && ended.UnixNano() != 0 && it.Item().ValueSize() == 0 {
+				continue // no retention of its own and none global: kept
 			}
 			out = append(out, it.Item().KeyCopy(nil))
 		}

@@ -223,7 +223,7 @@ func (b *batch) PutRun(r ledger.RunRecord) error {
 	// Ended runs by end time, for the collector (collect.go); an entry left
 	// by an earlier end (a replayed run) is dropped by the collector.
 	if !r.EndedAt.IsZero() && (!existed || !prev.EndedAt.Equal(r.EndedAt)) {
-		b.put(endedKey(r.EndedAt, r.ID), nil, []byte{})
+		b.put(endedKey(r.EndedAt, r.ID), nil, endedValue(r))
 	}
 	return nil
 }

@@ -46,8 +46,8 @@ func (s *Store) Collect(ctx context.Context, o ledger.CollectOptions) (ledger.Co
 		err := s.read(ctx, func(q querier) error {
 			cands = cands[:0]
 			rows, err := q.Query(ctx, s.bq(`SELECT run_id, status, ended_at, retention_ms, keys_until FROM {S}.runs
-				WHERE ended_at IS NOT NULL AND ended_at <= $1 AND (ended_at, run_id) > ($2, $3)
-				ORDER BY ended_at, run_id LIMIT $4`), upTo, afterAt, afterID, collectBatch)
+				WHERE ended_at IS NOT NULL AND ended_at <= $1 AND (ended_at, run_id) > ($2, $3) AND ($5 OR retention_ms > 0)
+				ORDER BY ended_at, run_id LIMIT $4`), upTo, afterAt, afterID, collectBatch, o.Retention > 0)
 			if err != nil {
 				return err
 			}
