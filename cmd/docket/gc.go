@@ -144,3 +144,25 @@ func ledgerName(data string) string {
 	}
 	return data
 }
+
+// startRetentionSweep starts serve's sweep (--gc-every, --retention) and
+// returns what stops it.
+func startRetentionSweep(ctx context.Context, st *serveState) (stop func()) {
+	if st.o.gcEvery == 0 {
+		return func() {}
+	}
+	if _, ok := st.l.(ledger.Collector); !ok {
+		st.log.Warn("this ledger cannot delete runs: no gc sweep")
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sweepRetention(ctx, st.l, st.o.retention, st.o.gcEvery, st.log)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

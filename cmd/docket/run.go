@@ -29,6 +29,8 @@ type runCmd struct {
 	// leaseWait bounds the wait for other processes' claims on the shared
 	// ledger (--lease-wait).
 	leaseWait time.Duration
+	// retention is the new run's own retention (--retention).
+	retention time.Duration
 }
 
 const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
@@ -43,6 +45,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
 	approve := fs.String("approve", "", "approval policy stored with a new run: all, safe or none (default safe; given, a rerun must name the policy the run was created with)")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
+	retentionFlag(fs, &c.retention, "keep a new run this long after it ended (30d, 2w, 12h), then docket gc or serve's sweep deletes it (never while a key of its keyed calls is honoured; a longer global --retention wins); default: as the global retention says, else for ever")
 	leaseWait := leaseWaitFlag(fs)
 	policyPath := policyFlag(fs)
 	as := identityFlag(fs)
@@ -227,7 +230,7 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	// at once (before waiting for any other process's lease).
 	ident := executor.Request{Plan: p, Policy: policy}
 	req := runs.Request{RunID: *runID, Identity: &ident,
-		Options: &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)}}
+		Options: &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env), Retention: c.retention}}
 	var doc ledger.RunDoc
 	if err = runs.Check(ctx, l, req); err == nil {
 		doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
@@ -270,7 +273,7 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 		*runID = planner.GoalRunID(planner.Request{Goal: goal}, reg.Hash()) // as runGoal derives it
 	}
 	doc, err := driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
-		return runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+		return runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env), Retention: c.retention})
 	})
 	if err != nil && doc.Run.ID == "" {
 		doc, _ = storedDoc(ctx, l, *runID)
