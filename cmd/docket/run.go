@@ -14,6 +14,7 @@ import (
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 )
 
@@ -33,7 +34,7 @@ type runCmd struct {
 	retention time.Duration
 }
 
-const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--server URL --token T]"
+const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--retention D] [--accept-tools-change] [--server URL --token T]"
 
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
@@ -136,6 +137,9 @@ func (c *runCmd) remote(ctx context.Context, sf *serverFlags, planPath, goal str
 		return ledger.RunDoc{}, usageError("--plan FILE is required, or --goal TEXT (see docket run -h)")
 	}
 	body["run_id"] = *runID
+	if c.retention > 0 {
+		body["retention"] = plan.FormatDuration(c.retention)
+	}
 	if err := cl.do(ctx, "POST", "/v1/runs", body, nil, nil); err != nil {
 		if exitCode(err) == exitSentUnknown {
 			return ledger.RunDoc{}, withCode(exitSentUnknown, fmt.Errorf("run %s may have been recorded, and its calls started, by the service at %s: the request was sent but its answer was lost (%w); "+
