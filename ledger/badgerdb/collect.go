@@ -106,6 +106,9 @@ func (l *Ledger) Collect(ctx context.Context, o ledger.CollectOptions) (ledger.C
 	if err != nil {
 		return rep, fmt.Errorf("ledger: collecting budget buckets: %w", translate(err))
 	}
+	if rep.Runs > 0 && !o.DryRun {
+		l.reclaim()
+	}
 	return rep, nil
 }
 
@@ -417,4 +420,17 @@ func (l *Ledger) collectBuckets(ctx context.Context, o ledger.CollectOptions) (i
 		return c.commit()
 	})
 	return len(due), err
+}
+
+// reclaim gives the space of what Collect deleted back to the file system:
+// a value-log GC now (the files whose values are mostly deleted are
+// rewritten and removed), as far as Badger already knows what was
+// deleted (its discard statistics, updated by compactions); the GC ticker
+// gets the rest.
+func (l *Ledger) reclaim() {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if !l.closed {
+		l.vlogGC()
+	}
 }
