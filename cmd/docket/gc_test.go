@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,44 @@ func TestRunRetentionFlag(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || d.Retention != "2d" {
 		t.Fatalf("Run JSON retention = %q, %v; want 2d\n%s", d.Retention, err, r)
+	}
+}
+
+// docket serve --retention sweeps at start and every --gc-every, logging
+// each sweep once with its counts; bad values are usage errors.
+func TestServeRetentionSweep(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range [][]string{{"--gc-every", "-1s"}, {"--retention", "soon"}} {
+		r := inproc(t, append([]string{"serve", "--data", filepath.Join(dir, "bad")}, c...)...)
+		if r.code != exitBad {
+			t.Errorf("%v: %s", c, r)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	l, err := badgerdb.Open(context.Background(), badgerdb.Config{Dir: data, Clock: pastClock{time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcFixture(t, l)
+	s := startServe(t, map[string]string{"DOCKET_TOKEN": "ci=0123456789abcdef0123"}, "--data", data, "--retention", "30d", "--gc-every", "1h")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.stderr.String(), `msg="gc sweep" runs=1 `) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep logged:\n%s", s.stderr)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the log for the sweep
+	}
+	if strings.Count(s.stderr.String(), `msg="gc sweep"`) != 1 {
+		t.Errorf("one sweep should be logged once:\n%s", s.stderr)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if code := inproc(t, "runs", "show", "--data", data, "old").code; code == exitOK {
+		t.Error("the ended run is still there after the sweep")
+	}
+	if code := inproc(t, "runs", "show", "--data", data, "live").code; code != exitOK {
+		t.Error("the sweep deleted a running run")
 	}
 }
