@@ -417,7 +417,7 @@ func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 		Policy:    string(opts.Policy), // PlanHash: the ledger computes it
 		ToolsHash: e.reg.Hash(),
 		CreatedBy: opts.Creator,
-		Retention: opts.Retention,
+		Retention: ledger.Duration(opts.Retention),
 		CreatedAt: now,
 		UpdatedAt: now,
 	}, &pc, rows)

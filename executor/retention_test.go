@@ -34,7 +34,7 @@ func TestKeyTTLKeepsTheRun(t *testing.T) {
 		}
 		wantStatus(t, doc, ledger.RunCompleted)
 	}
-	if r, _ := b.led.GetRun(ctx, "plain"); r.Retention != 3*time.Hour {
+	if r, _ := b.led.GetRun(ctx, "plain"); time.Duration(r.Retention) != 3*time.Hour {
 		t.Fatalf("the run's own retention = %v, want 3h", r.Retention)
 	}
 	c := b.led.(ledger.Collector)

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -77,7 +78,7 @@ func CollectAt(r RunRecord, global time.Duration) (at time.Time, ok bool) {
 	if !r.Status.Ended() || r.EndedAt.IsZero() {
 		return time.Time{}, false
 	}
-	keep := max(global, r.Retention)
+	keep := max(global, time.Duration(r.Retention))
 	if keep <= 0 {
 		return time.Time{}, false
 	}
@@ -101,7 +102,7 @@ func ProtectedOnly(r RunRecord, global time.Duration, now time.Time) bool {
 	if Collectable(r, global, now) || !r.Status.Ended() || r.EndedAt.IsZero() {
 		return false
 	}
-	keep := max(global, r.Retention)
+	keep := max(global, time.Duration(r.Retention))
 	return keep > 0 && !now.Before(r.EndedAt.Add(keep))
 }
 
@@ -109,6 +110,35 @@ func ProtectedOnly(r RunRecord, global time.Duration, now time.Time) bool {
 // no claim charges it again (a bucket without a window never expires).
 func BucketExpired(r BudgetRecord, now time.Time) bool {
 	return r.Every > 0 && !r.Window.IsZero() && !now.Before(r.Window.Add(r.Every))
+}
+
+// Duration is a length of time as JSON writes it: a string that
+// plan.ParseDuration reads ("30d", "12h"); it reads that or an integer of
+// nanoseconds.
+type Duration time.Duration
+
+// MarshalJSON writes d as plan.FormatDuration does.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(plan.FormatDuration(time.Duration(d)))
+}
+
+// UnmarshalJSON reads a duration string or an integer of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("a duration is a string such as \"30d\": %s", b)
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := plan.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // retentionText is a retention as the Run JSON shows it ("" for none).

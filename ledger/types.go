@@ -147,7 +147,7 @@ type Run struct {
 	// Retention is how long the run is kept after it ended (0: as the
 	// store's collector is told, see Collector; ledger/README.md,
 	// Retention).
-	Retention time.Duration `json:"retention,omitempty"`
+	Retention Duration `json:"retention,omitempty"`
 }
 
 // Action is one action of a run's current revision: the row of the Run JSON.
@@ -282,7 +282,7 @@ func (d RunDoc) MarshalJSON() ([]byte, error) {
 		TraceID   string    `json:"trace_id,omitempty"`
 		Retention string    `json:"retention,omitempty"`
 	}{d.Run.ID, d.Run.Status, d.Run.Revision, d.Run.Goal, d.Run.Policy,
-		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error, d.TraceID, retentionText(d.Run.Retention)})
+		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error, d.TraceID, retentionText(time.Duration(d.Run.Retention))})
 }
 
 // ListOptions pages through runs, newest first.

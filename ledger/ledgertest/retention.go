@@ -40,7 +40,7 @@ func newRetentionCase(t *testing.T, open Opener) *retentionCase {
 		p := testPlan("goal of "+id, 2)
 		run := ledger.Run{ID: id, Policy: "safe"}
 		if id == "own" {
-			run.Retention = 72 * time.Hour
+			run.Retention = ledger.Duration(72 * time.Hour)
 		}
 		if id == "old" {
 			p.Actions[0].Args = json.RawMessage(big)
@@ -198,7 +198,7 @@ func testCollector(t *testing.T, open Opener, _ Options) {
 	t.Run("RunsOwnRetention", func(t *testing.T) {
 		rc := newRetentionCase(t, open)
 		r, err := rc.b.l.GetRun(rc.b.ctx, "own")
-		if err != nil || r.Retention != 72*time.Hour {
+		if err != nil || time.Duration(r.Retention) != 72*time.Hour {
 			t.Fatalf("GetRun(own) retention = %v, %v; want 72h", r.Retention, err)
 		}
 		// Its own retention applies with no global one, and a longer

@@ -96,7 +96,7 @@ func scanEnded(row pgx.CollectableRow) (ledger.RunRecord, error) {
 	if err := row.Scan(&r.ID, &status, &ended, &retentionMS, &keysUntil); err != nil {
 		return r, err
 	}
-	r.Status, r.Retention = ledger.RunStatus(status), time.Duration(retentionMS)*time.Millisecond
+	r.Status, r.Retention = ledger.RunStatus(status), ledger.Duration(time.Duration(retentionMS)*time.Millisecond)
 	r.EndedAt, r.KeysUntil = utcOrZero(ended), utcOrZero(keysUntil)
 	return r, nil
 }

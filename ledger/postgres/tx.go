@@ -160,7 +160,7 @@ func (t *tx) queueRun(e *runEntry) {
 	r := e.rec
 	args := []any{r.ID, string(r.Status), r.Revision, r.Goal, r.Policy, r.PlanHash, r.ToolsHash,
 		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.Error, r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq),
-		r.Retention.Milliseconds(), timeOrNil(r.EndedAt), timeOrNil(r.KeysUntil)}
+		time.Duration(r.Retention).Milliseconds(), timeOrNil(r.EndedAt), timeOrNil(r.KeysUntil)}
 	var driver any // NULL: no event appended (a new run's), kept (an update's)
 	if e.seqs {
 		driver = t.inc
@@ -732,7 +732,7 @@ func scanRun(row pgx.Row, r *ledger.RunRecord, extra any) error {
 		return err
 	}
 	r.AuditSeq = uint64(auditSeq)
-	r.Retention = time.Duration(retentionMS) * time.Millisecond
+	r.Retention = ledger.Duration(time.Duration(retentionMS) * time.Millisecond)
 	r.EndedAt, r.KeysUntil = utcOrZero(ended), utcOrZero(keysUntil)
 	r.Status = ledger.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
