@@ -69,6 +69,11 @@ func (l *Ledger) Collect(ctx context.Context, o ledger.CollectOptions) (ledger.C
 	if l.space.readOnly && !o.DryRun {
 		return rep, fmt.Errorf("%w: the data directory was opened read-only (too little free space): nothing collected", ledger.ErrNoSpace)
 	}
+	if !o.DryRun {
+		if err := l.backfillEnded(ctx); err != nil {
+			return rep, fmt.Errorf("ledger: indexing ended runs: %w", translate(err))
+		}
+	}
 	var from []byte
 	for {
 		cands, next, err := l.candidates(ctx, o, from)
@@ -433,4 +438,77 @@ func (l *Ledger) reclaim() {
 	if !l.closed {
 		l.vlogGC()
 	}
+}
+
+// metaEndedKey marks a directory whose runs that ended before the ledger
+// recorded end times have been given one (backfillEnded).
+var metaEndedKey = []byte{kindMeta, 0, 'e', 'n', 'd', 'e', 'd'}
+
+// backfillEnded gives every ended run without an end time (recorded by a
+// build before retention) its last change as end time, and its entry in
+// the ended-run index, once per directory, in the committer's exclusive
+// turn.
+func (l *Ledger) backfillEnded(ctx context.Context) error {
+	done := false
+	if err := l.view(ctx, func(txn *badger.Txn) error {
+		_, err := txn.Get(metaEndedKey)
+		done = err == nil
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	}); err != nil || done {
+		return err
+	}
+	return l.exclusive(ctx, func() error {
+		c := &collection{l: l, read: l.db.NewTransaction(false)}
+		defer c.read.Discard()
+		defer func() {
+			if c.w != nil {
+				c.w.Discard()
+			}
+		}()
+		prefix := []byte{kindIndex, 0}
+		it := c.read.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			status, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !ledger.RunStatus(status).Ended() {
+				continue
+			}
+			id := string(it.Item().Key()[len(prefix)+8:])
+			item, err := c.read.Get(runKey(id))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			var hdr ledger.RunRecord
+			if err := item.Value(func(v []byte) (err error) { hdr, err = decodeRun(v); return err }); err != nil {
+				return fmt.Errorf("run %q: %w", id, err)
+			}
+			if !hdr.EndedAt.IsZero() || !hdr.Status.Ended() {
+				continue
+			}
+			hdr.EndedAt = hdr.UpdatedAt
+			v, err := encodeRun(hdr)
+			if err != nil {
+				return err
+			}
+			if err := c.set(runKey(id), v); err != nil {
+				return err
+			}
+			if err := c.set(endedKey(hdr.EndedAt, id), endedValue(hdr)); err != nil {
+				return err
+			}
+		}
+		if err := c.set(metaEndedKey, []byte{1}); err != nil {
+			return err
+		}
+		return c.commit()
+	})
 }

@@ -394,3 +394,70 @@ func checkWholeOrGone(t *testing.T, dir string, keys map[string][]string, events
 	}
 	t.Logf("after a kill: %d runs whole, %d gone", whole, gone)
 }
+
+// A run that ended before the ledger recorded end times (its header has
+// none, the ended-run index has no entry) is given its last change as end
+// time by the first collect, and collected by the rule.
+func TestCollectRunsEndedBeforeRetention(t *testing.T) {
+	dir := t.TempDir()
+	clock := &fixedClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	l := openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
+	gcRun(t, l, "older", 1, true)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(txn *badger.Txn) error {
+		k := append([]byte{'h', 0}, "older"...)
+		item, err := txn.Get(k)
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(v, &m); err != nil {
+			return err
+		}
+		if _, ok := m["ended_at"]; !ok {
+			return errors.New("the header has no ended_at")
+		}
+		delete(m, "ended_at")
+		v, _ = json.Marshal(m)
+		if err := txn.Set(k, v); err != nil {
+			return err
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{'g', 0}})
+		defer it.Close()
+		var del [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			del = append(del, it.Item().KeyCopy(nil))
+		}
+		for _, k := range del {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	l = openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
+	ctx := context.Background()
+	if rep, err := l.Collect(ctx, ledger.CollectOptions{Retention: time.Hour}); err != nil || rep.Runs != 0 {
+		t.Fatalf("within the retention: %+v, %v", rep, err)
+	}
+	clock.add(2 * time.Hour)
+	if rep, err := l.Collect(ctx, ledger.CollectOptions{Retention: time.Hour}); err != nil || rep.Runs != 1 {
+		t.Fatalf("past the retention: %+v, %v; want the older run", rep, err)
+	}
+}

@@ -191,10 +191,12 @@ CREATE INDEX actions_in_flight ON {S}.actions (run_id)
 	// 6: retention (collect.go): a run's own retention, when it ended and
 	// until when its keys protect it; the collector finds ended runs and
 	// budget buckets with a window through indexes of those only, so its
-	// cost does not grow with live runs.
+	// cost does not grow with live runs. Runs that ended before count as
+	// ended at their last change.
 	`
 ALTER TABLE {S}.runs ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0,
 	ADD COLUMN ended_at timestamptz, ADD COLUMN keys_until timestamptz;
+UPDATE {S}.runs SET ended_at = updated_at WHERE status IN ('completed', 'failed', 'cancelled');
 CREATE INDEX runs_ended ON {S}.runs (ended_at, run_id) WHERE ended_at IS NOT NULL;
 CREATE INDEX budgets_window ON {S}.budgets (window_start) WHERE every_ms > 0;
 `,
