@@ -112,7 +112,7 @@ func (l *Ledger) Collect(ctx context.Context, o ledger.CollectOptions) (ledger.C
 		return rep, fmt.Errorf("ledger: collecting budget buckets: %w", translate(err))
 	}
 	if rep.Runs > 0 && !o.DryRun {
-		l.reclaim()
+		l.reclaim(rep.Bytes)
 	}
 	return rep, nil
 }
@@ -427,17 +427,29 @@ func (l *Ledger) collectBuckets(ctx context.Context, o ledger.CollectOptions) (i
 	return len(due), err
 }
 
-// reclaim gives the space of what Collect deleted back to the file system:
-// a value-log GC now (the files whose values are mostly deleted are
-// rewritten and removed), as far as Badger already knows what was
-// deleted (its discard statistics, updated by compactions); the GC ticker
-// gets the rest.
-func (l *Ledger) reclaim() {
+// reclaim gives the space of what Collect deleted back to the file system.
+// Badger learns which value-log entries are dead only from compactions
+// (its discard statistics), so once the collects since the last reclaim
+// deleted a value-log file's worth, and at least the size of the tree
+// (so that compacting costs no more than what was deleted), the tree is
+// compacted (Flatten: the tombstones meet the values they delete); then
+// the value log is garbage collected: the files whose values are mostly
+// dead are rewritten and removed. The GC ticker does the same as time
+// goes by.
+func (l *Ledger) reclaim(deleted int64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if !l.closed {
-		l.vlogGC()
+	if l.closed || l.space.readOnly {
+		return
 	}
+	lsm, _ := l.db.Size()
+	if l.deleted.Add(deleted) >= max(l.vlogFileSize(), lsm) {
+		l.deleted.Store(0)
+		if err := l.db.Flatten(1); err != nil {
+			l.log.Warn("compacting after a collect", "err", err)
+		}
+	}
+	l.vlogGC()
 }
 
 // metaEndedKey marks a directory whose runs that ended before the ledger

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -115,6 +116,9 @@ type Ledger struct {
 
 	hub   ledger.Hub
 	stats stats
+	// deleted counts the bytes Collect deleted since the last compaction
+	// it asked for (collect.go).
+	deleted atomic.Int64
 	space *spaceGuard
 
 	// committer-owned state (only the committer goroutine touches these).
