@@ -330,6 +330,10 @@ type act struct {
 // was decided from, for the ledger to check again.
 func (a *act) claimOp(runID string, n int) ledger.Op {
 	o := ledger.Claim(runID, a.n.id, a.row.Tool, a.key, a.args, n).WithCharges(a.charges...)
+	if a.n.spec.Class == tools.Keyed {
+		// The ledger keeps the run while the provider honours the key.
+		o = o.WithKeyTTL(a.n.spec.KeyTTL)
+	}
 	if n == 1 && a.basis != nil {
 		o = a.basis(o)
 	}

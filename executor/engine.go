@@ -348,6 +348,10 @@ type RunOptions struct {
 	// it at creation (ledger.Run.CreatedBy): policy rules see it as
 	// run.creator and may exclude it from approving. Default "".
 	Creator string
+	// Retention is how long the ledger keeps the run after it ended,
+	// stored with it at creation (ledger.Run.Retention; a global retention
+	// that is longer wins). Default 0: as the collector is told.
+	Retention time.Duration
 }
 
 func (o *RunOptions) orDefault() RunOptions {
@@ -389,6 +393,9 @@ func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 	if !opts.Policy.valid() {
 		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: unknown approval policy %q (want all, safe or none)", runID, opts.Policy)
 	}
+	if opts.Retention < 0 {
+		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: negative retention %v", runID, opts.Retention)
+	}
 	if p == nil {
 		return ledger.RunDoc{}, false, fmt.Errorf("%w: run %s: no plan", ErrInvalidPlan, runID)
 	}
@@ -410,6 +417,7 @@ func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 		Policy:    string(opts.Policy), // PlanHash: the ledger computes it
 		ToolsHash: e.reg.Hash(),
 		CreatedBy: opts.Creator,
+		Retention: ledger.Duration(opts.Retention),
 		CreatedAt: now,
 		UpdatedAt: now,
 	}, &pc, rows)

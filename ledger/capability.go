@@ -109,3 +109,18 @@ type ScheduleKeeper interface {
 	SwapSchedule(ctx context.Context, s Schedule) (Schedule, error)
 	DeleteSchedule(ctx context.Context, id string) error
 }
+
+// Collector is a Store that deletes the runs it no longer has to keep
+// (ledger/README.md, Retention): Collect deletes (or, with DryRun, only
+// counts) every ended run (completed, failed, cancelled) whose CollectAt
+// has passed at o.Now, with all of its records (header, plan revisions,
+// rows, key records and their index, events, memos, blobs, budget holds),
+// and every budget bucket whose window has passed (BucketExpired). A run
+// that is not ended is never collected; a run is deleted whole or, if the
+// process dies while deleting it, reads treat it as gone until the next
+// Collect finishes it. Errors: ErrInvalid (a negative retention), ErrClosed,
+// the context's error (what was deleted before stays deleted and is
+// counted), the backend's.
+type Collector interface {
+	Collect(ctx context.Context, o CollectOptions) (CollectReport, error)
+}

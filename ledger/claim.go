@@ -12,9 +12,10 @@ type claimOp struct {
 	runID, actionID, tool, key string
 	args                       json.RawMessage
 	n                          int
-	big                        *bigValue // args when large, named by the caller (large.go)
-	charges                    []Charge  // budgets (budget.go)
-	basis                      *basis    // what its caller decided from (admit.go)
+	big                        *bigValue     // args when large, named by the caller (large.go)
+	charges                    []Charge      // budgets (budget.go)
+	basis                      *basis        // what its caller decided from (admit.go)
+	keyTTL                     time.Duration // how long the provider honours the key (retention.go)
 }
 
 func (c *claimOp) kind() opKind               { return opClaim }
@@ -217,6 +218,9 @@ func (c *claimOp) write(b *batch, s *claiming) (Result, error) {
 	rec := claimed(s.rec, s.has, KeyRecord{Key: c.key, RunID: c.runID, ActionID: c.actionID, Tool: c.tool, Args: args,
 		State: StatusClaimed, Attempt: c.n, Owner: b.tx.Incarnation(), ClaimedAt: now, UpdatedAt: now})
 	if err := b.putKeyRec(rec, !s.has); err != nil {
+		return Result{}, err
+	}
+	if err := b.protect(s.run, rec, c.keyTTL); err != nil {
 		return Result{}, err
 	}
 	row := s.row

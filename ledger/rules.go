@@ -66,6 +66,16 @@ type RunRecord struct {
 	// is the seq of the last one (Run.AuditHash its hash).
 	Audit    bool   `json:"audit,omitempty"`
 	AuditSeq uint64 `json:"audit_seq,omitempty"`
+	// EndedAt is when the run last became completed, failed or cancelled
+	// (zero while it is not ended); KeysUntil is the latest time one of its
+	// keys protects (Claim.WithKeyTTL). Retention counts from them
+	// (CollectAt).
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	KeysUntil time.Time `json:"keys_until,omitzero"`
+	// Collecting: a backend that deletes a run in more than one commit
+	// marks its header first; reads treat such a run as gone and ops on it
+	// fail (ErrCollected) until the collector has finished.
+	Collecting bool `json:"collecting,omitempty"`
 }
 
 // RowRecord is a row as backends store it. Output is not stored here: it
@@ -138,16 +148,28 @@ func Check(ops []Op) error {
 
 func (b *batch) now() time.Time { return b.tx.Now().UTC() }
 
-func (b *batch) run(runID string) (storedRun, bool, error) { return b.tx.Run(runID) }
+func (b *batch) run(runID string) (storedRun, bool, error) {
+	r, ok, err := b.tx.Run(runID)
+	if err == nil && ok && r.Collecting {
+		return r, false, fmt.Errorf("%w: run %q", ErrCollected, runID)
+	}
+	return r, ok, err
+}
 
 // putRun writes a run header, keeping the audit chain's position when r is
 // a copy read before events were appended since.
 func (b *batch) putRun(r storedRun) error {
-	if cur, ok, err := b.tx.Run(r.ID); err != nil {
+	cur, ok, err := b.tx.Run(r.ID)
+	if err != nil {
 		return err
-	} else if ok && cur.AuditSeq > r.AuditSeq {
+	}
+	if ok && cur.AuditSeq > r.AuditSeq {
 		r.Audit, r.AuditHash, r.AuditSeq = cur.Audit, cur.AuditHash, cur.AuditSeq
 	}
+	if ok && cur.KeysUntil.After(r.KeysUntil) {
+		r.KeysUntil = cur.KeysUntil
+	}
+	r.ended(b.now())
 	return b.tx.PutRun(r)
 }
 

@@ -147,6 +147,10 @@ type Run struct {
 	// WakeAt is when a drive should take the run up again: the earliest
 	// time one of its waiting actions is due (timer.go); zero: none.
 	WakeAt time.Time `json:"waiting_until,omitzero"`
+	// Retention is how long the run is kept after it ended (0: as the
+	// store's collector is told, see Collector; ledger/README.md,
+	// Retention).
+	Retention Duration `json:"retention,omitempty"`
 }
 
 // Action is one action of a run's current revision: the row of the Run JSON.
@@ -256,8 +260,8 @@ type RunDoc struct {
 }
 
 // MarshalJSON writes exactly the Run JSON shape: run_id, status, revision,
-// goal, policy, created_at, updated_at, actions, error, and trace_id when
-// tracing is on (an additive field). Times are RFC 3339 UTC; depends_on is []
+// goal, policy, created_at, updated_at, actions, error, trace_id when
+// tracing is on and retention when the run has its own (additive fields). Times are RFC 3339 UTC; depends_on is []
 // rather than null.
 func (d RunDoc) MarshalJSON() ([]byte, error) {
 	actions := make([]Action, len(d.Actions))
@@ -282,8 +286,9 @@ func (d RunDoc) MarshalJSON() ([]byte, error) {
 		Error     string    `json:"error"`
 		TraceID   string    `json:"trace_id,omitempty"`
 		WakeAt    time.Time `json:"waiting_until,omitzero"`
+		Retention string    `json:"retention,omitempty"`
 	}{d.Run.ID, d.Run.Status, d.Run.Revision, d.Run.Goal, d.Run.Policy,
-		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error, d.TraceID, d.Run.WakeAt.UTC()})
+		d.Run.CreatedAt.UTC(), d.Run.UpdatedAt.UTC(), actions, d.Run.Error, d.TraceID, d.Run.WakeAt.UTC(), retentionText(time.Duration(d.Run.Retention))})
 }
 
 // ListOptions pages through runs, newest first.

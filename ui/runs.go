@@ -88,6 +88,8 @@ type createRequest struct {
 	Messages []planner.Message `json:"messages,omitempty"`
 	Plan     json.RawMessage   `json:"plan,omitempty"`
 	Approve  string            `json:"approve,omitempty"`
+	// Retention is the new run's own retention ("30d", "12h"; plan.ParseDuration).
+	Retention string `json:"retention,omitempty"`
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
@@ -160,6 +162,14 @@ func (s *Server) newCreation(w http.ResponseWriter, r *http.Request, req createR
 		return runs.Request{}, false
 	}
 	c := runs.Request{Options: &executor.RunOptions{Policy: policy, Creator: who(r)}}
+	if req.Retention != "" {
+		d, err := plan.ParseDuration(req.Retention)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("retention must be a positive duration such as \"30d\" or \"12h\", not %q", req.Retention), nil)
+			return runs.Request{}, false
+		}
+		c.Options.Retention = d
+	}
 	ident, err := s.identity(r, req, policy)
 	if err != nil {
 		s.fail(w, err)

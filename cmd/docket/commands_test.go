@@ -160,6 +160,7 @@ func TestMissingDataDir(t *testing.T) {
 		{"audit", "--verify", "r1"},
 		{"budgets"},
 		{"backup"},
+		{"gc", "--retention", "30d"},
 		{"approve", "--tools", b.tools, "r1"},
 		{"reject", "--tools", b.tools, "r1", "a1"},
 		{"resolve", "--tools", b.tools, "r1", "a1", "--skip"},

@@ -14,6 +14,7 @@ import (
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/executor/runs"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
 	"github.com/docketrun/docket/planner"
 )
 
@@ -33,9 +34,11 @@ type runCmd struct {
 	waitTimers bool
 	// key is the ledger's encryption key.
 	key *ledgerKey
+	// retention is the new run's own retention (--retention).
+	retention time.Duration
 }
 
-const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--accept-tools-change] [--wait-timers=false] [--server URL --token T]"
+const runUsage = "run [--data DIR | --ledger URL [--lease-wait 1m]] --tools FILE (--plan FILE | --goal TEXT [--model NAME] [--base-url URL]) [--run-id ID] [--approve all|safe|none] [--retention D] [--accept-tools-change] [--wait-timers=false] [--server URL --token T]"
 
 func (c *runCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.env.Stderr)
@@ -47,6 +50,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	runID := fs.String("run-id", "", "run id (default: derived from the plan, so an identical rerun resumes)")
 	approve := fs.String("approve", "", "approval policy stored with a new run: all, safe or none (default safe; given, a rerun must name the policy the run was created with)")
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
+	retentionFlag(fs, &c.retention, "keep a new run this long after it ended (30d, 2w, 12h), then docket gc or serve's sweep deletes it (never while a key of its keyed calls is honoured; a longer global --retention wins); default: as the global retention says, else for ever")
 	leaseWait := leaseWaitFlag(fs)
 	waitTimers := fs.Bool("wait-timers", true, "stay up while the run waits for its actions' times (not_before, after) and drive it then; false: exit 3 once only waiting actions are left, saying until when (docket serve wakes the run)")
 	policyPath := policyFlag(fs)
@@ -138,6 +142,9 @@ func (c *runCmd) remote(ctx context.Context, sf *serverFlags, planPath, goal str
 		return ledger.RunDoc{}, usageError("--plan FILE is required, or --goal TEXT (see docket run -h)")
 	}
 	body["run_id"] = *runID
+	if c.retention > 0 {
+		body["retention"] = plan.FormatDuration(c.retention)
+	}
 	if err := cl.do(ctx, "POST", "/v1/runs", body, nil, nil); err != nil {
 		if exitCode(err) == exitSentUnknown {
 			return ledger.RunDoc{}, withCode(exitSentUnknown, fmt.Errorf("run %s may have been recorded, and its calls started, by the service at %s: the request was sent but its answer was lost (%w); "+
@@ -232,7 +239,7 @@ func (c *runCmd) exec(ctx context.Context, data, toolsPath, planPath, goal strin
 	// at once (before waiting for any other process's lease).
 	ident := executor.Request{Plan: p, Policy: policy}
 	req := runs.Request{RunID: *runID, Identity: &ident,
-		Options: &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)}}
+		Options: &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env), Retention: c.retention}}
 	var doc ledger.RunDoc
 	if err = runs.Check(ctx, l, req); err == nil {
 		doc, err = driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
@@ -278,7 +285,7 @@ func (c *runCmd) execGoal(ctx context.Context, data, toolsPath, goal string, run
 		*runID = planner.GoalRunID(planner.Request{Goal: goal}, reg.Hash()) // as runGoal derives it
 	}
 	doc, err := driveShared(ctx, l, *runID, c.leaseWait, c.env.Stderr, func() (ledger.RunDoc, error) {
-		doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env)})
+		doc, err := runGoal(ctx, c.env, mf, reg, l, eng, goal, runID, &executor.RunOptions{Policy: policy, AcceptToolsChange: acceptTools, Creator: reviewer(c.env), Retention: c.retention})
 		if !c.waitTimers {
 			return doc, err
 		}

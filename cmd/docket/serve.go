@@ -106,6 +106,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	defer stopDrives()
 	defer startScheduler(ctx, st)()
+	defer startRetentionSweep(ctx, st)()
 	return c.serveUntilSignal(ctx, st)
 }
 
@@ -118,6 +119,7 @@ type serveOpts struct {
 	burst, maxSockets                                                  int
 	hf                                                                 *httpFlags
 	grace, mcpWait, lease                                              time.Duration
+	retention, gcEvery                                                 time.Duration
 	mcpOn, mcpURLToken                                                 bool
 	mcpPolicy                                                          executor.Policy
 	memLimit                                                           int64
@@ -152,6 +154,8 @@ func (c *serveCmd) parseFlags(args []string) (*serveOpts, error) {
 	fs.BoolVar(&o.mcpURLToken, "mcp-url-token", false, "with --mcp: also serve MCP at /mcp/t/TOKEN, for clients that cannot send an Authorization header (the token then shows in URLs: proxies' logs, shell history)")
 	fs.DurationVar(&o.mcpWait, "mcp-wait", 60*time.Second, "with --mcp: how long an MCP call that waits for a person stays open; 0: answer at once")
 	fs.DurationVar(&o.lease, "lease", postgres.DefaultLease, "with --ledger: this node's lease; after it, other nodes adopt the runs this node drove (renewed every lease/5)")
+	retentionFlag(fs, &o.retention, "delete ended runs this long after they ended (30d, 2w; never before their own retention or while a key of theirs is honoured: see docket gc); default: keep them, except runs with a retention of their own")
+	fs.DurationVar(&o.gcEvery, "gc-every", 10*time.Minute, "how often to delete what retention no longer keeps, and budget windows that have passed (0: never; docket gc does it once)")
 	memLimit := fs.String("memory-limit", "", "soft memory limit of the process (256MiB, 1GiB, off) (default $GOMEMLIMIT, else 128MiB)")
 	o.mf = addModelFlags(fs)
 	pos, err := parseArgs(fs, args)
@@ -191,6 +195,8 @@ func (o *serveOpts) check(mcpApprove string) (executor.Policy, error) {
 	switch {
 	case o.mcpURLToken && !o.mcpOn:
 		return "", usageError("--mcp-url-token serves MCP at /mcp/t/TOKEN: it needs --mcp")
+	case o.gcEvery < 0:
+		return "", usageError("--gc-every must not be negative")
 	case o.mcpWait < 0:
 		return "", usageError("--mcp-wait must not be negative")
 	case (o.tlsCert == "") != (o.tlsKey == ""):

@@ -22,6 +22,10 @@ type request struct {
 	err         error // for the request as a whole: nothing of it was applied
 	done        chan struct{}
 	committedIn uint64 // commit number that carried it (0: nothing written)
+	// excl, when set, is run by the committer alone (collect.go): after
+	// every earlier request is durable, before any later one is evaluated;
+	// its error is the request's.
+	excl func() error
 }
 
 // entry is one pending write: the encoded value and the decoded object it
@@ -220,6 +224,11 @@ func (b *batch) PutRun(r ledger.RunRecord) error {
 	}
 	if !prev.WakeAt.Equal(r.WakeAt) {
 		b.moveWake(prev, r)
+	}
+	// Ended runs by end time, for the collector (collect.go); an entry left
+	// by an earlier end (a replayed run) is dropped by the collector.
+	if !r.EndedAt.IsZero() && (!existed || !prev.EndedAt.Equal(r.EndedAt)) {
+		b.put(endedKey(r.EndedAt, r.ID), nil, endedValue(r))
 	}
 	return nil
 }
@@ -675,6 +684,10 @@ func (p *pending) settled(err error) {
 // next batch; a request that fits in no batch fails alone (ErrTooLarge).
 func (p *pending) add(r *request) {
 	l := p.l
+	if r.excl != nil {
+		p.exclusive(r)
+		return
+	}
 	for {
 		if p.b == nil {
 			p.b = l.newBatch()
@@ -710,6 +723,22 @@ func (p *pending) add(r *request) {
 	}
 }
 
+// exclusive runs r.excl once nothing is pending or in flight, then forgets
+// the cached records and seqs (excl may have deleted them).
+func (p *pending) exclusive(r *request) {
+	l := p.l
+	for l.inflight != nil || p.b != nil {
+		if l.inflight != nil {
+			p.settled(<-l.inflight.done)
+		} else {
+			p.flush()
+		}
+	}
+	r.err = r.excl()
+	l.forgetCached()
+	l.ack(r, 0, 0)
+}
+
 // flight is a batch handed to the writer.
 type flight struct {
 	b    *batch
@@ -739,11 +768,7 @@ func (l *Ledger) finish(err error) {
 	if err != nil {
 		// The store may hold part of it: forget cached seqs and records,
 		// reload on next use.
-		clear(l.seqs)
-		clear(l.cache.m)
-		l.cache.size = 0
-		clear(l.blobs.m)
-		l.blobs.rows = 0
+		l.forgetCached()
 		return
 	}
 	for r, s := range f.b.base.seqs {
@@ -752,6 +777,16 @@ func (l *Ledger) finish(err error) {
 	for _, k := range f.b.base.order {
 		l.cache.add(f.b.base.m[k])
 	}
+}
+
+// forgetCached drops the committer's cached seqs and records: they are
+// read again on next use.
+func (l *Ledger) forgetCached() {
+	clear(l.seqs)
+	clear(l.cache.m)
+	l.cache.size = 0
+	clear(l.blobs.m)
+	l.blobs.rows = 0
 }
 
 // writer commits batches in order and acknowledges their requests after the

@@ -41,6 +41,8 @@ func TestMain(m *testing.M) {
 		os.Exit(holdChild(os.Getenv("DOCKET_LEDGER_DIR")))
 	case "rekey":
 		os.Exit(rekeyChild(os.Getenv("DOCKET_LEDGER_DIR"), os.Getenv("DOCKET_KEY_A"), os.Getenv("DOCKET_KEY_B")))
+	case "collect":
+		os.Exit(collectChild(os.Getenv("DOCKET_LEDGER_DIR")))
 	}
 	goleak.VerifyTestMain(m,
 		// Badger's and ristretto's package-level goroutines outlive any DB.

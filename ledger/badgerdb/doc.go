@@ -96,6 +96,9 @@
 //	u\0<bucket id>                   budget bucket (JSON ledger.BudgetRecord; budget.go)
 //	r\0<key>                         a key's budget hold (JSON ledger.Hold; budget.go)
 //	s\0<schedule id>                 schedule (JSON ledger.EncodeSchedule; schedule.go)
+//	g\0<ended_ns BE8><run>           ended runs by end time, for the collector; value 1 when the
+//	                                 run has a retention of its own; at time 0: a run whose
+//	                                 deletion was cut short (collect.go)
 //
 // The <key> of x and k records is NUL + the 32 bytes of an executor-derived
 // key ("dk1_" + 64 lowercase hex digits), any other key its text.

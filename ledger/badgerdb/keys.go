@@ -24,6 +24,7 @@ const (
 	kindEvent  = 'e' // e\0<run>\0<seq BE8>            -> event
 	kindMemo   = 'm' // m\0<run>\0<name>               -> memo value
 	kindBlob   = 'c' // c\0<run>\0<sha256 hex>         -> a large value, stored once (large.go)
+	kindEnded  = 'g' // g\0<ended BE8><run>           -> empty: ended runs by end time (collect.go)
 )
 
 // formatVersion is the on-disk format of a data directory: its Badger keys

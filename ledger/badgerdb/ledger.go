@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -127,7 +128,10 @@ type Ledger struct {
 
 	hub   ledger.Hub
 	stats stats
-	space *spaceGuard
+	// deleted counts the bytes Collect deleted since the last compaction
+	// it asked for (collect.go).
+	deleted atomic.Int64
+	space   *spaceGuard
 
 	// schedMu serializes schedule writes (schedule.go): the database runs
 	// without conflict detection, the committer being its only other writer.
@@ -493,26 +497,35 @@ func (l *Ledger) gcLoop() {
 			continue
 		case <-t.C:
 		}
-		if l.space.readOnly {
+		l.vlogGC()
+	}
+}
+
+// vlogGC rewrites value-log files whose values are mostly deleted or
+// overwritten (a bounded number per call), giving their space back: on the
+// GC ticker, and after Collect deleted runs.
+func (l *Ledger) vlogGC() (rewrites int) {
+	if l.space.readOnly {
+		return 0
+	}
+	for i := 0; i < 16; i++ { // a bounded number of rewrites per call
+		// A rewrite copies up to one value-log file's live values
+		// through the value log's mapping before deleting the file.
+		if err := l.space.admit(l.vlogFileSize(), l.log); err != nil {
+			l.log.Warn("value log GC postponed", "err", err)
+			return rewrites
+		}
+		err := l.db.RunValueLogGC(0.5)
+		if err == nil {
+			rewrites++
 			continue
 		}
-		for i := 0; i < 16; i++ { // a bounded number of rewrites per tick
-			// A rewrite copies up to one value-log file's live values
-			// through the value log's mapping before deleting the file.
-			if err := l.space.admit(l.vlogFileSize(), l.log); err != nil {
-				l.log.Warn("value log GC postponed", "err", err)
-				break
-			}
-			err := l.db.RunValueLogGC(0.5)
-			if err == nil {
-				continue
-			}
-			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
-				l.log.Warn("value log GC", "err", err)
-			}
-			break
+		if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+			l.log.Warn("value log GC", "err", err)
 		}
+		return rewrites
 	}
+	return rewrites
 }
 
 // badgerLogger routes Badger's logging to slog: errors and warnings as such,

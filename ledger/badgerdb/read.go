@@ -2,6 +2,7 @@ package badgerdb
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -73,6 +74,9 @@ func readRun(txn *badger.Txn, runID string) (ledger.RunRecord, error) {
 	if !ok {
 		return r, fmt.Errorf("%w: run %q", ledger.ErrNotFound, runID)
 	}
+	if r.Collecting {
+		return r, fmt.Errorf("%w: run %q", ledger.ErrCollected, runID)
+	}
 	// Every change of a run's actions appends an event; the header is only
 	// rewritten for run-level changes. UpdatedAt is the later of the two.
 	prefix := runPrefix(kindEvent, runID)
@@ -94,6 +98,17 @@ func readRun(txn *badger.Txn, runID string) (ledger.RunRecord, error) {
 		}
 	}
 	return r, nil
+}
+
+// isCollecting reports whether run runID's header is marked for the
+// collector (collect.go): reads treat the run as gone.
+func isCollecting(txn *badger.Txn, runID string) (bool, error) {
+	var collecting bool
+	_, err := getDecoded(txn, runKey(runID), func(v []byte) error {
+		collecting = bytes.Contains(v, []byte(`"collecting":true`))
+		return nil
+	})
+	return collecting, err
 }
 
 // GetRun returns a run's header. Errors: ErrNotFound, ErrClosed.
@@ -358,6 +373,9 @@ func (l *Ledger) Key(ctx context.Context, key string) (ledger.KeyRecord, error) 
 		if !ok {
 			return fmt.Errorf("%w: key %s", ledger.ErrNotFound, key)
 		}
+		if collecting, err := isCollecting(txn, runID); err != nil || collecting {
+			return cmp.Or(err, fmt.Errorf("%w: key %s of run %q", ledger.ErrCollected, key, runID))
+		}
 		ok, err = getDecoded(txn, keyRecKey(runID, key), func(v []byte) (err error) {
 			rec, err = decodeKeyRec(runID, key, v)
 			return err
@@ -382,6 +400,9 @@ func (l *Ledger) Events(ctx context.Context, runID string, after uint64, limit i
 		return nil, ctx.Err()
 	}
 	err := l.view(ctx, func(txn *badger.Txn) error {
+		if collecting, err := isCollecting(txn, runID); err != nil || collecting {
+			return err // a run being collected has no events left to read
+		}
 		prefix := runPrefix(kindEvent, runID)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 128})
 		defer it.Close()

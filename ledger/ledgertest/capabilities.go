@@ -22,6 +22,7 @@ type capability struct {
 var capabilities = []capability{
 	{"ledger.Backuper", is[ledger.Backuper], testBackuper},
 	{"ledger.BudgetReader", is[ledger.BudgetReader], testBudgetReader},
+	{"ledger.Collector", is[ledger.Collector], testCollector},
 	{"ledger.LeaseHolder", is[ledger.LeaseHolder], testLeaseHolder},
 	{"ledger.LeaseReader", is[ledger.LeaseReader], testLeaseReader},
 	{"ledger.Reserver", is[ledger.Reserver], testReserver},

@@ -7,7 +7,7 @@ import (
 )
 
 const (
-	runCols = `run_id, status, revision, goal, policy, plan_hash, tools_hash, created_at, updated_at, error, paused_by, rows, rev_hash, created_by, audit, audit_hash, audit_seq, wake_at`
+	runCols = `run_id, status, revision, goal, policy, plan_hash, tools_hash, created_at, updated_at, error, paused_by, rows, rev_hash, created_by, audit, audit_hash, audit_seq, wake_at, retention_ms, ended_at, keys_until`
 	rowCols = `action_id, ord, tool, class, key, status, attempts, args, depends_on, error, approved_args, undo, gate, approvals, timer`
 	keyCols = `key, run_id, action_id, tool, args, state, attempt, owner, claimed_at, output, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure`
 )
@@ -85,11 +85,12 @@ func makeQueries(schema string) queries {
 		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
 		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`),
-		// $20 NULL: the driver is kept (no event appended).
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`),
+		// $23 NULL: the driver is kept (no event appended).
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13,
-			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17, wake_at = $18, last_seq = $19, driver = coalesce($20, driver) WHERE run_id = $1`),
+			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17, wake_at = $18, retention_ms = $19, ended_at = $20, keys_until = $21,
+			last_seq = $22, driver = coalesce($23, driver) WHERE run_id = $1`),
 		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
 		// Orphans: running runs whose driver is gone; runs paused by the
 		// executor with nothing left in needs_review, or awaiting approval

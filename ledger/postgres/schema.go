@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -204,6 +204,18 @@ CREATE TABLE {S}.schedules (
 	version bigint NOT NULL,
 	doc     bytea NOT NULL
 );
+`,
+	// 8: retention (collect.go): a run's own retention, when it ended and
+	// until when its keys protect it; the collector finds ended runs and
+	// budget buckets with a window through indexes of those only, so its
+	// cost does not grow with live runs. Runs that ended before count as
+	// ended at their last change.
+	`
+ALTER TABLE {S}.runs ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0,
+	ADD COLUMN ended_at timestamptz, ADD COLUMN keys_until timestamptz;
+UPDATE {S}.runs SET ended_at = updated_at WHERE status IN ('completed', 'failed', 'cancelled');
+CREATE INDEX runs_ended ON {S}.runs (ended_at, run_id) WHERE ended_at IS NOT NULL;
+CREATE INDEX budgets_window ON {S}.budgets (window_start) WHERE every_ms > 0;
 `,
 }
 

@@ -159,7 +159,8 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 func (t *tx) queueRun(e *runEntry) {
 	r := e.rec
 	args := []any{r.ID, string(r.Status), r.Revision, t.s.env.sealText("runs.goal", r.Goal), r.Policy, r.PlanHash, r.ToolsHash,
-		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), t.s.env.sealText("runs.error", r.Error), r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq), wakeArg(r.WakeAt)}
+		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), t.s.env.sealText("runs.error", r.Error), r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq), wakeArg(r.WakeAt),
+		time.Duration(r.Retention).Milliseconds(), timeOrNil(r.EndedAt), timeOrNil(r.KeysUntil)}
 	var driver any // NULL: no event appended (a new run's), kept (an update's)
 	if e.seqs {
 		driver = t.inc
@@ -735,10 +736,10 @@ func utcOrZero(t *time.Time) time.Time {
 // time when extra is a **time.Time).
 func scanRun(e *envelope, row pgx.Row, r *ledger.RunRecord, extra any) error {
 	var status string
-	var auditSeq int64
-	var wake *time.Time
+	var auditSeq, retentionMS int64
+	var wake, ended, keysUntil *time.Time
 	if err := row.Scan(&r.ID, &status, &r.Revision, &r.Goal, &r.Policy, &r.PlanHash, &r.ToolsHash, &r.CreatedAt, &r.UpdatedAt,
-		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, &wake, extra); err != nil {
+		&r.Error, &r.PausedBy, &r.Rows, &r.RevHash, &r.CreatedBy, &r.Audit, &r.AuditHash, &auditSeq, &wake, &retentionMS, &ended, &keysUntil, extra); err != nil {
 		return err
 	}
 	r.WakeAt = utcOrZero(wake)
@@ -746,6 +747,8 @@ func scanRun(e *envelope, row pgx.Row, r *ledger.RunRecord, extra any) error {
 		return err
 	}
 	r.AuditSeq = uint64(auditSeq)
+	r.Retention = ledger.Duration(time.Duration(retentionMS) * time.Millisecond)
+	r.EndedAt, r.KeysUntil = utcOrZero(ended), utcOrZero(keysUntil)
 	r.Status = ledger.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	return nil
