@@ -119,6 +119,7 @@ type state struct {
 	blobs   map[pair]json.RawMessage
 	budgets map[string]ledger.BudgetRecord // by bucket id
 	holds   map[string]ledger.Hold         // by key
+	limits  map[string]ledger.LimitRecord  // by tool
 }
 
 // New returns an empty Store. Errors: ErrInvalid (a bad Config).
@@ -143,6 +144,7 @@ func New(cfg Config) (*Store, error) {
 		blobs:   map[pair]json.RawMessage{},
 		budgets: map[string]ledger.BudgetRecord{},
 		holds:   map[string]ledger.Hold{},
+		limits:  map[string]ledger.LimitRecord{},
 	}}, nil
 }
 
