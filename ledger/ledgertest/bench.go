@@ -39,8 +39,9 @@ func BenchClaimLimits(b *testing.B, l ledger.Store) {
 				key   string
 			}
 			calls := make([]call, b.N)
+			stamp := time.Now().UnixNano() // -count runs again on the same store
 			for i := range calls {
-				run, n := fmt.Sprintf("bench-%s-%d-%d", mode, b.N, i/perRun), i%perRun
+				run, n := fmt.Sprintf("bench-%s-%d-%d", mode, stamp, i/perRun), i%perRun
 				if n == 0 {
 					p := &plan.Plan{Goal: "bench"}
 					for j := range perRun {
