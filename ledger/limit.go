@@ -106,11 +106,12 @@ type LimitRecord struct {
 	Tool string `json:"tool"`
 	// Slots are the claims that hold a slot, oldest first.
 	Slots []Slot `json:"slots,omitempty"`
-	// Starts are the times (the ledger's clock) of the latest claims that
-	// started a call, oldest first: only those that may still count
-	// against the rate.
-	Starts    []time.Time `json:"starts,omitempty"`
-	UpdatedAt time.Time   `json:"updated_at"`
+	// Starts are the times (the ledger's clock, nanoseconds since the
+	// Unix epoch: compact, as a rate may keep a thousand) of the latest
+	// claims that started a call, oldest first: only those that may still
+	// count against the rate.
+	Starts    []int64   `json:"starts,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Slot is one claim that holds a slot of its tool.
@@ -186,12 +187,12 @@ func (b *batch) takeSlot(o *claimOp) (taken *slotTaking, refused error, err erro
 	}
 	if l.Rate > 0 {
 		from := now.Add(-l.Per)
-		rec.Starts = slices.DeleteFunc(slices.Clone(rec.Starts), func(t time.Time) bool { return !t.After(from) })
+		rec.Starts = slices.DeleteFunc(slices.Clone(rec.Starts), func(t int64) bool { return t <= from.UnixNano() })
 		if n := len(rec.Starts); n >= l.Rate {
 			return nil, &LimitError{RunID: o.runID, ActionID: o.actionID, Key: o.key, Tool: o.tool,
-				Reason: LimitRate, Started: n, Limit: l, RetryAt: rec.Starts[n-l.Rate].Add(l.Per)}, nil
+				Reason: LimitRate, Started: n, Limit: l, RetryAt: time.Unix(0, rec.Starts[n-l.Rate]).UTC().Add(l.Per)}, nil
 		}
-		rec.Starts = append(rec.Starts, now)
+		rec.Starts = append(rec.Starts, now.UnixNano())
 	} else {
 		rec.Starts = nil
 	}
