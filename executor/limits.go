@@ -28,6 +28,11 @@ const (
 	limitPollMax = time.Second
 )
 
+// rateWaitMax bounds one wait for a rate's window (a window may be a day
+// long): the action then claims again, so that a pause or a cancel of its
+// run, or the end of the drive, is seen within it.
+const rateWaitMax = 5 * time.Second
+
 // toolLimit is spec's limits as the ledger takes them.
 func toolLimit(s tools.Spec) ledger.ToolLimit {
 	return ledger.ToolLimit{MaxInFlight: s.Limits.MaxInFlight, Rate: s.Limits.Rate, Per: s.Limits.Per}
@@ -92,7 +97,7 @@ func (d *driver) waitSlot(ctx context.Context, a *act, n int, le *ledger.LimitEr
 	if le.Reason == ledger.LimitRate {
 		// A start frees up at RetryAt by the ledger's clock, which the
 		// engine's clock and sleep follow (Config.Clock, Config.Sleep).
-		until := max(le.RetryAt.Sub(d.e.clock.Now()), 0) + time.Millisecond
+		until := min(max(le.RetryAt.Sub(d.e.clock.Now()), 0)+time.Millisecond, rateWaitMax)
 		return d.e.sleep(ctx, until) == nil
 	}
 	wait := w.poll/2 + rand.N(w.poll/2+1)

@@ -219,6 +219,9 @@ func (c *claimOp) admitted(b *batch, s *claiming) (Result, bool, error) {
 // write records the claim: the key record, the row and action.claimed.
 func (c *claimOp) write(b *batch, s *claiming) (Result, error) {
 	now := b.now()
+	if s.slot != nil {
+		now = s.slot.at // the start the tool's rate counts
+	}
 	args, err := b.stash(c.runID, c.args, c.big) // one blob for the key record and the row
 	if err != nil {
 		return Result{}, err

@@ -155,6 +155,7 @@ func (o Op) WithLimits(l ToolLimit) Op {
 type slotTaking struct {
 	rec  LimitRecord
 	data any
+	at   time.Time // the start recorded: the claim's time too
 }
 
 // takeSlot checks o's tool limits: a *LimitError (as an op-level error)
@@ -206,7 +207,7 @@ func (b *batch) takeSlot(o *claimOp) (taken *slotTaking, refused error, err erro
 		kv = append(kv, "started", len(rec.Starts), "rate", l.Rate, "per", l.Per.String())
 	}
 	rec.UpdatedAt = now
-	return &slotTaking{rec: rec, data: obj(kv...)}, nil, nil
+	return &slotTaking{rec: rec, data: obj(kv...), at: now}, nil, nil
 }
 
 // put writes the tool's record with the slot taken.
