@@ -23,8 +23,12 @@ import (
 var _ ledger.LimitTx = (*tx)(nil)
 
 const (
-	limitsOfKeys = `SELECT tool, record FROM {S}.tool_limits
-		WHERE tool IN (SELECT k.tool FROM {S}.keys k WHERE k.key = ANY($1::text[])) ORDER BY tool FOR UPDATE`
+	// The tools of the keys named, sorted, then each tool's row looked up
+	// and locked by its primary key (as queries.go's lockKeys: a lookup
+	// per id whatever the prepared statement's plan).
+	limitsOfKeys = `SELECT l.* FROM (SELECT DISTINCT k.tool FROM unnest($1::text[]) AS x (key),
+			LATERAL (SELECT tool FROM {S}.keys WHERE key = x.key OFFSET 0) AS k ORDER BY 1) AS w,
+		LATERAL (SELECT tool, record FROM {S}.tool_limits WHERE tool = w.tool FOR UPDATE) AS l`
 	limitForUpdate = `SELECT tool, record FROM {S}.tool_limits WHERE tool = $1 FOR UPDATE`
 	insertLimit    = `INSERT INTO {S}.tool_limits (tool, record) VALUES ($1, $2)`
 	updateLimit    = `UPDATE {S}.tool_limits SET record = $2 WHERE tool = $1`
