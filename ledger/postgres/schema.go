@@ -189,12 +189,15 @@ CREATE INDEX actions_in_flight ON {S}.actions (run_id)
 	WHERE key <> '' AND (status = 'claimed' OR (status IN ('pending', 'approved') AND attempts > 0 AND NOT undo));
 `,
 	// 6: per-tool concurrency and rate limits (toollimit.go): one row per
-	// limited tool, its slots and recent starts as JSON.
+	// limited tool, its slots and recent starts as JSON. Every claim and
+	// outcome of the tool updates its row: pages mostly empty keep those
+	// updates in place (HOT) instead of a chain of dead versions that each
+	// lock must walk.
 	`
 CREATE TABLE {S}.tool_limits (
 	tool   text PRIMARY KEY,
 	record bytea NOT NULL
-);
+) WITH (fillfactor = 10);
 `,
 }
 
