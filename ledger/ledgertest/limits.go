@@ -130,19 +130,19 @@ func jsonHas(t *testing.T, data json.RawMessage, name, want string) bool {
 	return fmt.Sprint(got) == fmt.Sprint(w)
 }
 
-// setClock is a clock the test sets.
-type setClock struct {
+// limitClock is a clock the test sets.
+type limitClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func (c *setClock) Now() time.Time {
+func (c *limitClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *setClock) set(t time.Time) {
+func (c *limitClock) set(t time.Time) {
 	c.mu.Lock()
 	c.t = t
 	c.mu.Unlock()
@@ -150,7 +150,7 @@ func (c *setClock) set(t time.Time) {
 
 func testLimitRate(t *testing.T, open Opener) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	clock := &setClock{t: t0}
+	clock := &limitClock{t: t0}
 	cfg := newConfig(t)
 	cfg.Clock = clock
 	b := &bundle{l: open(t, cfg), ctx: t.Context(), cfg: cfg}
