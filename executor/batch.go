@@ -308,6 +308,11 @@ func (s *sched) absorbClaim(a *act, r ledger.Result, runID string, now time.Time
 		out.notes = append(out.notes, note{msg: staleMsg, id: n.id, err: r.Err.Error()})
 		s.redrive = true
 		s.retake(n)
+	case errors.Is(r.Err, ledger.ErrLimited):
+		// The tool is full or its rate is spent (nothing written, no
+		// attempt counted): its worker waits for a slot and claims it.
+		a.rec = nil
+		out.work = append(out.work, a)
 	case errors.Is(r.Err, ledger.ErrBudgetExceeded):
 		// Another claim took the room since we read the usage: prepare it
 		// again, decided on the new usage.

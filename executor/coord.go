@@ -23,6 +23,9 @@ type coord struct {
 
 	gatesMu sync.Mutex
 	gates   map[string]*gate // run id -> gate
+
+	slotsMu sync.Mutex
+	slots   map[string]chan struct{} // tool -> closed when this process frees one of its slots (limits.go)
 }
 
 // coordOf returns the registries attached to l.

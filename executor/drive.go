@@ -302,6 +302,9 @@ type act struct {
 	// basis states to the ledger what the first claim was decided from
 	// (ledger.Op.Decided, Uncounted): it re-checks all of it in the claim.
 	basis func(ledger.Op) ledger.Op
+	// limit is set while the action waits for a slot of its tool
+	// (limits.go).
+	limit *limitWait
 	// maybeDone: an earlier attempt's outcome is unknown (or the provider
 	// said a request with the key was in flight) and nothing has shown since
 	// that it did not take effect. Retries that then run out on calls that
@@ -329,7 +332,7 @@ type act struct {
 // claimOp is the claim of attempt n of a.key; a first claim says what it
 // was decided from, for the ledger to check again.
 func (a *act) claimOp(runID string, n int) ledger.Op {
-	o := ledger.Claim(runID, a.n.id, a.row.Tool, a.key, a.args, n).WithCharges(a.charges...)
+	o := ledger.Claim(runID, a.n.id, a.row.Tool, a.key, a.args, n).WithCharges(a.charges...).WithLimits(toolLimit(a.n.spec))
 	if a.n.spec.Class == tools.Keyed {
 		// The ledger keeps the run while the provider honours the key.
 		o = o.WithKeyTTL(a.n.spec.KeyTTL)

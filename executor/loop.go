@@ -81,6 +81,7 @@ func (d *driver) spawn(ctx context.Context, acts []*act) {
 // absorbEnd takes in a worker's act that ended other than with an output
 // to record: its row, how the run fails, and it leaves the flight.
 func (d *driver) absorbEnd(a *act) {
+	d.freedSlot(a)
 	d.absorbEffects(a)
 	d.setRow(a.n, a.row)
 	if a.notDue != nil {
@@ -228,6 +229,7 @@ func (d *driver) recordWin(ctx context.Context, w win, r *ledger.Result) {
 // endWin takes a succeeded act back from flight (its row holds its
 // outcome, or why it could not be recorded).
 func (d *driver) endWin(a *act) {
+	d.freedSlot(a)
 	d.absorbEffects(a)
 	d.setRow(a.n, a.row)
 	d.leave()

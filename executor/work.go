@@ -115,6 +115,7 @@ func (d *driver) record(ctx context.Context, a *act, ops ...ledger.Op) bool {
 		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "record outcome", Err: err})
 		return false
 	}
+	d.freedSlot(a)
 	d.reportEnded(a)
 	if h := d.e.cfg.Hooks.AfterOutcome; h != nil {
 		h(a.n.id)
@@ -296,7 +297,7 @@ func (d *driver) mirror(a *act, rec *ledger.KeyRecord) {
 // dec.attempt, claimed first when the key is pending (dec.claimToPark).
 func (d *driver) parkAt(ctx context.Context, a *act, dec decision) {
 	if dec.claimToPark {
-		if ok, _ := d.claim(ctx, a, dec.attempt); ok {
+		if ok, _ := d.claimAs(ctx, a, dec.attempt, false); ok {
 			d.park(ctx, a, dec.reason)
 		}
 		return
@@ -323,6 +324,13 @@ func (d *driver) link(ctx context.Context, a *act, rec *ledger.KeyRecord) {
 // endSucceeded with a.rec set when the claim met another record (decide again),
 // or the action is stopped.
 func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
+	return d.claimAs(ctx, a, n, true)
+}
+
+// claimAs is claim; calls: a call follows the claim, so it carries the
+// tool's limits (a claim that only records what a lookup found, or parks
+// the action for a person, does not).
+func (d *driver) claimAs(ctx context.Context, a *act, n int, calls bool) (ok bool, how end) {
 	if d.e.draining() {
 		return false, endStopped // shutting down: no new claim
 	}
@@ -333,7 +341,15 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 		a.setFatal(err)
 		return false, endStopped
 	}
-	ops := append(a.preOps, a.claimOp(d.runID, n))
+	claim := a.claimOp(d.runID, n)
+	if !calls {
+		claim = claim.WithLimits(ledger.ToolLimit{})
+	}
+	ops := append(a.preOps, claim)
+	var freed <-chan struct{}
+	if calls && !a.n.spec.Limits.IsZero() {
+		freed = slotSignal(d.e.led, a.n.spec.Name) // before the claim: a slot freed after it wakes us
+	}
 	var res []ledger.Result
 	var err error
 	halted, cancelled := false, false
@@ -386,6 +402,15 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 			a.stale = true
 			return false, endStopped
 		}
+		if le := limitErr(r.Err); le != nil {
+			// The tool is full or its rate is spent: nothing was written and
+			// no attempt counted. Wait, then decide again from the record.
+			if !d.waitSlot(ctx, a, n, le, freed) {
+				return false, endStopped
+			}
+			a.rec = nil
+			return false, endSucceeded
+		}
 		if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
 			if n > 1 {
 				return false, d.overOnRetry(ctx, a, n, r.Err)
@@ -398,6 +423,7 @@ func (d *driver) claim(ctx context.Context, a *act, n int) (ok bool, how end) {
 		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
 		return false, endStopped
 	}
+	a.claimedAfterWait()
 	d.claimedNow(a, n, r.Key)
 	return true, endSucceeded
 }
@@ -573,7 +599,7 @@ func (d *driver) claimNext(ctx context.Context, a *act, dec decision) (out json.
 			if dec.prevHeld {
 				// Record on the dead process's claim (any owner may).
 				a.attempt = n - 1
-			} else if ok, how := d.claim(ctx, a, n); !ok {
+			} else if ok, how := d.claimAs(ctx, a, n, false); !ok {
 				return nil, false, how, false
 			}
 			if res.verb == doReview {

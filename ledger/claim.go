@@ -14,6 +14,7 @@ type claimOp struct {
 	n                          int
 	big                        *bigValue     // args when large, named by the caller (large.go)
 	charges                    []Charge      // budgets (budget.go)
+	limits                     ToolLimit     // the tool's limits (limit.go)
 	basis                      *basis        // what its caller decided from (admit.go)
 	keyTTL                     time.Duration // how long the provider honours the key (retention.go)
 }
@@ -29,6 +30,7 @@ type claiming struct {
 	rec      KeyRecord
 	has      bool
 	reserved []any
+	slot     *slotTaking // the tool slot the claim takes (limit.go)
 }
 
 func (c *claimOp) eval(bv batch) (Result, error) {
@@ -66,6 +68,9 @@ func (c *claimOp) check() error {
 	}
 	if err := validJSON("args", c.args, false); err != nil {
 		return err
+	}
+	if err := c.limits.check(); err != nil {
+		return fmt.Errorf("tool %q limits: %w", c.tool, err)
 	}
 	return checkCharges(c.charges)
 }
@@ -190,6 +195,15 @@ func (c *claimOp) admitted(b *batch, s *claiming) (Result, bool, error) {
 	}
 	var refused error
 	var err error
+	if !takeover && (c.basis == nil || !c.basis.parking) {
+		// A claim that starts a call takes a slot of its tool (limit.go),
+		// written below once the budgets took theirs.
+		if s.slot, refused, err = b.takeSlot(c); err != nil {
+			return Result{}, true, err
+		} else if refused != nil {
+			return refuse(refused)
+		}
+	}
 	if !s.has {
 		// The key's first claim reserves its budgets (exactly once per key).
 		s.reserved, refused, err = b.reserve(c)
@@ -205,12 +219,18 @@ func (c *claimOp) admitted(b *batch, s *claiming) (Result, bool, error) {
 	if refused != nil {
 		return refuse(refused)
 	}
+	if err := s.slot.put(b); err != nil {
+		return Result{}, true, err
+	}
 	return Result{}, false, nil
 }
 
 // write records the claim: the key record, the row and action.claimed.
 func (c *claimOp) write(b *batch, s *claiming) (Result, error) {
 	now := b.now()
+	if s.slot != nil {
+		now = s.slot.at // the start the tool's rate counts
+	}
 	args, err := b.stash(c.runID, c.args, c.big) // one blob for the key record and the row
 	if err != nil {
 		return Result{}, err
@@ -229,6 +249,9 @@ func (c *claimOp) write(b *batch, s *claiming) (Result, error) {
 		row.Args = args
 	}
 	data := c.claimData(&row, now, s.reserved)
+	if s.slot != nil {
+		data = withField(data, "limits", s.slot.data)
+	}
 	if err := b.putRow(c.runID, s.run.Revision, row); err != nil {
 		return Result{}, err
 	}

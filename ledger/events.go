@@ -43,6 +43,12 @@ const (
 	// lookup failed and is tried again; also "error"). Written by the
 	// executor through Note.
 	EventLookupWait EventType = "action.lookup_wait"
+	// EventLimitWait: an action waits for a slot or a start of its tool
+	// (the ledger refused its claim with a *LimitError; no state change, no
+	// attempt counted): {"attempt", "tool", "reason" ("max_in_flight" or
+	// "rate"), "in_flight", "max_in_flight" or "started", "rate", "per",
+	// "retry_at"}. Written by the executor through Note, once per wait.
+	EventLimitWait EventType = "action.limit_wait"
 	// EventActionPolicy: the policy decided for the action (Decide):
 	// {"rule","outcome","need","approvals", and "message","why","names",
 	// "exclude_creator","ttl" when set}.

@@ -65,7 +65,7 @@ type opBody interface {
 }
 
 // misuse records a modifier (Decided, Parking, Uncounted, WithCharges,
-// NoEffect) applied to an op whose kind does not take it: the op is then
+// WithLimits, NoEffect) applied to an op whose kind does not take it: the op is then
 // ErrInvalid.
 type misuse uint8
 
@@ -73,6 +73,7 @@ const (
 	misuseBasis misuse = 1 << iota
 	misuseCharges
 	misuseNoEffect
+	misuseLimits
 )
 
 func (m misuse) err() error {
@@ -81,6 +82,8 @@ func (m misuse) err() error {
 		return fmt.Errorf("%w: only a claim says what it was decided from", ErrInvalid)
 	case m&misuseCharges != 0:
 		return fmt.Errorf("%w: only a claim carries budget charges", ErrInvalid)
+	case m&misuseLimits != 0:
+		return fmt.Errorf("%w: only a claim carries tool limits", ErrInvalid)
 	case m&misuseNoEffect != 0:
 		return fmt.Errorf("%w: only a failure or a skip says no attempt took effect", ErrInvalid)
 	}

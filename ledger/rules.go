@@ -191,7 +191,16 @@ func (b *batch) ownerGone(owner string) (bool, error) {
 	return true, nil
 }
 
-func (b *batch) putKeyRec(rec KeyRecord, isNew bool) error { return b.tx.PutKeyRec(rec, isNew) }
+// putKeyRec writes a key record; an existing key's next record gives back
+// the tool slot its earlier claim held (limit.go).
+func (b *batch) putKeyRec(rec KeyRecord, isNew bool) error {
+	if !isNew {
+		if err := b.freeSlot(rec); err != nil {
+			return err
+		}
+	}
+	return b.tx.PutKeyRec(rec, isNew)
+}
 
 // event appends an event; on a chained run (RunRecord.Audit) with its hash,
 // keeping the new last hash in the run record.

@@ -114,6 +114,9 @@ func NewRegistry(ts ...Tool) (*Registry, error) {
 		if rt := s.Retry; rt.Attempts < 0 || rt.MaxBackoff < 0 || rt.Budget < 0 {
 			add("tool %q: negative retry setting (attempts %d, max_backoff %v, budget %v)", name, rt.Attempts, rt.MaxBackoff, rt.Budget)
 		}
+		if l := s.Limits; l.MaxInFlight < 0 || l.Rate < 0 || l.Per < 0 || (l.Rate > 0) != (l.Per > 0) {
+			add("tool %q: bad limits (max_in_flight %d, rate %d per %v): none may be negative, and a rate needs a window", name, l.MaxInFlight, l.Rate, l.Per)
+		}
 		for arg, limit := range s.Approval.Above {
 			if _, err := parseDecimal(string(limit)); err != nil {
 				add("tool %q: approve_above %q: limit %q is not a number", name, arg, limit)

@@ -74,6 +74,22 @@ type Retry struct {
 	Budget time.Duration
 }
 
+// Limits bounds the calls of one tool across every run of a process and
+// every process of a shared ledger (the tools file's max_in_flight and
+// rate): the ledger refuses a claim that would pass them and the executor
+// waits for a slot. Zero fields: no limit of that kind.
+type Limits struct {
+	// MaxInFlight is the most calls of the tool in flight at once.
+	MaxInFlight int
+	// Rate is the most calls that start in any window of Per (a sliding
+	// window, at most 1000).
+	Rate int
+	Per  time.Duration
+}
+
+// IsZero reports whether l limits nothing.
+func (l Limits) IsZero() bool { return l.MaxInFlight == 0 && l.Rate == 0 }
+
 // Spec describes a tool. Zero durations mean "use the executor's default".
 type Spec struct {
 	Name         string          // registry name (for MCP tools "server.tool")
@@ -95,6 +111,11 @@ type Spec struct {
 	// attempt is retried, never whether it may be: that is the effect
 	// class's rule. Not part of Registry.Hash.
 	Retry Retry
+	// Limits bounds how many calls of the tool run at once and start per
+	// window (the tools file's max_in_flight and rate). Like Retry, it
+	// changes when a call starts, never what it does: not part of
+	// Registry.Hash.
+	Limits Limits
 	// Binding is, as JSON, whatever else decides what a call does or how it
 	// is protected: an HTTP tool's request, output pointer, key header and
 	// lookup templates (as the file writes them); an MCP tool's server (its

@@ -15,6 +15,7 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/plan"
 )
 
@@ -327,4 +328,13 @@ func BenchmarkResumeScan(b *testing.B) {
 	// measures waiting for a CPU.
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu_ms/op")
 	b.ReportMetric(float64(others*10000), "other_actions")
+}
+
+// BenchmarkClaimLimits: a call's claim and outcome, two synced commits,
+// without and with tool limits (ledgertest.BenchClaimLimits).
+//
+//	go test -run '^$' -bench ClaimLimits -count 5 ./ledger/badgerdb/
+func BenchmarkClaimLimits(b *testing.B) {
+	l, _ := benchLedger(b)
+	ledgertest.BenchClaimLimits(b, l)
 }

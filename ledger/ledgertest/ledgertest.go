@@ -83,6 +83,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"Audit", testAudit, false},
 		{"Budgets", func(t *testing.T, open Opener) { testBudgets(t, open, opts) }, false},
 		{"LedgerDecides", testLedgerDecides, false},
+		{"Limits", func(t *testing.T, open Opener) { testLimits(t, open, opts) }, false},
 		{"Modifiers", testModifiers, false},
 		{"Capabilities", func(t *testing.T, open Opener) { testCapabilities(t, open, opts) }, false},
 		{"Timers", func(t *testing.T, open Opener) { testTimers(t, open, opts) }, false},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/ledger/memory"
 	"github.com/docketrun/docket/plan"
 )
@@ -74,4 +75,17 @@ func BenchmarkClaim(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkClaimLimits: a call's claim and outcome without and with tool
+// limits (ledgertest.BenchClaimLimits).
+//
+//	go test -run '^$' -bench ClaimLimits -count 5 ./ledger/memory/
+func BenchmarkClaimLimits(b *testing.B) {
+	l, err := memory.New(memory.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ledgertest.BenchClaimLimits(b, l)
 }

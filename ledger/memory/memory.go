@@ -119,6 +119,7 @@ type state struct {
 	blobs   map[pair]json.RawMessage
 	budgets map[string]ledger.BudgetRecord // by bucket id
 	holds   map[string]ledger.Hold         // by key
+	limits  map[string]ledger.LimitRecord  // by tool
 
 	// schedules by id, encoded (schedule.go; made on first write).
 	schedules map[string][]byte
@@ -146,6 +147,7 @@ func New(cfg Config) (*Store, error) {
 		blobs:   map[pair]json.RawMessage{},
 		budgets: map[string]ledger.BudgetRecord{},
 		holds:   map[string]ledger.Hold{},
+		limits:  map[string]ledger.LimitRecord{},
 	}}, nil
 }
 

@@ -26,6 +26,7 @@ type tx struct {
 	events  []ledger.Event
 	budgets map[string]ledger.BudgetRecord
 	holds   map[string]ledger.Hold
+	limits  map[string]ledger.LimitRecord
 }
 
 var (
@@ -39,7 +40,7 @@ func newTx(s *Store) *tx {
 		runs: map[string]ledger.RunRecord{}, init: map[revKey]*initRows{}, rows: map[rowID]ledger.RowRecord{},
 		plans: map[revKey]planRec{}, keyRuns: map[string]string{}, keyRecs: map[string]ledger.KeyRecord{},
 		memos: map[pair]json.RawMessage{}, blobs: map[pair]json.RawMessage{}, seqs: map[string]uint64{},
-		budgets: map[string]ledger.BudgetRecord{}, holds: map[string]ledger.Hold{}}
+		budgets: map[string]ledger.BudgetRecord{}, holds: map[string]ledger.Hold{}, limits: map[string]ledger.LimitRecord{}}
 }
 
 func (t *tx) Now() time.Time      { return t.s.Now() }
@@ -220,6 +221,7 @@ func (t *tx) commit() {
 	maps.Copy(st.blobs, t.blobs)
 	maps.Copy(st.budgets, t.budgets)
 	maps.Copy(st.holds, t.holds)
+	maps.Copy(st.limits, t.limits)
 	for _, ev := range t.events {
 		st.events[ev.RunID] = append(st.events[ev.RunID], ev)
 	}

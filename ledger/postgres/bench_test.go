@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/plan"
 )
@@ -80,4 +81,14 @@ func benchSteps(b *testing.B, s *postgres.Store, inflight int) {
 		b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50_ms")
 		b.ReportMetric(float64(all[min(len(all)-1, len(all)*99/100)].Microseconds())/1000, "p99_ms")
 	}
+}
+
+// BenchmarkClaimLimits: a call's claim and outcome, two durable commits,
+// without and with tool limits (ledgertest.BenchClaimLimits), against the
+// throwaway cluster.
+//
+//	go test ./ledger/postgres -run '^$' -bench ClaimLimits -benchtime 2000x
+func BenchmarkClaimLimits(b *testing.B) {
+	s := open(b, postgres.Config{Schema: schemaFor(fmt.Sprintf("%s-%d", b.Name(), b.N))})
+	ledgertest.BenchClaimLimits(b, s)
 }

@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 8
+const SchemaVersion = 9
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -216,6 +216,17 @@ ALTER TABLE {S}.runs ADD COLUMN retention_ms bigint NOT NULL DEFAULT 0,
 UPDATE {S}.runs SET ended_at = updated_at WHERE status IN ('completed', 'failed', 'cancelled');
 CREATE INDEX runs_ended ON {S}.runs (ended_at, run_id) WHERE ended_at IS NOT NULL;
 CREATE INDEX budgets_window ON {S}.budgets (window_start) WHERE every_ms > 0;
+`,
+	// 9: per-tool concurrency and rate limits (toollimit.go): one row per
+	// limited tool, its slots and recent starts as JSON. Every claim and
+	// outcome of the tool updates its row: pages mostly empty keep those
+	// updates in place (HOT) instead of a chain of dead versions that each
+	// lock must walk.
+	`
+CREATE TABLE {S}.tool_limits (
+	tool   text PRIMARY KEY,
+	record bytea NOT NULL
+) WITH (fillfactor = 10);
 `,
 }
 

@@ -36,7 +36,8 @@ type tx struct {
 	keys  map[string]*keyEntry
 	memos map[pair]*valEntry
 	blobs map[pair]*valEntry
-	bud   *budgetCache // budget buckets and holds read or written (budget.go)
+	bud   *budgetCache           // budget buckets and holds read or written (budget.go)
+	lim   map[string]*limitEntry // tool limits read or written (toollimit.go)
 
 	batch  pgx.Batch
 	events []ledger.Event
@@ -474,6 +475,9 @@ func (t *tx) begin(rs ledger.Reads) error {
 				c.holds[k] = &holdEntry{}
 			}
 		}
+		if err := t.cacheLimits(br, f.keys); err != nil {
+			return err
+		}
 	}
 	if t.s.cfg.Clock == nil {
 		if err := br.QueryRow().Scan(&t.now); err != nil {
@@ -526,6 +530,7 @@ func (t *tx) queueReads(f forecast) *pgx.Batch {
 	}
 	if f.lockHolds() {
 		b.Queue(t.s.q.lockHolds, f.keys)
+		t.queueLimitReads(&b, f.keys)
 	}
 	if t.s.cfg.Clock == nil {
 		b.Queue(t.s.q.clock)

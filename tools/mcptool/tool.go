@@ -85,6 +85,7 @@ func newTool(s *server, mt *mcp.Tool) (tools.Tool, error) {
 		t.spec.Compensate = ft.Compensate
 		t.spec.Policy = ft.Policy
 		t.spec.Retry = ft.Retry
+		t.spec.Limits = ft.Limits
 		if t.output, err = toolsfile.SplitPointer(ft.Output); err != nil {
 			return nil, fmt.Errorf("tool %q: output: %v", mt.Name, err)
 		}

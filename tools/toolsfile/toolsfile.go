@@ -136,6 +136,9 @@ type MCPTool struct {
 	// Retry is the tool's retry budget (tools.Spec.Retry), as an HTTP
 	// tool's.
 	Retry tools.Retry
+	// Limits are the tool's max_in_flight and rate (tools.Spec.Limits), as
+	// an HTTP tool's.
+	Limits tools.Limits
 }
 
 // MCPLookup is an MCP tool's lookup: call Tool (a tool of the same server)
@@ -355,7 +358,7 @@ func (p *parser) strMap(m map[string]json.RawMessage, where, key string) map[str
 var fileFields = []string{"version", "tools", "mcp_servers", "policy", "budgets", "$schema"}
 
 var toolFields = []string{"name", "description", "effect", "input_schema", "output_schema", "request", "output",
-	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate", "policy", "retry"}
+	"timeout", "key_header", "key_ttl", "lookup", "visibility_lag", "approval", "approve_above", "compensate", "policy", "retry", "max_in_flight", "rate"}
 
 func (p *parser) file(data []byte) *File {
 	top := p.object(data, "", fileFields, []string{"version", "tools"})
@@ -572,6 +575,7 @@ func (p *parser) toolDef(i int, raw json.RawMessage) *Tool {
 	if raw, ok := m["retry"]; ok {
 		s.Retry = p.retry(raw, "retry")
 	}
+	s.Limits = p.limits(m, "")
 	return d
 }
 
@@ -952,7 +956,7 @@ func (p *parser) compensate(raw json.RawMessage, where string, props schemaProps
 }
 
 var serverFields = []string{"name", "command", "args", "env", "url", "headers", "trust_annotations", "tools"}
-var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup", "policy", "retry"}
+var mcpToolFields = []string{"effect", "timeout", "key_ttl", "visibility_lag", "approval", "approve_above", "compensate", "output", "lookup", "policy", "retry", "max_in_flight", "rate"}
 var mcpLookupFields = []string{"tool", "args", "found", "output"}
 
 // mcpLookup parses an MCP tool's lookup block.
@@ -1079,6 +1083,7 @@ func (p *parser) server(i int, raw json.RawMessage) (MCPServer, bool) {
 			if raw, ok := tm["retry"]; ok {
 				t.Retry = p.retry(raw, join(tw, "retry"))
 			}
+			t.Limits = p.limits(tm, tw)
 			s.Tools[name] = t
 		}
 	}
