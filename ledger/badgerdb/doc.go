@@ -99,6 +99,8 @@
 //	g\0<ended_ns BE8><run>           ended runs by end time, for the collector; value 1 when the
 //	                                 run has a retention of its own; at time 0: a run whose
 //	                                 deletion was cut short (collect.go)
+//	l\0<tool>                        a limited tool's slots and recent starts (JSON ledger.LimitRecord; limit.go)
+//	w\0<wake_ns BE8><run>            runs waiting for a time, by wake time (timer.go)
 //
 // The <key> of x and k records is NUL + the 32 bytes of an executor-derived
 // key ("dk1_" + 64 lowercase hex digits), any other key its text.
