@@ -118,7 +118,8 @@ func (d *driver) waitSlot(ctx context.Context, a *act, n int, le *ledger.LimitEr
 // claimedAfterWait ends a's wait for a slot once a claim went through.
 func (a *act) claimedAfterWait() { a.limit = nil }
 
-// noteLimitWait appends action.limit_wait (no state change).
+// noteLimitWait appends action.limit_wait and shows the wait on the row
+// (tool_wait in the Run JSON) until the claim that starts the action.
 func (d *driver) noteLimitWait(ctx context.Context, a *act, n int, le *ledger.LimitError) {
 	data := map[string]any{"attempt": n, "tool": le.Tool, "reason": le.Reason}
 	if le.Reason == ledger.LimitRate {
@@ -127,7 +128,8 @@ func (d *driver) noteLimitWait(ctx context.Context, a *act, n int, le *ledger.Li
 	} else {
 		data["in_flight"], data["max_in_flight"] = le.InFlight, le.Limit.MaxInFlight
 	}
-	if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Note(d.runID, ledger.EventLimitWait, a.n.id, mustJSON(data))); err != nil {
+	w := ledger.ToolWait{Tool: le.Tool, Reason: le.Reason, RetryAt: le.RetryAt}
+	if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.LimitWait(d.runID, a.n.id, w, mustJSON(data))); err != nil {
 		d.e.log.Warn("could not record a wait for a tool slot", "run_id", d.runID, "action_id", a.n.id, "error", err)
 	}
 	d.e.log.Info("action waits for its tool's limit", "run_id", d.runID, "action_id", a.n.id, "tool", le.Tool, "reason", le.Reason)

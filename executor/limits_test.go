@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -173,6 +174,72 @@ func TestToolRate(t *testing.T) {
 		}
 		if n > 3 {
 			t.Fatalf("%d claims started within 1s from %v: %v", n, starts[i], starts)
+		}
+	}
+}
+
+// gateServer holds every call until release is closed.
+type gateServer struct {
+	release chan struct{}
+	started chan struct{}
+}
+
+func (s *gateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case s.started <- struct{}{}:
+	default: // nobody waits for it any more
+	}
+	<-s.release
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":%q}`, r.Header.Get("Idempotency-Key"))
+}
+
+// TestToolWaitShown: while an action waits for a slot of its tool, its row
+// says so (tool_wait in the Run JSON); the claim that starts it clears it.
+func TestToolWaitShown(t *testing.T) {
+	t.Parallel()
+	api := &gateServer{release: make(chan struct{}), started: make(chan struct{}, 2)}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	b := setup(t, limitedTools(t, srv.URL, `"max_in_flight": 1`))
+	done := make(chan ledger.RunDoc, 1)
+	go func() {
+		doc, err := b.eng.Run(context.Background(), "r1", hitPlan(2), &RunOptions{Policy: PolicySafe})
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		done <- doc
+	}()
+	<-api.started // one call holds the tool's only slot
+	var waiting *ledger.Action
+	guard := time.Now().Add(time.Minute) // a hang guard, not a speed limit
+	for waiting == nil {
+		if time.Now().After(guard) {
+			close(api.release)
+			t.Fatalf("no action of the run showed that it waits for its tool")
+		}
+		rows, err := b.led.Actions(context.Background(), "r1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range rows {
+			if r.ToolWait != nil {
+				waiting = &rows[i]
+			}
+		}
+		if waiting == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if w := waiting.ToolWait; w.Tool != "hit" || w.Reason != ledger.LimitInFlight || w.Since.IsZero() || waiting.Status != ledger.StatusPending && waiting.Status != ledger.StatusApproved {
+		t.Fatalf("waiting action %s (%s): tool_wait %+v", waiting.ID, waiting.Status, w)
+	}
+	close(api.release)
+	doc := <-done
+	wantStatus(t, doc, ledger.RunCompleted)
+	for _, a := range doc.Actions {
+		if a.ToolWait != nil {
+			t.Fatalf("action %s still shows a wait after the run: %+v", a.ID, a.ToolWait)
 		}
 	}
 }

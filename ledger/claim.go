@@ -244,7 +244,7 @@ func (c *claimOp) write(b *batch, s *claiming) (Result, error) {
 		return Result{}, err
 	}
 	row := s.row
-	row.Key, row.Status, row.Attempts, row.Error = c.key, StatusClaimed, c.n, ""
+	row.Key, row.Status, row.Attempts, row.Error, row.ToolWait = c.key, StatusClaimed, c.n, "", nil
 	if len(c.args) > 0 {
 		row.Args = args
 	}

@@ -36,11 +36,12 @@ const (
 	opDecide
 	opWait
 	opRunNow
+	opLimitWait
 )
 
 var opNames = [...]string{"none", "claim", "succeed", "fail", "needs_review", "resolve", "approve",
 	"reject", "edit", "skip", "compensated", "add_undo", "set_run_status", "note", "create_run",
-	"add_revision", "memo", "set_tools_hash", "set_pause", "decide", "wait", "run_now"}
+	"add_revision", "memo", "set_tools_hash", "set_pause", "decide", "wait", "run_now", "limit_wait"}
 
 // Op is one conditional change to the ledger; build it with the constructors
 // below. Apply commits ops atomically per call (all in one transaction, shared

@@ -97,13 +97,18 @@ type RowRecord struct {
 	Gate         *Gate           `json:"gate,omitempty"`
 	Approvals    []Approval      `json:"approvals,omitempty"`
 	Timer        *Timer          `json:"timer,omitempty"`
+	ToolWait     *ToolWait       `json:"tool_wait,omitempty"`
 }
 
 // Action is the row as an Action of run runID (without output).
 func (r RowRecord) Action(runID string) Action {
-	return Action{RunID: runID, ID: r.ID, Tool: r.Tool, Class: r.Class, Key: r.Key, Status: r.Status,
+	a := Action{RunID: runID, ID: r.ID, Tool: r.Tool, Class: r.Class, Key: r.Key, Status: r.Status,
 		Attempts: r.Attempts, Args: r.Args, DependsOn: r.DependsOn, Error: r.Error,
 		ApprovedArgs: r.ApprovedArgs, Undo: r.Undo, Gate: r.Gate, Approvals: r.Approvals, Timer: r.Timer}
+	if r.Status == StatusPending || r.Status == StatusApproved {
+		a.ToolWait = r.ToolWait // a wait ends when the action starts, is skipped or rejected
+	}
+	return a
 }
 
 // The rules below predate RunRecord and RowRecord; these names keep them as

@@ -176,6 +176,9 @@ type Action struct {
 	Approvals []Approval `json:"-"`
 	// Timer is when the action may start (nil: at once), timer.go.
 	Timer *Timer `json:"timer,omitempty"`
+	// ToolWait is what the action waits for while its tool's limits
+	// refuse its claim (nil: nothing), toolwait.go.
+	ToolWait *ToolWait `json:"tool_wait,omitempty"`
 }
 
 // KeyRecord is the execution truth for one idempotency key.

@@ -359,23 +359,24 @@ func decodeRows(b []byte) ([]ledger.RowRecord, error) {
 	return rows, d.err
 }
 
-// rowExt holds the fields of a row's extension: its gate, approvals and
-// timer (JSON, written only when a row has one of them).
+// rowExt holds the fields of a row's extension: its gate, approvals,
+// timer and tool wait (JSON, written only when a row has one of them).
 type rowExt struct {
 	Gate      *ledger.Gate      `json:"gate,omitempty"`
 	Approvals []ledger.Approval `json:"approvals,omitempty"`
 	Timer     *ledger.Timer     `json:"timer,omitempty"`
+	ToolWait  *ledger.ToolWait  `json:"tool_wait,omitempty"`
 }
 
 func extended(r ledger.RowRecord) bool {
-	return r.Gate != nil || len(r.Approvals) > 0 || r.Timer != nil
+	return r.Gate != nil || len(r.Approvals) > 0 || r.Timer != nil || r.ToolWait != nil
 }
 
 func appendExt(b []byte, r ledger.RowRecord) []byte {
 	if !extended(r) {
 		return appendRaw(b, nil)
 	}
-	ext, err := json.Marshal(rowExt{Gate: r.Gate, Approvals: r.Approvals, Timer: r.Timer})
+	ext, err := json.Marshal(rowExt{Gate: r.Gate, Approvals: r.Approvals, Timer: r.Timer, ToolWait: r.ToolWait})
 	if err != nil {
 		panic(fmt.Sprintf("badgerdb: encoding a row's gate: %v", err)) // plain data: cannot fail
 	}
@@ -471,5 +472,5 @@ func (d *rowReader) ext(r *ledger.RowRecord) {
 		d.err = fmt.Errorf("%w: row %s: gate: %v", ledger.ErrFormat, r.ID, err)
 		return
 	}
-	r.Gate, r.Approvals, r.Timer = e.Gate, e.Approvals, e.Timer
+	r.Gate, r.Approvals, r.Timer, r.ToolWait = e.Gate, e.Approvals, e.Timer, e.ToolWait
 }

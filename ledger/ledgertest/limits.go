@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,7 @@ func testLimits(t *testing.T, open Opener, opts Options) {
 	t.Run("Rate", func(t *testing.T) { t.Parallel(); testLimitRate(t, open) })
 	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testLimitConcurrent(t, open) })
 	t.Run("BadLimits", func(t *testing.T) { t.Parallel(); testLimitBad(t, open) })
+	t.Run("ToolWait", func(t *testing.T) { t.Parallel(); testLimitToolWait(t, open) })
 	if opts.Durable {
 		t.Run("DeadOwner", func(t *testing.T) { t.Parallel(); testLimitDeadOwner(t, open) })
 	}
@@ -314,4 +316,71 @@ func testLimitDeadOwner(t *testing.T, open Opener) {
 	c.refused(t, "a3", 1, ledger.LimitInFlight)
 	b.mustOK(t, ledger.Succeed(c.key(t, "a2"), 1, json.RawMessage(`1`)))
 	b.mustOK(t, c.claim(t, "a3", 1))
+}
+
+// testLimitToolWait: LimitWait shows an action's wait for its tool on its
+// row (and the Run JSON's "tool_wait") with action.limit_wait, keeps the
+// time it began across repeats, is cleared by the claim that starts the
+// action, is not shown once the action is rejected, and changes nothing
+// on an action that started.
+func testLimitToolWait(t *testing.T, open Opener) {
+	c := &limitCase{b: setup(t, open), lim: ledger.ToolLimit{MaxInFlight: 1}}
+	b := c.b
+	b.createRun(t, "r", 3)
+	b.mustOK(t, c.claim(t, "a1", 1))
+	le := c.refused(t, "a2", 1, ledger.LimitInFlight)
+	wait := func(a string) ledger.Result {
+		t.Helper()
+		w := ledger.ToolWait{Tool: le.Tool, Reason: le.Reason}
+		return b.mustOK(t, ledger.LimitWait("r", a, w, json.RawMessage(`{"tool":"t","reason":"max_in_flight"}`)))
+	}
+	wait("a2")
+	row := b.row(t, "r", "a2")
+	if row.ToolWait == nil || row.ToolWait.Tool != "t" || row.ToolWait.Reason != ledger.LimitInFlight || row.ToolWait.Since.IsZero() {
+		t.Fatalf("row after LimitWait: tool_wait %+v", row.ToolWait)
+	}
+	since := row.ToolWait.Since
+	evs := b.events(t, "r")
+	if last := evs[len(evs)-1]; last.Type != ledger.EventLimitWait || last.ActionID != "a2" {
+		t.Fatalf("last event %s %s, want action.limit_wait of a2", last.Type, last.ActionID)
+	}
+	wait("a2")
+	if got := b.row(t, "r", "a2").ToolWait; got == nil || !got.Since.Equal(since) {
+		t.Fatalf("a repeated wait moved its start: %+v, want since %v", got, since)
+	}
+	doc, err := b.l.Doc(b.ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := json.Marshal(doc)
+	if !strings.Contains(string(js), `"tool_wait":{"tool":"t","reason":"max_in_flight","since":`) {
+		t.Fatalf("Run JSON lacks the wait: %s", js)
+	}
+	// The claim that starts the action ends its wait.
+	b.mustOK(t, ledger.Succeed(c.key(t, "a1"), 1, json.RawMessage(`1`)))
+	b.mustOK(t, c.claim(t, "a2", 1))
+	if got := b.row(t, "r", "a2").ToolWait; got != nil {
+		t.Fatalf("a claimed action still waits: %+v", got)
+	}
+	// On a started action a wait changes nothing and appends nothing.
+	n := len(b.events(t, "r"))
+	wait("a2")
+	if got := b.row(t, "r", "a2").ToolWait; got != nil || len(b.events(t, "r")) != n {
+		t.Fatalf("a wait on a claimed action: tool_wait %+v, %d events after %d", got, len(b.events(t, "r")), n)
+	}
+	// Pending again for a retry, it waits for nothing until it is refused again.
+	b.mustOK(t, ledger.FailWith(c.key(t, "a2"), 1, "429", true, ledger.FailureNotProcessed, nil))
+	if got := b.row(t, "r", "a2"); got.Status != ledger.StatusPending || got.ToolWait != nil {
+		t.Fatalf("a retryable failure: row %s, tool_wait %+v; want pending without a wait", got.Status, got.ToolWait)
+	}
+	// A rejected action waits for nothing.
+	wait("a3")
+	b.mustOK(t, ledger.Reject("r", "a3", "no", "p"))
+	if got := b.row(t, "r", "a3").ToolWait; got != nil {
+		t.Fatalf("a rejected action still shows a wait: %+v", got)
+	}
+	r := b.apply(t, ledger.LimitWait("r", "a3", ledger.ToolWait{Tool: "t"}, nil))
+	if !errors.Is(r.Err, ledger.ErrInvalid) {
+		t.Fatalf("a wait without a reason: %v, want ErrInvalid", r.Err)
+	}
 }

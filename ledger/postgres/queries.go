@@ -8,7 +8,7 @@ import (
 
 const (
 	runCols = `run_id, status, revision, goal, policy, plan_hash, tools_hash, created_at, updated_at, error, paused_by, rows, rev_hash, created_by, audit, audit_hash, audit_seq, wake_at, retention_ms, ended_at, keys_until`
-	rowCols = `action_id, ord, tool, class, key, status, attempts, args, depends_on, error, approved_args, undo, gate, approvals, timer`
+	rowCols = `action_id, ord, tool, class, key, status, attempts, args, depends_on, error, approved_args, undo, gate, approvals, timer, tool_wait`
 	keyCols = `key, run_id, action_id, tool, args, state, attempt, owner, claimed_at, output, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure`
 )
 
@@ -131,11 +131,11 @@ func makeQueries(schema string) queries {
 			RETURNING run_id`),
 
 		rowForUpdate: t(`SELECT ` + rowCols + ` FROM {S}.actions WHERE run_id = $1 AND revision = $2 AND action_id = $3 FOR UPDATE`),
-		insertRow:    t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`),
-		upsertRow: t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+		insertRow:    t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`),
+		upsertRow: t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 			ON CONFLICT (run_id, revision, action_id) DO UPDATE SET ord = EXCLUDED.ord, tool = EXCLUDED.tool, class = EXCLUDED.class,
 			key = EXCLUDED.key, status = EXCLUDED.status, attempts = EXCLUDED.attempts, args = EXCLUDED.args, depends_on = EXCLUDED.depends_on,
-			error = EXCLUDED.error, approved_args = EXCLUDED.approved_args, undo = EXCLUDED.undo, gate = EXCLUDED.gate, approvals = EXCLUDED.approvals, timer = EXCLUDED.timer`),
+			error = EXCLUDED.error, approved_args = EXCLUDED.approved_args, undo = EXCLUDED.undo, gate = EXCLUDED.gate, approvals = EXCLUDED.approvals, timer = EXCLUDED.timer, tool_wait = EXCLUDED.tool_wait`),
 		insertPlan: t(`INSERT INTO {S}.revisions (run_id, revision, plan, arg_refs) VALUES ($1, $2, $3, $4)`),
 
 		keyForUpdate: t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = $1 FOR UPDATE`),
@@ -169,7 +169,7 @@ func makeQueries(schema string) queries {
 			LATERAL (SELECT ` + runCols + `, last_seq FROM {S}.runs x WHERE x.run_id = page.run_id OFFSET 0) AS r
 			ORDER BY page.created_at DESC, page.run_id`),
 		plan: t(`SELECT plan, arg_refs FROM {S}.revisions WHERE run_id = $1 AND revision = $2`),
-		actions: t(`SELECT a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals, a.timer,
+		actions: t(`SELECT a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals, a.timer, a.tool_wait,
 			CASE WHEN a.status IN ('succeeded', 'compensated') THEN k.output END
 			FROM {S}.actions a LEFT JOIN {S}.keys k ON k.key = a.key AND a.key <> ''
 			WHERE a.run_id = $1 AND a.revision = $2 ORDER BY a.ord, a.action_id`),

@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 9
+const SchemaVersion = 10
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -227,6 +227,11 @@ CREATE TABLE {S}.tool_limits (
 	tool   text PRIMARY KEY,
 	record bytea NOT NULL
 ) WITH (fillfactor = 10);
+`,
+	// 10: what an action waits for while its tool's limits refuse its
+	// claim (toolwait.go), shown on the row.
+	`
+ALTER TABLE {S}.actions ADD COLUMN tool_wait bytea;
 `,
 }
 

@@ -212,12 +212,15 @@ func rowArgs(e *envelope, runID string, rev int, r ledger.RowRecord) []any {
 	if len(r.Approvals) > 0 {
 		approvals, _ = json.Marshal(r.Approvals)
 	}
-	var timer []byte
+	var timer, toolWait []byte
 	if r.Timer != nil {
 		timer, _ = json.Marshal(r.Timer)
 	}
+	if r.ToolWait != nil {
+		toolWait, _ = json.Marshal(r.ToolWait)
+	}
 	return []any{runID, rev, r.ID, r.Ord, r.Tool, r.Class, r.Key, string(r.Status), r.Attempts, nilIfEmpty(e.seal("actions.args", r.Args)), deps,
-		e.sealText("actions.error", r.Error), nilIfEmpty(e.seal("actions.approved_args", r.ApprovedArgs)), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals), nilIfEmpty(timer)}
+		e.sealText("actions.error", r.Error), nilIfEmpty(e.seal("actions.approved_args", r.ApprovedArgs)), r.Undo, nilIfEmpty(gate), nilIfEmpty(approvals), nilIfEmpty(timer), nilIfEmpty(toolWait)}
 }
 
 func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
@@ -762,8 +765,8 @@ func scanRun(e *envelope, row pgx.Row, r *ledger.RunRecord, extra any) error {
 // scanRow reads rowCols and, when output is not nil, one more column.
 func scanRow(e *envelope, row pgx.Row, r *ledger.RowRecord, output *[]byte) error {
 	var status string
-	var args, approved, gate, approvals, timer []byte
-	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo, &gate, &approvals, &timer}
+	var args, approved, gate, approvals, timer, toolWait []byte
+	dest := []any{&r.ID, &r.Ord, &r.Tool, &r.Class, &r.Key, &status, &r.Attempts, &args, &r.DependsOn, &r.Error, &approved, &r.Undo, &gate, &approvals, &timer, &toolWait}
 	if output != nil {
 		dest = append(dest, output)
 	}
@@ -792,6 +795,11 @@ func scanRow(e *envelope, row pgx.Row, r *ledger.RowRecord, output *[]byte) erro
 	if len(timer) > 0 {
 		if err := json.Unmarshal(timer, &r.Timer); err != nil {
 			return fmt.Errorf("%w: the timer of action %q: %v", ledger.ErrFormat, r.ID, err)
+		}
+	}
+	if len(toolWait) > 0 {
+		if err := json.Unmarshal(toolWait, &r.ToolWait); err != nil {
+			return fmt.Errorf("%w: the tool wait of action %q: %v", ledger.ErrFormat, r.ID, err)
 		}
 	}
 	if len(r.DependsOn) == 0 {
