@@ -200,6 +200,8 @@ type runJSON struct {
 	TraceID   string       `json:"trace_id,omitempty"` // only when tracing is on
 	// WaitingUntil: only while an action waits for its time.
 	WaitingUntil string `json:"waiting_until,omitempty"`
+	// Retention: only on a run with a retention of its own.
+	Retention string `json:"retention,omitempty"`
 }
 
 type actionJSON struct {
@@ -213,7 +215,8 @@ type actionJSON struct {
 	DependsOn []string        `json:"depends_on"`
 	Output    json.RawMessage `json:"output"`
 	Error     string          `json:"error"`
-	Timer     json.RawMessage `json:"timer,omitempty"` // only on actions with not_before or after
+	Timer     json.RawMessage `json:"timer,omitempty"`     // only on actions with not_before or after
+	ToolWait  json.RawMessage `json:"tool_wait,omitempty"` // only while its tool's limits hold it back
 }
 
 var runJSONFields = []string{"run_id", "status", "revision", "goal", "policy", "created_at", "updated_at", "actions", "error"}

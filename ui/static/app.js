@@ -557,6 +557,14 @@ function renderAction(a) {
       if (confirm("Run " + a.id + " now instead of " + (due ? "at " + when(due) : "when its time comes") + "?")) act("POST", `/actions/${enc(a.id)}/run_now`, {});
     });
   }
+  const tw = a.tool_wait;
+  if (live && tw && (a.status === "pending" || a.status === "approved")) {
+    li.insertBefore(el("p", { class: "waiting-note", "data-role": "tool-wait",
+      text: tw.reason === "rate"
+        ? "waiting for the rate limit of " + tw.tool + (tw.retry_at ? " until " + when(tw.retry_at) : "")
+        : "waiting for a free slot of " + tw.tool + " (max_in_flight) since " + when(tw.since) }),
+      li.querySelector("details"));
+  }
   if (a.status === "needs_review") {
     li.append(el("p", { class: "review-note", text: "Outcome unknown: check the external system, then say what happened." }));
     op("It happened: record output…", "done", () => { state.open[a.id] = "done"; render(state.doc); });

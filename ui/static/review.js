@@ -569,6 +569,9 @@ function sentence(ev) {
     case "run.waiting": return "waiting until " + d.until + (Array.isArray(d.actions) && d.actions.length ? ": " + d.actions.join(", ") : "");
     case "run.woken": return "woken: its time came (" + d.waiting_until + ")";
     case "action.run_now": return a + " run now" + by + " (not waiting for its time)";
+    case "action.limit_wait": return a + (d.reason === "rate"
+      ? " waits for the rate limit of " + d.tool + " (" + d.started + " started in the last " + d.per + ", limit " + d.rate + ")"
+      : " waits for a free slot of " + d.tool + " (" + d.in_flight + " of " + d.max_in_flight + " in flight)");
     case "run.completed": return "run completed";
     case "run.failed": return "run failed" + (d.error ? ": " + d.error : "");
     case "run.tools_changed": return "the tool definitions changed since the run started";
