@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,7 +23,6 @@ import (
 	"github.com/docketrun/docket/ledger/badgerdb"
 	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/ledger/masterkey"
-	"github.com/docketrun/docket/plan"
 )
 
 // secret is an argument, an output and an error text that must never be
@@ -43,41 +41,7 @@ func newKey(t *testing.T) masterkey.Key {
 // recordSecret records a run whose plan, args, output, error and a memo hold
 // the secret, with enough padding that some of it goes to the value log.
 func recordSecret(t *testing.T, l *badgerdb.Ledger, runID string) {
-	t.Helper()
-	ctx := context.Background()
-	big := strings.Repeat("x", 4<<10) // past the value threshold: value log
-	args := json.RawMessage(fmt.Sprintf(`{"token":%q,"pad":%q}`, secret, big))
-	p := &plan.Plan{Goal: "pay with " + secret, Actions: []plan.Action{
-		{ID: "a0", Tool: "t", Args: args},
-		{ID: "a1", Tool: "t", Args: json.RawMessage(fmt.Sprintf(`{"token":%q}`, secret))},
-	}}
-	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: runID, Goal: p.Goal, Policy: "all"}, p, nil); err != nil {
-		t.Fatalf("CreateRun: %v", err)
-	}
-	for i, a := range p.Actions {
-		k, err := plan.Key(runID, a.ID, a.Tool, a.Args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops := []ledger.Op{ledger.Claim(runID, a.ID, a.Tool, k, a.Args, 1)}
-		if i == 0 {
-			ops = append(ops, ledger.Succeed(k, 1, json.RawMessage(fmt.Sprintf(`{"echo":%q}`, secret))))
-		} else {
-			ops = append(ops, ledger.Fail(k, 1, "upstream said "+secret, false, nil))
-		}
-		for _, op := range ops {
-			res, err := l.Apply(ctx, op)
-			if err == nil && res[0].Err != nil {
-				err = res[0].Err
-			}
-			if err != nil {
-				t.Fatalf("Apply: %v", err)
-			}
-		}
-	}
-	if _, err := l.Memo(ctx, runID, "m", json.RawMessage(fmt.Sprintf(`{"s":%q}`, secret))); err != nil {
-		t.Fatal(err)
-	}
+	ledgertest.RecordSecret(t, l, runID, secret, 4<<10)
 }
 
 // filesHolding lists the files under dir whose bytes contain s.

@@ -12,7 +12,7 @@ import (
 //
 //	go test ./ledger/postgres -run '^$' -bench StepEncryption -benchtime 2000x
 func BenchmarkStepEncryption(b *testing.B) {
-	kr := testKeyring(b, 1)
+	kr := postgres.NewTestKeyring(b, 1)
 	for _, inflight := range []int{1, 64} {
 		for _, encrypted := range []bool{false, true} {
 			b.Run(fmt.Sprintf("inflight=%d/encrypted=%v", inflight, encrypted), func(b *testing.B) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -24,28 +23,11 @@ import (
 // args, approvals bound to an args hash, the audit chain) work on the
 // values as they were before sealing.
 func TestConformanceEncrypted(t *testing.T) {
-	kr := testKeyring(t, 2)
+	kr := postgres.NewTestKeyring(t, 2)
 	ledgertest.Run(t, func(t *testing.T, c ledgertest.Config) ledger.Store {
 		return open(t, postgres.Config{Schema: schemaFor("enc" + c.Dir), Clock: c.Clock, Keyring: kr,
 			SubscriberBuffer: c.SubscriberBuffer, MaxOutputBytes: c.MaxOutputBytes})
 	}, ledgertest.Options{Durable: true})
-}
-
-func testKeyring(t testing.TB, n int) *masterkey.Keyring {
-	t.Helper()
-	var keys []masterkey.Key
-	for range n {
-		k, err := masterkey.Generate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, k)
-	}
-	kr, err := masterkey.NewKeyring(keys[0], keys[1:]...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kr
 }
 
 const pgSecret = "sk-live-PGsecret-93e1"
@@ -53,40 +35,7 @@ const pgSecret = "sk-live-PGsecret-93e1"
 // recordSecretRun records a run whose goal, args, output, error, events and
 // a memo hold the secret, a large argument (stored once, as a blob) too.
 func recordSecretRun(t *testing.T, s ledger.Store, runID string) {
-	t.Helper()
-	ctx := context.Background()
-	big := strings.Repeat("y", 70<<10)
-	p := &plan.Plan{Goal: "pay with " + pgSecret, Actions: []plan.Action{
-		{ID: "a0", Tool: "t", Args: json.RawMessage(fmt.Sprintf(`{"token":%q}`, pgSecret))},
-		{ID: "a1", Tool: "t", Args: json.RawMessage(fmt.Sprintf(`{"token":%q,"big":%q}`, pgSecret, big))},
-	}}
-	if _, _, err := s.CreateRun(ctx, ledger.Run{ID: runID, Goal: p.Goal, Policy: "all"}, p, nil); err != nil {
-		t.Fatalf("CreateRun: %v", err)
-	}
-	for i, a := range p.Actions {
-		k, err := plan.Key(runID, a.ID, a.Tool, a.Args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops := []ledger.Op{ledger.Claim(runID, a.ID, a.Tool, k, a.Args, 1)}
-		if i == 0 {
-			ops = append(ops, ledger.Succeed(k, 1, json.RawMessage(fmt.Sprintf(`{"echo":%q}`, pgSecret))))
-		} else {
-			ops = append(ops, ledger.Fail(k, 1, "upstream said "+pgSecret, false, nil))
-		}
-		for _, op := range ops {
-			res, err := s.Apply(ctx, op)
-			if err == nil && res[0].Err != nil {
-				err = res[0].Err
-			}
-			if err != nil {
-				t.Fatalf("Apply: %v", err)
-			}
-		}
-	}
-	if _, err := s.Memo(ctx, runID, "m", json.RawMessage(fmt.Sprintf(`{"s":%q}`, pgSecret))); err != nil {
-		t.Fatal(err)
-	}
+	ledgertest.RecordSecret(t, s, runID, pgSecret, 70<<10)
 }
 
 // pgState is what a run reads back as.
@@ -185,7 +134,7 @@ func TestEncryptedColumns(t *testing.T) {
 		t.Fatalf("a plain ledger holds the secret in only %v: the search cannot fail", cols)
 	}
 
-	kr := testKeyring(t, 1)
+	kr := postgres.NewTestKeyring(t, 1)
 	enc := open(t, postgres.Config{Schema: encSchema, Keyring: kr})
 	recordSecretRun(t, enc, "r1")
 	if cols := rawHolding(t, encSchema, pgSecret); len(cols) > 0 {
@@ -231,7 +180,7 @@ func TestEncryptedColumns(t *testing.T) {
 		return n
 	}
 	before := countNodes()
-	for name, k := range map[string]*masterkey.Keyring{"no key": nil, "another key": testKeyring(t, 1)} {
+	for name, k := range map[string]*masterkey.Keyring{"no key": nil, "another key": postgres.NewTestKeyring(t, 1)} {
 		s, err := postgres.Open(ctx, postgres.Config{URL: database(t), Schema: encSchema, Keyring: k})
 		if err == nil {
 			s.Close()
@@ -261,7 +210,7 @@ func TestEncryptionRotation(t *testing.T) {
 	want0 := readPGState(t, plain, "r0")
 	plain.Close()
 
-	old := testKeyring(t, 1)
+	old := postgres.NewTestKeyring(t, 1)
 	s1 := open(t, postgres.Config{Schema: schema, Keyring: old})
 	if got := readPGState(t, s1, "r0"); !reflect.DeepEqual(got.Plan, want0.Plan) || !reflect.DeepEqual(got.Doc.Actions, want0.Doc.Actions) {
 		t.Fatal("plaintext records written before encryption do not read back")

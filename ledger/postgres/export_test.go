@@ -108,3 +108,7 @@ func (s *Store) Plans(ctx context.Context) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// NewTestKeyring is a keyring of n new keys, the first current, for the
+// package's external tests.
+var NewTestKeyring = keyring

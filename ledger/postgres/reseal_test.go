@@ -28,7 +28,7 @@ func rotatedLedger(t *testing.T, schema string, extra int) (*masterkey.Keyring, 
 	recordSecretRun(t, s, "r0")
 	want["r0"] = readPGState(t, s, "r0")
 	s.Close()
-	a := testKeyring(t, 1)
+	a := postgres.NewTestKeyring(t, 1)
 	s = open(t, postgres.Config{Schema: schema, Keyring: a})
 	recordSecretRun(t, s, "r1")
 	for i := range extra {
