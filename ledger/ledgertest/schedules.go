@@ -30,6 +30,27 @@ func testScheduleKeeper(t *testing.T, open Opener, opts Options) {
 		Plan: json.RawMessage(`{"goal":"g","actions":[{"id":"a1","tool":"t","args":{"i":1}}]}`), Approve: "safe",
 		CreatedBy: "token:alice", CreatedAt: created}
 
+	read := createSchedules(t, b, sk, reader, def)
+	read = swapSchedules(t, b, sk, reader, read, created.Add(16*time.Hour+30*time.Minute))
+	raceScheduleSwaps(t, b, sk, reader, read)
+	listAndDeleteSchedules(t, b, sk, reader, def)
+	if !opts.Durable {
+		return
+	}
+	// The record survives the handle that wrote it.
+	b.l.Close()
+	reopened := open(t, b.cfg).(ledger.ScheduleKeeper)
+	if read, err := reopened.Schedule(b.ctx, "nightly"); err != nil || read.Version != 3 || !ledger.SameDefinition(read, def) {
+		t.Fatalf("after reopening: %+v, %v", read, err)
+	}
+}
+
+// createSchedules: a schedule created is read back as created, a retried
+// create returns it, a different one is ErrConflict, bad records are
+// ErrInvalid and never stored. It returns the schedule as read back.
+func createSchedules(t *testing.T, b *bundle, sk, reader ledger.ScheduleKeeper, def ledger.Schedule) ledger.Schedule {
+	t.Helper()
+	created := def.CreatedAt
 	if _, err := reader.Schedule(b.ctx, "nightly"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("Schedule before create = %v; want ErrNotFound", err)
 	}
@@ -68,9 +89,15 @@ func testScheduleKeeper(t *testing.T, open Opener, opts Options) {
 	if _, err := reader.Schedule(b.ctx, "x"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("a refused schedule was stored: %v", err)
 	}
+	return read
+}
 
-	// Swaps.
-	slot := created.Add(16*time.Hour + 30*time.Minute)
+// swapSchedules: a swap at the stored version replaces the schedule, one
+// at a stale version is ErrConflict, one of a missing schedule is
+// ErrNotFound. slot is the fire time the swap records. It returns the
+// schedule as read back after the swap.
+func swapSchedules(t *testing.T, b *bundle, sk, reader ledger.ScheduleKeeper, read ledger.Schedule, slot time.Time) ledger.Schedule {
+	t.Helper()
 	next := read
 	next.Handled, next.LastFired, next.LastRunID = slot, slot, "sched:nightly:20260302T013000Z"
 	swapped, err := sk.SwapSchedule(b.ctx, next)
@@ -89,7 +116,12 @@ func testScheduleKeeper(t *testing.T, open Opener, opts Options) {
 	if _, err := sk.SwapSchedule(b.ctx, missing); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("SwapSchedule of a missing schedule = %v; want ErrNotFound", err)
 	}
-	// Two writers swap the same version: exactly one wins.
+	return read
+}
+
+// raceScheduleSwaps: two writers swap the same version: exactly one wins.
+func raceScheduleSwaps(t *testing.T, b *bundle, sk, reader ledger.ScheduleKeeper, read ledger.Schedule) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, w := range []ledger.ScheduleKeeper{sk, reader} {
@@ -115,10 +147,15 @@ func testScheduleKeeper(t *testing.T, open Opener, opts Options) {
 	if wins != 1 {
 		t.Fatalf("two swaps at one version: %d won (%v); want exactly one", wins, errs)
 	}
-	if read, err = reader.Schedule(b.ctx, "nightly"); err != nil || read.Version != 3 {
+	if read, err := reader.Schedule(b.ctx, "nightly"); err != nil || read.Version != 3 {
 		t.Fatalf("after the race: %+v, %v; want version 3", read, err)
 	}
+}
 
+// listAndDeleteSchedules: Schedules lists by id; a deleted schedule is
+// gone, and deleting it again is ErrNotFound.
+func listAndDeleteSchedules(t *testing.T, b *bundle, sk, reader ledger.ScheduleKeeper, def ledger.Schedule) {
+	t.Helper()
 	second := def
 	second.ID, second.Plan, second.Goal = "hourly", nil, "check the queue"
 	if _, err := sk.CreateSchedule(b.ctx, second); err != nil {
@@ -136,14 +173,5 @@ func testScheduleKeeper(t *testing.T, open Opener, opts Options) {
 	}
 	if _, err := reader.Schedule(b.ctx, "hourly"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("a deleted schedule reads %v; want ErrNotFound", err)
-	}
-	if !opts.Durable {
-		return
-	}
-	// The record survives the handle that wrote it.
-	b.l.Close()
-	reopened := open(t, b.cfg).(ledger.ScheduleKeeper)
-	if read, err := reopened.Schedule(b.ctx, "nightly"); err != nil || read.Version != 3 || !ledger.SameDefinition(read, def) {
-		t.Fatalf("after reopening: %+v, %v", read, err)
 	}
 }

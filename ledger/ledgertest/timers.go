@@ -59,59 +59,89 @@ func testTimers(t *testing.T, open Opener, opts Options) {
 	if _, _, err := l.CreateRun(ctx, ledger.Run{ID: "r", Policy: "safe"}, p, rows); err != nil {
 		t.Fatal(err)
 	}
-	k := func(id string, i int) string { return key(t, "r", id, `{"i":`+string(rune('0'+i))+`}`) }
-	claim := func(id string, i int) ledger.Op {
-		return ledger.Claim("r", id, "t", k(id, i), json.RawMessage(`{"i":`+string(rune('0'+i))+`}`), 1)
-	}
-	notDue := func(op ledger.Op, due time.Time) {
-		t.Helper()
-		before := len(b.events(t, "r"))
-		r := b.apply(t, op)
-		var nd *ledger.NotDueError
-		if !errors.As(r.Err, &nd) || !errors.Is(r.Err, ledger.ErrNotDue) {
-			t.Fatalf("claim at %s: %v, want *NotDueError", clk.Now(), r.Err)
-		}
-		if !nd.DueAt.Equal(due) {
-			t.Fatalf("claim refused with due %s, want %s (%v)", nd.DueAt, due, r.Err)
-		}
-		if n := len(b.events(t, "r")); n != before {
-			t.Fatalf("a refused claim appended %d events", n-before)
-		}
-		if row := b.row(t, "r", nd.ActionID); row.Key != "" || row.Status != ledger.StatusApproved {
-			t.Fatalf("a refused claim changed the row: %+v", row)
-		}
-	}
+	tc := &timerCase{b: b, clk: clk}
+	due := tc.claimWhenDue(t, t0)
+	tc.waitAndReopen(t, open, opts, due)
+	tc.runNow(t)
+	tc.wake(t, due)
+}
 
+// timerCase is run "r" of testTimers in a store on a clock the test sets.
+type timerCase struct {
+	b   *bundle
+	clk *setClock
+}
+
+// key is the idempotency key of action id, whose args are {"i":i}.
+func (tc *timerCase) key(t *testing.T, id string, i int) string {
+	return key(t, "r", id, `{"i":`+string(rune('0'+i))+`}`)
+}
+
+func (tc *timerCase) claim(t *testing.T, id string, i int) ledger.Op {
+	return ledger.Claim("r", id, "t", tc.key(t, id, i), json.RawMessage(`{"i":`+string(rune('0'+i))+`}`), 1)
+}
+
+// notDue checks that op is refused as not due before due, and writes
+// nothing.
+func (tc *timerCase) notDue(t *testing.T, op ledger.Op, due time.Time) {
+	t.Helper()
+	b := tc.b
+	before := len(b.events(t, "r"))
+	r := b.apply(t, op)
+	var nd *ledger.NotDueError
+	if !errors.As(r.Err, &nd) || !errors.Is(r.Err, ledger.ErrNotDue) {
+		t.Fatalf("claim at %s: %v, want *NotDueError", tc.clk.Now(), r.Err)
+	}
+	if !nd.DueAt.Equal(due) {
+		t.Fatalf("claim refused with due %s, want %s (%v)", nd.DueAt, due, r.Err)
+	}
+	if n := len(b.events(t, "r")); n != before {
+		t.Fatalf("a refused claim appended %d events", n-before)
+	}
+	if row := b.row(t, "r", nd.ActionID); row.Key != "" || row.Status != ledger.StatusApproved {
+		t.Fatalf("a refused claim changed the row: %+v", row)
+	}
+}
+
+// claimWhenDue: claims are refused before their due time and admitted
+// from it; the run was created at t0. It returns remind's due time.
+func (tc *timerCase) claimWhenDue(t *testing.T, t0 time.Time) time.Time {
+	b, clk := tc.b, tc.clk
 	// A dependency that has not succeeded: the due time is not known yet.
-	notDue(claim("remind", 2), time.Time{})
+	tc.notDue(t, tc.claim(t, "remind", 2), time.Time{})
 	// not_before alone.
 	clk.set(t0.Add(10 * time.Minute))
-	notDue(claim("open", 3), t0.Add(time.Hour))
+	tc.notDue(t, tc.claim(t, "open", 3), t0.Add(time.Hour))
 	// The later of not_before and after (from the run's creation: no
 	// dependencies).
-	notDue(claim("late", 4), t0.Add(30*time.Minute))
+	tc.notDue(t, tc.claim(t, "late", 4), t0.Add(30*time.Minute))
 	clk.set(t0.Add(30 * time.Minute))
-	b.mustOK(t, claim("late", 4))
+	b.mustOK(t, tc.claim(t, "late", 4))
 	clk.set(t0.Add(time.Hour))
-	b.mustOK(t, claim("open", 3))
+	b.mustOK(t, tc.claim(t, "open", 3))
 
 	// after counts from the dependency's success as recorded.
-	b.mustOK(t, claim("invoice", 1))
+	b.mustOK(t, tc.claim(t, "invoice", 1))
 	succeeded := t0.Add(90 * time.Minute)
 	clk.set(succeeded)
-	b.mustOK(t, ledger.Succeed(k("invoice", 1), 1, []byte(`{"id":"inv1"}`)))
+	b.mustOK(t, ledger.Succeed(tc.key(t, "invoice", 1), 1, []byte(`{"id":"inv1"}`)))
 	clk.set(succeeded.Add(time.Hour))
 	due := succeeded.Add(48 * time.Hour)
-	notDue(claim("remind", 2), due)
+	tc.notDue(t, tc.claim(t, "remind", 2), due)
+	return due
+}
 
-	// The drive records the wake time; an identical rewrite adds nothing.
+// waitAndReopen: the drive records the wake time; an identical rewrite
+// adds nothing; the wake time survives a reopen and NextWake finds it.
+func (tc *timerCase) waitAndReopen(t *testing.T, open Opener, opts Options, due time.Time) {
+	b, ctx := tc.b, tc.b.ctx
 	b.mustOK(t, ledger.Wait("r", due, map[string]time.Time{"remind": due}))
 	b.mustOK(t, ledger.Wait("r", due, map[string]time.Time{"remind": due}))
 	evs := b.events(t, "r")
 	if last := evs[len(evs)-1]; last.Type != ledger.EventRunWaiting || evs[len(evs)-2].Type == ledger.EventRunWaiting {
 		t.Fatalf("events end with %v, want one run.waiting", types(evs[len(evs)-2:]))
 	}
-	l = reopen(t, open, cfg, l, opts)
+	l := reopen(t, open, b.cfg, b.l, opts)
 	b.l = l
 	checkWaiting(t, l, "r", due)
 	if w, ok, err := ledger.NextWake(ctx, l); err != nil || !ok || w.RunID != "r" || !w.At.Equal(due) {
@@ -122,8 +152,11 @@ func testTimers(t *testing.T, open Opener, opts Options) {
 			t.Fatalf("Wakes before the wake time = %v, %v; want none", ws, err)
 		}
 	}
+}
 
-	// Run now: a person's op with who, and the claim is admitted at once.
+// runNow: a person's op with who, and the claim is admitted at once.
+func (tc *timerCase) runNow(t *testing.T) {
+	b, l := tc.b, tc.b.l
 	if r := b.apply(t, ledger.RunNow("r", "invoice", "alice")); !errors.Is(r.Err, ledger.ErrInvalid) {
 		t.Fatalf("RunNow of an action without a timer: %v, want ErrInvalid", r.Err)
 	}
@@ -132,22 +165,26 @@ func testTimers(t *testing.T, open Opener, opts Options) {
 	}
 	b.mustOK(t, ledger.RunNow("r", "remind", "alice"))
 	b.mustOK(t, ledger.RunNow("r", "remind", "alice"))
-	evs = b.events(t, "r")
+	evs := b.events(t, "r")
 	if last := evs[len(evs)-1]; last.Type != ledger.EventActionRunNow || last.ActionID != "remind" || !strings.Contains(string(last.Data), `"alice"`) ||
 		evs[len(evs)-2].Type == ledger.EventActionRunNow {
 		t.Fatalf("events end with %v %s, want one action.run_now by alice", types(evs[len(evs)-2:]), last.Data)
 	}
-	if run, _ := l.GetRun(ctx, "r"); !run.WakeAt.Equal(clk.Now()) {
-		t.Fatalf("after run now the wake time is %s, want now (%s)", run.WakeAt, clk.Now())
+	if run, _ := l.GetRun(b.ctx, "r"); !run.WakeAt.Equal(tc.clk.Now()) {
+		t.Fatalf("after run now the wake time is %s, want now (%s)", run.WakeAt, tc.clk.Now())
 	}
-	b.mustOK(t, claim("remind", 2))
+	b.mustOK(t, tc.claim(t, "remind", 2))
 	if r := b.apply(t, ledger.RunNow("r", "open", "alice")); !errors.Is(r.Err, ledger.ErrConflict) {
 		t.Fatalf("RunNow of a claimed action: %v, want a conflict", r.Err)
 	}
+}
 
-	// Taken up: the wake time is cleared (run.woken).
+// wake: taken up, the wake time is cleared (run.woken); an ended run keeps
+// no wake time.
+func (tc *timerCase) wake(t *testing.T, due time.Time) {
+	b, ctx, l := tc.b, tc.b.ctx, tc.b.l
 	b.mustOK(t, ledger.Wait("r", time.Time{}, nil))
-	evs = b.events(t, "r")
+	evs := b.events(t, "r")
 	if last := evs[len(evs)-1]; last.Type != ledger.EventRunWoken {
 		t.Fatalf("last event %s, want run.woken", last.Type)
 	}
