@@ -12,27 +12,9 @@ import (
 	"github.com/docketrun/docket/evals/demoworld"
 	"github.com/docketrun/docket/executor/schedule"
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/ui"
 )
-
-// testClock is the server's clock (ui.Config.Now) in scheduler tests: the
-// test moves it from slot to slot.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
 
 // invoicePlan invoices once per run: the payments API counts one effect
 // per run (each run's key is its own), so the world's count of
@@ -46,12 +28,12 @@ func invoicePlan(ref string) json.RawMessage {
 // loops started by startScheduler.
 type schedBundle struct {
 	*bundle
-	clock *testClock
+	clock *ledgertest.Clock
 }
 
 func setupScheduler(t *testing.T, start time.Time) *schedBundle {
 	t.Helper()
-	clock := &testClock{t: start}
+	clock := ledgertest.NewClock(start)
 	b := setup(t, options{tune: func(cfg *ui.Config) { cfg.Now = clock.Now }})
 	return &schedBundle{bundle: b, clock: clock}
 }
@@ -145,7 +127,7 @@ func TestSchedulerFiresEachSlotOnce(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		slot := t0.Add(time.Duration(i) * time.Minute)
 		slots = append(slots, slot)
-		b.clock.set(slot.Add(time.Second))
+		b.clock.Set(slot.Add(time.Second))
 		rec := b.waitRecord(t, "inv", "slot "+slot.String(), func(r ledger.Schedule) bool { return r.LastFired.Equal(slot) })
 		if rec.LastRunID != schedule.RunID("inv", slot) {
 			t.Fatalf("last run %q; want %q", rec.LastRunID, schedule.RunID("inv", slot))
@@ -183,11 +165,11 @@ func TestSchedulerPauseResume(t *testing.T) {
 		t.Fatalf("pause = %d", st)
 	}
 	b.startScheduler(t, 1)
-	b.clock.set(t0.Add(3*time.Minute + time.Second))
+	b.clock.Set(t0.Add(3*time.Minute + time.Second))
 	if st := b.call("POST", "/v1/schedules/p/resume", map[string]any{}, nil); st != 200 {
 		t.Fatalf("resume = %d", st)
 	}
-	b.clock.set(t0.Add(4*time.Minute + time.Second))
+	b.clock.Set(t0.Add(4*time.Minute + time.Second))
 	rec := b.waitRecord(t, "p", "the first slot after resuming", func(r ledger.Schedule) bool { return !r.LastFired.IsZero() })
 	if !rec.LastFired.Equal(t0.Add(4 * time.Minute)) {
 		t.Fatalf("first slot fired after resuming: %v; want %v", rec.LastFired, t0.Add(4*time.Minute))
@@ -211,11 +193,11 @@ func TestSchedulerOverlap(t *testing.T) {
 			ref := "sched-overlap-" + overlap
 			b.create(t, map[string]any{"id": "o", "spec": "every 1m", "overlap": overlap, "approve": "none", "plan": invoicePlan(ref)})
 			b.startScheduler(t, 1)
-			b.clock.set(s1.Add(time.Second))
+			b.clock.Set(s1.Add(time.Second))
 			rec := b.waitRecord(t, "o", "the first slot", func(r ledger.Schedule) bool { return r.LastFired.Equal(s1) })
 			first := rec.LastRunID
 			b.waitStatus(first, ledger.RunAwaitingApproval)
-			b.clock.set(s2.Add(time.Second))
+			b.clock.Set(s2.Add(time.Second))
 			switch overlap {
 			case "skip":
 				rec = b.waitRecord(t, "o", "the second slot skipped", func(r ledger.Schedule) bool { return r.Handled.Equal(s2) })
@@ -280,7 +262,7 @@ func TestSchedulerCatchUp(t *testing.T) {
 			ref := "sched-catchup-" + c.catchUp
 			// Queue: with catch-up all, the missed slots run one after another.
 			b.create(t, map[string]any{"id": "c", "spec": "every 5m", "catch_up": c.catchUp, "overlap": "queue", "plan": invoicePlan(ref)})
-			b.clock.set(t0.Add(32 * time.Minute))
+			b.clock.Set(t0.Add(32 * time.Minute))
 			b.startScheduler(t, 1)
 			rec := b.waitRecord(t, "c", "the missed slots handled", func(r ledger.Schedule) bool { return r.Handled.Equal(missed[5]) })
 			if rec.Skipped != c.skipped {
@@ -343,7 +325,7 @@ func TestSchedulerGoal(t *testing.T) {
 	b.create(t, map[string]any{"id": "g", "spec": "every 1m", "goal": demoworld.OnboardingGoal, "approve": "all"})
 	b.startScheduler(t, 2)
 	slot := t0.Add(time.Minute)
-	b.clock.set(slot.Add(time.Second))
+	b.clock.Set(slot.Add(time.Second))
 	rec := b.waitRecord(t, "g", "the first slot", func(r ledger.Schedule) bool { return r.LastFired.Equal(slot) })
 	doc := b.waitStatus(rec.LastRunID, ledger.RunCompleted)
 	if doc.Run.CreatedBy != "schedule:g" || doc.Run.Goal != demoworld.OnboardingGoal || len(doc.Actions) == 0 {

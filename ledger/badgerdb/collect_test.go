@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,26 +20,9 @@ import (
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/badgerdb"
+	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/plan"
 )
-
-// fixedClock is a settable clock.
-type fixedClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fixedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fixedClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // gcRun records run id with n actions, each claimed (with a budget hold)
 // and succeeded, one with a large argument, a memo, and ends it when ended.
@@ -133,7 +115,7 @@ func mentions(k, id string, keys []string) bool {
 // report counts exactly what went.
 func TestCollectLeavesNothingOfTheRun(t *testing.T) {
 	dir := t.TempDir()
-	clock := &fixedClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	clock := ledgertest.NewClock(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
 	l := openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
 	goneKeys := gcRun(t, l, "gone", 3, true)
 	keptKeys := gcRun(t, l, "kept", 3, false)
@@ -142,7 +124,7 @@ func TestCollectLeavesNothingOfTheRun(t *testing.T) {
 	}
 	before := rawKeys(t, dir)
 	l = openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
-	clock.add(2 * time.Hour)
+	clock.Add(2 * time.Hour)
 	rep, err := l.Collect(context.Background(), ledger.CollectOptions{Retention: time.Hour})
 	if err != nil || rep.Runs != 1 {
 		t.Fatalf("Collect = %+v, %v; want 1 run", rep, err)
@@ -182,7 +164,7 @@ func TestCollectLeavesNothingOfTheRun(t *testing.T) {
 // finishes it whatever the retention.
 func TestCollectMarkedRunIsGone(t *testing.T) {
 	dir := t.TempDir()
-	clock := &fixedClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	clock := ledgertest.NewClock(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
 	l := openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
 	keys := gcRun(t, l, "half", 2, true)
 	if err := l.Close(); err != nil {
@@ -285,7 +267,7 @@ func TestCollectKilled(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	dir := t.TempDir()
-	clock := &fixedClock{t: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := ledgertest.NewClock(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
 	keys := map[string][]string{}
 	for i := range collectCrashRuns {
@@ -400,7 +382,7 @@ func checkWholeOrGone(t *testing.T, dir string, keys map[string][]string, events
 // time by the first collect, and collected by the rule.
 func TestCollectRunsEndedBeforeRetention(t *testing.T) {
 	dir := t.TempDir()
-	clock := &fixedClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	clock := ledgertest.NewClock(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
 	l := openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
 	gcRun(t, l, "older", 1, true)
 	if err := l.Close(); err != nil {
@@ -456,7 +438,7 @@ func TestCollectRunsEndedBeforeRetention(t *testing.T) {
 	if rep, err := l.Collect(ctx, ledger.CollectOptions{Retention: time.Hour}); err != nil || rep.Runs != 0 {
 		t.Fatalf("within the retention: %+v, %v", rep, err)
 	}
-	clock.add(2 * time.Hour)
+	clock.Add(2 * time.Hour)
 	if rep, err := l.Collect(ctx, ledger.CollectOptions{Retention: time.Hour}); err != nil || rep.Runs != 1 {
 		t.Fatalf("past the retention: %+v, %v; want the older run", rep, err)
 	}

@@ -132,57 +132,39 @@ func jsonHas(t *testing.T, data json.RawMessage, name, want string) bool {
 	return fmt.Sprint(got) == fmt.Sprint(w)
 }
 
-// limitClock is a clock the test sets.
-type limitClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *limitClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *limitClock) set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
 func testLimitRate(t *testing.T, open Opener) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	clock := &limitClock{t: t0}
+	clock := NewClock(t0)
 	cfg := newConfig(t)
 	cfg.Clock = clock
 	b := &bundle{l: open(t, cfg), ctx: t.Context(), cfg: cfg}
 	c := &limitCase{b: b, lim: ledger.ToolLimit{Rate: 2, Per: 10 * time.Second}}
 	b.createRun(t, "r", 6)
 	b.mustOK(t, c.claim(t, "a1", 1))
-	clock.set(t0.Add(time.Second))
+	clock.Set(t0.Add(time.Second))
 	b.mustOK(t, c.claim(t, "a2", 1))
 	// Their outcomes free nothing of the rate: starts are counted.
 	b.mustOK(t, ledger.Succeed(c.key(t, "a1"), 1, json.RawMessage(`1`)))
-	clock.set(t0.Add(9 * time.Second))
+	clock.Set(t0.Add(9 * time.Second))
 	le := c.refused(t, "a3", 1, ledger.LimitRate)
 	if le.Started != 2 || !le.RetryAt.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("LimitError %+v: want 2 started, retry at %v", le, t0.Add(10*time.Second))
 	}
 	// The window is sliding: at t0+10s the start at t0 has left it, the
 	// one at t0+1s has not.
-	clock.set(t0.Add(10 * time.Second))
+	clock.Set(t0.Add(10 * time.Second))
 	b.mustOK(t, c.claim(t, "a3", 1))
 	le = c.refused(t, "a4", 1, ledger.LimitRate)
 	if !le.RetryAt.Equal(t0.Add(11 * time.Second)) {
 		t.Fatalf("retry at %v, want %v", le.RetryAt, t0.Add(11*time.Second))
 	}
-	clock.set(t0.Add(11 * time.Second))
+	clock.Set(t0.Add(11 * time.Second))
 	b.mustOK(t, c.claim(t, "a4", 1))
 	// Both limits at once.
 	c.lim = ledger.ToolLimit{MaxInFlight: 1, Rate: 2, Per: 10 * time.Second}
-	clock.set(t0.Add(30 * time.Second))
+	clock.Set(t0.Add(30 * time.Second))
 	b.mustOK(t, c.claim(t, "a5", 1)) // the only claim that took a slot
-	clock.set(t0.Add(60 * time.Second))
+	clock.Set(t0.Add(60 * time.Second))
 	c.refused(t, "a6", 1, ledger.LimitInFlight)
 	// No window of 10s holds more than 2 starts.
 	var starts []time.Time

@@ -5,31 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/plan"
 )
-
-// setClock is a clock a test sets (every reading the same until set again).
-type setClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *setClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *setClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // Durable timers (ledger/timer.go): the claim's own transaction refuses an
 // action before it is due by the store's clock, computing the due time from
@@ -40,7 +21,7 @@ func (c *setClock) set(t time.Time) {
 func testTimers(t *testing.T, open Opener, opts Options) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	clk := &setClock{t: t0}
+	clk := NewClock(t0)
 	cfg := Config{Dir: t.TempDir(), Clock: clk}
 	l := open(t, cfg)
 	b := &bundle{l: l, ctx: ctx, cfg: cfg}
@@ -69,7 +50,7 @@ func testTimers(t *testing.T, open Opener, opts Options) {
 // timerCase is run "r" of testTimers in a store on a clock the test sets.
 type timerCase struct {
 	b   *bundle
-	clk *setClock
+	clk *Clock
 }
 
 // key is the idempotency key of action id, whose args are {"i":i}.
@@ -110,22 +91,22 @@ func (tc *timerCase) claimWhenDue(t *testing.T, t0 time.Time) time.Time {
 	// A dependency that has not succeeded: the due time is not known yet.
 	tc.notDue(t, tc.claim(t, "remind", 2), time.Time{})
 	// not_before alone.
-	clk.set(t0.Add(10 * time.Minute))
+	clk.Set(t0.Add(10 * time.Minute))
 	tc.notDue(t, tc.claim(t, "open", 3), t0.Add(time.Hour))
 	// The later of not_before and after (from the run's creation: no
 	// dependencies).
 	tc.notDue(t, tc.claim(t, "late", 4), t0.Add(30*time.Minute))
-	clk.set(t0.Add(30 * time.Minute))
+	clk.Set(t0.Add(30 * time.Minute))
 	b.mustOK(t, tc.claim(t, "late", 4))
-	clk.set(t0.Add(time.Hour))
+	clk.Set(t0.Add(time.Hour))
 	b.mustOK(t, tc.claim(t, "open", 3))
 
 	// after counts from the dependency's success as recorded.
 	b.mustOK(t, tc.claim(t, "invoice", 1))
 	succeeded := t0.Add(90 * time.Minute)
-	clk.set(succeeded)
+	clk.Set(succeeded)
 	b.mustOK(t, ledger.Succeed(tc.key(t, "invoice", 1), 1, []byte(`{"id":"inv1"}`)))
-	clk.set(succeeded.Add(time.Hour))
+	clk.Set(succeeded.Add(time.Hour))
 	due := succeeded.Add(48 * time.Hour)
 	tc.notDue(t, tc.claim(t, "remind", 2), due)
 	return due
