@@ -378,54 +378,61 @@ func (d *driver) claimAs(ctx context.Context, a *act, n int, calls bool) (ok boo
 	a.preOps = nil
 	r := res[len(ops)-1]
 	if r.Err != nil {
-		if cur := conflictRecord(r.Err); cur != nil {
-			if cur.State == ledger.StatusClaimed && cur.Attempt == n-1 && cur.Owner != d.inc {
-				// A shared ledger refused to take over another node's claim:
-				// that node is alive (its lease holds) and performs the
-				// attempt. Wait, then read its record again.
-				if !d.waitOtherNode(ctx) {
-					return false, endStopped
-				}
-				a.rec = nil
-				return false, endSucceeded
-			}
-			a.rec = cur
-			return false, endSucceeded
-		}
-		if due, ok := notDue(r.Err); ok {
-			d.e.log.Info(waitingMsg, "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
-			a.notDue = &due
-			return false, endStopped
-		}
-		if errors.Is(r.Err, ledger.ErrStale) || errors.Is(r.Err, ledger.ErrNotDue) { // not due, without a time: stale facts (timer.go)
-			d.e.log.Info(staleMsg, "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
-			a.stale = true
-			return false, endStopped
-		}
-		if le := limitErr(r.Err); le != nil {
-			// The tool is full or its rate is spent: nothing was written and
-			// no attempt counted. Wait, then decide again from the record.
-			if !d.waitSlot(ctx, a, n, le, freed) {
-				return false, endStopped
-			}
-			a.rec = nil
-			return false, endSucceeded
-		}
-		if errors.Is(r.Err, ledger.ErrBudgetExceeded) {
-			if n > 1 {
-				return false, d.overOnRetry(ctx, a, n, r.Err)
-			}
-			// Another claim took the budget's room since it was read: this
-			// drive leaves the action; the next one decides it again.
-			d.e.log.Info("claim refused by a budget", "run_id", d.runID, "action_id", a.n.id, "error", r.Err)
-			return false, endStopped
-		}
-		a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: r.Err})
-		return false, endStopped
+		return false, d.claimRefused(ctx, a, n, r.Err, freed)
 	}
 	a.claimedAfterWait()
 	d.claimedNow(a, n, r.Key)
 	return true, endSucceeded
+}
+
+// claimRefused is what claimAs does when the ledger refused the claim of
+// attempt n with err (freed: claimAs's slot signal). endSucceeded with a.rec
+// set (or nil) sends the action to decide again.
+func (d *driver) claimRefused(ctx context.Context, a *act, n int, err error, freed <-chan struct{}) end {
+	if cur := conflictRecord(err); cur != nil {
+		if cur.State == ledger.StatusClaimed && cur.Attempt == n-1 && cur.Owner != d.inc {
+			// A shared ledger refused to take over another node's claim:
+			// that node is alive (its lease holds) and performs the
+			// attempt. Wait, then read its record again.
+			if !d.waitOtherNode(ctx) {
+				return endStopped
+			}
+			a.rec = nil
+			return endSucceeded
+		}
+		a.rec = cur
+		return endSucceeded
+	}
+	if due, ok := notDue(err); ok {
+		d.e.log.Info(waitingMsg, "run_id", d.runID, "action_id", a.n.id, "error", err)
+		a.notDue = &due
+		return endStopped
+	}
+	if errors.Is(err, ledger.ErrStale) || errors.Is(err, ledger.ErrNotDue) { // not due, without a time: stale facts (timer.go)
+		d.e.log.Info(staleMsg, "run_id", d.runID, "action_id", a.n.id, "error", err)
+		a.stale = true
+		return endStopped
+	}
+	if le := limitErr(err); le != nil {
+		// The tool is full or its rate is spent: nothing was written and
+		// no attempt counted. Wait, then decide again from the record.
+		if !d.waitSlot(ctx, a, n, le, freed) {
+			return endStopped
+		}
+		a.rec = nil
+		return endSucceeded
+	}
+	if errors.Is(err, ledger.ErrBudgetExceeded) {
+		if n > 1 {
+			return d.overOnRetry(ctx, a, n, err)
+		}
+		// Another claim took the budget's room since it was read: this
+		// drive leaves the action; the next one decides it again.
+		d.e.log.Info("claim refused by a budget", "run_id", d.runID, "action_id", a.n.id, "error", err)
+		return endStopped
+	}
+	a.setFatal(&ActionError{RunID: d.runID, ActionID: a.n.id, Key: a.key, Op: "claim", Err: err})
+	return endStopped
 }
 
 // otherNodeWait is how long a drive waits before it looks again at a key

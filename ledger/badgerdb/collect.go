@@ -227,6 +227,13 @@ func (c *collection) count(item *badger.Item) {
 	c.rep.Bytes += item.EstimatedSize()
 }
 
+// dueRun is a run that a collection collects: its header as read.
+type dueRun struct {
+	id     string
+	hdr    ledger.RunRecord
+	header *badger.Item
+}
+
 // run examines the candidates (ended-index keys) and collects the due ones.
 func (c *collection) run(cands [][]byte) (ledger.CollectReport, error) {
 	defer func() {
@@ -234,71 +241,13 @@ func (c *collection) run(cands [][]byte) (ledger.CollectReport, error) {
 			c.w.Discard()
 		}
 	}()
-	type due struct {
-		id     string
-		hdr    ledger.RunRecord
-		header *badger.Item
-	}
-	var runs []due
-	seen := map[string]bool{}
-	for _, k := range cands {
-		id := string(k[2+8:])
-		at := int64(beUint64(k[2:]))
-		if seen[id] {
-			continue // its mark and its end
-		}
-		item, err := c.read.Get(runKey(id))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			if err := c.del(k); err != nil { // left by a run deleted earlier
-				return c.rep, err
-			}
-			continue
-		}
-		if err != nil {
-			return c.rep, err
-		}
-		var hdr ledger.RunRecord
-		if err := item.Value(func(v []byte) (err error) { hdr, err = decodeRun(v); return err }); err != nil {
-			return c.rep, fmt.Errorf("run %q: %w", id, err)
-		}
-		switch {
-		case hdr.Collecting: // a collect that was cut short: finish it
-		case hdr.EndedAt.IsZero() || hdr.EndedAt.UnixNano() != at:
-			if err := c.del(k); err != nil { // an earlier end of a replayed run
-				return c.rep, err
-			}
-			continue
-		case !ledger.Collectable(hdr, c.o.Retention, c.o.Now):
-			if ledger.ProtectedOnly(hdr, c.o.Retention, c.o.Now) {
-				c.rep.Kept++
-			}
-			continue
-		}
-		seen[id] = true
-		runs = append(runs, due{id: id, hdr: hdr, header: item})
+	runs, err := c.due(cands)
+	if err != nil {
+		return c.rep, err
 	}
 	// 1. Mark: reads and ops find no run from here on.
-	for _, r := range runs {
-		c.rep.Runs++
-		c.count(r.header)
-		c.rep.Records++ // the list index entry
-		if c.dry || r.hdr.Collecting {
-			continue
-		}
-		r.hdr.Collecting = true
-		v, err := encodeRun(r.hdr)
-		if err != nil {
-			return c.rep, err
-		}
-		if err := c.set(runKey(r.id), v); err != nil {
-			return c.rep, err
-		}
-		if err := c.del(indexKey(r.hdr.CreatedAt.UnixNano(), r.id)); err != nil {
-			return c.rep, err
-		}
-		if err := c.set(markKey(r.id), []byte{}); err != nil {
-			return c.rep, err
-		}
+	if err := c.mark(runs); err != nil {
+		return c.rep, err
 	}
 	if err := c.commit(); err != nil {
 		return c.rep, err
@@ -313,18 +262,98 @@ func (c *collection) run(cands [][]byte) (ledger.CollectReport, error) {
 		return c.rep, err
 	}
 	// 3. The headers and their index entries.
-	for _, r := range runs {
-		if err := c.del(runKey(r.id)); err != nil {
-			return c.rep, err
-		}
-		if err := c.del(endedKey(r.hdr.EndedAt, r.id)); err != nil {
-			return c.rep, err
-		}
-		if err := c.del(markKey(r.id)); err != nil {
-			return c.rep, err
-		}
+	if err := c.headers(runs); err != nil {
+		return c.rep, err
 	}
 	return c.rep, c.commit()
+}
+
+// due reads the runs of the candidates and returns the due ones, deleting
+// the candidates that no longer stand for a run.
+func (c *collection) due(cands [][]byte) ([]dueRun, error) {
+	var runs []dueRun
+	seen := map[string]bool{}
+	for _, k := range cands {
+		id := string(k[2+8:])
+		at := int64(beUint64(k[2:]))
+		if seen[id] {
+			continue // its mark and its end
+		}
+		item, err := c.read.Get(runKey(id))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			if err := c.del(k); err != nil { // left by a run deleted earlier
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var hdr ledger.RunRecord
+		if err := item.Value(func(v []byte) (err error) { hdr, err = decodeRun(v); return err }); err != nil {
+			return nil, fmt.Errorf("run %q: %w", id, err)
+		}
+		switch {
+		case hdr.Collecting: // a collect that was cut short: finish it
+		case hdr.EndedAt.IsZero() || hdr.EndedAt.UnixNano() != at:
+			if err := c.del(k); err != nil { // an earlier end of a replayed run
+				return nil, err
+			}
+			continue
+		case !ledger.Collectable(hdr, c.o.Retention, c.o.Now):
+			if ledger.ProtectedOnly(hdr, c.o.Retention, c.o.Now) {
+				c.rep.Kept++
+			}
+			continue
+		}
+		seen[id] = true
+		runs = append(runs, dueRun{id: id, hdr: hdr, header: item})
+	}
+	return runs, nil
+}
+
+// mark counts the headers of runs and marks each one Collecting, out of the
+// list index and with its mark in the ended index.
+func (c *collection) mark(runs []dueRun) error {
+	for _, r := range runs {
+		c.rep.Runs++
+		c.count(r.header)
+		c.rep.Records++ // the list index entry
+		if c.dry || r.hdr.Collecting {
+			continue
+		}
+		r.hdr.Collecting = true
+		v, err := encodeRun(r.hdr)
+		if err != nil {
+			return err
+		}
+		if err := c.set(runKey(r.id), v); err != nil {
+			return err
+		}
+		if err := c.del(indexKey(r.hdr.CreatedAt.UnixNano(), r.id)); err != nil {
+			return err
+		}
+		if err := c.set(markKey(r.id), []byte{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// headers deletes the headers of runs and their ended-index entries.
+func (c *collection) headers(runs []dueRun) error {
+	for _, r := range runs {
+		if err := c.del(runKey(r.id)); err != nil {
+			return err
+		}
+		if err := c.del(endedKey(r.hdr.EndedAt, r.id)); err != nil {
+			return err
+		}
+		if err := c.del(markKey(r.id)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // records deletes every per-run record of run id, and for each key record

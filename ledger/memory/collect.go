@@ -77,20 +77,7 @@ func (st *state) deleteRun(id string, dry bool) int64 {
 			}
 		}
 	}
-	for key, run := range st.keyRuns {
-		if run != id {
-			continue
-		}
-		n += 2 // the record and its index entry
-		if _, ok := st.holds[key]; ok {
-			n++
-		}
-		if !dry {
-			delete(st.keyRuns, key)
-			delete(st.keyRecs, key)
-			delete(st.holds, key)
-		}
-	}
+	n += st.deleteRunKeys(id, dry)
 	n += int64(len(st.events[id]))
 	for k := range st.memos {
 		if k.a == id {
@@ -111,6 +98,27 @@ func (st *state) deleteRun(id string, dry bool) int64 {
 	if !dry {
 		delete(st.events, id)
 		delete(st.runs, id)
+	}
+	return n
+}
+
+// deleteRunKeys deletes (or, with dry, counts) the key records of run id,
+// their index entries and budget holds.
+func (st *state) deleteRunKeys(id string, dry bool) int64 {
+	var n int64
+	for key, run := range st.keyRuns {
+		if run != id {
+			continue
+		}
+		n += 2 // the record and its index entry
+		if _, ok := st.holds[key]; ok {
+			n++
+		}
+		if !dry {
+			delete(st.keyRuns, key)
+			delete(st.keyRecs, key)
+			delete(st.holds, key)
+		}
 	}
 	return n
 }

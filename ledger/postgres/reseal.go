@@ -79,13 +79,6 @@ func (s *Store) resealTable(ctx context.Context, t sealedTable, st *ResealStats)
 	qt := pgx.Identifier{s.cfg.Schema, t.name}.Sanitize()
 	pk := strings.Join(t.pk, ", ")
 	cols := append(append([]string(nil), t.bytea...), t.text...)
-	ph := func(from, n int) string {
-		p := make([]string, n)
-		for i := range p {
-			p[i] = fmt.Sprintf("$%d", from+i)
-		}
-		return strings.Join(p, ", ")
-	}
 	var last []any
 	for {
 		if err := ctx.Err(); err != nil {
@@ -93,82 +86,19 @@ func (s *Store) resealTable(ctx context.Context, t sealedTable, st *ResealStats)
 		}
 		q := `SELECT ` + pk + `, ` + strings.Join(cols, ", ") + ` FROM ` + qt
 		if last != nil {
-			q += ` WHERE (` + pk + `) > (` + ph(1, len(t.pk)) + `)`
+			q += ` WHERE (` + pk + `) > (` + resealParams(1, len(t.pk)) + `)`
 		}
 		q += ` ORDER BY ` + pk + fmt.Sprintf(` LIMIT %d`, resealPage)
-		rows, err := s.pool.Query(ctx, q, last...)
+		changes, n, next, err := s.resealRead(ctx, t, q, last, st)
 		if err != nil {
 			return err
 		}
-		type change struct {
-			key      []any
-			col      string
-			old, new any
-		}
-		var changes []change
-		n := 0
-		for rows.Next() {
-			n++
-			key := make([]any, len(t.pk))
-			bs := make([][]byte, len(t.bytea))
-			ts := make([]*string, len(t.text))
-			dest := make([]any, 0, len(key)+len(cols))
-			for i := range key {
-				dest = append(dest, &key[i])
-			}
-			for i := range bs {
-				dest = append(dest, &bs[i])
-			}
-			for i := range ts {
-				dest = append(dest, &ts[i])
-			}
-			if err := rows.Scan(dest...); err != nil {
-				rows.Close()
-				return err
-			}
-			last = key
-			for i, col := range t.bytea {
-				c := t.name + "." + col
-				nv, plain, err := s.env.reseal(c, bs[i])
-				if err != nil {
-					rows.Close()
-					return err
-				}
-				if nv != nil {
-					changes = append(changes, change{key, col, bs[i], nv})
-					st.add(plain)
-				}
-			}
-			for i, col := range t.text {
-				if ts[i] == nil || *ts[i] == "" {
-					continue
-				}
-				c := t.name + "." + col
-				v := []byte(*ts[i])
-				if strings.HasPrefix(*ts[i], textPrefix) {
-					if v, err = decodeText(c, *ts[i]); err != nil {
-						rows.Close()
-						return err
-					}
-				}
-				nv, plain, err := s.env.reseal(c, v)
-				if err != nil {
-					rows.Close()
-					return err
-				}
-				if nv != nil {
-					changes = append(changes, change{key, col, *ts[i], textPrefix + b64(nv)})
-					st.add(plain)
-				}
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
+		if next != nil {
+			last = next
 		}
 		for _, c := range changes {
 			args := append([]any{c.new, c.old}, c.key...)
-			tag, err := s.pool.Exec(ctx, `UPDATE `+qt+` SET `+c.col+` = $1 WHERE `+c.col+` = $2 AND (`+pk+`) = (`+ph(3, len(t.pk))+`)`, args...)
+			tag, err := s.pool.Exec(ctx, `UPDATE `+qt+` SET `+c.col+` = $1 WHERE `+c.col+` = $2 AND (`+pk+`) = (`+resealParams(3, len(t.pk))+`)`, args...)
 			if err != nil {
 				return err
 			}
@@ -180,6 +110,101 @@ func (s *Store) resealTable(ctx context.Context, t sealedTable, st *ResealStats)
 			return nil
 		}
 	}
+}
+
+// resealParams returns the placeholders $from, ..., $from+n-1.
+func resealParams(from, n int) string {
+	p := make([]string, n)
+	for i := range p {
+		p[i] = fmt.Sprintf("$%d", from+i)
+	}
+	return strings.Join(p, ", ")
+}
+
+// resealChange is one value to write back: col of the row at key, from old
+// to new.
+type resealChange struct {
+	key      []any
+	col      string
+	old, new any
+}
+
+// resealRead reads one page of t with q (args: the key of the last row of
+// the page before) and returns the changes its values need, how many rows
+// it read and the key of its last row (nil: none).
+func (s *Store) resealRead(ctx context.Context, t sealedTable, q string, args []any, st *ResealStats) (changes []resealChange, n int, last []any, err error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	for rows.Next() {
+		n++
+		key := make([]any, len(t.pk))
+		bs := make([][]byte, len(t.bytea))
+		ts := make([]*string, len(t.text))
+		dest := make([]any, 0, len(key)+len(t.bytea)+len(t.text))
+		for i := range key {
+			dest = append(dest, &key[i])
+		}
+		for i := range bs {
+			dest = append(dest, &bs[i])
+		}
+		for i := range ts {
+			dest = append(dest, &ts[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return nil, 0, nil, err
+		}
+		last = key
+		if changes, err = s.resealRow(t, key, bs, ts, changes, st); err != nil {
+			rows.Close()
+			return nil, 0, nil, err
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, nil, err
+	}
+	return changes, n, last, nil
+}
+
+// resealRow appends to changes those of the row at key, with bytea values
+// bs and text values ts.
+func (s *Store) resealRow(t sealedTable, key []any, bs [][]byte, ts []*string, changes []resealChange, st *ResealStats) ([]resealChange, error) {
+	for i, col := range t.bytea {
+		c := t.name + "." + col
+		nv, plain, err := s.env.reseal(c, bs[i])
+		if err != nil {
+			return changes, err
+		}
+		if nv != nil {
+			changes = append(changes, resealChange{key, col, bs[i], nv})
+			st.add(plain)
+		}
+	}
+	for i, col := range t.text {
+		if ts[i] == nil || *ts[i] == "" {
+			continue
+		}
+		c := t.name + "." + col
+		v := []byte(*ts[i])
+		if strings.HasPrefix(*ts[i], textPrefix) {
+			var err error
+			if v, err = decodeText(c, *ts[i]); err != nil {
+				return changes, err
+			}
+		}
+		nv, plain, err := s.env.reseal(c, v)
+		if err != nil {
+			return changes, err
+		}
+		if nv != nil {
+			changes = append(changes, resealChange{key, col, *ts[i], textPrefix + b64(nv)})
+			st.add(plain)
+		}
+	}
+	return changes, nil
 }
 
 func (st *ResealStats) add(plain bool) {
