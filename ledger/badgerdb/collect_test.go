@@ -172,40 +172,15 @@ func TestCollectMarkedRunIsGone(t *testing.T) {
 	}
 	// Mark it, as step 1 of a collect does (the header and the mark entry
 	// of the ended-run index), and delete one of its events.
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(txn *badger.Txn) error {
-		k := append([]byte{'h', 0}, "half"...)
-		item, err := txn.Get(k)
-		if err != nil {
-			return err
-		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		var m map[string]any
-		if err := json.Unmarshal(v, &m); err != nil {
-			return err
-		}
+	rewriteHeader(t, dir, "half", func(m map[string]any) error {
 		m["collecting"] = true
-		v, _ = json.Marshal(m)
-		if err := txn.Set(k, v); err != nil {
-			return err
-		}
+		return nil
+	}, func(txn *badger.Txn) error {
 		if err := txn.Set(append([]byte{'g', 0, 0, 0, 0, 0, 0, 0, 0, 0}, "half"...), nil); err != nil {
 			return err
 		}
 		return txn.Delete(append(append([]byte{'e', 0}, "half"...), 0, 0, 0, 0, 0, 0, 0, 0, 1))
 	})
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	l = openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
 	ctx := context.Background()
 	if _, err := l.GetRun(ctx, "half"); !errors.Is(err, ledger.ErrNotFound) {
@@ -388,32 +363,13 @@ func TestCollectRunsEndedBeforeRetention(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(txn *badger.Txn) error {
-		k := append([]byte{'h', 0}, "older"...)
-		item, err := txn.Get(k)
-		if err != nil {
-			return err
-		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		var m map[string]any
-		if err := json.Unmarshal(v, &m); err != nil {
-			return err
-		}
+	rewriteHeader(t, dir, "older", func(m map[string]any) error {
 		if _, ok := m["ended_at"]; !ok {
 			return errors.New("the header has no ended_at")
 		}
 		delete(m, "ended_at")
-		v, _ = json.Marshal(m)
-		if err := txn.Set(k, v); err != nil {
-			return err
-		}
+		return nil
+	}, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{'g', 0}})
 		defer it.Close()
 		var del [][]byte
@@ -427,12 +383,6 @@ func TestCollectRunsEndedBeforeRetention(t *testing.T) {
 		}
 		return nil
 	})
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	l = openBadger(t, badgerdb.Config{Dir: dir, Clock: clock})
 	ctx := context.Background()
 	if rep, err := l.Collect(ctx, ledger.CollectOptions{Retention: time.Hour}); err != nil || rep.Runs != 0 {
@@ -441,5 +391,46 @@ func TestCollectRunsEndedBeforeRetention(t *testing.T) {
 	clock.Add(2 * time.Hour)
 	if rep, err := l.Collect(ctx, ledger.CollectOptions{Retention: time.Hour}); err != nil || rep.Runs != 1 {
 		t.Fatalf("past the retention: %+v, %v; want the older run", rep, err)
+	}
+}
+
+// rewriteHeader opens the closed data directory dir with Badger itself and,
+// in one transaction, rewrites run runID's header (its JSON) with edit and
+// then makes the other changes of more: what a process killed in the middle
+// of a collect, or an older build, leaves behind.
+func rewriteHeader(t *testing.T, dir, runID string, edit func(m map[string]any) error, more func(txn *badger.Txn) error) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(txn *badger.Txn) error {
+		k := append([]byte{'h', 0}, runID...)
+		item, err := txn.Get(k)
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(v, &m); err != nil {
+			return err
+		}
+		if err := edit(m); err != nil {
+			return err
+		}
+		v, _ = json.Marshal(m)
+		if err := txn.Set(k, v); err != nil {
+			return err
+		}
+		return more(txn)
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
