@@ -46,6 +46,22 @@ type runFlags struct {
 	srv         *serverFlags
 }
 
+// runAndAction parses the arguments of a command on one action of a run
+// (reject, resolve, run-now): the run id and the action id, nothing more.
+// It sets env.As from --as.
+func (f runFlags) runAndAction(fs *flag.FlagSet, name string, args []string, env *Env) (runID, action string, err error) {
+	pos, err := parseArgs(fs, args)
+	env.As = *f.as
+	if err != nil {
+		return "", "", err
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return "", "", usageError("%s needs the run id and one action id", name)
+	}
+	return pos[0], pos[1], nil
+}
+
 func addRunFlags(fs *flag.FlagSet, getenv func(string) string) runFlags {
 	data := fs.String("data", defaultDataDir, "data directory (the ledger)")
 	key := ledgerFlag(fs, data, getenv)
@@ -182,16 +198,10 @@ func (c *rejectCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("reject", "reject [--data DIR] --tools FILE RUN ACTION [--reason R]", c.env.Stderr)
 	f := addRunFlags(fs, c.env.Getenv)
 	reason := fs.String("reason", "", "why (recorded with the rejection)")
-	pos, err := parseArgs(fs, args)
-	c.env.As = *f.as
+	runID, action, err := f.runAndAction(fs, "reject", args, &c.env)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return usageError("reject needs the run id and one action id")
-	}
-	runID, action := pos[0], pos[1]
 	if f.srv.remote() {
 		return f.remote(ctx, c.env, runID, "/actions/"+url.PathEscape(action)+"/reject", map[string]any{"reason": *reason})
 	}
@@ -215,16 +225,10 @@ func (c *resolveCmd) Run(ctx context.Context, args []string) error {
 	done := fs.String("done", "", "the action did happen: record this JSON as its output")
 	retry := fs.Bool("retry", false, "the action did not happen: try it once more (counts as approval of that attempt)")
 	skip := fs.Bool("skip", false, "leave the action out: dependents get no output")
-	pos, err := parseArgs(fs, args)
-	c.env.As = *f.as
+	runID, action, err := f.runAndAction(fs, "resolve", args, &c.env)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return usageError("resolve needs the run id and one action id")
-	}
-	runID, action := pos[0], pos[1]
 	r := ledger.Resolution{Retry: *retry, Skip: *skip, By: reviewer(c.env)}
 	n := 0
 	for _, chosen := range []bool{isSet(fs, "done"), *retry, *skip} {

@@ -17,16 +17,10 @@ type runNowCmd struct{ env Env }
 func (c *runNowCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run-now", "run-now [--data DIR] --tools FILE RUN ACTION [--server URL --token T]", c.env.Stderr)
 	f := addRunFlags(fs, c.env.Getenv)
-	pos, err := parseArgs(fs, args)
-	c.env.As = *f.as
+	runID, action, err := f.runAndAction(fs, "run-now", args, &c.env)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return usageError("run-now needs the run id and one action id")
-	}
-	runID, action := pos[0], pos[1]
 	if f.srv.remote() {
 		return f.remote(ctx, c.env, runID, "/actions/"+url.PathEscape(action)+"/run_now", map[string]any{})
 	}
