@@ -355,7 +355,8 @@ func storedDoc(ctx context.Context, l ledger.Store, runID string) (ledger.RunDoc
 
 // runOutcome turns a run's status into the command's result: completed → nil
 // (exit 0); paused or awaiting approval → exit 3 with what the person can do;
-// failed or cancelled → exit 1.
+// waiting for an action's time → exit 7 saying until when; failed or
+// cancelled → exit 1.
 func runOutcome(doc ledger.RunDoc, dataDir, toolsPath string) error {
 	return outcome(doc, localFlags(dataDir, toolsPath))
 }
@@ -371,7 +372,7 @@ func outcome(doc ledger.RunDoc, flags string) error {
 		return withCode(exitPaused, errors.New(waitingMessageFlags(doc, flags)))
 	case ledger.RunRunning:
 		if waitingFor(doc) { // waits for a time (wake.go)
-			return withCode(exitPaused, errors.New(waitingTimerMessage(doc, flags)))
+			return withCode(exitWaiting, errors.New(waitingTimerMessage(doc, flags)))
 		}
 		return withCode(exitFailed, fmt.Errorf("run %s stopped while %s; run the same command again to continue it", r.ID, r.Status))
 	case ledger.RunFailed, ledger.RunCancelled:

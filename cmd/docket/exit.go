@@ -50,6 +50,12 @@ const exitNoSpace = 5
 // same command again once the service is back, which repeats nothing.
 const exitSentUnknown = 6
 
+// exitWaiting (7) is a run that waits for an action's time (not_before,
+// after) and nothing else: no person needs to act, so it is not 3. The
+// message says until when; the same command again at or after that time
+// (or docket serve, which wakes the run) continues it.
+const exitWaiting = 7
+
 // exitMappers let packages' sentinel errors choose exit codes; each command
 // file may append one in init.
 var exitMappers = []func(error) (int, bool){packageErrorCode}

@@ -52,7 +52,7 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 	acceptTools := fs.Bool("accept-tools-change", false, "resume even though the tool definitions changed since the run started")
 	retentionFlag(fs, &c.retention, "keep a new run this long after it ended (30d, 2w, 12h), then docket gc or serve's sweep deletes it (never while a key of its keyed calls is honoured; a longer global --retention wins); default: as the global retention says, else for ever")
 	leaseWait := leaseWaitFlag(fs)
-	waitTimers := fs.Bool("wait-timers", true, "stay up while the run waits for its actions' times (not_before, after) and drive it then; false: exit 3 once only waiting actions are left, saying until when (docket serve wakes the run)")
+	waitTimers := fs.Bool("wait-timers", true, "stay up while the run waits for its actions' times (not_before, after) and drive it then; false: exit 7 once only waiting actions are left, saying until when (docket serve wakes the run)")
 	policyPath := policyFlag(fs)
 	as := identityFlag(fs)
 	mf := addModelFlags(fs)

@@ -97,7 +97,7 @@ func TestTimerFiresOnceAcrossKills(t *testing.T) {
 }
 
 // TestRunNowCommand: `docket run --wait-timers=false` leaves a run that
-// waits 30 days (exit 3, waiting_until in the Run JSON); `docket run-now`
+// waits 30 days (exit 7, waiting_until in the Run JSON); `docket run-now`
 // runs the action at once.
 func TestRunNowCommand(t *testing.T) {
 	t.Parallel()
@@ -105,7 +105,7 @@ func TestRunNowCommand(t *testing.T) {
 	plan := strings.Replace(timerPlan, `"after": "2s"`, `"after": "30d"`, 1)
 	args := b.runArgs(b.plan(t, "plan", plan), "--approve", "all", "--run-id", "rn", "--wait-timers=false")
 	first := inproc(t, args...)
-	wantCode(t, first, exitPaused)
+	wantCode(t, first, exitWaiting)
 	if d := doc(t, first); d.Status != "running" || d.WaitingUntil == "" || d.action("inv2").Status != "approved" {
 		t.Fatalf("run %s waiting_until %q inv2 %s\n%s", d.Status, d.WaitingUntil, d.action("inv2").Status, first)
 	}
@@ -159,13 +159,13 @@ func waitRun(t *testing.T, base, token, runID, what string, cond func(runJSON) b
 }
 
 // TestServeWakesTimer: `docket run --wait-timers=false` leaves a run
-// waiting (exit 3); `docket serve` on the same data directory wakes it at
+// waiting (exit 7); `docket serve` on the same data directory wakes it at
 // its time and it completes, each effect once.
 func TestServeWakesTimer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	args := b.runArgs(b.plan(t, "plan", timerPlan), "--approve", "all", "--run-id", "sw", "--wait-timers=false")
-	wantCode(t, inproc(t, args...), exitPaused)
+	wantCode(t, inproc(t, args...), exitWaiting)
 	s := startServe(t, nil, "--data", b.data, "--tools", b.tools)
 	d := waitRun(t, s.base, s.token, "sw", "completed", func(d runJSON) bool { return d.Status == "completed" })
 	if d.WaitingUntil != "" {

@@ -15,7 +15,7 @@ import (
 // Durable timers in the commands: `docket run` that is still up sleeps until
 // its run's wake time and drives it again; `docket serve` wakes every run
 // whose wake time comes (wakeLoop); the other commands report a waiting run
-// with exit 3 and say when it wakes (waitingTimerMessage).
+// with exit 7 and say when it wakes (waitingTimerMessage).
 
 // waitingFor reports whether doc is a run that waits only for a time:
 // running, with a wake time recorded.
