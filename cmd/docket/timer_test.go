@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -231,5 +232,34 @@ func TestSharedTimerNodes(t *testing.T) {
 		if tc.kill {
 			a = node()
 		}
+	}
+}
+
+// TestStepWaitingForATime: `docket step` on a run that only waits for an
+// action's time exits 7 (not 3: no person needs to act) with the Run JSON
+// saying until when; the same request again before that time performs
+// nothing more and says the same.
+func TestStepWaitingForATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	plan := strings.Replace(timerPlan, `"after": "2s"`, `"after": "30d"`, 1)
+	req, _ := json.Marshal(map[string]any{"run_id": "st", "plan": json.RawMessage(plan), "approve": "all"})
+	step := func() result {
+		t.Helper()
+		var out, errb bytes.Buffer
+		e := testEnv(&out, &errb)
+		e.Stdin = bytes.NewReader(req)
+		code := report(runEnv(context.Background(), append([]string{"step"}, b.stepArgs()...), e), &errb)
+		return result{code: code, stdout: out.String(), stderr: errb.String()}
+	}
+	for range 2 {
+		r := step()
+		wantCode(t, r, exitWaiting)
+		if d := doc(t, r); d.Status != "running" || d.WaitingUntil == "" || d.action("inv1").Status != "succeeded" || d.action("inv2").Status != "approved" {
+			t.Fatalf("step: run %s waiting_until %q inv1 %s inv2 %s\n%s", d.Status, d.WaitingUntil, d.action("inv1").Status, d.action("inv2").Status, r)
+		}
+	}
+	if n := b.world.Effect("payments/ref-1"); n != 1 {
+		t.Fatalf("the first invoice took effect %d times, want 1", n)
 	}
 }
