@@ -169,6 +169,10 @@ async function showApp(me) {
   $("inbox-link").hidden = false;
   await loadRuns();
   route();
+  // The page changes its own hash with replaceState (no event); a hash
+  // changed by the person (the address bar, a link, back and forward)
+  // opens what it names.
+  window.addEventListener("hashchange", route);
   loadInbox();
   connectAll();
   setInterval(loadRuns, 15000);
