@@ -63,7 +63,7 @@ func (s *Store) LoadRuns(ctx context.Context, n int) error {
 // statements (which is how the Store runs them), with their execution
 // (EXPLAIN ANALYZE; the adopt sweep's rolled back): the adopt sweep, the
 // inbox's list of runs of one status, the list of every run, and the
-// actions of one run.
+// document of one run (its header and actions).
 func (s *Store) Plans(ctx context.Context) (map[string]string, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
@@ -78,7 +78,7 @@ func (s *Store) Plans(ctx context.Context) (map[string]string, error) {
 		{"adopt", s.q.adoptOrphans, `('` + s.Incarnation() + `', 100)`},
 		{"inbox", s.q.listRunsStatus, `(NULL, '', 1001, 'awaiting_approval')`},
 		{"list", s.q.listRuns, `(NULL, '', 51)`},
-		{"actions", s.q.actions, `('f5', 1)`},
+		{"doc", s.q.doc, `('f5')`},
 	} {
 		if _, err := conn.Exec(ctx, `PREPARE explain_`+p.name+` AS `+p.sql); err != nil {
 			return nil, fmt.Errorf("%s: %w", p.name, err)
@@ -112,3 +112,17 @@ func (s *Store) Plans(ctx context.Context) (map[string]string, error) {
 // NewTestKeyring is a keyring of n new keys, the first current, for the
 // package's external tests.
 var NewTestKeyring = keyring
+
+// GroupCounts returns how many group commits the Store made, how many
+// Applies they held, and how many groups failed as a whole and ran their
+// Applies again one by one.
+func (s *Store) GroupCounts() (groups, applies, fallbacks int64) {
+	return s.group.groups.Load(), s.group.grouped.Load(), s.group.fallbacks.Load()
+}
+
+// PendingApplies is how many Applies wait for a writer.
+func (s *Store) PendingApplies() int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.pending)
+}

@@ -14,7 +14,7 @@ import (
 )
 
 // The adopt sweep, the inbox's and the runs page's lists and a run's
-// actions are found through indexes with 100,000 finished runs in the
+// actions (the run's document) are found through indexes with 100,000 finished runs in the
 // ledger: their cost does not grow with the finished runs. The sweep
 // still adopts exactly the orphans among them.
 var removed = regexp.MustCompile(`Rows Removed by Filter: (\d+)`)
@@ -35,7 +35,7 @@ func TestPlansAt100kRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"adopt", "inbox", "list", "actions"} {
+	for _, name := range []string{"adopt", "inbox", "list", "doc"} {
 		p := plans[name]
 		t.Logf("%s:\n%s", name, p)
 		for _, table := range []string{"runs", "actions", "keys", "events"} {

@@ -26,7 +26,7 @@ type queries struct {
 	insertEvent, notify                                          string
 	memoForUpdate, insertMemo, updateMemo, blob, insertBlob      string
 
-	getRun, listRuns, listRunsStatus, plan, actions, key, events, blobRead, lastSeqs string
+	getRun, listRuns, listRunsStatus, plan, doc, key, events, blobRead, lastSeqs string
 
 	reserve, unreserve                    string
 	putSession, getSession, deleteSession string
@@ -169,10 +169,14 @@ func makeQueries(schema string) queries {
 			LATERAL (SELECT ` + runCols + `, last_seq FROM {S}.runs x WHERE x.run_id = page.run_id OFFSET 0) AS r
 			ORDER BY page.created_at DESC, page.run_id`),
 		plan: t(`SELECT plan, arg_refs FROM {S}.revisions WHERE run_id = $1 AND revision = $2`),
-		actions: t(`SELECT a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals, a.timer, a.tool_wait,
+		// A run and the rows of its current revision in one statement (one
+		// snapshot, one round trip): the run's columns repeat on every row.
+		doc: t(`SELECT ` + rRunCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq),
+			a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals, a.timer, a.tool_wait,
 			CASE WHEN a.status IN ('succeeded', 'compensated') THEN k.output END
-			FROM {S}.actions a LEFT JOIN {S}.keys k ON k.key = a.key AND a.key <> ''
-			WHERE a.run_id = $1 AND a.revision = $2 ORDER BY a.ord, a.action_id`),
+			FROM {S}.runs r JOIN {S}.actions a ON a.run_id = r.run_id AND a.revision = r.revision
+			LEFT JOIN {S}.keys k ON k.key = a.key AND a.key <> ''
+			WHERE r.run_id = $1 ORDER BY a.ord, a.action_id`),
 		key:      t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = $1`),
 		events:   t(`SELECT seq, type, action_id, at, data, COALESCE(hash, '') FROM {S}.events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`),
 		blobRead: t(`SELECT value FROM {S}.blobs WHERE run_id = $1 AND hash = $2`),

@@ -200,40 +200,6 @@ func (s *Store) Plan(ctx context.Context, runID string, rev int) (*plan.Plan, er
 	return p, err
 }
 
-func (s *Store) actions(ctx context.Context, q querier, r ledger.Run) ([]ledger.Action, error) {
-	rows, err := q.Query(ctx, s.q.actions, r.ID, r.Revision)
-	if err != nil {
-		return nil, err
-	}
-	var out []ledger.Action
-	var outputs [][]byte
-	for rows.Next() {
-		var row ledger.RowRecord
-		var output []byte
-		if err := scanRow(s.env, rows, &row, &output); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, row.Action(r.ID))
-		outputs = append(outputs, output)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: rows of run %q revision %d", ledger.ErrNotFound, r.ID, r.Revision)
-	}
-	blobs := s.resolver(ctx, q, r.ID)
-	for i := range out {
-		out[i].Output = outputs[i]
-		if err := ledger.ResolveAction(blobs, &out[i]); err != nil {
-			return nil, fmt.Errorf("ledger: reading args of run %q action %q: %w", r.ID, out[i].ID, err)
-		}
-	}
-	return out, nil
-}
-
 // Actions returns the rows of the run's current revision in plan order,
 // followed by compensating rows in the order they were added. Errors:
 // ErrNotFound, ErrClosed, database errors.
@@ -246,17 +212,76 @@ func (s *Store) Actions(ctx context.Context, runID string) ([]ledger.Action, err
 // ErrNotFound, ErrClosed, database errors.
 func (s *Store) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
 	var d ledger.RunDoc
-	err := s.readTx(ctx, func(q querier) error {
+	var outputs [][]byte
+	err := s.read(ctx, func(q querier) error {
+		d, outputs = ledger.RunDoc{}, outputs[:0]
+		rows, err := q.Query(ctx, s.q.doc, runID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r ledger.RunRecord
+			var last *time.Time
+			var row ledger.RowRecord
+			var output []byte
+			if err := scanRow(s.env, runThen{rows, s.env, &r, &last}, &row, &output); err != nil {
+				return err
+			}
+			if len(d.Actions) == 0 {
+				if last != nil && last.After(r.UpdatedAt) {
+					r.UpdatedAt = last.UTC()
+				}
+				d.Run = r.Run
+			}
+			d.Actions = append(d.Actions, row.Action(runID))
+			outputs = append(outputs, output)
+		}
+		if err := rows.Err(); err != nil || len(d.Actions) > 0 {
+			return err
+		}
+		// No row: no run, or (never written so) a run without rows.
 		r, err := s.getRun(ctx, q, runID)
 		if err != nil {
 			return err
 		}
-		d.Run = r
-		d.Actions, err = s.actions(ctx, q, r)
-		return err
+		return fmt.Errorf("%w: rows of run %q revision %d", ledger.ErrNotFound, runID, r.Revision)
 	})
-	return d, err
+	if err != nil {
+		return ledger.RunDoc{}, err
+	}
+	// Blobs never change once written: resolved outside the snapshot.
+	blobs := s.resolver(ctx, s.pool, runID)
+	for i := range d.Actions {
+		d.Actions[i].Output = outputs[i]
+		if err := ledger.ResolveAction(blobs, &d.Actions[i]); err != nil {
+			return ledger.RunDoc{}, s.readErr(fmt.Errorf("ledger: reading args of run %q action %q: %w", runID, d.Actions[i].ID, err))
+		}
+	}
+	return d, nil
 }
+
+// runThen scans a doc row: the run's columns and its last event's time into
+// run and last, then the rest into the destinations it is given.
+type runThen struct {
+	rows pgx.Rows
+	env  *envelope
+	run  *ledger.RunRecord
+	last **time.Time
+}
+
+func (r runThen) Scan(dest ...any) error {
+	return scanRun(r.env, leadingScan{r.rows, dest}, r.run, r.last)
+}
+
+// leadingScan is a row whose Scan is given the leading destinations and
+// scans them together with rest.
+type leadingScan struct {
+	rows pgx.Rows
+	rest []any
+}
+
+func (l leadingScan) Scan(dest ...any) error { return l.rows.Scan(append(dest, l.rest...)...) }
 
 // Key returns the record of an idempotency key. Errors: ErrNotFound,
 // ErrClosed, database errors.

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/masterkey"
 	"github.com/docketrun/docket/ledger/postgres"
@@ -105,6 +107,25 @@ func TestReseal(t *testing.T) {
 	checkRuns(t, s2, want)
 }
 
+// holdRow locks run runID's row in a transaction of its own until the
+// returned func is called.
+func holdRow(t *testing.T, schema, runID string) func() {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT run_id FROM `+pgx.Identifier{schema, "runs"}.Sanitize()+` WHERE run_id = $1 FOR UPDATE`, runID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return func() { conn.Close(ctx) }
+}
+
 const resealChildEnv = "DOCKET_RESEAL_CHILD"
 
 // resealChild reseals the schema named in the environment, printing
@@ -143,6 +164,11 @@ func TestResealKill(t *testing.T) {
 	ringText := strings.Join([]string{ring.Current().Hex(), ring.Key(ring.IDs()[1]).Hex()}, ",")
 	kills := 0
 	for round := range 4 {
+		// A row the reseal must write is held locked until the kill, so the
+		// kill lands mid-reseal however fast the reseal is: before the row,
+		// or waiting on it (which row is random, and so is when the kill
+		// comes).
+		hold := holdRow(t, schema, fmt.Sprintf("x%d", rng.IntN(25)))
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), resealChildEnv+"="+schema, "DOCKET_RESEAL_URL="+database(t), "DOCKET_RESEAL_RING="+ringText)
 		out, err := cmd.StdoutPipe()
@@ -162,7 +188,9 @@ func TestResealKill(t *testing.T) {
 		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a random kill point, not a wait
 		cmd.Process.Signal(syscall.SIGKILL)
 		for sc.Scan() {
+			t.Logf("round %d: %s", round, sc.Text())
 		}
+		hold()
 		cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			kills++

@@ -12,6 +12,7 @@ import (
 	mrand "math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,15 @@ type Config struct {
 	Poll time.Duration
 	// MaxConns is the connection pool's size; default 16.
 	MaxConns int
+	// Writers is how many Apply transactions this node runs at once;
+	// default 4. Applies that arrive while that many are running wait for
+	// one to end and then commit together, in one transaction (group
+	// commit): under load, one set of locking reads, one lease check and
+	// one WAL flush serve many Applies. Each is evaluated after the ones
+	// before it, as if they had come one by one; a group that fails as a
+	// whole (a lost race between nodes) runs its Applies again one by one.
+	// It must be below MaxConns.
+	Writers int
 	// Outage is how long an Apply or a read waits and tries again while the
 	// database is unreachable (restarting, failing over) before it returns
 	// the error; default 30s. A transaction whose COMMIT was sent is never
@@ -104,6 +114,7 @@ const (
 	DefaultSkewMargin       = time.Second
 	DefaultPoll             = time.Second
 	DefaultMaxConns         = 16
+	DefaultWriters          = 4
 	DefaultOutage           = 30 * time.Second
 	DefaultPoolerLoginRetry = 15 * time.Second
 )
@@ -121,6 +132,7 @@ func (cfg Config) WithDefaults() Config {
 	cfg.SkewMargin = cmp.Or(cfg.SkewMargin, min(DefaultSkewMargin, cfg.Lease/5))
 	cfg.Poll = cmp.Or(cfg.Poll, DefaultPoll)
 	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.Writers = cmp.Or(cfg.Writers, min(DefaultWriters, max(cfg.MaxConns-1, 1)))
 	cfg.Outage = cmp.Or(cfg.Outage, DefaultOutage)
 	cfg.PoolerLoginRetry = cmp.Or(cfg.PoolerLoginRetry, DefaultPoolerLoginRetry)
 	return cfg
@@ -144,6 +156,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("%w: Heartbeat %v must be positive and at most (Lease - SkewMargin)/2 = %v", ledger.ErrInvalid, cfg.Heartbeat, (cfg.Lease-cfg.SkewMargin)/2)
 	case cfg.Poll <= 0 || cfg.MaxConns < 2 || cfg.Outage < 0:
 		return fmt.Errorf("%w: Poll must be positive, MaxConns at least 2, Outage not negative", ledger.ErrInvalid)
+	case cfg.Writers < 1 || cfg.Writers >= cfg.MaxConns:
+		return fmt.Errorf("%w: Writers %d must be at least 1 and below MaxConns (%d)", ledger.ErrInvalid, cfg.Writers, cfg.MaxConns)
 	}
 	return nil
 }
@@ -170,6 +184,7 @@ func (e *LeaseError) Is(target error) bool { return target == ledger.ErrLeaseExp
 // Store is the shared ledger (see the package doc).
 type Store struct {
 	cfg    Config
+	group  grouper   // runs Applies, grouping them under load (group.go)
 	env    *envelope // seals and opens values (Config.Keyring); nil: plaintext
 	pool   *pgxpool.Pool
 	log    *slog.Logger
@@ -223,6 +238,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "ledger/postgres"), secret: pc.ConnConfig.Password,
 		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), lq: makeLimitQueries(cfg.Schema), notes: make(chan []string, 4096)}
+	s.group = grouper{s: s, max: cfg.Writers}
 	s.heartbeat.Store(true)
 	pc.MaxConns = int32(cfg.MaxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
@@ -460,25 +476,39 @@ func (s *Store) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, e
 	if err := ledger.Check(ops); err != nil {
 		return ledger.FailedResults(len(ops), err), err
 	}
-	var results []ledger.Result
+	if s.closed.Load() {
+		return ledger.FailedResults(len(ops), ledger.ErrClosed), ledger.ErrClosed
+	}
+	return s.group.apply(ctx, ops)
+}
+
+// applyAlone runs ops in a transaction of their own, trying again after a
+// lost race or while the database is unreachable (retry).
+func (s *Store) applyAlone(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
+	var results [][]ledger.Result
 	var events []ledger.Event
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		results, events, err = s.applyOnce(ctx, ops)
+		results, events, err = s.applyOnce(ctx, [][]ledger.Op{ops})
 		return err
 	})
 	if err != nil {
-		var lease *LeaseError
-		if errors.As(err, &lease) {
-			s.lapsed(lease.Incarnation)
-		}
-		if !errors.Is(err, ledger.ErrClosed) && ctx.Err() == nil && lease == nil {
-			err = s.explain("commit", err)
-		}
-		return ledger.FailedResults(len(ops), err), err
+		return ledger.FailedResults(len(ops), s.applyErr(ctx, err)), s.applyErr(ctx, err)
 	}
 	s.publish(events)
-	return results, nil
+	return results[0], nil
+}
+
+// applyErr is the error an Apply returns for err.
+func (s *Store) applyErr(ctx context.Context, err error) error {
+	var lease *LeaseError
+	if errors.As(err, &lease) {
+		s.lapsed(lease.Incarnation)
+	}
+	if !errors.Is(err, ledger.ErrClosed) && ctx.Err() == nil && lease == nil {
+		err = s.explain("commit", err)
+	}
+	return err
 }
 
 // errCommitUnknown marks a COMMIT whose outcome is unknown: never retried.
@@ -539,9 +569,11 @@ func (s *Store) retry(ctx context.Context, fn func(ctx context.Context) error) e
 	}
 }
 
-// applyOnce runs the ops in one transaction: two round trips when the
-// ops read nothing but what ledger.ReadSet forecasts (tx.begin, tx.commit).
-func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result, []ledger.Event, error) {
+// applyOnce runs the ops of one or more Applies in one transaction, each
+// Apply's after the one before it, as if they had come one by one: two round
+// trips when the ops read nothing but what ledger.ReadSet forecasts
+// (tx.begin, tx.commit). A hard error fails them all.
+func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op) ([][]ledger.Result, []ledger.Event, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -558,16 +590,23 @@ func (s *Store) applyOnce(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 			cancel()
 		}
 	}()
-	if err := t.begin(ledger.ReadSet(ops)); err != nil {
+	all := applies[0]
+	if len(applies) > 1 {
+		all = slices.Concat(applies...)
+	}
+	if err := t.begin(ledger.ReadSet(all)); err != nil {
 		return nil, nil, err
 	}
-	results := make([]ledger.Result, len(ops))
-	for i, o := range ops {
-		res, err := ledger.Eval(t, o)
-		if err != nil {
-			return nil, nil, err
+	results := make([][]ledger.Result, len(applies))
+	for i, ops := range applies {
+		results[i] = make([]ledger.Result, len(ops))
+		for j, o := range ops {
+			res, err := ledger.Eval(t, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			results[i][j] = res
 		}
-		results[i] = res
 	}
 	if err := t.commit(); err != nil {
 		var cu *commitUnknownError

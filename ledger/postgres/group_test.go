@@ -1,0 +1,223 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/postgres"
+	"github.com/docketrun/docket/plan"
+)
+
+// groupRuns records runs ids, each with actions a and b (tool t, approved
+// by policy), and returns a claim of action id of run.
+func groupRuns(t *testing.T, s *postgres.Store, ids ...string) func(run, id string) (ledger.Op, string) {
+	t.Helper()
+	for _, id := range ids {
+		p := &plan.Plan{Goal: "group", Actions: []plan.Action{
+			{ID: "a", Tool: "t", Args: json.RawMessage(`{"i":1}`)},
+			{ID: "b", Tool: "t", Args: json.RawMessage(`{"i":2}`)},
+		}}
+		if _, _, err := s.CreateRun(context.Background(), ledger.Run{ID: id, Policy: "all"}, p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func(run, id string) (ledger.Op, string) {
+		args := json.RawMessage(`{"i":1}`)
+		if id == "b" {
+			args = json.RawMessage(`{"i":2}`)
+		}
+		k, err := plan.Key(run, id, "t", args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ledger.Claim(run, id, "t", k, args, 1), k
+	}
+}
+
+// applied is one Apply's answer.
+type applied struct {
+	res []ledger.Result
+	err error
+}
+
+// applyAsync runs an Apply in its own goroutine.
+func applyAsync(s *postgres.Store, ops ...ledger.Op) <-chan applied {
+	ch := make(chan applied, 1)
+	go func() {
+		res, err := s.Apply(context.Background(), ops...)
+		ch <- applied{res, err}
+	}()
+	return ch
+}
+
+// waitFor polls cond until it holds (a state to reach, not a time).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// lockWaits counts the backends of the test database waiting on a lock.
+func lockWaits(t *testing.T) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Applies that arrive while every writer is busy commit together, in one
+// transaction, each evaluated after the ones before it: an outcome queued
+// behind its own claim succeeds in the same group, and every Apply gets its
+// own results.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	s := open(t, postgres.Config{Schema: schema, Writers: 1})
+	claim := groupRuns(t, s, "g0", "g1", "g2", "g3", "g4")
+	locks := lockWaits(t)
+
+	// The one writer waits on run g0's row, held by another transaction.
+	hold := holdRow(t, schema, "g0")
+	first, _ := claim("g0", "a")
+	firstDone := applyAsync(s, first)
+	waitFor(t, "the first Apply to wait on the held row", func() bool { return lockWaits(t) > locks })
+
+	// Queued in this order: a claim, then the outcome of that claim, then
+	// claims of three other runs.
+	cb, kb := claim("g1", "b")
+	var queued []<-chan applied
+	for i, ops := range [][]ledger.Op{
+		{cb},
+		{ledger.Succeed(kb, 1, json.RawMessage(`{"ok":true}`))},
+		{func() ledger.Op { o, _ := claim("g2", "a"); return o }()},
+		{func() ledger.Op { o, _ := claim("g3", "a"); return o }()},
+		{func() ledger.Op { o, _ := claim("g4", "a"); return o }(), func() ledger.Op { o, _ := claim("g4", "b"); return o }()},
+	} {
+		queued = append(queued, applyAsync(s, ops...))
+		waitFor(t, fmt.Sprintf("Apply %d to queue", i), func() bool { return s.PendingApplies() == i+1 })
+	}
+	hold()
+	if a := <-firstDone; a.err != nil || a.res[0].Err != nil {
+		t.Fatalf("first Apply: %v %+v", a.err, a.res)
+	}
+	for i, ch := range queued {
+		a := <-ch
+		if a.err != nil {
+			t.Fatalf("Apply %d: %v", i, a.err)
+		}
+		for j, r := range a.res {
+			if r.Err != nil {
+				t.Errorf("Apply %d op %d: %v", i, j, r.Err)
+			}
+		}
+		if i == 4 && len(a.res) != 2 {
+			t.Errorf("Apply 4: %d results, want 2", len(a.res))
+		}
+	}
+	if groups, applies, fallbacks := s.GroupCounts(); groups != 1 || applies != 5 || fallbacks != 0 {
+		t.Fatalf("group commits %d of %d Applies, %d run again one by one; want 1 of 5, 0", groups, applies, fallbacks)
+	}
+	rec, err := s.Key(ctx, kb)
+	if err != nil || rec.State != ledger.StatusSucceeded {
+		t.Fatalf("g1/b after its claim and outcome in one group: %+v %v", rec, err)
+	}
+	for _, run := range []string{"g2", "g3", "g4"} {
+		d, err := s.Doc(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Actions[0].Status != ledger.StatusClaimed {
+			t.Errorf("%s/a: %s, want claimed", run, d.Actions[0].Status)
+		}
+	}
+}
+
+// A group that loses a race as a whole (a first claim of a key another
+// transaction inserted meanwhile) runs its Applies again one by one: the
+// others commit, and the one that lost learns what the winner recorded.
+func TestGroupLostRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	s := open(t, postgres.Config{Schema: schema, Writers: 1})
+	claim := groupRuns(t, s, "g0", "g1", "g2", "g3")
+	locks := lockWaits(t)
+
+	// Another writer inserts g1/a's key and does not commit yet.
+	c1, k1 := claim("g1", "a")
+	other, err := pgx.Connect(ctx, database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	if _, err := other.Exec(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "keys"}.Sanitize()+` (key, run_id, action_id, tool, state, attempt, owner,
+		claimed_at, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure)
+		VALUES ($1, 'g1', 'a', 't', 'claimed', 1, 'inc_other', now(), '', false, now(), now(), false, '')`, k1); err != nil {
+		t.Fatal(err)
+	}
+
+	hold := holdRow(t, schema, "g0")
+	first, _ := claim("g0", "a")
+	firstDone := applyAsync(s, first)
+	waitFor(t, "the first Apply to wait on the held row", func() bool { return lockWaits(t) > locks })
+	var queued []<-chan applied
+	for i, run := range []string{"g2", "g1", "g3"} {
+		o := c1
+		if run != "g1" {
+			o, _ = claim(run, "a")
+		}
+		queued = append(queued, applyAsync(s, o))
+		waitFor(t, fmt.Sprintf("Apply %d to queue", i), func() bool { return s.PendingApplies() == i+1 })
+	}
+	hold()
+	if a := <-firstDone; a.err != nil || a.res[0].Err != nil {
+		t.Fatalf("first Apply: %v %+v", a.err, a.res)
+	}
+	// The group's insert of g1/a's key now waits on the other writer's.
+	waitFor(t, "the group to wait on the other insert", func() bool { return lockWaits(t) > locks })
+	if _, err := other.Exec(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range queued {
+		a := <-ch
+		if a.err != nil {
+			t.Fatalf("Apply %d: %v", i, a.err)
+		}
+		if i != 1 && a.res[0].Err != nil {
+			t.Errorf("Apply %d: %v", i, a.res[0].Err)
+		}
+		if i == 1 && a.res[0].Err == nil {
+			t.Errorf("the claim of a key another node holds succeeded: %+v", a.res[0])
+		}
+	}
+	if groups, _, fallbacks := s.GroupCounts(); groups != 0 || fallbacks != 1 {
+		t.Fatalf("%d group commits, %d run again one by one; want 0 and 1", groups, fallbacks)
+	}
+	rec, err := s.Key(ctx, k1)
+	if err != nil || rec.Owner != "inc_other" {
+		t.Fatalf("g1/a's key: %+v %v, want the other writer's claim", rec, err)
+	}
+}
