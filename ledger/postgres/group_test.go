@@ -59,17 +59,16 @@ func applyAsync(s *postgres.Store, ops ...ledger.Op) <-chan applied {
 // waitFor polls cond until it holds (a state to reach, not a time).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	for tries := 0; !cond(); tries++ {
+		if tries == 6000 {
 			t.Fatalf("waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// lockWaits counts the backends of the test database waiting on a lock.
-func lockWaits(t *testing.T) int {
+// blockedBy counts the backends waiting on a lock that backend pid holds.
+func blockedBy(t *testing.T, pid uint32) int {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, database(t))
@@ -78,7 +77,7 @@ func lockWaits(t *testing.T) int {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -91,16 +90,15 @@ func lockWaits(t *testing.T) int {
 func TestGroupCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := schemaFor(t.Name())
+	schema := schemaFor(t.Name() + t.TempDir()) // a new one for every run of the test
 	s := open(t, postgres.Config{Schema: schema, Writers: 1})
 	claim := groupRuns(t, s, "g0", "g1", "g2", "g3", "g4")
-	locks := lockWaits(t)
 
 	// The one writer waits on run g0's row, held by another transaction.
-	hold := holdRow(t, schema, "g0")
+	hold, holder := holdRow(t, schema, "g0")
 	first, _ := claim("g0", "a")
 	firstDone := applyAsync(s, first)
-	waitFor(t, "the first Apply to wait on the held row", func() bool { return lockWaits(t) > locks })
+	waitFor(t, "the first Apply to wait on the held row", func() bool { return blockedBy(t, holder) > 0 })
 
 	// Queued in this order: a claim, then the outcome of that claim, then
 	// claims of three other runs.
@@ -158,10 +156,9 @@ func TestGroupCommit(t *testing.T) {
 func TestGroupLostRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := schemaFor(t.Name())
+	schema := schemaFor(t.Name() + t.TempDir()) // a new one for every run of the test
 	s := open(t, postgres.Config{Schema: schema, Writers: 1})
 	claim := groupRuns(t, s, "g0", "g1", "g2", "g3")
-	locks := lockWaits(t)
 
 	// Another writer inserts g1/a's key and does not commit yet.
 	c1, k1 := claim("g1", "a")
@@ -179,10 +176,10 @@ func TestGroupLostRace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hold := holdRow(t, schema, "g0")
+	hold, holder := holdRow(t, schema, "g0")
 	first, _ := claim("g0", "a")
 	firstDone := applyAsync(s, first)
-	waitFor(t, "the first Apply to wait on the held row", func() bool { return lockWaits(t) > locks })
+	waitFor(t, "the first Apply to wait on the held row", func() bool { return blockedBy(t, holder) > 0 })
 	var queued []<-chan applied
 	for i, run := range []string{"g2", "g1", "g3"} {
 		o := c1
@@ -197,7 +194,7 @@ func TestGroupLostRace(t *testing.T) {
 		t.Fatalf("first Apply: %v %+v", a.err, a.res)
 	}
 	// The group's insert of g1/a's key now waits on the other writer's.
-	waitFor(t, "the group to wait on the other insert", func() bool { return lockWaits(t) > locks })
+	waitFor(t, "the group to wait on the other insert", func() bool { return blockedBy(t, other.PgConn().PID()) > 0 })
 	if _, err := other.Exec(ctx, `COMMIT`); err != nil {
 		t.Fatal(err)
 	}

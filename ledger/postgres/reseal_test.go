@@ -107,9 +107,9 @@ func TestReseal(t *testing.T) {
 	checkRuns(t, s2, want)
 }
 
-// holdRow locks run runID's row in a transaction of its own until the
-// returned func is called.
-func holdRow(t *testing.T, schema, runID string) func() {
+// holdRow locks run runID's row in a transaction of its own until release
+// is called; pid is the backend holding it.
+func holdRow(t *testing.T, schema, runID string) (release func(), pid uint32) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, database(t))
@@ -123,7 +123,7 @@ func holdRow(t *testing.T, schema, runID string) func() {
 	if err := conn.QueryRow(ctx, `SELECT run_id FROM `+pgx.Identifier{schema, "runs"}.Sanitize()+` WHERE run_id = $1 FOR UPDATE`, runID).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	return func() { conn.Close(ctx) }
+	return func() { conn.Close(ctx) }, conn.PgConn().PID()
 }
 
 const resealChildEnv = "DOCKET_RESEAL_CHILD"
@@ -168,7 +168,7 @@ func TestResealKill(t *testing.T) {
 		// kill lands mid-reseal however fast the reseal is: before the row,
 		// or waiting on it (which row is random, and so is when the kill
 		// comes).
-		hold := holdRow(t, schema, fmt.Sprintf("x%d", rng.IntN(25)))
+		hold, _ := holdRow(t, schema, fmt.Sprintf("x%d", rng.IntN(25)))
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), resealChildEnv+"="+schema, "DOCKET_RESEAL_URL="+database(t), "DOCKET_RESEAL_RING="+ringText)
 		out, err := cmd.StdoutPipe()
