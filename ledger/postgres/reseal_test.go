@@ -159,7 +159,7 @@ func TestResealKill(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	schema := schemaFor(t.Name())
+	schema := schemaFor(t.Name() + t.TempDir()) // a new one for every run of the test
 	ring, b, want := rotatedLedger(t, schema, 25)
 	ringText := strings.Join([]string{ring.Current().Hex(), ring.Key(ring.IDs()[1]).Hex()}, ",")
 	kills := 0
