@@ -126,3 +126,6 @@ func (s *Store) PendingApplies() int {
 	defer s.group.mu.Unlock()
 	return len(s.group.pending)
 }
+
+// Peers is how many other live nodes the Store knows of.
+func (s *Store) Peers() int64 { return s.peers.Load() }

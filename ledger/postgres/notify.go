@@ -29,7 +29,7 @@ func (s *Store) publish(events []ledger.Event) {
 
 // notifier sends the notifications of committed Applies, as many as are
 // waiting, in one statement (one round trip, a transaction of its own) with
-// synchronous_commit off: NOTIFY holds a global lock through its
+// synchronous_commit off; a node alone on its ledger sends none (peers): NOTIFY holds a global lock through its
 // transaction's commit, so notifying inside every Apply would serialize all
 // commits behind one another's WAL flush. A notification lost in a crash is
 // covered by the subscribers' poll.
@@ -124,6 +124,12 @@ func (s *Store) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.q.channel}.Sanitize()); err != nil {
 		return err
 	}
+	// Hello: the nodes already up learn at once that someone listens (else
+	// at their next heartbeat), and notify from now on.
+	hello, _ := json.Marshal(notification{Sender: s.id})
+	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", s.q.channel, string(hello)); err != nil {
+		return err
+	}
 	s.pollOnce(ctx) // what was committed while nobody listened
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -132,6 +138,10 @@ func (s *Store) listen(ctx context.Context) error {
 		}
 		var p notification
 		if json.Unmarshal([]byte(n.Payload), &p) != nil || p.Sender == s.id || p.Last < p.First {
+			continue
+		}
+		if p.RunID == "" { // another node's hello
+			s.peers.CompareAndSwap(0, 1)
 			continue
 		}
 		if !slices.Contains(s.hub.Runs(), p.RunID) {

@@ -12,6 +12,10 @@ const (
 	keyCols = `key, run_id, action_id, tool, args, state, attempt, owner, claimed_at, output, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure`
 )
 
+// livePeers counts the other live nodes of the ledger (those a commit's
+// NOTIFY is for), $1 being this node's incarnation.
+const livePeers = `(SELECT count(*) FROM {S}.nodes o WHERE o.incarnation <> $1 AND o.stopped_at IS NULL AND o.lease_expires > clock_timestamp())`
+
 // queries holds every statement with the schema filled in.
 type queries struct {
 	channel string // the NOTIFY channel of the schema
@@ -42,9 +46,9 @@ func makeQueries(schema string) queries {
 
 		registerNode: t(`INSERT INTO {S}.nodes (incarnation, host, pid, started_at, renewed_at, lease_expires)
 			VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $4::bigint / 1e6))
-			RETURNING clock_timestamp()`),
+			RETURNING clock_timestamp(), ` + livePeers),
 		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
-			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp()`),
+			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp(), ` + livePeers),
 		stopNode: t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
 		// The commit's lease check fails its statement when the lease
 		// lapsed, so that the server skips the COMMIT sent after it: the

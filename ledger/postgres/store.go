@@ -212,6 +212,10 @@ type Store struct {
 	heartbeat atomic.Bool // false: heartbeats paused (tests simulate a stalled node)
 
 	notes chan []string // NOTIFY payloads of committed Applies (notifier)
+	// peers is how many other live nodes the ledger has (at the last
+	// heartbeat, or raised by a new node's hello): with none, commits send
+	// no NOTIFY, as nobody else listens.
+	peers atomic.Int64
 
 	seenMu sync.Mutex
 	seen   map[string]uint64 // run -> highest seq published to the hub
@@ -343,10 +347,12 @@ func (s *Store) register(ctx context.Context) error {
 	host, _ := os.Hostname()
 	sent := time.Now()
 	var dbNow time.Time
-	err := s.pool.QueryRow(ctx, s.q.registerNode, inc, host, os.Getpid(), s.cfg.Lease.Microseconds()).Scan(&dbNow)
+	var peers int64
+	err := s.pool.QueryRow(ctx, s.q.registerNode, inc, host, os.Getpid(), s.cfg.Lease.Microseconds()).Scan(&dbNow, &peers)
 	if err != nil {
 		return err
 	}
+	s.peers.Store(peers)
 	s.renewed(sent, dbNow)
 	s.inc.Store(&inc)
 	return nil
@@ -387,10 +393,12 @@ func (s *Store) renew(ctx context.Context) {
 	inc := s.Incarnation()
 	sent := time.Now()
 	var dbNow time.Time
-	err := s.pool.QueryRow(ctx, s.q.renewNode, inc, s.cfg.Lease.Microseconds()).Scan(&dbNow)
+	var peers int64
+	err := s.pool.QueryRow(ctx, s.q.renewNode, inc, s.cfg.Lease.Microseconds()).Scan(&dbNow, &peers)
 	switch {
 	case err == nil:
 		s.renewed(sent, dbNow)
+		s.peers.Store(peers)
 	case errors.Is(err, pgx.ErrNoRows):
 		s.lapsed(inc)
 	default:
@@ -616,9 +624,11 @@ func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op) ([][]ledge
 		return nil, nil, err
 	}
 	done = true
-	select {
-	case s.notes <- t.notifications():
-	default: // the notifier is behind: the subscribers' poll delivers these
+	if s.peers.Load() > 0 {
+		select {
+		case s.notes <- t.notifications():
+		default: // the notifier is behind: the subscribers' poll delivers these
+		}
 	}
 	return results, t.events, nil
 }
