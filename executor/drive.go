@@ -110,12 +110,15 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 		return dc, err
 	}
 
+	// The run and its rows from one read (one snapshot).
 	var run ledger.Run
+	var rows []ledger.Action
 	err := g.write(func() error {
-		var err error
-		if run, err = e.led.GetRun(ctx, runID); err != nil {
+		dc, err := e.led.Doc(ctx, runID)
+		if err != nil {
 			return err
 		}
+		run, rows = dc.Run, dc.Actions
 		g.status = run.Status
 		// A person's pause holds until an explicit resume (Engine.Unpause):
 		// this drive concludes what is in flight and starts nothing new.
@@ -132,16 +135,18 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 		return doc(nil)
 	}
 	d.run = run
-	if err := d.woken(ctx); err != nil {
+	if woke, err := d.woken(ctx); err != nil {
 		return doc(err)
+	} else if woke {
+		// Its wake time was cleared by a commit of its own: read the rows
+		// as they are now.
+		if rows, err = e.led.Actions(ctx, runID); err != nil {
+			return ledger.RunDoc{}, fmt.Errorf("executor: run %s: read actions: %w", runID, err)
+		}
 	}
 	d.pol = Policy(run.Policy)
 	if !d.pol.valid() {
 		d.pol = PolicySafe
-	}
-	rows, err := e.led.Actions(ctx, runID)
-	if err != nil {
-		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: read actions: %w", runID, err)
 	}
 	if d.tmpl, err = d.templates(ctx, run, rows); err != nil {
 		return doc(err)

@@ -64,16 +64,17 @@ func (s *sched) waits() (time.Time, map[string]time.Time) {
 }
 
 // woken clears the run's wake time when it has come (run.woken): this
-// drive takes the run up. A drive before the wake time leaves it.
-func (d *driver) woken(ctx context.Context) error {
+// drive takes the run up (woke: a commit cleared it). A drive before the
+// wake time leaves it.
+func (d *driver) woken(ctx context.Context) (bool, error) {
 	if d.run.WakeAt.IsZero() || d.e.led.Now().Before(d.run.WakeAt) {
-		return nil
+		return false, nil
 	}
 	if _, err := apply(ctx, d.e.led, ledger.Wait(d.runID, time.Time{}, nil)); err != nil {
-		return fmt.Errorf("executor: run %s: clear its wake time: %w", d.runID, err)
+		return false, fmt.Errorf("executor: run %s: clear its wake time: %w", d.runID, err)
 	}
 	d.run.WakeAt = time.Time{}
-	return nil
+	return true, nil
 }
 
 // recordWake records the run's wake time once a drive that does not end
