@@ -68,7 +68,7 @@ type Config struct {
 	// MaxConns is the connection pool's size; default 16.
 	MaxConns int
 	// Writers is how many Apply transactions this node runs at once;
-	// default 4. Applies that arrive while that many are running wait for
+	// default 2 (raise it on a database with many cores). Applies that arrive while that many are running wait for
 	// one to end and then commit together, in one transaction (group
 	// commit): under load, one set of locking reads, one lease check and
 	// one WAL flush serve many Applies. Each is evaluated after the ones
@@ -114,7 +114,7 @@ const (
 	DefaultSkewMargin       = time.Second
 	DefaultPoll             = time.Second
 	DefaultMaxConns         = 16
-	DefaultWriters          = 4
+	DefaultWriters          = 2
 	DefaultOutage           = 30 * time.Second
 	DefaultPoolerLoginRetry = 15 * time.Second
 )
