@@ -194,15 +194,18 @@ func TestEncryptedBackup(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	key, other := newKey(t), newKey(t)
+	// Long enough that random ciphertext does not hold it by chance (a
+	// two-letter id is in about every 64 KiB of it).
+	const runID = "run-with-an-id-no-ciphertext-holds"
 	src := openBadger(t, badgerdb.Config{Dir: filepath.Join(root, "src"), Key: key})
-	recordSecret(t, src, "r1")
-	want := readRunState(t, src, "r1")
+	recordSecret(t, src, runID)
+	want := readRunState(t, src, runID)
 	var buf bytes.Buffer
 	if err := src.Backup(ctx, &buf); err != nil {
 		t.Fatal(err)
 	}
 	backup := buf.Bytes()
-	if bytes.Contains(backup, []byte(secret)) || bytes.Contains(backup, []byte("r1")) {
+	if bytes.Contains(backup, []byte(secret)) || bytes.Contains(backup, []byte(runID)) {
 		t.Fatal("the encrypted backup holds the secret or the run id in plaintext")
 	}
 	if !bytes.Contains(backup[:64], []byte(key.ID())) {
@@ -244,14 +247,14 @@ func TestEncryptedBackup(t *testing.T) {
 		t.Fatalf("the restored ledger holds the secret in %v", files)
 	}
 	got := openBadger(t, badgerdb.Config{Dir: dir, Key: key})
-	if s := readRunState(t, got, "r1"); !reflect.DeepEqual(s, want) {
+	if s := readRunState(t, got, runID); !reflect.DeepEqual(s, want) {
 		t.Fatalf("restored: %+v, want %+v", s, want)
 	}
 
 	// Encrypting a plain ledger: a plain backup restored with a key.
 	plain := openBadger(t, badgerdb.Config{Dir: filepath.Join(root, "plain")})
-	recordSecret(t, plain, "r1")
-	wantPlain := readRunState(t, plain, "r1")
+	recordSecret(t, plain, runID)
+	wantPlain := readRunState(t, plain, runID)
 	buf.Reset()
 	if err := plain.Backup(ctx, &buf); err != nil {
 		t.Fatal(err)
@@ -265,7 +268,7 @@ func TestEncryptedBackup(t *testing.T) {
 	}
 	got.Close()
 	mig := openBadger(t, badgerdb.Config{Dir: dir, Key: key})
-	if s := readRunState(t, mig, "r1"); !reflect.DeepEqual(s, wantPlain) {
+	if s := readRunState(t, mig, runID); !reflect.DeepEqual(s, wantPlain) {
 		t.Fatalf("migrated: %+v, want %+v", s, wantPlain)
 	}
 	mig.Close()
