@@ -25,7 +25,7 @@ type queries struct {
 	lockRuns, lockRows, lockKeys, lockHolds string // an Apply's first reads (tx.begin)
 
 	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
-	rowForUpdate, upsertRow, insertRow, insertPlan               string
+	rowForUpdate, upsertRow, updateRow, insertRow, insertPlan    string
 	keyForUpdate, insertKey, updateKey                           string
 	insertEvent, notify                                          string
 	memoForUpdate, insertMemo, updateMemo, blob, insertBlob      string
@@ -140,6 +140,9 @@ func makeQueries(schema string) queries {
 			ON CONFLICT (run_id, revision, action_id) DO UPDATE SET ord = EXCLUDED.ord, tool = EXCLUDED.tool, class = EXCLUDED.class,
 			key = EXCLUDED.key, status = EXCLUDED.status, attempts = EXCLUDED.attempts, args = EXCLUDED.args, depends_on = EXCLUDED.depends_on,
 			error = EXCLUDED.error, approved_args = EXCLUDED.approved_args, undo = EXCLUDED.undo, gate = EXCLUDED.gate, approvals = EXCLUDED.approvals, timer = EXCLUDED.timer, tool_wait = EXCLUDED.tool_wait`),
+		updateRow: t(`UPDATE {S}.actions SET ord = $4, tool = $5, class = $6, key = $7, status = $8, attempts = $9, args = $10, depends_on = $11,
+			error = $12, approved_args = $13, undo = $14, gate = $15, approvals = $16, timer = $17, tool_wait = $18
+			WHERE run_id = $1 AND revision = $2 AND action_id = $3`),
 		insertPlan: t(`INSERT INTO {S}.revisions (run_id, revision, plan, arg_refs) VALUES ($1, $2, $3, $4)`),
 
 		keyForUpdate: t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = $1 FOR UPDATE`),

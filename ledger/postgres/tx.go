@@ -225,8 +225,15 @@ func rowArgs(e *envelope, runID string, rev int, r ledger.RowRecord) []any {
 
 func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 	r = cloneRow(r)
-	t.batch.Queue(t.s.q.upsertRow, rowArgs(t.s.env, runID, rev, r)...)
-	t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
+	k := rowKey{runID, rev, r.ID}
+	// A row this transaction read or wrote before is there (statements run
+	// in the order queued): an UPDATE by its key, cheaper than an upsert.
+	q := t.s.q.upsertRow
+	if e, ok := t.rows[k]; ok && e.found {
+		q = t.s.q.updateRow
+	}
+	t.batch.Queue(q, rowArgs(t.s.env, runID, rev, r)...)
+	t.rows[k] = &rowEntry{rec: r, found: true}
 	return nil
 }
 
