@@ -52,6 +52,12 @@
 // so the server skips the COMMIT behind it; a connection that breaks after
 // the second pipeline was sent leaves the outcome unknown (never retried).
 //
+// At most Config.Writers Apply transactions run at once; the Applies that
+// arrive meanwhile commit together in one transaction (group commit,
+// group.go), each evaluated after the ones before it as if they had come
+// one by one. A group that fails as a whole runs its Applies again one by
+// one.
+//
 // # Nodes, leases and fencing
 //
 // Each Store registers a node row (its incarnation) with a lease of
@@ -83,7 +89,9 @@
 // other processes' events to its subscribers (gap-free: a subscriber fills
 // any gap from the table). A fallback poll (Config.Poll) compares the runs' last_seq with what
 // was delivered, so a lost notification (the listening connection dropped)
-// delays events by at most one poll, never stalls them.
+// delays events by at most one poll, never stalls them. A Store alone on
+// its ledger (no other live node at its last heartbeat, and no hello from
+// a node that started since) sends no NOTIFY.
 //
 // # Connection strings and poolers
 //

@@ -178,12 +178,16 @@ func makeQueries(schema string) queries {
 		plan: t(`SELECT plan, arg_refs FROM {S}.revisions WHERE run_id = $1 AND revision = $2`),
 		// A run and the rows of its current revision in one statement (one
 		// snapshot, one round trip): the run's columns repeat on every row.
-		doc: t(`SELECT ` + rRunCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = r.run_id AND e.seq = r.last_seq),
+		// The run's last event is looked up once (OFFSET 0 keeps the
+		// subquery from being flattened into a lookup per row).
+		doc: t(`SELECT ` + rRunCols + `, r.last_at,
 			a.action_id, a.ord, a.tool, a.class, a.key, a.status, a.attempts, a.args, a.depends_on, a.error, a.approved_args, a.undo, a.gate, a.approvals, a.timer, a.tool_wait,
 			CASE WHEN a.status IN ('succeeded', 'compensated') THEN k.output END
-			FROM {S}.runs r JOIN {S}.actions a ON a.run_id = r.run_id AND a.revision = r.revision
+			FROM (SELECT ` + runCols + `, (SELECT at FROM {S}.events e WHERE e.run_id = x.run_id AND e.seq = x.last_seq) AS last_at
+				FROM {S}.runs x WHERE x.run_id = $1 OFFSET 0) AS r
+			JOIN {S}.actions a ON a.run_id = r.run_id AND a.revision = r.revision
 			LEFT JOIN {S}.keys k ON k.key = a.key AND a.key <> ''
-			WHERE r.run_id = $1 ORDER BY a.ord, a.action_id`),
+			ORDER BY a.ord, a.action_id`),
 		key:      t(`SELECT ` + keyCols + ` FROM {S}.keys WHERE key = $1`),
 		events:   t(`SELECT seq, type, action_id, at, data, COALESCE(hash, '') FROM {S}.events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`),
 		blobRead: t(`SELECT value FROM {S}.blobs WHERE run_id = $1 AND hash = $2`),
