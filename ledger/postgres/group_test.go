@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,5 +219,96 @@ func TestGroupLostRace(t *testing.T) {
 	rec, err := s.Key(ctx, k1)
 	if err != nil || rec.Owner != "inc_other" {
 		t.Fatalf("g1/a's key: %+v %v, want the other writer's claim", rec, err)
+	}
+}
+
+// Many Applies at once on a few runs, with one writer so that most of them
+// commit in groups: every claim of an action is won once (the second of two
+// racing claims is refused, in a group or not), every outcome is recorded,
+// and each run's events are gap-free with one claim and one outcome per
+// action.
+func TestGroupCommitUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t, postgres.Config{Schema: schemaFor(t.Name() + t.TempDir()), Writers: 1})
+	const runs, actions, racers = 6, 12, 2
+	for r := range runs {
+		p := &plan.Plan{Goal: "load"}
+		for a := range actions {
+			p.Actions = append(p.Actions, plan.Action{ID: fmt.Sprintf("a%d", a), Tool: "t", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, a))})
+		}
+		if _, _, err := s.CreateRun(ctx, ledger.Run{ID: fmt.Sprintf("l%d", r), Policy: "all"}, p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type job struct{ run, action string }
+	var jobs []job
+	for r := range runs {
+		for a := range actions {
+			jobs = append(jobs, job{fmt.Sprintf("l%d", r), fmt.Sprintf("a%d", a)})
+		}
+	}
+	wins := make([]atomic.Int32, len(jobs))
+	var wg sync.WaitGroup
+	errs := make(chan error, len(jobs)*racers)
+	for i, j := range jobs {
+		for range racers { // two claims of every action race
+			wg.Go(func() {
+				args := json.RawMessage(fmt.Sprintf(`{"i":%s}`, strings.TrimPrefix(j.action, "a")))
+				k, err := plan.Key(j.run, j.action, "t", args)
+				if err != nil {
+					errs <- err
+					return
+				}
+				res, err := s.Apply(ctx, ledger.Claim(j.run, j.action, "t", k, args, 1))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res[0].Err != nil {
+					return // the other claim won
+				}
+				wins[i].Add(1)
+				if res, err := s.Apply(ctx, ledger.Succeed(k, 1, json.RawMessage(`{"ok":true}`))); err != nil || res[0].Err != nil {
+					errs <- fmt.Errorf("outcome of %s/%s: %v %+v", j.run, j.action, err, res)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, j := range jobs {
+		if n := wins[i].Load(); n != 1 {
+			t.Errorf("%s/%s: %d claims won, want 1", j.run, j.action, n)
+		}
+	}
+	for r := range runs {
+		id := fmt.Sprintf("l%d", r)
+		evs, err := s.Events(ctx, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := map[string]int{}
+		for i, ev := range evs {
+			if ev.Seq != uint64(i+1) {
+				t.Fatalf("%s: event %d has seq %d", id, i, ev.Seq)
+			}
+			count[string(ev.Type)+" "+ev.ActionID]++
+		}
+		for a := range actions {
+			for _, typ := range []string{"action.claimed", "action.succeeded"} {
+				if n := count[fmt.Sprintf("%s a%d", typ, a)]; n != 1 {
+					t.Errorf("%s a%d: %d %s events, want 1", id, a, n, typ)
+				}
+			}
+		}
+	}
+	groups, applies, _ := s.GroupCounts()
+	t.Logf("%d group commits held %d of the Applies", groups, applies)
+	if groups == 0 {
+		t.Fatal("no Applies were committed in a group")
 	}
 }
