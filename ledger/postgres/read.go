@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -225,7 +226,11 @@ func (s *Store) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
 			var last *time.Time
 			var row ledger.RowRecord
 			var output []byte
-			if err := scanRow(s.env, runThen{rows, s.env, &r, &last}, &row, &output); err != nil {
+			var src pgx.Row = runThen{rows, s.env, &r, &last}
+			if len(d.Actions) > 0 {
+				src = leadingCols{rows, make([]any, docRunCols)} // the run again: skipped (nil)
+			}
+			if err := scanRow(s.env, src, &row, &output); err != nil {
 				return err
 			}
 			if len(d.Actions) == 0 {
@@ -271,17 +276,21 @@ type runThen struct {
 }
 
 func (r runThen) Scan(dest ...any) error {
-	return scanRun(r.env, leadingScan{r.rows, dest}, r.run, r.last)
+	return scanRun(r.env, trailingScan{r.rows, dest}, r.run, r.last)
 }
 
-// leadingScan is a row whose Scan is given the leading destinations and
+// trailingScan is a row whose Scan is given the leading destinations and
 // scans them together with rest.
-type leadingScan struct {
+type trailingScan struct {
 	rows pgx.Rows
 	rest []any
 }
 
-func (l leadingScan) Scan(dest ...any) error { return l.rows.Scan(append(dest, l.rest...)...) }
+func (l trailingScan) Scan(dest ...any) error { return l.rows.Scan(append(dest, l.rest...)...) }
+
+// docRunCols is how many columns of a doc row are the run's (runCols and
+// its last event's time).
+var docRunCols = strings.Count(runCols, ",") + 2
 
 // Key returns the record of an idempotency key. Errors: ErrNotFound,
 // ErrClosed, database errors.
