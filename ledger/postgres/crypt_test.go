@@ -75,10 +75,7 @@ func readPGState(t *testing.T, s ledger.Store, runID string) pgState {
 func rawHolding(t *testing.T, schema, s string) []string {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := rawConn(t)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = $1`, schema)
 	if err != nil {
@@ -168,10 +165,7 @@ func TestEncryptedColumns(t *testing.T) {
 	enc.Close()
 
 	countNodes := func() int {
-		conn, err := pgx.Connect(ctx, database(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := rawConn(t)
 		defer conn.Close(ctx)
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{encSchema, "nodes"}.Sanitize()).Scan(&n); err != nil {

@@ -74,10 +74,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func blockedBy(t *testing.T, pid uint32) int {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := rawConn(t)
 	defer conn.Close(ctx)
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
@@ -165,11 +162,7 @@ func TestGroupLostRace(t *testing.T) {
 
 	// Another writer inserts g1/a's key and does not commit yet.
 	c1, k1 := claim("g1", "a")
-	other, err := pgx.Connect(ctx, database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(ctx)
+	other := rawConn(t)
 	if _, err := other.Exec(ctx, `BEGIN`); err != nil {
 		t.Fatal(err)
 	}

@@ -174,11 +174,7 @@ func TestTokensLeftAndSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	conn, err := pgx.Connect(ctx, database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := rawConn(t)
 	var names []string
 	rows, err := conn.Query(ctx, `SELECT name FROM `+pgx.Identifier{schema}.Sanitize()+`.limits WHERE kind = 'signin' ORDER BY name`)
 	if err != nil {

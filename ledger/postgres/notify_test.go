@@ -24,11 +24,7 @@ func TestNotifyOnlyWithPeers(t *testing.T) {
 		t.Fatalf("a alone knows %d peers", n)
 	}
 	// A bare listener: not a node, so a does not notify it.
-	raw, err := pgx.Connect(ctx, database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close(ctx)
+	raw := rawConn(t)
 	if _, err := raw.Exec(ctx, "LISTEN "+pgx.Identifier{"docket_events_" + schema}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/ledgertest"
 	"github.com/docketrun/docket/ledger/postgres"
@@ -43,6 +45,19 @@ func database(t testing.TB) string {
 		t.Fatal(dbErr)
 	}
 	return dbURL
+}
+
+// rawConn is a connection of its own to the test database, closed when the
+// test ends (or earlier by its caller).
+func rawConn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return conn
 }
 
 // schemaFor names a schema after a directory, so that a test's "reopen the

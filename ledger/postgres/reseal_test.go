@@ -112,10 +112,7 @@ func TestReseal(t *testing.T) {
 func holdRow(t *testing.T, schema, runID string) (release func(), pid uint32) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := rawConn(t)
 	if _, err := conn.Exec(ctx, `BEGIN`); err != nil {
 		t.Fatal(err)
 	}
