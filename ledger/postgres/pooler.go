@@ -28,12 +28,13 @@ const execModeParam = "default_query_exec_mode"
 
 // probePooler reports whether cc reaches PostgreSQL through a pooler that
 // shares server connections between its clients: two client connections,
-// both open, that find themselves on the same server backend (a pooler
-// hands the server connection one client just released to the next client
-// that asks: PgBouncer's default). Two direct sessions never share a
-// backend, so a true answer is never wrong; a busy pooler may hand out
-// another server connection each time, so it is asked a few times. It
-// sends only the simple protocol, which any pooler passes.
+// both open, that find themselves on the same server backend (an idle
+// pooler hands the server connection one client just released to the next
+// client that asks: PgBouncer's default), or one of them on another backend
+// than before (a busy pooler hands a client whichever server connection is
+// free). A direct session keeps its one backend and never shares it, so a
+// true answer is never wrong; it is asked up to ten times. It sends only
+// the simple protocol, which any pooler passes.
 func probePooler(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 	cc = cc.Copy()
 	cc.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
@@ -47,7 +48,8 @@ func probePooler(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 		return false, err
 	}
 	defer b.Close(context.Background())
-	for range 5 {
+	var firstA, firstB int32
+	for i := range 10 {
 		var pa, pb int32
 		if err := a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pa); err != nil {
 			return false, err
@@ -55,7 +57,13 @@ func probePooler(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 		if err := b.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pb); err != nil {
 			return false, err
 		}
-		if pa == pb {
+		if i == 0 {
+			firstA, firstB = pa, pb
+		}
+		// Shared (an idle pooler hands both the same server connection), or
+		// moved (a busy one hands a client whichever is free): a direct
+		// session keeps its one backend.
+		if pa == pb || pa != firstA || pb != firstB {
 			return true, nil
 		}
 	}
