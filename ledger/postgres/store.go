@@ -470,7 +470,8 @@ func (s *Store) Close() error {
 
 // Apply evaluates ops in order with the ledger's rules and commits those
 // that are valid, with their events, in one transaction (see the package
-// doc). Every Result carries its op's error; the returned error is for the
+// doc), which under load it may share with other Applies of this Store
+// (Config.Writers: each is evaluated as if it came alone). Every Result carries its op's error; the returned error is for the
 // call as a whole, and then every Result carries it too and nothing was
 // applied: ErrClosed, a context error, ErrInvalid (an op not built with a
 // constructor), a *LeaseError (ledger.ErrLeaseExpired), a database error
