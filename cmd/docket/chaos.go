@@ -48,7 +48,7 @@ func (c *chaosCmd) Run(ctx context.Context, args []string) error {
 	lag := fs.Duration("lag", time.Second, "the leads service's real visibility lag bound")
 	lagDeclared := fs.Duration("lag-declared", -1, "the visibility_lag the tools file declares for leads (default: --lag)")
 	protectedOnly := fs.Bool("protected-only", false, "skip the workload with protections switched off")
-	minKills := fs.Int("min-kills", 0, "run the seed's next plans past --actions until each workload saw this many SIGKILLs (at most twice the runs)")
+	minKills := fs.Int("min-kills", 0, "run the seed's next plans past --actions until each workload saw this many SIGKILLs (at most twice the runs; with --nodes, until that many nodes were killed, at most ten times the runs)")
 	nf := addChaosNodesFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {

@@ -50,7 +50,8 @@ type NodesConfig struct {
 	// 2s); a killed node starts again after 0.2 to 1.5s.
 	KillEvery time.Duration
 	// MinKills, when positive, keeps submitting the seed's next plans past
-	// Actions until that many nodes were killed, up to twice the runs.
+	// Actions until that many nodes were killed, up to ten times the runs
+	// (how many kills land in a run depends on how fast the nodes are).
 	MinKills int
 	// RestartDB, when set, restarts the database once, when half of the
 	// runs have ended (`pg_ctl restart -m immediate`).
@@ -331,7 +332,7 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	for n := 1; ; n++ {
 		if n > len(sizes) {
 			x.mu.Lock()
-			enough := cfg.MinKills <= 0 || x.rep.NodeKills >= cfg.MinKills || n > 2*len(sizes)
+			enough := cfg.MinKills <= 0 || x.rep.NodeKills >= cfg.MinKills || n > 10*len(sizes)
 			x.mu.Unlock()
 			if enough {
 				break
