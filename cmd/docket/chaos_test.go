@@ -136,7 +136,7 @@ func wantUnprotectedDuplicates(t *testing.T, seed uint64, rep *chaos.Report) {
 // make soak) adds TestChaos, the same checks at seven times the size.
 func TestChaosSmall(t *testing.T) {
 	seed := chaosSeed(t)
-	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 300, MinKills: 25})
+	rep := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 300, MinKills: 25, MinAnswered: 1})
 	wantUnprotectedDuplicates(t, seed, rep)
 	wantKept(t, seed, rep, 300, 25)
 	wantControl(t, seed, rep, 1, false)
@@ -435,5 +435,28 @@ func TestChaosMinKills(t *testing.T) {
 	}
 	if more.Duplicates.Total != 0 || more.Lost != 0 || len(more.Errors) != 0 {
 		t.Errorf("seed %d: %+v duplicates, %d lost, errors %q", seed, more.Duplicates, more.Lost, more.Errors)
+	}
+}
+
+// TestChaosMinAnswered: a workload whose person's operations found too few
+// runs still in flight runs the seed's next plans until the operations asked
+// for were answered (or it ran twice its runs).
+func TestChaosMinAnswered(t *testing.T) {
+	seed := chaosSeed(t)
+	answered := func(m *chaos.ModeReport) int {
+		c := m.Control
+		return c.Pauses + c.Cancels + c.Edits + c.EditsRefused + c.Replays + c.ReplaysRefused
+	}
+	base := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 20, ProtectedOnly: true}).Mode(chaos.Protected)
+	want := answered(base) + 2
+	more := runChaos(t, context.Background(), chaos.Config{Seed: seed, Actions: 20, ProtectedOnly: true, MinAnswered: want}).Mode(chaos.Protected)
+	if more.Runs <= base.Runs {
+		t.Fatalf("seed %d: %d runs asking for %d answered operations, as many as without (%d runs, %d answered)", seed, more.Runs, want, base.Runs, answered(base))
+	}
+	if answered(more) < want && more.Runs < 2*base.Runs {
+		t.Errorf("seed %d: stopped at %d runs and %d answered operations, want %d answered or %d runs", seed, more.Runs, answered(more), want, 2*base.Runs)
+	}
+	if more.Duplicates.Total != 0 || more.Lost != 0 || len(more.Errors) != 0 || more.ControlViolations != 0 {
+		t.Errorf("seed %d: %+v duplicates, %d lost, %d control violations, errors %q", seed, more.Duplicates, more.Lost, more.ControlViolations, more.Errors)
 	}
 }

@@ -52,6 +52,12 @@ type Config struct {
 	// ended first), so a slow machine needs a few more runs for the same
 	// number of kills.
 	MinKills int
+	// MinAnswered, when positive, keeps the experiment going the same way
+	// until the person acting on protected runs in flight had at least that
+	// many operations answered (acknowledged, or refused with 409): an
+	// operation can also come too late for a run that ended first, more
+	// often the faster the runs.
+	MinAnswered int
 	// NoControl runs every plan through `docket run`, with no person
 	// pausing, cancelling, editing or replaying it in flight: for
 	// experiments that isolate one race (TestChaosVisibilityLag).
@@ -84,6 +90,7 @@ type state struct {
 	LagDeclared   time.Duration `json:"lag_declared"`
 	ProtectedOnly bool          `json:"protected_only"`
 	MinKills      int           `json:"min_kills,omitempty"`
+	MinAnswered   int           `json:"min_answered,omitempty"`
 	Faults        Faults        `json:"faults"`
 	Only          []int         `json:"only,omitempty"`
 	Epoch         int           `json:"epoch"`          // sessions started (run ids of an interrupted session are not reused)
@@ -247,7 +254,7 @@ func (h *harness) open() error {
 			lag = *c.LagDeclared
 		}
 		h.st = state{Seed: c.Seed, Actions: c.Actions, Timeout: c.Timeout, Lag: c.Lag, LagDeclared: lag,
-			ProtectedOnly: c.ProtectedOnly, MinKills: c.MinKills, Faults: c.Faults, Only: c.Only}
+			ProtectedOnly: c.ProtectedOnly, MinKills: c.MinKills, MinAnswered: c.MinAnswered, Faults: c.Faults, Only: c.Only}
 	}
 	if err := h.saveState(); err != nil {
 		return err
@@ -330,11 +337,12 @@ func (h *harness) pending() []job {
 }
 
 // feedForKills sends the seed's next plans, one run per workload each, while
-// a workload has fewer than MinKills kills among the results recorded so far
-// (the runs in flight may bring the rest: a few more than needed can run),
-// up to as many extra runs as the plain workload has.
+// a workload has fewer than MinKills kills, or the protected one fewer than
+// MinAnswered operations answered in flight, among the results recorded so
+// far (the runs in flight may bring the rest: a few more than needed can
+// run), up to as many extra runs as the plain workload has.
 func (h *harness) feedForKills(send func(job) bool) {
-	if h.st.MinKills <= 0 || len(h.st.Only) > 0 {
+	if (h.st.MinKills <= 0 && h.st.MinAnswered <= 0) || len(h.st.Only) > 0 {
 		return
 	}
 	modes := []string{Protected, Unprotected}
@@ -363,6 +371,15 @@ func (h *harness) feedForKills(send func(job) bool) {
 				}
 			}
 			short = short || kills < h.st.MinKills
+		}
+		if h.st.MinAnswered > 0 && !h.cfg.NoControl {
+			answered := 0
+			for _, r := range h.results {
+				if c := r.Control; r.Mode == Protected && c != nil {
+					answered += c.Pauses + c.Cancels + c.Edits + c.EditsRefused + c.Replays + c.ReplaysRefused
+				}
+			}
+			short = short || answered < h.st.MinAnswered
 		}
 		if short {
 			h.jobs += len(modes)
