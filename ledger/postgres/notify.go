@@ -29,9 +29,10 @@ func (s *Store) publish(events []ledger.Event) {
 
 // notifier sends the notifications of committed Applies, as many as are
 // waiting, in one statement (one round trip, a transaction of its own) with
-// synchronous_commit off; a node alone on its ledger sends none (peers): NOTIFY holds a global lock through its
-// transaction's commit, so notifying inside every Apply would serialize all
-// commits behind one another's WAL flush. A notification lost in a crash is
+// synchronous_commit off (a node alone on its ledger sends none: peers).
+// NOTIFY holds a global lock through its transaction's commit, so
+// notifying inside every Apply would serialize all commits behind one
+// another's WAL flush. A notification lost in a crash is
 // covered by the subscribers' poll.
 func (s *Store) notifier() {
 	defer s.wg.Done()

@@ -68,9 +68,9 @@ type Config struct {
 	// MaxConns is the connection pool's size; default 16.
 	MaxConns int
 	// Writers is how many Apply transactions this node runs at once;
-	// default 2 (raise it on a database with many cores). Applies that arrive while that many are running wait for
-	// one to end and then commit together, in one transaction (group
-	// commit): under load, one set of locking reads, one lease check and
+	// default 2 (raise it on a database with many cores). Applies that
+	// arrive while that many are running wait for one to end and then
+	// commit together, in one transaction (group commit): under load, one set of locking reads, one lease check and
 	// one WAL flush serve many Applies. Each is evaluated after the ones
 	// before it, as if they had come one by one; a group that fails as a
 	// whole (a lost race between nodes) runs its Applies again one by one.
@@ -471,9 +471,10 @@ func (s *Store) Close() error {
 // Apply evaluates ops in order with the ledger's rules and commits those
 // that are valid, with their events, in one transaction (see the package
 // doc), which under load it may share with other Applies of this Store
-// (Config.Writers: each is evaluated as if it came alone). Every Result carries its op's error; the returned error is for the
-// call as a whole, and then every Result carries it too and nothing was
-// applied: ErrClosed, a context error, ErrInvalid (an op not built with a
+// (Config.Writers: each is evaluated as if it came alone). Every Result
+// carries its op's error; the returned error is for the call as a whole,
+// and then every Result carries it too and nothing was applied:
+// ErrClosed, a context error, ErrInvalid (an op not built with a
 // constructor), a *LeaseError (ledger.ErrLeaseExpired), a database error
 // (after waiting up to Config.Outage for an unreachable database), or an
 // error saying the commit's outcome is unknown (the connection broke
@@ -502,7 +503,8 @@ func (s *Store) applyAlone(ctx context.Context, ops []ledger.Op) ([]ledger.Resul
 		return err
 	})
 	if err != nil {
-		return ledger.FailedResults(len(ops), s.applyErr(ctx, err)), s.applyErr(ctx, err)
+		err = s.applyErr(ctx, err)
+		return ledger.FailedResults(len(ops), err), err
 	}
 	s.publish(events)
 	return results[0], nil
