@@ -111,28 +111,27 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	}
 
 	// The run and its rows from one read (one snapshot).
-	var run ledger.Run
-	var rows []ledger.Action
+	var first ledger.RunDoc
 	err := g.write(func() error {
-		dc, err := e.led.Doc(ctx, runID)
-		if err != nil {
+		var err error
+		if first, err = e.led.Doc(ctx, runID); err != nil {
 			return err
 		}
-		run, rows = dc.Run, dc.Actions
-		g.status = run.Status
+		g.status = first.Run.Status
 		// A person's pause holds until an explicit resume (Engine.Unpause):
 		// this drive concludes what is in flight and starts nothing new.
-		g.pausedByPerson = run.Status == ledger.RunPaused && run.PausedBy != ""
+		g.pausedByPerson = first.Run.Status == ledger.RunPaused && first.Run.PausedBy != ""
 		return nil
 	})
 	if err != nil {
 		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: %w", runID, err)
 	}
+	run, rows := first.Run, first.Actions
 	if run.Status == ledger.RunCancelled {
 		return doc(d.concludeCancelled(ctx))
 	}
 	if run.Status == ledger.RunCompleted {
-		return doc(nil)
+		return first, nil // a completed run does not change: as just read
 	}
 	d.run = run
 	if woke, err := d.woken(ctx); err != nil {
