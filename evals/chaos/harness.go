@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	if ok {
-		h.feedForKills(send)
+		h.feedForMinimums(send)
 	}
 	close(ch)
 	wg.Wait()
@@ -336,12 +336,12 @@ func (h *harness) pending() []job {
 	return todo
 }
 
-// feedForKills sends the seed's next plans, one run per workload each, while
+// feedForMinimums sends the seed's next plans, one run per workload each, while
 // a workload has fewer than MinKills kills, or the protected one fewer than
 // MinAnswered operations answered in flight, among the results recorded so
 // far (the runs in flight may bring the rest: a few more than needed can
 // run), up to as many extra runs as the plain workload has.
-func (h *harness) feedForKills(send func(job) bool) {
+func (h *harness) feedForMinimums(send func(job) bool) {
 	if (h.st.MinKills <= 0 && h.st.MinAnswered <= 0) || len(h.st.Only) > 0 {
 		return
 	}
