@@ -49,6 +49,7 @@ type basis struct {
 	anyApproval bool            // any approval of the action counts (Satisfied)
 	parking     bool            // the claim parks the action for a person: never a call
 	uncounted   []string        // actions the run's totals left out (not started)
+	newRun      bool            // decided from the rows being recorded (InNewRun)
 }
 
 // Decided states what a claim's caller decided from: the row's args as it
@@ -78,6 +79,16 @@ func (o Op) Parking() Op {
 func (o Op) Uncounted(actionIDs ...string) Op {
 	ids := slices.Clone(actionIDs)
 	return o.withBasis(func(b *basis) { b.uncounted = ids })
+}
+
+// InNewRun marks a claim decided from the rows of a run being recorded in
+// the same Apply (NewRun before it), not from a read: it is refused with a
+// *StaleError, having read nothing but the run and row and written
+// nothing, unless an op before it in the same Apply created the run. A
+// run recorded before (by another caller, or with another plan) is decided
+// from as recorded, after a read.
+func (o Op) InNewRun() Op {
+	return o.withBasis(func(b *basis) { b.newRun = true })
 }
 
 // withBasis returns a copy of claim o whose basis set changes; on other

@@ -42,6 +42,10 @@ func (c *claimOp) eval(bv batch) (Result, error) {
 	if err != nil {
 		return opFailure(err)
 	}
+	if c.basis != nil && c.basis.newRun && !b.createdHere(c.runID) {
+		return errResult(&StaleError{RunID: c.runID, ActionID: c.actionID, Run: run.Status, PausedBy: run.PausedBy,
+			Msg: "the run was not created by this commit (it was recorded before): decide from it as recorded"}), nil
+	}
 	s := &claiming{run: run, row: row}
 	if res, done, err := c.readKey(b, s); done || err != nil {
 		return res, err

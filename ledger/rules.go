@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -126,8 +127,12 @@ func rowFromAction(a Action, ord int) storedRow {
 		ApprovedArgs: a.ApprovedArgs, Undo: a.Undo, Ord: ord, Gate: a.Gate, Approvals: a.Approvals, Timer: a.Timer}
 }
 
-// batch is the rules' view of one backend transaction.
-type batch struct{ tx Tx }
+// batch is the rules' view of one backend transaction; created lists the
+// runs that ops of the Apply being evaluated created (nil: one op alone).
+type batch struct {
+	tx      Tx
+	created *[]string
+}
 
 // Eval applies the rules of op to the state tx shows and writes the result
 // through tx. The Result carries the op's own error (a *ConflictError, or
@@ -138,6 +143,31 @@ type batch struct{ tx Tx }
 func Eval(tx Tx, o Op) (Result, error) {
 	b := batch{tx: tx}
 	return b.evalOp(o)
+}
+
+// EvalApply evaluates the ops of one Apply, in order, through tx: Eval of
+// each, except that a claim made InNewRun sees whether an op before it in
+// the same Apply created its run. Backends evaluate every Apply with it
+// (several Applies may share tx: each is evaluated by its own call). The
+// error is a hard one, as Eval's.
+func EvalApply(tx Tx, ops []Op) ([]Result, error) {
+	var created []string
+	b := batch{tx: tx, created: &created}
+	results := make([]Result, len(ops))
+	for i, o := range ops {
+		res, err := b.evalOp(o)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = res
+	}
+	return results, nil
+}
+
+// createdHere reports whether an op before this one in the same Apply
+// created run runID.
+func (b *batch) createdHere(runID string) bool {
+	return b.created != nil && slices.Contains(*b.created, runID)
 }
 
 // Check refuses ops not built with a constructor (the zero Op); backends

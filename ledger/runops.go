@@ -280,6 +280,9 @@ func (o *createRunOp) eval(bv batch) (Result, error) {
 	if err := b.putRows(r.ID, 1, o.rows); err != nil {
 		return Result{}, err
 	}
+	if b.created != nil {
+		*b.created = append(*b.created, r.ID)
+	}
 	return Result{run: r.Run, created: true}, nil
 }
 

@@ -57,21 +57,44 @@ func FailedResults(n int, err error) []Result {
 // rows nil: one pending row per plan action (id, tool, args, depends_on).
 // Errors: ErrPlanMismatch, ErrInvalid, ErrTooLarge, ErrClosed.
 func CreateRunWith(ctx context.Context, a Applier, r Run, p *plan.Plan, rows []Action) (stored Run, created bool, err error) {
-	if err := validID("run id", r.ID); err != nil {
+	op, err := NewRun(r, p, rows)
+	if err != nil {
 		return Run{}, false, err
 	}
+	res, err := applyOne(ctx, a, op)
+	if err != nil {
+		return Run{}, false, err
+	}
+	return res.CreatedRun()
+}
+
+// NewRun is CreateRun as an op, to be applied with others in one commit:
+// claims made InNewRun after it in the same Apply start the run's first
+// actions in the commit that records it. Its Result's CreatedRun says
+// what it did; its Err is ErrPlanMismatch when the run exists with another
+// plan. Arguments are checked here (ErrInvalid), as CreateRun checks them.
+func NewRun(r Run, p *plan.Plan, rows []Action) (Op, error) {
+	if err := validID("run id", r.ID); err != nil {
+		return Op{}, err
+	}
 	if r.Status != "" && !r.Status.valid() {
-		return Run{}, false, fmt.Errorf("%w: run status %q", ErrInvalid, r.Status)
+		return Op{}, fmt.Errorf("%w: run status %q", ErrInvalid, r.Status)
 	}
 	rev, err := revisionOf(r.ID, p, rows)
 	if err != nil {
-		return Run{}, false, err
+		return Op{}, err
 	}
-	res, err := applyOne(ctx, a, Op{body: &createRunOp{revision: rev, run: r}})
-	if err != nil {
-		return Run{}, false, err
+	return Op{body: &createRunOp{revision: rev, run: r}}, nil
+}
+
+// CreatedRun is the result of a NewRun op: the run as stored and whether
+// the op created it (false: it was recorded before with the same plan).
+// err is the op's error (r.Err).
+func (r Result) CreatedRun() (stored Run, created bool, err error) {
+	if r.Err != nil {
+		return Run{}, false, r.Err
 	}
-	return res.run, res.created, nil
+	return r.run, r.created, nil
 }
 
 // AddRevisionWith implements Store.AddRevision over a's Apply.

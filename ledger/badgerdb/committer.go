@@ -871,13 +871,9 @@ func translate(err error) error {
 // evalRequest evaluates a request's ops into b.cur. An error here is for the
 // request as a whole (an encoding or read failure).
 func (b *batch) evalRequest(r *request) ([]ledger.Result, error) {
-	results := make([]ledger.Result, len(r.ops))
-	for i, o := range r.ops {
-		res, err := ledger.Eval(b, o)
-		if err != nil {
-			return nil, err
-		}
-		results[i] = res
+	results, err := ledger.EvalApply(b, r.ops)
+	if err != nil {
+		return nil, err
 	}
 	for _, k := range b.cur.order {
 		if e := b.cur.m[k]; e.stale {

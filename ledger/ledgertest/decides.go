@@ -29,6 +29,7 @@ func testLedgerDecides(t *testing.T, open Opener) {
 	t.Run("approvals", d.approvals)
 	t.Run("budget retry", d.budgetRetry)
 	t.Run("totals", d.totals)
+	t.Run("new run", d.newRun)
 }
 
 // decides is testLedgerDecides' store; its subtests use runs of their own.
@@ -192,4 +193,122 @@ func (d decides) totals(t *testing.T) {
 	b.mustOK(t, d.claim(t, "s", "a2", `{"i":2}`).Uncounted("a3"))
 	d.stale(t, "s", d.claim(t, "s", "a3", `{"i":3}`).Uncounted("a1"), "a1 started")
 	b.mustOK(t, d.claim(t, "s", "a3", `{"i":3}`).Uncounted())
+}
+
+// newRun: a run recorded together with its first claims in one commit. The
+// claims (InNewRun) go through only when the commit created the run: on a
+// run recorded before, with the same plan or another, they are refused and
+// write nothing, whatever the row's state.
+func (d decides) newRun(t *testing.T) {
+	b := d.b
+	p := testPlan("goal of n", 3)
+	rows := func() []ledger.Action {
+		return []ledger.Action{
+			{ID: "a1", Tool: "t", Args: json.RawMessage(`{"i":1}`), Status: ledger.StatusApproved},
+			{ID: "a2", Tool: "t", Args: json.RawMessage(`{"i":2}`), Status: ledger.StatusPending},
+			{ID: "a3", Tool: "t", Args: json.RawMessage(`{"i":3}`), Status: ledger.StatusPending, DependsOn: []string{"a1"}},
+		}
+	}
+	p.Actions[2].DependsOn = []string{"a1"}
+	create, err := ledger.NewRun(ledger.Run{ID: "n", Policy: "safe"}, p, rows())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := func() []ledger.Op {
+		return []ledger.Op{create,
+			d.claim(t, "n", "a1", `{"i":1}`).Decided(json.RawMessage(`{"i":1}`), d.allow, false).InNewRun(),
+			d.claim(t, "n", "a2", `{"i":2}`).InNewRun()}
+	}
+	res, err := b.l.Apply(b.ctx, first()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, created, err := res[0].CreatedRun()
+	if err != nil || !created || run.ID != "n" || run.Status != ledger.RunRunning || run.Revision != 1 {
+		t.Fatalf("NewRun: %+v created %v, %v", run, created, err)
+	}
+	for i, id := range []string{"a1", "a2"} {
+		r := res[i+1]
+		if r.Err != nil || r.Action.Status != ledger.StatusClaimed || r.Key.State != ledger.StatusClaimed || r.Key.Attempt != 1 {
+			t.Fatalf("claim of %s in the commit that created the run: %+v %+v %v", id, r.Action, r.Key, r.Err)
+		}
+	}
+	wantTypes(t, b.events(t, "n"), "run.created", "plan.recorded", "action.approved:a1", "action.claimed:a1", "action.claimed:a2")
+	if got := b.row(t, "n", "a3"); got.Status != ledger.StatusPending || got.Key != "" {
+		t.Fatalf("a3, not claimed, changed: %+v", got)
+	}
+	doc, err := b.l.Doc(b.ctx, "n")
+	if err != nil || doc.Run.PlanHash == "" || len(doc.Actions) != 3 {
+		t.Fatalf("Doc after NewRun with claims: %+v %v", doc, err)
+	}
+
+	// The same commit again (a second caller, a retry): the run exists
+	// with the same plan, so nothing is created and the claims, already
+	// won above, are refused without a write.
+	before := len(b.events(t, "n"))
+	res, err = b.l.Apply(b.ctx, first()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, created, err := res[0].CreatedRun(); created || err != nil {
+		t.Fatalf("NewRun of a recorded run: created %v, %v", created, err)
+	}
+	for _, r := range res[1:] {
+		if !errors.Is(r.Err, ledger.ErrStale) || !strings.Contains(r.Err.Error(), "not created by this commit") {
+			t.Fatalf("claim InNewRun of a recorded run: %v", r.Err)
+		}
+	}
+	if n := len(b.events(t, "n")); n != before {
+		t.Fatalf("refused claims appended %d events", n-before)
+	}
+
+	// A recorded run whose row is free: refused all the same, even
+	// though a claim decided from a read would go through.
+	d.stale(t, "n", d.claim(t, "n", "a3", `{"i":3}`).InNewRun(), "not created by this commit")
+	k3 := key(t, "n", "a3", `{"i":3}`)
+	if _, err := b.l.Key(b.ctx, k3); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("a refused claim wrote its key: %v", err)
+	}
+
+	// Another plan under the same id: the NewRun is refused, and so are
+	// the claims decided from its rows.
+	other := testPlan("another goal", 3)
+	mismatch, err := ledger.NewRun(ledger.Run{ID: "n", Policy: "safe"}, other, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.l.Apply(b.ctx, mismatch, d.claim(t, "n", "a3", `{"i":3}`).InNewRun())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := res[0].CreatedRun(); !errors.Is(err, ledger.ErrPlanMismatch) {
+		t.Fatalf("NewRun with another plan: %v", err)
+	}
+	if !errors.Is(res[1].Err, ledger.ErrStale) {
+		t.Fatalf("claim after a refused NewRun: %v", res[1].Err)
+	}
+
+	// Another run created in the same commit does not count.
+	create2, err := ledger.NewRun(ledger.Run{ID: "n2", Policy: "safe"}, testPlan("goal of n2", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.l.Apply(b.ctx, create2, d.claim(t, "n", "a3", `{"i":3}`).InNewRun(), d.claim(t, "n2", "a1", `{"i":1}`).InNewRun())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[1].Err, ledger.ErrStale) || res[2].Err != nil {
+		t.Fatalf("claims InNewRun beside another run's NewRun: %v, %v", res[1].Err, res[2].Err)
+	}
+
+	// Only a claim takes it; invalid arguments are refused up front.
+	if r := b.apply(t, ledger.Succeed(k3, 1, json.RawMessage(`{}`)).InNewRun()); !errors.Is(r.Err, ledger.ErrInvalid) {
+		t.Fatalf("InNewRun on a Succeed: %v", r.Err)
+	}
+	if _, err := ledger.NewRun(ledger.Run{ID: ""}, p, nil); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("NewRun without a run id: %v", err)
+	}
+	if _, err := ledger.NewRun(ledger.Run{ID: "x"}, nil, nil); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("NewRun without a plan: %v", err)
+	}
 }

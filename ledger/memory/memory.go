@@ -195,14 +195,10 @@ func (s *Store) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, e
 		return ledger.FailedResults(len(ops), ledger.ErrClosed), ledger.ErrClosed
 	}
 	t := newTx(s)
-	results := make([]ledger.Result, len(ops))
-	for i, o := range ops {
-		res, err := ledger.Eval(t, o)
-		if err != nil {
-			err = fmt.Errorf("ledger: commit: %w", err)
-			return ledger.FailedResults(len(ops), err), err
-		}
-		results[i] = res
+	results, err := ledger.EvalApply(t, ops)
+	if err != nil {
+		err = fmt.Errorf("ledger: commit: %w", err)
+		return ledger.FailedResults(len(ops), err), err
 	}
 	t.commit()
 	s.hub.Publish(t.events)

@@ -610,14 +610,11 @@ func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op) ([][]ledge
 	}
 	results := make([][]ledger.Result, len(applies))
 	for i, ops := range applies {
-		results[i] = make([]ledger.Result, len(ops))
-		for j, o := range ops {
-			res, err := ledger.Eval(t, o)
-			if err != nil {
-				return nil, nil, err
-			}
-			results[i][j] = res
+		res, err := ledger.EvalApply(t, ops)
+		if err != nil {
+			return nil, nil, err
 		}
+		results[i] = res
 	}
 	if err := t.commit(); err != nil {
 		var cu *commitUnknownError
