@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,6 +59,11 @@ type driver struct {
 	pol   Policy
 	inc   string
 	run   ledger.Run // as loaded: goal, creator, revision (policy input)
+	// create: the run is not recorded yet; the loop's first commit
+	// records it (commit), then clears create. before: what that commit
+	// found instead, a run recorded before (the drive then stops).
+	create *newRun
+	before *ledger.Result
 
 	sched
 	inbox chan *act // workers send their act back when done with it
@@ -76,9 +82,15 @@ func newDriver(e *Engine, runID string, g *gate) *driver {
 }
 
 // drive drives run runID once, in a span of its own (Config.Tracer).
-func (e *Engine) drive(ctx context.Context, runID string) (ledger.RunDoc, error) {
+func (e *Engine) drive(ctx context.Context, runID string, nr *newRun) (ledger.RunDoc, error) {
 	ctx, end := e.tracer.Start(ctx, Work{Kind: WorkRun, AttemptInfo: AttemptInfo{RunID: runID}})
-	doc, err := e.driveOnce(ctx, runID)
+	var doc ledger.RunDoc
+	var err error
+	if nr != nil {
+		doc, err = e.driveNew(ctx, nr)
+	} else {
+		doc, err = e.driveOnce(ctx, runID)
+	}
 	for i := 0; errors.Is(err, errRedrive) && i < maxRedrives; i++ {
 		doc, err = e.driveOnce(ctx, runID)
 	}
@@ -102,13 +114,6 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	defer releaseGate(e.led, runID, g)
 	d := newDriver(e, runID, g)
 	defer func() { e.scanVisits.Add(d.scanVisits) }()
-	doc := func(err error) (ledger.RunDoc, error) {
-		dc, derr := e.led.Doc(context.WithoutCancel(ctx), runID)
-		if derr != nil && err == nil {
-			err = fmt.Errorf("executor: run %s: read run: %w", runID, derr)
-		}
-		return dc, err
-	}
 
 	// The run and its rows from one read (one snapshot).
 	var first ledger.RunDoc
@@ -128,14 +133,14 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 	}
 	run, rows := first.Run, first.Actions
 	if run.Status == ledger.RunCancelled {
-		return doc(d.concludeCancelled(ctx))
+		return d.doc(ctx, d.concludeCancelled(ctx))
 	}
 	if run.Status == ledger.RunCompleted {
 		return first, nil // a completed run does not change: as just read
 	}
 	d.run = run
 	if woke, err := d.woken(ctx); err != nil {
-		return doc(err)
+		return d.doc(ctx, err)
 	} else if woke {
 		// Its wake time was cleared by a commit of its own: read the rows
 		// as they are now.
@@ -143,26 +148,80 @@ func (e *Engine) driveOnce(ctx context.Context, runID string) (ledger.RunDoc, er
 			return ledger.RunDoc{}, fmt.Errorf("executor: run %s: read actions: %w", runID, err)
 		}
 	}
-	d.pol = Policy(run.Policy)
+	if d.tmpl, err = d.templates(ctx, run, rows); err != nil {
+		return d.doc(ctx, err)
+	}
+	return d.proceed(ctx, rows)
+}
+
+// driveNew drives a run not recorded yet from the run and rows nr records:
+// the loop's first commit records it with the first claims (commit). When
+// the run was recorded before, it is checked as Record checks it, then
+// driven as recorded (errRedrive: drive reads it).
+func (e *Engine) driveNew(ctx context.Context, nr *newRun) (ledger.RunDoc, error) {
+	runID := nr.run.ID
+	g := acquireGate(e.led, runID)
+	defer releaseGate(e.led, runID, g)
+	d := newDriver(e, runID, g)
+	defer func() { e.scanVisits.Add(d.scanVisits) }()
+	_ = g.write(func() error {
+		g.status = nr.run.Status
+		return nil
+	})
+	d.run, d.create = nr.run, nr
+	// A new run has no args resolved for review (templates): its rows
+	// are as planned.
+	doc, err := d.proceed(ctx, nr.rows)
+	if d.before != nil {
+		doc, _, err := e.recorded(ctx, nr, *d.before)
+		if err != nil {
+			return doc, err
+		}
+		return ledger.RunDoc{}, errRedrive
+	}
+	if d.create != nil {
+		// The first commit failed, or the context ended before it: nothing
+		// was recorded.
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: record run: %w", runID, cmp.Or(d.fatal, ctx.Err(), err))
+	}
+	return doc, err
+}
+
+// proceed runs the loop over rows (the run's, as read or being recorded)
+// and concludes, returning the run's document.
+func (d *driver) proceed(ctx context.Context, rows []ledger.Action) (ledger.RunDoc, error) {
+	d.pol = Policy(d.run.Policy)
 	if !d.pol.valid() {
 		d.pol = PolicySafe
 	}
-	if d.tmpl, err = d.templates(ctx, run, rows); err != nil {
-		return doc(err)
-	}
 	if err := d.load(rows); err != nil {
-		return doc(err)
+		if d.create != nil {
+			return ledger.RunDoc{}, err
+		}
+		return d.doc(ctx, err)
 	}
-
 	d.loop(ctx)
-	err = d.end(ctx)
+	if d.create != nil || d.before != nil {
+		return ledger.RunDoc{}, nil // nothing recorded (driveNew)
+	}
+	err := d.end(ctx)
 	if errors.Is(err, errRedrive) {
 		return ledger.RunDoc{}, err
 	}
 	if err == nil && ctx.Err() == nil {
 		err = d.recordWake(ctx)
 	}
-	return doc(err)
+	return d.doc(ctx, err)
+}
+
+// doc returns the run's document as the ledger has it now, with err (or
+// the read's error, when err is nil).
+func (d *driver) doc(ctx context.Context, err error) (ledger.RunDoc, error) {
+	dc, derr := d.e.led.Doc(context.WithoutCancel(ctx), d.runID)
+	if derr != nil && err == nil {
+		err = fmt.Errorf("executor: run %s: read run: %w", d.runID, derr)
+	}
+	return dc, err
 }
 
 // end concludes a drive once its loop stopped: drive again (errRedrive),

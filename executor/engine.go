@@ -368,48 +368,70 @@ func (o *RunOptions) orDefault() RunOptions {
 // cancelled, paused (needs a person) or awaiting approval. It returns the Run
 // JSON document in every case; err is non-nil only when the run could not be
 // driven (bad plan, ledger error, context ended).
+//
+// A new run is recorded in the commit that claims its first actions,
+// decided from the rows being recorded (ledger.Op.InNewRun): one commit
+// and no read before the first call.
 func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (ledger.RunDoc, error) {
-	if doc, _, err := e.record(ctx, runID, p, o); err != nil {
-		return doc, err
+	nr, err := e.newRun(runID, p, o)
+	if err != nil {
+		return ledger.RunDoc{}, err
 	}
-	return e.driveCounted(ctx, runID)
+	g := acquireDrive(e.led, runID)
+	defer releaseDrive(e.led, runID, g)
+	return e.drive(ctx, runID, nr)
 }
 
 // Record records p as run runID without driving it, or checks that the
 // recorded plan is the same (ErrPlanMismatch otherwise) and that the tools
 // did not change (ErrToolsChanged unless accepted). created says whether this
-// call made the run; Resume drives it. Run is Record, then Resume.
+// call made the run; Resume drives it.
 func (e *Engine) Record(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (run ledger.Run, created bool, err error) {
-	doc, created, err := e.record(ctx, runID, p, o)
+	nr, err := e.newRun(runID, p, o)
+	if err != nil {
+		return ledger.Run{}, false, err
+	}
+	res, _ := ledger.ApplyOne(ctx, e.led, nr.op)
+	doc, created, err := e.recorded(ctx, nr, res)
 	return doc.Run, created, err
 }
 
-// record is Record; a refusal of an existing run comes with its document.
-func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunOptions) (doc ledger.RunDoc, created bool, err error) {
+// newRun is a run about to be recorded: the op that records it
+// (ledger.NewRun), the run and the rows it records, which its first drive
+// decides from, and the options it was given.
+type newRun struct {
+	op   ledger.Op
+	run  ledger.Run
+	rows []ledger.Action
+	opts RunOptions
+}
+
+// newRun checks p and builds the record of run runID.
+func (e *Engine) newRun(runID string, p *plan.Plan, o *RunOptions) (*newRun, error) {
 	opts := o.orDefault()
 	if runID == "" {
-		return ledger.RunDoc{}, false, errors.New("executor: run: empty run id")
+		return nil, errors.New("executor: run: empty run id")
 	}
 	if !opts.Policy.valid() {
-		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: unknown approval policy %q (want all, safe or none)", runID, opts.Policy)
+		return nil, fmt.Errorf("executor: run %s: unknown approval policy %q (want all, safe or none)", runID, opts.Policy)
 	}
 	if opts.Retention < 0 {
-		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: negative retention %v", runID, opts.Retention)
+		return nil, fmt.Errorf("executor: run %s: negative retention %v", runID, opts.Retention)
 	}
 	if p == nil {
-		return ledger.RunDoc{}, false, fmt.Errorf("%w: run %s: no plan", ErrInvalidPlan, runID)
+		return nil, fmt.Errorf("%w: run %s: no plan", ErrInvalidPlan, runID)
 	}
 	if err := p.Validate(e.reg); err != nil {
-		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: %w", runID, invalidPlan(err))
+		return nil, fmt.Errorf("executor: run %s: %w", runID, invalidPlan(err))
 	}
 	pc := *p
 	pc.RunID = runID
 	rows, err := e.initialRows(&pc, opts.Policy, opts.Creator, 1)
 	if err != nil {
-		return ledger.RunDoc{}, false, err
+		return nil, err
 	}
 	now := e.clock.Now().UTC()
-	stored, created, err := e.led.CreateRun(ctx, ledger.Run{
+	run := ledger.Run{
 		ID:        runID,
 		Status:    ledger.RunRunning,
 		Revision:  1,
@@ -420,24 +442,37 @@ func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 		Retention: ledger.Duration(opts.Retention),
 		CreatedAt: now,
 		UpdatedAt: now,
-	}, &pc, rows)
+	}
+	op, err := ledger.NewRun(run, &pc, rows)
 	if err != nil {
-		if errors.Is(err, ledger.ErrPlanMismatch) {
-			doc, _ := e.led.Doc(ctx, runID)
-			return doc, false, fmt.Errorf("executor: run %s: recorded plan differs from the given one (use replay to change it, or another run id): %w", runID, err)
-		}
-		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: record run: %w", runID, err)
+		return nil, fmt.Errorf("executor: run %s: record run: %w", runID, err)
 	}
-	if created {
-		e.log.Info("run created", "run_id", runID, "actions", len(rows), "policy", string(opts.Policy))
-	} else if err := e.checkTools(ctx, stored, opts); err != nil {
+	return &newRun{op: op, run: run, rows: rows, opts: opts}, nil
+}
+
+// recorded takes in the result of nr's NewRun: a created run is logged; a
+// run recorded before must have the same plan (ErrPlanMismatch) and tools
+// (ErrToolsChanged unless accepted); a refusal comes with the run's
+// document.
+func (e *Engine) recorded(ctx context.Context, nr *newRun, res ledger.Result) (ledger.RunDoc, bool, error) {
+	runID := nr.run.ID
+	stored, created, err := res.CreatedRun()
+	switch {
+	case errors.Is(err, ledger.ErrPlanMismatch):
 		doc, _ := e.led.Doc(ctx, runID)
-		return doc, false, err
+		return doc, false, fmt.Errorf("executor: run %s: recorded plan differs from the given one (use replay to change it, or another run id): %w", runID, err)
+	case err != nil:
+		return ledger.RunDoc{}, false, fmt.Errorf("executor: run %s: record run: %w", runID, err)
+	case !created:
+		if err := e.checkTools(ctx, stored, nr.opts); err != nil {
+			doc, _ := e.led.Doc(ctx, runID)
+			return doc, false, err
+		}
+		return ledger.RunDoc{Run: stored}, false, nil
 	}
-	if created {
-		e.obs.PlanRecorded(runID, stored.Revision, len(rows))
-	}
-	return ledger.RunDoc{Run: stored}, created, nil
+	e.log.Info("run created", "run_id", runID, "actions", len(nr.rows), "policy", string(nr.opts.Policy))
+	e.obs.PlanRecorded(runID, stored.Revision, len(nr.rows))
+	return ledger.RunDoc{Run: stored}, true, nil
 }
 
 // driveCounted drives the run, counted as a drive of this process (see
@@ -445,7 +480,7 @@ func (e *Engine) record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 func (e *Engine) driveCounted(ctx context.Context, runID string) (ledger.RunDoc, error) {
 	g := acquireDrive(e.led, runID)
 	defer releaseDrive(e.led, runID, g)
-	return e.drive(ctx, runID)
+	return e.drive(ctx, runID, nil)
 }
 
 // Resume drives an existing run (after approvals, resolutions, a restart).

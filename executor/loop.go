@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/docketrun/docket/ledger"
@@ -298,7 +299,10 @@ func (d *driver) commit(ctx context.Context, lead []ledger.Op, preps []prep) ([]
 	d.g.read(func(halted bool) {
 		f.halted = halted
 		b = planBatch(lead, preps, f)
-		if len(b.ops) > 0 {
+		switch {
+		case d.create != nil:
+			res, err = d.recordNew(context.WithoutCancel(ctx), b)
+		case len(b.ops) > 0:
 			res, err = d.e.led.Apply(context.WithoutCancel(ctx), b.ops...)
 		}
 	})
@@ -316,6 +320,45 @@ func (d *driver) commit(ctx context.Context, lead []ledger.Op, preps []prep) ([]
 		return nil, nil, err
 	}
 	return out.work, res[:b.lead], nil
+}
+
+// errRecordedBefore: the run a drive was to record was recorded before.
+var errRecordedBefore = errors.New("the run was recorded before")
+
+// recordNew writes b with the record of the run being created (d.create):
+// in one Apply when b holds only claims, each made InNewRun (refused unless
+// that Apply created the run), else the record first, then b. It clears
+// d.create once the run is recorded, or sets d.before when it was recorded
+// before (then nothing of b was written). It returns the results of b.
+func (d *driver) recordNew(ctx context.Context, b *batch) ([]ledger.Result, error) {
+	nr := d.create
+	ops := []ledger.Op{nr.op}
+	together := b.lead == 0 && len(b.ops) > 0 && len(b.ops) == len(b.slots) &&
+		!slices.ContainsFunc(b.slots, func(sl slot) bool { _, ok := sl.p.(prepClaim); return !ok })
+	if together {
+		for _, o := range b.ops {
+			ops = append(ops, o.InNewRun())
+		}
+	}
+	res, err := d.e.led.Apply(ctx, ops...)
+	if err != nil {
+		return nil, err
+	}
+	if _, created, err := res[0].CreatedRun(); err != nil || !created {
+		// Nothing of b was written: b is absorbed as a failed Apply, the
+		// loop stops, and driveNew checks the run, then drives it as read.
+		d.before = &res[0]
+		return nil, errRecordedBefore
+	}
+	d.create = nil
+	d.e.recorded(ctx, nr, res[0])
+	if together {
+		return res[1:], nil
+	}
+	if len(b.ops) == 0 {
+		return nil, nil
+	}
+	return d.e.led.Apply(ctx, b.ops...)
 }
 
 // reserveKeys reserves in this process the keys that preps claim or fail
