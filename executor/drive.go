@@ -173,7 +173,8 @@ func (e *Engine) driveNew(ctx context.Context, nr *newRun) (ledger.RunDoc, error
 	// are as planned.
 	doc, err := d.proceed(ctx, nr.rows)
 	if d.before != nil {
-		doc, _, err := e.recorded(ctx, nr, *d.before)
+		stored, created, err := d.before.CreatedRun()
+		doc, _, err := e.recorded(ctx, nr, stored, created, err)
 		if err != nil {
 			return doc, err
 		}

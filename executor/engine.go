@@ -391,8 +391,8 @@ func (e *Engine) Record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 	if err != nil {
 		return ledger.Run{}, false, err
 	}
-	res, _ := ledger.ApplyOne(ctx, e.led, nr.op)
-	doc, created, err := e.recorded(ctx, nr, res)
+	stored, created, err := e.led.CreateRun(ctx, nr.run, nr.plan, nr.rows)
+	doc, created, err := e.recorded(ctx, nr, stored, created, err)
 	return doc.Run, created, err
 }
 
@@ -402,6 +402,7 @@ func (e *Engine) Record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 type newRun struct {
 	op   ledger.Op
 	run  ledger.Run
+	plan *plan.Plan
 	rows []ledger.Action
 	opts RunOptions
 }
@@ -447,16 +448,15 @@ func (e *Engine) newRun(runID string, p *plan.Plan, o *RunOptions) (*newRun, err
 	if err != nil {
 		return nil, fmt.Errorf("executor: run %s: record run: %w", runID, err)
 	}
-	return &newRun{op: op, run: run, rows: rows, opts: opts}, nil
+	return &newRun{op: op, run: run, plan: &pc, rows: rows, opts: opts}, nil
 }
 
-// recorded takes in the result of nr's NewRun: a created run is logged; a
-// run recorded before must have the same plan (ErrPlanMismatch) and tools
-// (ErrToolsChanged unless accepted); a refusal comes with the run's
+// recorded takes in what recording nr answered: a created run is logged;
+// a run recorded before must have the same plan (ErrPlanMismatch) and
+// tools (ErrToolsChanged unless accepted); a refusal comes with the run's
 // document.
-func (e *Engine) recorded(ctx context.Context, nr *newRun, res ledger.Result) (ledger.RunDoc, bool, error) {
+func (e *Engine) recorded(ctx context.Context, nr *newRun, stored ledger.Run, created bool, err error) (ledger.RunDoc, bool, error) {
 	runID := nr.run.ID
-	stored, created, err := res.CreatedRun()
 	switch {
 	case errors.Is(err, ledger.ErrPlanMismatch):
 		doc, _ := e.led.Doc(ctx, runID)

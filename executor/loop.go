@@ -344,14 +344,15 @@ func (d *driver) recordNew(ctx context.Context, b *batch) ([]ledger.Result, erro
 	if err != nil {
 		return nil, err
 	}
-	if _, created, err := res[0].CreatedRun(); err != nil || !created {
+	stored, created, err := res[0].CreatedRun()
+	if err != nil || !created {
 		// Nothing of b was written: b is absorbed as a failed Apply, the
 		// loop stops, and driveNew checks the run, then drives it as read.
 		d.before = &res[0]
 		return nil, errRecordedBefore
 	}
 	d.create = nil
-	d.e.recorded(ctx, nr, res[0])
+	d.e.recorded(ctx, nr, stored, true, nil)
 	if together {
 		return res[1:], nil
 	}
