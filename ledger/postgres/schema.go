@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 10
+const SchemaVersion = 11
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -232,6 +232,15 @@ CREATE TABLE {S}.tool_limits (
 	// claim (toolwait.go), shown on the row.
 	`
 ALTER TABLE {S}.actions ADD COLUMN tool_wait bytea;
+`,
+	// 11: no index reads the keys by owner (the adopt sweep goes through
+	// actions_in_flight), and one whose predicate names state made every
+	// outcome's update of its key a new tuple with new entries in every
+	// index of keys: without it, and with room on each page, an outcome
+	// updates its key in place (HOT).
+	`
+DROP INDEX {S}.keys_claimed_owner;
+ALTER TABLE {S}.keys SET (fillfactor = 80);
 `,
 }
 
