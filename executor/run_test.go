@@ -572,3 +572,50 @@ func TestContextEndedDuringCallRecordsTheAttemptAndResumes(t *testing.T) {
 		t.Fatalf("keys %v duplicates %v", w.Keys(), dups)
 	}
 }
+
+// TestRunOfARecordedRunDecidesFromTheRecord: Run of a run recorded before
+// decides from the run as recorded, not from the rows it would have
+// recorded. Recorded under policy none (every action waits for a person),
+// a Run under policy all (which would have approved them) calls nothing:
+// its first commit finds the run and writes nothing, and the drive that
+// reads it leaves it awaiting approval. Approved, it runs each action once.
+func TestRunOfARecordedRunDecidesFromTheRecord(t *testing.T) {
+	t.Parallel()
+	w := tooltest.NewWorld()
+	b := setup(t, []tools.Tool{w.Tool(spec("mk", tools.Keyed))})
+	ctx := context.Background()
+	p := mkPlan(t, pa("a", "mk", `{"n":1}`), pa("b", "mk", `{"n":2}`, "a"))
+	if _, created, err := b.eng.Record(ctx, "r1", p, &RunOptions{Policy: PolicyNone}); err != nil || !created {
+		t.Fatalf("Record: created %v, %v", created, err)
+	}
+	before, err := b.led.Events(ctx, "r1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := b.run("r1", p, PolicyAll)
+	wantStatus(t, doc, ledger.RunAwaitingApproval)
+	if n := len(w.Keys()); n != 0 {
+		t.Fatalf("%d actions took effect in a run that waits for approval", n)
+	}
+	after, err := b.led.Events(ctx, "r1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range after[len(before):] {
+		if ev.Type == ledger.EventActionClaimed || ev.Type == ledger.EventRunCreated {
+			t.Fatalf("Run of a recorded run wrote %s", ev.Type)
+		}
+	}
+	if err := b.eng.Approve(ctx, "r1", []string{"a", "b"}, "token:bob"); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, b.resume("r1"), ledger.RunCompleted)
+	for _, k := range w.Keys() {
+		if n := w.Effects(k); n != 1 {
+			t.Fatalf("key %s took effect %d times", k, n)
+		}
+	}
+	if n := len(w.Keys()); n != 2 {
+		t.Fatalf("%d actions took effect, want 2", n)
+	}
+}
