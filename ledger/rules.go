@@ -11,7 +11,8 @@ import (
 // evaluate an op: reads of the state as the ops before it left it (committed
 // state plus the pending writes of the same commit), and writes that the
 // backend commits atomically with the rest of the commit, or not at all.
-// Each backend implements it over its own storage; Eval is the only caller.
+// Each backend implements it over its own storage; EvalApply (and Eval)
+// are the only callers.
 // A read error other than "not there" (found false) is a hard error: Eval
 // returns it and the backend fails the whole request.
 type Tx interface {
