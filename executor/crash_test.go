@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -48,6 +49,7 @@ func TestCrashAtEveryHookPointTakesEffectOnce(t *testing.T) {
 			}
 			return // every crash point is covered
 		}
+		runErr := err
 		b.restart()
 		var doc ledger.RunDoc
 		if _, err := b.led.GetRun(context.Background(), "r1"); errors.Is(err, ledger.ErrNotFound) {
@@ -55,6 +57,10 @@ func TestCrashAtEveryHookPointTakesEffectOnce(t *testing.T) {
 			// claim: nothing was written, so the caller runs it again.
 			if k != 1 {
 				t.Fatalf("k=%d: the run was not recorded", k)
+			}
+			// The failed record says so once, with the ledger's error.
+			if !errors.Is(runErr, ledger.ErrClosed) || strings.Count(runErr.Error(), "executor: run r1") != 1 || !strings.Contains(runErr.Error(), "record run") {
+				t.Fatalf("k=%d: Run's error when the ledger closed before the run was recorded: %v", k, runErr)
 			}
 			if doc, err = b.eng.Run(context.Background(), "r1", p, &RunOptions{Policy: PolicyAll}); err != nil {
 				t.Fatalf("k=%d: Run again: %v", k, err)

@@ -62,8 +62,9 @@ type driver struct {
 	// create: the run is not recorded yet; the loop's first commit
 	// records it (commit), then clears create. before: what that commit
 	// found instead, a run recorded before (the drive then stops).
-	create *newRun
-	before *ledger.Result
+	create    *newRun
+	before    *ledger.Result
+	createErr error // the error of the Apply that was to record it
 
 	sched
 	inbox chan *act // workers send their act back when done with it
@@ -183,7 +184,7 @@ func (e *Engine) driveNew(ctx context.Context, nr *newRun) (ledger.RunDoc, error
 	if d.create != nil {
 		// The first commit failed, or the context ended before it: nothing
 		// was recorded.
-		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: record run: %w", runID, cmp.Or(d.fatal, ctx.Err(), err))
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: record run: %w", runID, cmp.Or(d.createErr, d.fatal, ctx.Err(), err))
 	}
 	return doc, err
 }

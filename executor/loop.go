@@ -342,6 +342,7 @@ func (d *driver) recordNew(ctx context.Context, b *batch) ([]ledger.Result, erro
 	}
 	res, err := d.e.led.Apply(ctx, ops...)
 	if err != nil {
+		d.createErr = err
 		return nil, err
 	}
 	stored, created, err := res[0].CreatedRun()
