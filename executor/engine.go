@@ -377,6 +377,9 @@ func (e *Engine) Run(ctx context.Context, runID string, p *plan.Plan, o *RunOpti
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
+	if nr.op, err = ledger.NewRun(nr.run, nr.plan, nr.rows); err != nil {
+		return ledger.RunDoc{}, fmt.Errorf("executor: run %s: record run: %w", runID, err)
+	}
 	g := acquireDrive(e.led, runID)
 	defer releaseDrive(e.led, runID, g)
 	return e.drive(ctx, runID, nr)
@@ -396,9 +399,9 @@ func (e *Engine) Record(ctx context.Context, runID string, p *plan.Plan, o *RunO
 	return doc.Run, created, err
 }
 
-// newRun is a run about to be recorded: the op that records it
-// (ledger.NewRun), the run and the rows it records, which its first drive
-// decides from, and the options it was given.
+// newRun is a run about to be recorded: the run, its plan and the rows it
+// records, which its first drive decides from, the options it was given,
+// and (Run) the op that records it (ledger.NewRun).
 type newRun struct {
 	op   ledger.Op
 	run  ledger.Run
@@ -444,11 +447,7 @@ func (e *Engine) newRun(runID string, p *plan.Plan, o *RunOptions) (*newRun, err
 		CreatedAt: now,
 		UpdatedAt: now,
 	}
-	op, err := ledger.NewRun(run, &pc, rows)
-	if err != nil {
-		return nil, fmt.Errorf("executor: run %s: record run: %w", runID, err)
-	}
-	return &newRun{op: op, run: run, plan: &pc, rows: rows, opts: opts}, nil
+	return &newRun{run: run, plan: &pc, rows: rows, opts: opts}, nil
 }
 
 // recorded takes in what recording nr answered: a created run is logged;
