@@ -469,9 +469,15 @@ func (e *Engine) recorded(ctx context.Context, nr *newRun, stored ledger.Run, cr
 		}
 		return ledger.RunDoc{Run: stored}, false, nil
 	}
-	e.log.Info("run created", "run_id", runID, "actions", len(nr.rows), "policy", string(nr.opts.Policy))
-	e.obs.PlanRecorded(runID, stored.Revision, len(nr.rows))
+	e.created(nr, stored)
 	return ledger.RunDoc{Run: stored}, true, nil
+}
+
+// created logs run nr, which was just recorded as stored, and tells the
+// Observer.
+func (e *Engine) created(nr *newRun, stored ledger.Run) {
+	e.log.Info("run created", "run_id", stored.ID, "actions", len(nr.rows), "policy", string(nr.opts.Policy))
+	e.obs.PlanRecorded(stored.ID, stored.Revision, len(nr.rows))
 }
 
 // driveCounted drives the run, counted as a drive of this process (see

@@ -353,7 +353,7 @@ func (d *driver) recordNew(ctx context.Context, b *batch) ([]ledger.Result, erro
 		return nil, errRecordedBefore
 	}
 	d.create = nil
-	d.e.recorded(ctx, nr, stored, true, nil)
+	d.e.created(nr, stored)
 	if together {
 		return res[1:], nil
 	}
