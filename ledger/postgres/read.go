@@ -221,6 +221,7 @@ func (s *Store) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
 			return err
 		}
 		defer rows.Close()
+		skip := leadingCols{rows, make([]any, docRunCols)} // a later row's run columns: skipped (nil)
 		for rows.Next() {
 			var r ledger.RunRecord
 			var last *time.Time
@@ -228,7 +229,7 @@ func (s *Store) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
 			var output []byte
 			var src pgx.Row = runThen{rows, s.env, &r, &last}
 			if len(d.Actions) > 0 {
-				src = leadingCols{rows, make([]any, docRunCols)} // the run again: skipped (nil)
+				src = skip
 			}
 			if err := scanRow(s.env, src, &row, &output); err != nil {
 				return err
