@@ -747,18 +747,37 @@ func (h *harness) person(ctx context.Context, ns string, doc *runDoc, a *docActi
 			return json.Marshal(map[string]any{"account": acct, "settings": st.Value})
 		}
 	case a.Tool == ToolEmail && a.Class == "at_most_once":
+		// An email is this action's only when the world holds more unclaimed
+		// ones of its kind than its identical siblings whose own outcome is
+		// not recorded yet (claimed, or in review) may have sent: a twin's
+		// email in flight is not this action's effect.
 		used := map[string]bool{}
+		unsettled := 0
 		for _, o := range doc.Actions {
-			if o.Tool == ToolEmail && o.Status == "succeeded" {
+			if o.Tool != ToolEmail {
+				continue
+			}
+			switch o.Status {
+			case "succeeded":
 				var e Email
 				json.Unmarshal(o.Output, &e)
 				used[e.MessageID] = true
+			case "claimed", "needs_review":
+				var oa map[string]any
+				json.Unmarshal(o.Args, &oa)
+				if o.ID != a.ID && oa["to"] == s("to") && oa["template"] == s("template") {
+					unsettled++
+				}
 			}
 		}
+		var found []Email
 		for _, e := range w.Emails {
 			if e.To == s("to") && e.Template == s("template") && !used[e.MessageID] {
-				return json.Marshal(e)
+				found = append(found, e)
 			}
+		}
+		if len(found) > unsettled {
+			return json.Marshal(found[0])
 		}
 	}
 	return nil, nil
