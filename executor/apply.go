@@ -33,3 +33,15 @@ func applyLead(ctx context.Context, s ledger.Store, ops ...ledger.Op) (res []led
 	}
 	return res, res[0].Err
 }
+
+// applyDoc is s.Apply, and run runID's document as the commit left it when
+// the store reads it in the same transaction (ledger.DocApplier: the shared
+// ledger, in the commit's round trip); else, or when it could not, doc is
+// zero.
+func applyDoc(ctx context.Context, s ledger.Store, runID string, ops ...ledger.Op) (res []ledger.Result, doc ledger.RunDoc, err error) {
+	if da, ok := s.(ledger.DocApplier); ok {
+		return da.ApplyDoc(ctx, runID, ops...)
+	}
+	res, err = s.Apply(ctx, ops...)
+	return res, ledger.RunDoc{}, err
+}

@@ -65,6 +65,10 @@ type driver struct {
 	create    *newRun
 	before    *ledger.Result
 	createErr error // the error of the Apply that was to record it
+	// endDoc: the run's document as the commit that completed it left it,
+	// when the store read it in that commit (applyDoc); cleared by any
+	// later write of this drive (recordWake). Else doc reads it.
+	endDoc ledger.RunDoc
 
 	sched
 	inbox chan *act // workers send their act back when done with it
@@ -219,6 +223,9 @@ func (d *driver) proceed(ctx context.Context, rows []ledger.Action) (ledger.RunD
 // doc returns the run's document as the ledger has it now, with err (or
 // the read's error, when err is nil).
 func (d *driver) doc(ctx context.Context, err error) (ledger.RunDoc, error) {
+	if err == nil && d.endDoc.Run.ID != "" {
+		return d.endDoc, nil
+	}
 	dc, derr := d.e.led.Doc(context.WithoutCancel(ctx), d.runID)
 	if derr != nil && err == nil {
 		err = fmt.Errorf("executor: run %s: read run: %w", d.runID, derr)

@@ -345,9 +345,14 @@ func (d *driver) settle(ctx context.Context) error {
 		if st.data != nil {
 			raw = mustJSON(st.data)
 		}
-		if _, err := apply(ctx, d.e.led, ledger.SetRunStatus(d.runID, st.status, st.ev, st.errMsg, raw)); err != nil {
+		res, doc, err := applyDoc(ctx, d.e.led, d.runID, ledger.SetRunStatus(d.runID, st.status, st.ev, st.errMsg, raw))
+		if err == nil {
+			err = res[0].Err
+		}
+		if err != nil {
 			return fmt.Errorf("executor: run %s: set status %s: %w", d.runID, st.status, err)
 		}
+		d.endDoc = doc
 		d.g.status = st.status
 		d.e.obs.RunStatus(d.runID, st.status)
 		d.e.log.Info("run status", "run_id", d.runID, "status", string(st.status), "error", st.errMsg)

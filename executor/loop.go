@@ -437,8 +437,12 @@ func (d *driver) completeWith(ctx context.Context, a *act, out json.RawMessage) 
 		}
 		wrote = true
 		a.n.done = true
-		res, err = d.e.led.Apply(context.WithoutCancel(ctx), ledger.Succeed(a.key, a.attempt, out),
+		var doc ledger.RunDoc
+		res, doc, err = applyDoc(context.WithoutCancel(ctx), d.e.led, d.runID, ledger.Succeed(a.key, a.attempt, out),
 			ledger.SetRunStatus(d.runID, ledger.RunCompleted, ledger.EventRunCompleted, "", nil))
+		if err == nil && res[0].Err == nil && res[1].Err == nil {
+			d.endDoc = doc
+		}
 		if err == nil && res[0].Err != nil {
 			// The status went through without the output: take it back; the
 			// drive's end sets the right one.

@@ -86,6 +86,7 @@ func (d *driver) recordWake(ctx context.Context) error {
 	if first.IsZero() && d.run.WakeAt.IsZero() {
 		return nil
 	}
+	d.endDoc = ledger.RunDoc{} // the run's wake time changes
 	if _, err := apply(context.WithoutCancel(ctx), d.e.led, ledger.Wait(d.runID, first, due)); err != nil {
 		return fmt.Errorf("executor: run %s: record its wake time: %w", d.runID, err)
 	}

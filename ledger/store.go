@@ -73,6 +73,17 @@ func (l *Local) Value(key any, mk func() any) any {
 	return v
 }
 
+// DocApplier is a Store that returns with an Apply the document of a run as
+// that Apply's commit leaves it, read inside the same transaction (the
+// shared ledger reads it in the commit's round trip, holding the run's
+// lock: no second round trip, and nobody's write in between).
+type DocApplier interface {
+	// ApplyDoc is Apply, and the document of run runID as the commit left
+	// it, its args and outputs resolved as Doc's. doc is zero when the
+	// Apply failed or the run has no rows (read it with Doc).
+	ApplyDoc(ctx context.Context, runID string, ops ...Op) (results []Result, doc RunDoc, err error)
+}
+
 // Backuper is a Store that can write a consistent backup of itself.
 type Backuper interface {
 	Backup(ctx context.Context, w io.Writer) error

@@ -2,13 +2,16 @@ package ledgertest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/plan"
 )
 
 // capability is an optional interface of ledger (capability.go): whether a
@@ -23,6 +26,7 @@ var capabilities = []capability{
 	{"ledger.Backuper", is[ledger.Backuper], testBackuper},
 	{"ledger.BudgetReader", is[ledger.BudgetReader], testBudgetReader},
 	{"ledger.Collector", is[ledger.Collector], testCollector},
+	{"ledger.DocApplier", is[ledger.DocApplier], testDocApplier},
 	{"ledger.LeaseHolder", is[ledger.LeaseHolder], testLeaseHolder},
 	{"ledger.LeaseReader", is[ledger.LeaseReader], testLeaseReader},
 	{"ledger.Reserver", is[ledger.Reserver], testReserver},
@@ -194,5 +198,95 @@ func testSessionKeeper(t *testing.T, open Opener, opts Options) {
 	get("", time.Time{}, false)
 	if err := sk.DeleteSession(b.ctx, hash); err != nil {
 		t.Fatalf("DeleteSession of a deleted session: %v", err)
+	}
+}
+
+// testDocApplier: ApplyDoc's document is the run as its commit left it (its
+// writes in, large args resolved), the same as a Doc read after; an op that
+// fails leaves the commit and the document; a refused Apply has none; and
+// concurrent ApplyDocs (committed together where the store groups them)
+// each get their own run's.
+func testDocApplier(t *testing.T, open Opener, _ Options) {
+	b := setup(t, open)
+	da := b.l.(ledger.DocApplier)
+	large := json.RawMessage(`{"blob":` + string(bigString(200<<10)) + `}`)
+	p := &plan.Plan{Goal: "doc", Actions: []plan.Action{{ID: "a1", Tool: "t", Args: large}, {ID: "a2", Tool: "t", Args: json.RawMessage(`{"i":2}`)}}}
+	if _, _, err := b.l.CreateRun(b.ctx, ledger.Run{ID: "r"}, p, []ledger.Action{
+		{ID: "a1", Tool: "t", Args: large, Status: ledger.StatusApproved},
+		{ID: "a2", Tool: "t", Args: json.RawMessage(`{"i":2}`), Status: ledger.StatusApproved}}); err != nil {
+		t.Fatal(err)
+	}
+	k1, k2 := key(t, "r", "a1", string(large)), key(t, "r", "a2", `{"i":2}`)
+	b.mustOK(t, ledger.Claim("r", "a1", "t", k1, large, 1))
+	asRead := func(what string, got ledger.RunDoc) {
+		t.Helper()
+		want, err := b.l.Doc(b.ctx, "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: ApplyDoc's document differs from Doc's read after it:\n got  %+v\n want %+v", what, got, want)
+		}
+	}
+
+	res, doc, err := da.ApplyDoc(b.ctx, "r", ledger.Succeed(k1, 1, json.RawMessage(`{"ok":1}`)), ledger.Claim("r", "a2", "t", k2, json.RawMessage(`{"i":2}`), 1))
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("ApplyDoc: %v %+v", err, res)
+	}
+	if len(doc.Actions) != 2 || doc.Actions[0].Status != ledger.StatusSucceeded || string(doc.Actions[0].Output) != `{"ok":1}` ||
+		!bytes.Equal(doc.Actions[0].Args, large) || doc.Actions[1].Status != ledger.StatusClaimed {
+		t.Fatalf("ApplyDoc's document misses its own writes: %+v", doc.Actions)
+	}
+	asRead("succeed and claim", doc)
+
+	// An op that fails: the others commit, and the document shows them.
+	res, doc, err = da.ApplyDoc(b.ctx, "r", ledger.Succeed(k2, 7, json.RawMessage(`{}`)), ledger.Succeed(k2, 1, json.RawMessage(`{"ok":2}`)),
+		ledger.SetRunStatus("r", ledger.RunCompleted, ledger.EventRunCompleted, "", nil))
+	if err != nil || res[0].Err == nil || res[1].Err != nil || res[2].Err != nil {
+		t.Fatalf("ApplyDoc: %v %+v (want the first op refused, the others through)", err, res)
+	}
+	if doc.Run.Status != ledger.RunCompleted || doc.Actions[1].Status != ledger.StatusSucceeded {
+		t.Fatalf("document after a partly refused Apply: run %s, a2 %s", doc.Run.Status, doc.Actions[1].Status)
+	}
+	asRead("completion", doc)
+
+	// A refused Apply commits nothing and has no document.
+	if _, doc, err := da.ApplyDoc(b.ctx, "r", ledger.Op{}); !errors.Is(err, ledger.ErrInvalid) || doc.Run.ID != "" {
+		t.Fatalf("ApplyDoc of an invalid op: %v, document of %q", err, doc.Run.ID)
+	}
+
+	// Concurrent ApplyDocs on runs of their own.
+	const n = 8
+	for i := range n {
+		id := fmt.Sprintf("c%d", i)
+		b.createRun(t, id, 3)
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			id := fmt.Sprintf("c%d", i)
+			for j := 1; j <= 3; j++ {
+				aid := fmt.Sprintf("a%d", j)
+				args := fmt.Sprintf(`{"i":%d}`, j)
+				k := key(t, id, aid, args)
+				res, doc, err := da.ApplyDoc(b.ctx, id, ledger.Approve(id, aid, nil, "ann"), ledger.Claim(id, aid, "t", k, json.RawMessage(args), 1))
+				if err == nil {
+					err = errors.Join(res[0].Err, res[1].Err)
+				}
+				if err == nil && (doc.Run.ID != id || len(doc.Actions) != 3 || doc.Actions[j-1].Status != ledger.StatusClaimed || doc.Actions[j-1].Key != k) {
+					err = fmt.Errorf("run %s, claim of %s: the document is of run %q with %d rows, %+v", id, aid, doc.Run.ID, len(doc.Actions), doc.Actions)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -35,29 +35,33 @@ type grouper struct {
 type applyReq struct {
 	ctx     context.Context
 	ops     []ledger.Op
+	doc     string // the run whose document the commit reads ("": none)
 	results []ledger.Result
+	read    docRead
 	err     error
 	done    chan struct{}
 }
 
-func (r *applyReq) finish(results []ledger.Result, err error) {
-	r.results, r.err = results, err
+func (r *applyReq) finish(results []ledger.Result, read docRead, err error) {
+	r.results, r.read, r.err = results, read, err
 	close(r.done)
 }
 
-func (g *grouper) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
+// apply commits ops and reads run doc's document in the same transaction
+// after them (doc "": none).
+func (g *grouper) apply(ctx context.Context, ops []ledger.Op, doc string) ([]ledger.Result, docRead, error) {
 	g.mu.Lock()
 	if g.running < g.max {
 		g.running++
 		g.mu.Unlock()
 		defer g.release()
-		return g.s.applyAlone(ctx, ops)
+		return g.s.applyAlone(ctx, ops, doc)
 	}
-	r := &applyReq{ctx: ctx, ops: ops, done: make(chan struct{})}
+	r := &applyReq{ctx: ctx, ops: ops, doc: doc, done: make(chan struct{})}
 	g.pending = append(g.pending, r)
 	g.mu.Unlock()
 	<-r.done
-	return r.results, r.err
+	return r.results, r.read, r.err
 }
 
 // release ends one running transaction: the Applies waiting, if any, take
@@ -86,33 +90,34 @@ func (g *grouper) run(reqs []*applyReq) {
 	live := reqs[:0]
 	for _, r := range reqs {
 		if err := r.ctx.Err(); err != nil {
-			r.finish(ledger.FailedResults(len(r.ops), err), err)
+			r.finish(ledger.FailedResults(len(r.ops), err), docRead{}, err)
 			continue
 		}
 		live = append(live, r)
 	}
 	if len(live) == 1 {
 		r := live[0]
-		r.finish(g.s.applyAlone(r.ctx, r.ops))
+		r.finish(g.s.applyAlone(r.ctx, r.ops, r.doc))
 		return
 	}
 	if len(live) == 0 {
 		return
 	}
 	applies := make([][]ledger.Op, len(live))
+	docs := make([]string, len(live))
 	ctxs := make([]context.Context, len(live))
 	for i, r := range live {
-		applies[i], ctxs[i] = r.ops, r.ctx
+		applies[i], docs[i], ctxs[i] = r.ops, r.doc, r.ctx
 	}
 	ctx, stop := allDone(ctxs)
-	results, events, err := g.s.applyOnce(ctx, applies)
+	results, events, reads, err := g.s.applyOnce(ctx, applies, docs)
 	stop()
 	if err == nil {
 		g.groups.Add(1)
 		g.grouped.Add(int64(len(live)))
 		g.s.publish(events)
 		for i, r := range live {
-			r.finish(results[i], nil)
+			r.finish(results[i], reads[i], nil)
 		}
 		return
 	}
@@ -122,7 +127,7 @@ func (g *grouper) run(reqs []*applyReq) {
 		// Decided for all of them: the same COMMIT, the same lease.
 		for _, r := range live {
 			e := g.s.applyErr(r.ctx, err)
-			r.finish(ledger.FailedResults(len(r.ops), e), e)
+			r.finish(ledger.FailedResults(len(r.ops), e), docRead{}, e)
 		}
 		return
 	}
@@ -130,7 +135,7 @@ func (g *grouper) run(reqs []*applyReq) {
 	// on its own, as if it had never waited for the others.
 	g.fallbacks.Add(1)
 	for _, r := range live {
-		r.finish(g.s.applyAlone(r.ctx, r.ops))
+		r.finish(g.s.applyAlone(r.ctx, r.ops, r.doc))
 	}
 }
 

@@ -212,38 +212,13 @@ func (s *Store) Actions(ctx context.Context, runID string) ([]ledger.Action, err
 // Doc returns the Run JSON document, read from one snapshot. Errors:
 // ErrNotFound, ErrClosed, database errors.
 func (s *Store) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
-	var d ledger.RunDoc
-	var outputs [][]byte
+	var d docRead
 	err := s.read(ctx, func(q querier) error {
-		d, outputs = ledger.RunDoc{}, outputs[:0]
 		rows, err := q.Query(ctx, s.q.doc, runID)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		skip := leadingCols{rows, make([]any, docRunCols)} // a later row's run columns: skipped (nil)
-		for rows.Next() {
-			var r ledger.RunRecord
-			var last *time.Time
-			var row ledger.RowRecord
-			var output []byte
-			var src pgx.Row = runThen{rows, s.env, &r, &last}
-			if len(d.Actions) > 0 {
-				src = skip
-			}
-			if err := scanRow(s.env, src, &row, &output); err != nil {
-				return err
-			}
-			if len(d.Actions) == 0 {
-				if last != nil && last.After(r.UpdatedAt) {
-					r.UpdatedAt = last.UTC()
-				}
-				d.Run = r.Run
-			}
-			d.Actions = append(d.Actions, row.Action(runID))
-			outputs = append(outputs, output)
-		}
-		if err := rows.Err(); err != nil || len(d.Actions) > 0 {
+		if d, err = s.scanDoc(rows); err != nil || len(d.doc.Actions) > 0 {
 			return err
 		}
 		// No row: no run, or (never written so) a run without rows.
@@ -256,15 +231,57 @@ func (s *Store) Doc(ctx context.Context, runID string) (ledger.RunDoc, error) {
 	if err != nil {
 		return ledger.RunDoc{}, err
 	}
-	// Blobs never change once written: resolved outside the snapshot.
+	return s.resolveDoc(ctx, runID, d)
+}
+
+// docRead is a run's document as its statement (queries.doc) returns it:
+// the outputs of its rows apart, not yet resolved.
+type docRead struct {
+	doc     ledger.RunDoc
+	outputs [][]byte
+}
+
+// scanDoc reads the rows of queries.doc and closes them: no row (a zero
+// docRead) when the run does not exist or has no rows.
+func (s *Store) scanDoc(rows pgx.Rows) (docRead, error) {
+	defer rows.Close()
+	var d docRead
+	skip := leadingCols{rows, make([]any, docRunCols)} // a later row's run columns: skipped (nil)
+	for rows.Next() {
+		var r ledger.RunRecord
+		var last *time.Time
+		var row ledger.RowRecord
+		var output []byte
+		var src pgx.Row = runThen{rows, s.env, &r, &last}
+		if len(d.doc.Actions) > 0 {
+			src = skip
+		}
+		if err := scanRow(s.env, src, &row, &output); err != nil {
+			return docRead{}, err
+		}
+		if len(d.doc.Actions) == 0 {
+			if last != nil && last.After(r.UpdatedAt) {
+				r.UpdatedAt = last.UTC()
+			}
+			d.doc.Run = r.Run
+		}
+		d.doc.Actions = append(d.doc.Actions, row.Action(d.doc.Run.ID))
+		d.outputs = append(d.outputs, output)
+	}
+	return d, rows.Err()
+}
+
+// resolveDoc sets the outputs of d's rows and resolves their blobs (blobs
+// never change once written: read outside d's snapshot).
+func (s *Store) resolveDoc(ctx context.Context, runID string, d docRead) (ledger.RunDoc, error) {
 	blobs := s.resolver(ctx, s.pool, runID)
-	for i := range d.Actions {
-		d.Actions[i].Output = outputs[i]
-		if err := ledger.ResolveAction(blobs, &d.Actions[i]); err != nil {
-			return ledger.RunDoc{}, s.readErr(fmt.Errorf("ledger: reading args of run %q action %q: %w", runID, d.Actions[i].ID, err))
+	for i := range d.doc.Actions {
+		d.doc.Actions[i].Output = d.outputs[i]
+		if err := ledger.ResolveAction(blobs, &d.doc.Actions[i]); err != nil {
+			return ledger.RunDoc{}, s.readErr(fmt.Errorf("ledger: reading args of run %q action %q: %w", runID, d.doc.Actions[i].ID, err))
 		}
 	}
-	return d, nil
+	return d.doc, nil
 }
 
 // runThen scans a doc row: the run's columns and its last event's time into

@@ -489,25 +489,53 @@ func (s *Store) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, e
 	if s.closed.Load() {
 		return ledger.FailedResults(len(ops), ledger.ErrClosed), ledger.ErrClosed
 	}
-	return s.group.apply(ctx, ops)
+	res, _, err := s.group.apply(ctx, ops, "")
+	return res, err
+}
+
+// ApplyDoc is Apply, and run runID's document read in the same transaction
+// after ops: the statement goes in the commit's pipeline, before COMMIT, so
+// it costs no round trip of its own (ledger.DocApplier). doc is zero when
+// the Apply failed, the run has no rows or a blob of its args could not be
+// read (Doc says why).
+func (s *Store) ApplyDoc(ctx context.Context, runID string, ops ...ledger.Op) ([]ledger.Result, ledger.RunDoc, error) {
+	if len(ops) == 0 {
+		return nil, ledger.RunDoc{}, nil
+	}
+	if err := ledger.Check(ops); err != nil {
+		return ledger.FailedResults(len(ops), err), ledger.RunDoc{}, err
+	}
+	if s.closed.Load() {
+		return ledger.FailedResults(len(ops), ledger.ErrClosed), ledger.RunDoc{}, ledger.ErrClosed
+	}
+	res, read, err := s.group.apply(ctx, ops, runID)
+	if err != nil || len(read.doc.Actions) == 0 {
+		return res, ledger.RunDoc{}, err
+	}
+	doc, err := s.resolveDoc(ctx, runID, read)
+	if err != nil {
+		return res, ledger.RunDoc{}, nil
+	}
+	return res, doc, nil
 }
 
 // applyAlone runs ops in a transaction of their own, trying again after a
 // lost race or while the database is unreachable (retry).
-func (s *Store) applyAlone(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
+func (s *Store) applyAlone(ctx context.Context, ops []ledger.Op, doc string) ([]ledger.Result, docRead, error) {
 	var results [][]ledger.Result
 	var events []ledger.Event
+	var reads []docRead
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		results, events, err = s.applyOnce(ctx, [][]ledger.Op{ops})
+		results, events, reads, err = s.applyOnce(ctx, [][]ledger.Op{ops}, []string{doc})
 		return err
 	})
 	if err != nil {
 		err = s.applyErr(ctx, err)
-		return ledger.FailedResults(len(ops), err), err
+		return ledger.FailedResults(len(ops), err), docRead{}, err
 	}
 	s.publish(events)
-	return results[0], nil
+	return results[0], reads[0], nil
 }
 
 // applyErr is the error an Apply returns for err.
@@ -583,11 +611,13 @@ func (s *Store) retry(ctx context.Context, fn func(ctx context.Context) error) e
 // applyOnce runs the ops of one or more Applies in one transaction, each
 // Apply's after the one before it, as if they had come one by one: two round
 // trips when the ops read nothing but what ledger.ReadSet forecasts
-// (tx.begin, tx.commit). A hard error fails them all.
-func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op) ([][]ledger.Result, []ledger.Event, error) {
+// (tx.begin, tx.commit). docs[i] names the run whose document the commit
+// reads after Apply i ("": none), returned in reads[i]. A hard error fails
+// them all.
+func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op, docs []string) (results [][]ledger.Result, events []ledger.Event, reads []docRead, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer conn.Release()
 	t := newTx(s, ctx, conn.Conn())
@@ -606,22 +636,23 @@ func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op) ([][]ledge
 		all = slices.Concat(applies...)
 	}
 	if err := t.begin(ledger.ReadSet(all)); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	results := make([][]ledger.Result, len(applies))
+	results = make([][]ledger.Result, len(applies))
 	for i, ops := range applies {
 		res, err := ledger.EvalApply(t, ops)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		results[i] = res
 	}
+	t.docs = docs
 	if err := t.commit(); err != nil {
 		var cu *commitUnknownError
 		if errors.As(err, &cu) {
 			done = true
 		}
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	done = true
 	if s.peers.Load() > 0 {
@@ -630,7 +661,7 @@ func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op) ([][]ledge
 		default: // the notifier is behind: the subscribers' poll delivers these
 		}
 	}
-	return results, t.events, nil
+	return results, t.events, t.docReads, nil
 }
 
 // AdoptOrphans makes this node the driver of up to limit runs that are

@@ -41,7 +41,11 @@ type tx struct {
 
 	batch  pgx.Batch
 	events []ledger.Event
-	ranges map[string][2]uint64 // run -> first, last seq appended
+	// docs[i] names the run whose document commit reads, after the writes,
+	// for the i-th Apply of the transaction ("": none), into docReads[i].
+	docs     []string
+	docReads []docRead
+	ranges   map[string][2]uint64 // run -> first, last seq appended
 }
 
 type runEntry struct {
@@ -673,6 +677,11 @@ func (t *tx) commit() error {
 	}
 	n := t.batch.Len()
 	t.batch.Queue(t.s.q.leaseCheck, t.inc)
+	for _, id := range t.docs {
+		if id != "" {
+			t.batch.Queue(t.s.q.doc, id)
+		}
+	}
 	t.batch.Queue(`COMMIT`)
 	br := t.ptx.SendBatch(t.ctx, &t.batch)
 	err := func() error {
@@ -686,6 +695,25 @@ func (t *tx) commit() error {
 				return le
 			}
 			return err
+		}
+		t.docReads = make([]docRead, len(t.docs))
+		for i, id := range t.docs {
+			if id == "" {
+				continue
+			}
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			d, err := t.s.scanDoc(rows)
+			if pgCode(err) != "" {
+				return err // the server's: nothing commits
+			}
+			if err == nil {
+				// Else a row this process could not read, COMMIT sent all
+				// the same: no document (Doc reads it, and says why).
+				t.docReads[i] = d
+			}
 		}
 		_, err := br.Exec()
 		return err
