@@ -69,6 +69,9 @@ func (t *tx) Budget(id string) (ledger.BudgetRecord, bool, error) {
 	if e, ok := c.buckets[id]; ok {
 		return e.rec, e.found, nil
 	}
+	if t.spec {
+		return ledger.BudgetRecord{}, false, t.missed()
+	}
 	e := &budgetEntry{}
 	err := scanBudget(t.ptx.QueryRow(t.ctx, t.s.bq(`SELECT `+budgetCols+` FROM {S}.budgets WHERE id = $1 FOR UPDATE`), id), &e.rec)
 	switch {
@@ -122,6 +125,15 @@ func (t *tx) Hold(key string) (ledger.Hold, bool, error) {
 		return e.h, e.found, nil
 	}
 	e := &holdEntry{}
+	if t.spec {
+		if t.s.recent.knownPresent("", key) {
+			return ledger.Hold{}, false, t.missed()
+		}
+		// Taken as absent; the pipeline checks that it is.
+		t.ver.holds = append(t.ver.holds, key)
+		c.holds[key] = e
+		return e.h, false, nil
+	}
 	err := scanHold(t.ptx.QueryRow(t.ctx, t.s.bq(`SELECT `+holdCols+` FROM {S}.budget_holds WHERE key = $1 FOR UPDATE`), key), &e.h)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

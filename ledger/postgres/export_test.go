@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -129,3 +130,14 @@ func (s *Store) PendingApplies() int {
 
 // Peers is how many other live nodes the Store knows of.
 func (s *Store) Peers() int64 { return s.peers.Load() }
+
+// SkewSpecClock moves the reading of the database's clock that one round
+// trip Applies start from by d (tests of the clock check).
+func (s *Store) SkewSpecClock(d time.Duration) {
+	s.recent.mu.Lock()
+	s.recent.clock = s.recent.clock.Add(d)
+	s.recent.mu.Unlock()
+}
+
+// SetSpeculation turns one round trip Applies on (the default) or off.
+func (s *Store) SetSpeculation(on bool) { s.noSpec = !on }

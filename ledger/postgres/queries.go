@@ -24,6 +24,9 @@ type queries struct {
 
 	lockRuns, lockRows, lockKeys, lockHolds string // an Apply's first reads (tx.begin)
 
+	verifyRuns, verifyRows, verifyKeys, verifyAbsent string // a one round trip Apply's checks (spec.go)
+	xid                                              string // the transaction's id as its tuples' xmin (NULL: none)
+
 	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
 	rowForUpdate, upsertRow, updateRow, insertRow, insertPlan    string
 	keyForUpdate, insertKey, updateKey                           string
@@ -60,6 +63,7 @@ func makeQueries(schema string) queries {
 			FROM (SELECT (SELECT lease_expires FROM {S}.nodes WHERE incarnation = $1) AS e, clock_timestamp() AS n) AS l`),
 		ownerGone: t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
 		clock:     `SELECT clock_timestamp()`,
+		xid:       `SELECT txid_current_if_assigned() % 4294967296`,
 
 		// The runs named and the runs of the keys named ($2: a key's run
 		// never changes), the rows named ($1, $2) in their run's current
@@ -86,6 +90,35 @@ func makeQueries(schema string) queries {
 					LATERAL (SELECT key FROM {S}.actions WHERE run_id = x.run_id AND action_id = x.action_id
 						AND revision = (SELECT r.revision FROM {S}.runs r WHERE r.run_id = x.run_id) AND key <> '' OFFSET 0) AS a) AS u ORDER BY 1) AS w,
 			LATERAL (SELECT ` + keyCols + ` FROM {S}.keys WHERE key = w.key FOR UPDATE) AS k`),
+		// A one round trip Apply's checks (spec.go): each locks the
+		// records named in the order lockRuns, lockRows and lockKeys do, and
+		// fails (a cast of the failure's text) unless every one is still the
+		// version remembered ($2: its xmin); verifyRuns also fails unless the
+		// database's clock has reached the Apply's time ($3), and returns it.
+		// A failure's text names a count or the clock, never a constant the
+		// planner could fold.
+		verifyRuns: t(`SELECT CASE WHEN count(r.x) = cardinality($1::text[]) AND clock_timestamp() >= $3::timestamptz THEN clock_timestamp()
+				ELSE ($4::text || ' ' || count(r.x))::timestamptz END
+			FROM (SELECT * FROM unnest($1::text[], $2::bigint[]) AS u (id, xm) ORDER BY 1) AS w
+			LEFT JOIN LATERAL (SELECT xmin::text::bigint AS x FROM {S}.runs WHERE run_id = w.id FOR UPDATE) AS r ON r.x = w.xm`),
+		verifyRows: t(`SELECT CASE WHEN count(a.x) = cardinality($1::text[]) THEN 0 ELSE ($5::text || ' ' || count(a.x))::int END
+			FROM (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) AS u (run_id, rev, action_id, xm) ORDER BY 1, 3) AS w
+			LEFT JOIN LATERAL (SELECT xmin::text::bigint AS x FROM {S}.actions
+				WHERE run_id = w.run_id AND revision = w.rev AND action_id = w.action_id FOR UPDATE) AS a ON a.x = w.xm`),
+		// verifyKeys: a key remembered absent ($2 = 0) must still be
+		// absent. verifyAbsent: the runs, budget holds and tool limit rows
+		// taken as absent must be. Each a lookup per id (LATERAL) whatever the
+		// statistics when the plan was made.
+		verifyKeys: t(`SELECT CASE WHEN count(*) FILTER (WHERE k.x IS NOT DISTINCT FROM nullif(w.xm, 0)) = cardinality($1::text[]) THEN 0
+				ELSE ($3::text || ' ' || count(k.x))::int END
+			FROM (SELECT * FROM unnest($1::text[], $2::bigint[]) AS u (key, xm) ORDER BY 1) AS w
+			LEFT JOIN LATERAL (SELECT xmin::text::bigint AS x FROM {S}.keys WHERE key = w.key FOR UPDATE) AS k ON true`),
+		verifyAbsent: t(`SELECT CASE WHEN count(*) = 0 THEN 0 ELSE ($4::text || ' ' || count(*))::int END FROM (
+				SELECT 1 FROM unnest($1::text[]) AS r (id), LATERAL (SELECT 1 FROM {S}.runs WHERE run_id = r.id OFFSET 0) AS g
+				UNION ALL
+				SELECT 1 FROM unnest($2::text[]) AS x (key), LATERAL (SELECT 1 FROM {S}.budget_holds WHERE key = x.key OFFSET 0) AS h
+				UNION ALL
+				SELECT 1 FROM unnest($3::text[]) AS y (tool), LATERAL (SELECT 1 FROM {S}.tool_limits WHERE tool = y.tool OFFSET 0) AS l) AS f`),
 		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
 		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver)

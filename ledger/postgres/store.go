@@ -219,6 +219,9 @@ type Store struct {
 
 	seenMu sync.Mutex
 	seen   map[string]uint64 // run -> highest seq published to the hub
+
+	recent recent // what recent commits wrote, for Applies in one round trip (spec.go)
+	noSpec bool   // every Apply takes two round trips (tests, measurements)
 }
 
 var (
@@ -364,6 +367,7 @@ func (s *Store) renewed(sent, dbNow time.Time) {
 	back := time.Now()
 	mid := sent.Add(back.Sub(sent) / 2)
 	s.offset.Store(int64(dbNow.Sub(mid)))
+	s.recent.mark(dbNow.UTC(), back)
 	s.validUntil.Store(sent.Add(s.cfg.Lease - s.cfg.SkewMargin).UnixNano())
 }
 
@@ -620,15 +624,37 @@ func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op, docs []str
 		return nil, nil, nil, err
 	}
 	defer conn.Release()
-	t := newTx(s, ctx, conn.Conn())
-	done := false
-	defer func() {
-		if !done && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+	rollback := func() {
+		if !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			if _, err := conn.Conn().Exec(rctx, "ROLLBACK"); err != nil {
 				conn.Conn().Close(rctx) // the pool replaces it
 			}
 			cancel()
+		}
+	}
+	if len(applies) == 1 && !s.noSpec {
+		st := newTx(s, ctx, conn.Conn())
+		res, done, err := st.applySpec(applies[0], docs)
+		if done || err != nil {
+			if err == nil {
+				s.remember(st, st.xid)
+				s.notifyPeers(st)
+				return [][]ledger.Result{res}, st.events, st.docReads, nil
+			}
+			var cu *commitUnknownError
+			if !errors.As(err, &cu) {
+				rollback()
+			}
+			return nil, nil, nil, err
+		}
+		rollback() // a check failed: nothing was written
+	}
+	t := newTx(s, ctx, conn.Conn())
+	done := false
+	defer func() {
+		if !done {
+			rollback()
 		}
 	}()
 	all := applies[0]
@@ -655,13 +681,20 @@ func (s *Store) applyOnce(ctx context.Context, applies [][]ledger.Op, docs []str
 		return nil, nil, nil, err
 	}
 	done = true
+	s.remember(t, t.xid)
+	s.notifyPeers(t)
+	return results, t.events, t.docReads, nil
+}
+
+// notifyPeers hands the notifications of t, committed, to the notifier
+// when another node may listen.
+func (s *Store) notifyPeers(t *tx) {
 	if s.peers.Load() > 0 {
 		select {
 		case s.notes <- t.notifications():
 		default: // the notifier is behind: the subscribers' poll delivers these
 		}
 	}
-	return results, t.events, t.docReads, nil
 }
 
 // AdoptOrphans makes this node the driver of up to limit runs that are

@@ -96,6 +96,15 @@ func (t *tx) Limit(tool string) (ledger.LimitRecord, bool, error) {
 		return e.rec, e.found, nil
 	}
 	e := &limitEntry{}
+	if t.spec {
+		if t.s.recent.knownPresent(tool, "") {
+			return ledger.LimitRecord{}, false, t.missed()
+		}
+		// Taken as absent; the pipeline checks that it is.
+		t.ver.limits = append(t.ver.limits, tool)
+		c[tool] = e
+		return e.rec, false, nil
+	}
 	err := scanLimit(t.ptx.QueryRow(t.ctx, t.s.bq(limitForUpdate), tool), e)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return ledger.LimitRecord{}, false, err

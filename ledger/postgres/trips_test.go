@@ -11,9 +11,10 @@ import (
 	"github.com/docketrun/docket/plan"
 )
 
-// The common Applies are two round trips each: one that begins the
+// The common Applies are at most two round trips each: one that begins the
 // transaction and reads (and locks) what the op reads, one that writes,
-// checks the lease and commits.
+// checks the lease and commits; one when this store wrote what they read
+// (spec.go: checked, written and committed in one).
 func TestApplyRoundTrips(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{Schema: schemaFor(t.Name())})
@@ -78,11 +79,13 @@ func TestApplyRoundTrips(t *testing.T) {
 	}
 }
 
-// A claim that carries tool limits costs one round trip more than one that
-// does not (it reads and locks its tool's row, which the first pipeline
-// cannot name for a key that does not exist yet); the outcome that gives
-// the slot back costs none more (the first pipeline locks the rows of the
-// tools of the keys it names).
+// An Apply on records this store wrote last is one round trip (spec.go):
+// claims and outcomes without tool limits, and a limited claim of a tool
+// that has no limit row yet (taken as absent, checked absent). Once a
+// commit has seen the tool's row, an Apply that reads it takes the two
+// round trips of tx.begin, and a limited claim one more (it reads and locks
+// its tool's row, which the first pipeline cannot name for a key that does
+// not exist yet).
 func TestLimitRoundTrips(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{Schema: schemaFor(t.Name())})
@@ -110,9 +113,9 @@ func TestLimitRoundTrips(t *testing.T) {
 	key := func(id string) string { k, _ := plan.Key("r1", id, "t", p.Actions[0].Args); return k + id }
 	args := json.RawMessage(`{"x":1}`)
 	lim := ledger.ToolLimit{MaxInFlight: 2, Rate: 10, Per: 1e9}
-	trips("claim without limits", ledger.Claim("r1", "a", "t", key("a"), args, 1), 2)
-	trips("its outcome", ledger.Succeed(key("a"), 1, json.RawMessage(`{}`)), 2)
-	trips("claim with limits", ledger.Claim("r1", "b", "t", key("b"), args, 1).WithLimits(lim), 3)
+	trips("claim without limits", ledger.Claim("r1", "a", "t", key("a"), args, 1), 1)
+	trips("its outcome", ledger.Succeed(key("a"), 1, json.RawMessage(`{}`)), 1)
+	trips("claim with limits", ledger.Claim("r1", "b", "t", key("b"), args, 1).WithLimits(lim), 1)
 	trips("its outcome (gives the slot back)", ledger.Succeed(key("b"), 1, json.RawMessage(`{}`)), 2)
 	trips("a limited claim of a tool with a row", ledger.Claim("r1", "c", "t", key("c"), args, 1).WithLimits(lim), 3)
 }

@@ -31,6 +31,12 @@ type tx struct {
 	inc string
 	now time.Time // the database's clock, read once (zero: not yet)
 
+	// spec: a one round trip Apply, evaluated on what recent remembers
+	// (spec.go); specMiss: it needed something else; ver: what it read.
+	spec, specMiss bool
+	ver            verify
+	xid            int64 // the transaction's id, read at commit (0: none)
+
 	runs  map[string]*runEntry
 	rows  map[rowKey]*rowEntry
 	keys  map[string]*keyEntry
@@ -66,11 +72,13 @@ type rowKey struct {
 type rowEntry struct {
 	rec   ledger.RowRecord
 	found bool
+	dirty bool // written by this transaction
 }
 
 type keyEntry struct {
 	rec   ledger.KeyRecord
 	found bool
+	dirty bool // written by this transaction
 }
 
 type pair struct{ a, b string }
@@ -97,7 +105,7 @@ func (t *tx) Now() time.Time {
 	if t.s.cfg.Clock != nil {
 		return t.s.cfg.Clock.Now().UTC().Truncate(time.Microsecond)
 	}
-	if t.now.IsZero() {
+	if t.now.IsZero() && !t.spec {
 		if err := t.ptx.QueryRow(t.ctx, t.s.q.clock).Scan(&t.now); err != nil {
 			// The next statement fails the same way and fails the Apply.
 			return t.s.Now()
@@ -116,6 +124,9 @@ func (t *tx) OwnerGone(owner string) (bool, error) {
 	if owner == "" {
 		return true, nil
 	}
+	if t.spec {
+		return false, t.missed()
+	}
 	var gone bool
 	err := t.ptx.QueryRow(t.ctx, t.s.q.ownerGone, owner).Scan(&gone)
 	return gone, err
@@ -124,6 +135,9 @@ func (t *tx) OwnerGone(owner string) (bool, error) {
 func (t *tx) run(runID string) (*runEntry, error) {
 	if e, ok := t.runs[runID]; ok {
 		return e, nil
+	}
+	if t.spec {
+		return t.specRun(runID)
 	}
 	e := &runEntry{}
 	var lastSeq int64
@@ -185,6 +199,13 @@ func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool
 	if e, ok := t.rows[k]; ok {
 		return e.rec, e.found, nil
 	}
+	if t.spec {
+		e, err := t.specRow(k)
+		if err != nil {
+			return ledger.RowRecord{}, false, err
+		}
+		return e.rec, true, nil
+	}
 	e := &rowEntry{}
 	err := scanRow(t.s.env, t.ptx.QueryRow(t.ctx, t.s.q.rowForUpdate, runID, rev, actionID), &e.rec, nil)
 	switch {
@@ -237,7 +258,7 @@ func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 		q = t.s.q.updateRow
 	}
 	t.batch.Queue(q, rowArgs(t.s.env, runID, rev, r)...)
-	t.rows[k] = &rowEntry{rec: r, found: true}
+	t.rows[k] = &rowEntry{rec: r, found: true, dirty: true}
 	return nil
 }
 
@@ -245,7 +266,7 @@ func (t *tx) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
 	for _, r := range rows {
 		r = cloneRow(r)
 		t.batch.Queue(t.s.q.insertRow, rowArgs(t.s.env, runID, rev, r)...)
-		t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true}
+		t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true, dirty: true}
 	}
 	return nil
 }
@@ -266,6 +287,9 @@ func (t *tx) PutPlan(runID string, rev int, planJSON []byte, argRefs map[string]
 func (t *tx) key(key string) (*keyEntry, error) {
 	if e, ok := t.keys[key]; ok {
 		return e, nil
+	}
+	if t.spec {
+		return t.specKey(key), nil
 	}
 	e := &keyEntry{}
 	err := scanKey(t.s.env, t.ptx.QueryRow(t.ctx, t.s.q.keyForUpdate, key), &e.rec)
@@ -313,7 +337,7 @@ func (t *tx) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
 		// this one on the primary key, and the loser runs again.
 		t.batch.Queue(t.s.q.insertKey, args...)
 	}
-	e.rec, e.found = rec, true
+	e.rec, e.found, e.dirty = rec, true, true
 	return nil
 }
 
@@ -357,6 +381,9 @@ func (t *tx) Blob(runID, hash string) (json.RawMessage, bool, error) {
 	if e, ok := t.blobs[k]; ok {
 		return e.v, e.found, nil
 	}
+	if t.spec {
+		return nil, false, t.missed()
+	}
 	e := &valEntry{}
 	err := t.ptx.QueryRow(t.ctx, t.s.q.blob, runID, hash).Scan(&e.v)
 	if err == nil {
@@ -387,6 +414,9 @@ func (t *tx) memo(runID, name string) (*valEntry, error) {
 	k := pair{runID, name}
 	if e, ok := t.memos[k]; ok {
 		return e, nil
+	}
+	if t.spec {
+		return nil, t.missed()
 	}
 	e := &valEntry{}
 	err := t.ptx.QueryRow(t.ctx, t.s.q.memoForUpdate, runID, name).Scan(&e.v)
@@ -498,6 +528,7 @@ func (t *tx) begin(rs ledger.Reads) error {
 			return err
 		}
 		t.now = t.now.UTC()
+		t.s.recent.mark(t.now, time.Now())
 	}
 	return br.Close()
 }
@@ -671,11 +702,17 @@ func (l leadingCols) Scan(dest ...any) error { return l.rows.Scan(append(l.lead,
 // the ops wrote nothing (a conflict): a lapsed node learns it at its next
 // Apply, whatever it was. An error that leaves the outcome unknown (the
 // connection broke after the batch was sent) is a *commitUnknownError.
-func (t *tx) commit() error {
+func (t *tx) commit() error { return t.commitAfter(nil, nil) }
+
+// commitAfter is commit with the statements of pre (BEGIN and the checks of
+// a one round trip Apply) first in the same pipeline, their results read by
+// readPre.
+func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) error {
 	for _, e := range t.runs {
 		t.queueRun(e)
 	}
 	n := t.batch.Len()
+	t.batch.Queue(t.s.q.xid)
 	t.batch.Queue(t.s.q.leaseCheck, t.inc)
 	for _, id := range t.docs {
 		if id != "" {
@@ -683,12 +720,29 @@ func (t *tx) commit() error {
 		}
 	}
 	t.batch.Queue(`COMMIT`)
-	br := t.ptx.SendBatch(t.ctx, &t.batch)
+	b := &t.batch
+	if pre != nil {
+		pre.QueuedQueries = append(pre.QueuedQueries, t.batch.QueuedQueries...)
+		b = pre
+	}
+	br := t.ptx.SendBatch(t.ctx, b)
 	err := func() error {
+		if readPre != nil {
+			if err := readPre(br); err != nil {
+				return err
+			}
+		}
 		for i := 0; i < n; i++ {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
+		}
+		var xid *int64
+		if err := br.QueryRow().Scan(&xid); err != nil {
+			return err
+		}
+		if xid != nil {
+			t.xid = *xid
 		}
 		if _, err := br.Exec(); err != nil {
 			if le := leaseError(t.inc, err); le != nil {

@@ -1,0 +1,399 @@
+package postgres
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/docketrun/docket/ledger"
+)
+
+// An Apply in one round trip. The records an Apply reads are most often the
+// ones this process's last Apply on the same run wrote (a drive's outcome
+// and next claim read the run, the key and rows it wrote a moment ago). The
+// store remembers them with the transaction id that wrote them (recent);
+// an Apply whose every read is remembered is evaluated on them at once,
+// and its one pipeline sends BEGIN, statements that lock those records and
+// fail unless each is still the version remembered (its xmin) and each
+// record remembered absent is still absent, the writes, the lease check
+// and COMMIT. The rules' decision is made on exactly what the transaction
+// holds locked, as in the two round trip path (tx.begin); when a record
+// changed (another node, a person's review, a sweep), the pipeline fails
+// before anything is written and the Apply runs the two round trip path.
+//
+// The clock: the rules' time is the database's clock read last (by any
+// Apply of this store) plus the local monotonic time since its answer came
+// back, never later than the database's clock; the first statement checks
+// that it is not.
+
+// errSpec: a one round trip Apply needs a record it does not remember;
+// nothing was sent, the Apply takes the two round trip path.
+var errSpec = errors.New("postgres: the record is not remembered")
+
+// maxClockAge is how long a reading of the database's clock serves (older:
+// the next Apply takes two round trips and reads it again), so that a drift
+// between the two clocks stays far below what the check would refuse.
+const maxClockAge = time.Second
+
+// maxRecentRuns bounds the runs remembered (over it, all are forgotten).
+const maxRecentRuns = 4096
+
+// recent is what this store's commits wrote, with the transaction that
+// wrote it (xmin of the tuples).
+type recent struct {
+	mu   sync.Mutex
+	runs map[string]*recentRun
+	keys map[string]string // key -> its run, for the keys remembered
+	// limited and held: the tools with a limit row and the keys with a
+	// budget hold seen by a commit (an Apply that reads one takes two
+	// round trips: recent does not keep them).
+	limited map[string]bool
+	held    map[string]bool
+	clock   time.Time // the database's clock, read last
+	at      time.Time // when that reading came back (monotonic)
+}
+
+type recentRun struct {
+	rec     ledger.RunRecord
+	lastSeq uint64
+	xmin    int64
+	rows    map[rowKey]recentRec[ledger.RowRecord]
+	keys    map[string]recentRec[ledger.KeyRecord]
+}
+
+type recentRec[T any] struct {
+	rec  T
+	xmin int64
+}
+
+// mark records a reading of the database's clock that came back at at.
+func (r *recent) mark(clock, at time.Time) {
+	r.mu.Lock()
+	if clock.After(r.clock) {
+		r.clock, r.at = clock, at
+	}
+	r.mu.Unlock()
+}
+
+// now is the database's clock as far as this store can tell without asking
+// (false: it never read it).
+func (r *recent) now() (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.clock.IsZero() || time.Since(r.at) > maxClockAge {
+		return time.Time{}, false
+	}
+	return r.clock.Add(time.Since(r.at)).UTC().Truncate(time.Microsecond), true
+}
+
+// verify is what a one round trip Apply read from recent: checked, locked,
+// by its first statements.
+type verify struct {
+	runs   []recentRef
+	rows   []rowRef
+	keys   []recentRef // xmin 0: taken as absent
+	noRuns []string    // runs taken as absent
+	holds  []string    // budget holds taken as absent
+	limits []string    // tool limits taken as absent
+}
+
+type recentRef struct {
+	id   string
+	xmin int64
+}
+
+type rowRef struct {
+	k    rowKey
+	xmin int64
+}
+
+// specRun is the run of a one round trip Apply: from recent, else errSpec.
+func (t *tx) specRun(runID string) (*runEntry, error) {
+	r := &t.s.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rr := r.runs[runID]
+	if rr == nil {
+		// Taken as absent (a new run, most often); the pipeline checks
+		// that it is.
+		t.ver.noRuns = append(t.ver.noRuns, runID)
+		e := &runEntry{}
+		t.runs[runID] = e
+		return e, nil
+	}
+	t.ver.runs = append(t.ver.runs, recentRef{runID, rr.xmin})
+	e := &runEntry{rec: rr.rec, found: true, inDB: true, lastSeq: rr.lastSeq}
+	t.runs[runID] = e
+	return e, nil
+}
+
+func (t *tx) specRow(k rowKey) (*rowEntry, error) {
+	r := &t.s.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := t.runs[k.run]; e != nil && !e.found {
+		// A run taken as absent has no rows.
+		e := &rowEntry{}
+		t.rows[k] = e
+		return e, nil
+	}
+	rr := r.runs[k.run]
+	if rr == nil {
+		return nil, t.missed()
+	}
+	rec, ok := rr.rows[k]
+	if !ok {
+		return nil, t.missed()
+	}
+	t.ver.rows = append(t.ver.rows, rowRef{k, rec.xmin})
+	e := &rowEntry{rec: cloneRow(rec.rec), found: true}
+	t.rows[k] = e
+	return e, nil
+}
+
+// specKey is a key from recent; a key recent does not know is taken as
+// absent, and the pipeline checks that it is.
+func (t *tx) specKey(key string) *keyEntry {
+	r := &t.s.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := &keyEntry{}
+	if rr := r.runs[r.keys[key]]; rr != nil {
+		if rec, ok := rr.keys[key]; ok {
+			t.ver.keys = append(t.ver.keys, recentRef{key, rec.xmin})
+			e.rec, e.found = rec.rec, true
+		}
+	}
+	if !e.found {
+		t.ver.keys = append(t.ver.keys, recentRef{key, 0})
+	}
+	t.keys[key] = e
+	return e
+}
+
+// missed notes that the Apply cannot be evaluated from recent.
+func (t *tx) missed() error {
+	t.specMiss = true
+	return errSpec
+}
+
+// verifyBatch is the start of a one round trip Apply's pipeline: BEGIN and
+// the statements that lock and check what it read (runs, rows, keys, in
+// the order every Apply locks them in; then what it took as absent).
+func (t *tx) verifyBatch() *pgx.Batch {
+	var b pgx.Batch
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+	v := &t.ver
+	slices.SortFunc(v.runs, func(a, b recentRef) int { return strings.Compare(a.id, b.id) })
+	ids, xs := make([]string, len(v.runs)), make([]int64, len(v.runs))
+	for i, r := range v.runs {
+		ids[i], xs[i] = r.id, r.xmin
+	}
+	now := t.now
+	if t.s.cfg.Clock != nil {
+		now = time.Time{} // a configured clock: nothing to check
+	}
+	b.Queue(t.s.q.verifyRuns, ids, xs, now, specStale+" runs")
+	if len(v.rows) > 0 {
+		slices.SortFunc(v.rows, func(a, b rowRef) int {
+			return cmp.Or(strings.Compare(a.k.run, b.k.run), strings.Compare(a.k.id, b.k.id))
+		})
+		runs, revs, acts, xs := make([]string, len(v.rows)), make([]int32, len(v.rows)), make([]string, len(v.rows)), make([]int64, len(v.rows))
+		for i, r := range v.rows {
+			runs[i], revs[i], acts[i], xs[i] = r.k.run, int32(r.k.rev), r.k.id, r.xmin
+		}
+		b.Queue(t.s.q.verifyRows, runs, revs, acts, xs, specStale+" rows")
+	}
+	if len(v.keys) > 0 {
+		// A key remembered absent has xmin 0 (no transaction has id 0).
+		slices.SortFunc(v.keys, func(a, b recentRef) int { return strings.Compare(a.id, b.id) })
+		ks, xs := make([]string, len(v.keys)), make([]int64, len(v.keys))
+		for i, k := range v.keys {
+			ks[i], xs[i] = k.id, k.xmin
+		}
+		b.Queue(t.s.q.verifyKeys, ks, xs, specStale+" keys")
+	}
+	if len(v.noRuns)+len(v.holds)+len(v.limits) > 0 {
+		b.Queue(t.s.q.verifyAbsent, nonNil(v.noRuns), nonNil(v.holds), nonNil(v.limits), specStale+" absent")
+	}
+	return &b
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// specStale starts the failure of a check of verifyBatch.
+const specStale = "docket-stale"
+
+func isStale(err error) bool {
+	return err != nil && strings.Contains(err.Error(), specStale)
+}
+
+// remember records what t committed in transaction xid: the records it
+// wrote, and (spec: they were checked unchanged) the ones it read. A record
+// read and not written by a two round trip Apply is forgotten (its version
+// is not known), and so is a run that ended.
+func (s *Store) remember(t *tx, xid int64) {
+	r := &s.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runs == nil || len(r.runs) > maxRecentRuns || len(r.held) > maxRecentRuns {
+		r.runs, r.keys, r.held = map[string]*recentRun{}, map[string]string{}, map[string]bool{}
+	}
+	if r.limited == nil {
+		r.limited = map[string]bool{}
+	}
+	for tool, e := range t.lim {
+		if e.found {
+			r.limited[tool] = true
+		}
+	}
+	if t.bud != nil {
+		for key, e := range t.bud.holds {
+			if e.found {
+				r.held[key] = true
+			}
+		}
+	}
+	for id, e := range t.runs {
+		rr := r.runs[id]
+		switch {
+		case !e.found || e.rec.Status.Ended():
+			r.drop(id)
+			continue
+		case e.dirty || e.seqs:
+			if rr == nil {
+				rr = &recentRun{rows: map[rowKey]recentRec[ledger.RowRecord]{}, keys: map[string]recentRec[ledger.KeyRecord]{}}
+				r.runs[id] = rr
+			}
+			rr.rec, rr.lastSeq, rr.xmin = e.rec, e.lastSeq, xid
+		case rr == nil || !t.spec:
+			r.drop(id)
+			continue
+		}
+	}
+	for k, e := range t.rows {
+		rr := r.runs[k.run]
+		switch {
+		case rr == nil:
+		case e.dirty:
+			rr.rows[k] = recentRec[ledger.RowRecord]{cloneRow(e.rec), xid}
+		case !t.spec || !e.found:
+			delete(rr.rows, k)
+		}
+	}
+	for key, e := range t.keys {
+		if !e.found {
+			continue
+		}
+		rr := r.runs[e.rec.RunID]
+		switch {
+		case rr == nil:
+		case e.dirty:
+			rr.keys[key] = recentRec[ledger.KeyRecord]{e.rec, xid}
+			r.keys[key] = e.rec.RunID
+		case !t.spec:
+			delete(rr.keys, key)
+		}
+	}
+}
+
+// forget drops the runs an Apply read: one of their records changed.
+func (s *Store) forget(t *tx) {
+	r := &s.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range t.runs {
+		r.drop(id)
+	}
+	for _, e := range t.keys {
+		if e.found {
+			r.drop(e.rec.RunID)
+		}
+	}
+}
+
+func (r *recent) drop(runID string) {
+	if rr := r.runs[runID]; rr != nil {
+		for k := range rr.keys {
+			delete(r.keys, k)
+		}
+		delete(r.runs, runID)
+	}
+}
+
+// applySpec tries ops as a one round trip Apply. done is false, with a nil
+// error, when it could not be evaluated from recent (nothing was sent) or
+// when a check found a record changed (nothing was written; the
+// transaction is to be rolled back): the caller takes the two round trip
+// path. A commit error (err) is the Apply's, as tx.commit's.
+func (t *tx) applySpec(ops []ledger.Op, docs []string) (res []ledger.Result, done bool, err error) {
+	now, ok := t.s.recent.now()
+	if !ok && t.s.cfg.Clock == nil {
+		return nil, false, nil
+	}
+	t.spec, t.now = true, now
+	res, err = ledger.EvalApply(t, ops)
+	if t.specMiss || err != nil {
+		// A hard error is the two round trip path's to report.
+		return nil, false, nil
+	}
+	t.docs = docs
+	pre := t.verifyBatch()
+	checks := pre.Len() - 2 // after BEGIN and SET LOCAL
+	err = t.commitAfter(pre, func(br pgx.BatchResults) error {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		var clock time.Time
+		if err := br.QueryRow().Scan(&clock); err != nil {
+			return err
+		}
+		if t.s.cfg.Clock == nil {
+			t.s.recent.mark(clock.UTC(), time.Now())
+		}
+		for range checks - 1 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var lease *LeaseError
+	switch {
+	case err == nil:
+		return res, true, nil
+	case errors.As(err, &lease):
+		return nil, false, err
+	case isStale(err) || pgCode(err) != "":
+		// A record changed, or the server refused a write the checks did
+		// not foresee (a key another node inserted since): nothing was
+		// written; the two round trip path decides.
+		t.s.forget(t)
+		return nil, false, nil
+	}
+	return nil, false, err
+}
+
+// knownPresent reports whether a commit saw tool's limit row (tool != "")
+// or key's budget hold.
+func (r *recent) knownPresent(tool, key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tool != "" {
+		return r.limited[tool]
+	}
+	return r.held[key]
+}

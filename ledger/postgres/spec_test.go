@@ -1,0 +1,163 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docketrun/docket/ledger"
+	"github.com/docketrun/docket/ledger/postgres"
+	"github.com/docketrun/docket/plan"
+)
+
+// An Apply on records this node wrote last is one round trip; when another
+// node changed one of them since (a person's pause, an edit, a first claim
+// of the same key, a cancel), the checks in that round trip fail, nothing
+// is written, and the Apply decides on what the database holds, exactly as
+// when it had read it first.
+func TestOneRoundTripDecidesOnWhatAnotherNodeWrote(t *testing.T) {
+	t.Parallel()
+	schema := schemaFor(t.Name())
+	a := open(t, postgres.Config{Schema: schema})
+	b := open(t, postgres.Config{Schema: schema})
+	ctx := context.Background()
+	args := func(i int) json.RawMessage { return json.RawMessage(`{"i":` + string(rune('0'+i)) + `}`) }
+	key := func(run, id string, i int) string {
+		k, err := plan.Key(run, id, "t", args(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	p := &plan.Plan{Goal: "nodes"}
+	var rows []ledger.Action
+	for i, id := range []string{"a1", "a2", "a3", "a4"} {
+		p.Actions = append(p.Actions, plan.Action{ID: id, Tool: "t", Args: args(i + 1)})
+		rows = append(rows, ledger.Action{ID: id, Tool: "t", Args: args(i + 1), Status: ledger.StatusApproved})
+	}
+	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r", Policy: "all"}, p, rows); err != nil {
+		t.Fatal(err)
+	}
+	allow := ledger.Gate{Outcome: "allow"}
+	claim := func(id string, i int) ledger.Op {
+		return ledger.Claim("r", id, "t", key("r", id, i), args(i), 1).Decided(args(i), allow, false)
+	}
+	// applyA applies op on node A and returns its result and round trips.
+	applyA := func(what string, op ledger.Op) (ledger.Result, int64) {
+		t.Helper()
+		var n atomic.Int64
+		res, err := a.Apply(postgres.CountTrips(ctx, &n), op)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %d round trips", what, n.Load())
+		return res[0], n.Load()
+	}
+	mustB := func(op ledger.Op) {
+		t.Helper()
+		res, err := b.Apply(ctx, op)
+		if err == nil {
+			err = res[0].Err
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A's own records: one round trip each.
+	for _, step := range []struct {
+		what string
+		op   ledger.Op
+	}{
+		{"claim a1", claim("a1", 1)},
+		{"succeed a1", ledger.Succeed(key("r", "a1", 1), 1, json.RawMessage(`{}`))},
+	} {
+		if r, n := applyA(step.what, step.op); r.Err != nil || n != 1 {
+			t.Fatalf("%s: %v, %d round trips; want done in 1", step.what, r.Err, n)
+		}
+	}
+
+	// B pauses the run: A's claim, decided on its own records, is refused
+	// and writes nothing.
+	mustB(ledger.SetPause("r", "token:bob", "", nil))
+	r, n := applyA("claim a2 after B paused the run", claim("a2", 2))
+	var se *ledger.StaleError
+	if !errors.As(r.Err, &se) || !strings.Contains(se.Msg, "paused by token:bob") {
+		t.Fatalf("claim after another node's pause: %v; want refused as paused", r.Err)
+	}
+	if n < 2 {
+		t.Fatalf("the refused claim took %d round trips: it did not read the pause", n)
+	}
+	if _, err := a.Key(ctx, key("r", "a2", 2)); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused claim wrote its key: %v", err)
+	}
+	mustB(ledger.SetPause("r", "", ledger.RunRunning, nil))
+
+	// B edits a3: A's claim with the args it read is refused.
+	mustB(ledger.Edit("r", "a3", json.RawMessage(`{"i":9}`), "token:bob"))
+	if r, _ := applyA("claim a3 after B edited it", claim("a3", 3)); !errors.As(r.Err, &se) || !strings.Contains(se.Msg, "edited") {
+		t.Fatalf("claim after another node's edit: %v; want refused as edited", r.Err)
+	}
+
+	// B claims a4 first: A's claim of the same key meets B's.
+	res, err := b.Apply(ctx, claim("a4", 4))
+	if err != nil || res[0].Err != nil {
+		t.Fatal(err, res[0].Err)
+	}
+	if r, _ := applyA("claim a4 after B claimed it", claim("a4", 4)); r.Err == nil {
+		t.Fatal("A's claim of a key B holds went through")
+	}
+	if k, err := a.Key(ctx, key("r", "a4", 4)); err != nil || k.Owner != b.Incarnation() {
+		t.Fatalf("key a4: owner %q, %v; want B's %q", k.Owner, err, b.Incarnation())
+	}
+
+	// A claims a2 (the run and a2 are A's records again); B then cancels
+	// the run with no event (a status set that way leaves no event whose
+	// seq A's write would collide with: only the check of the run's version
+	// sees it). A records a2's outcome (allowed on a cancelled run): the
+	// run stays cancelled, not the running run A remembered.
+	if r, _ := applyA("claim a2", claim("a2", 2)); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	mustB(ledger.SetRunStatus("r", ledger.RunCancelled, "", "", nil))
+	if r, n := applyA("succeed a2 after B cancelled the run", ledger.Succeed(key("r", "a2", 2), 1, json.RawMessage(`{}`))); r.Err != nil || n < 2 {
+		t.Fatalf("outcome after another node's cancel: %v, %d round trips; want recorded after reading the run", r.Err, n)
+	}
+	if run, err := b.GetRun(ctx, "r"); err != nil || run.Status != ledger.RunCancelled {
+		t.Fatalf("run: %s, %v; want cancelled", run.Status, err)
+	}
+}
+
+// The rules' time in a one round trip Apply is never ahead of the
+// database's clock: a reading that runs ahead fails the check, and the
+// Apply records the time it reads.
+func TestOneRoundTripTimeIsTheDatabases(t *testing.T) {
+	t.Parallel()
+	s := open(t, postgres.Config{Schema: schemaFor(t.Name())})
+	ctx := context.Background()
+	p := &plan.Plan{Goal: "clock", Actions: []plan.Action{{ID: "a", Tool: "t", Args: json.RawMessage(`{}`)}}}
+	if _, _, err := s.CreateRun(ctx, ledger.Run{ID: "r", Policy: "all"}, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.SkewSpecClock(time.Hour)
+	var n atomic.Int64
+	res, err := s.Apply(postgres.CountTrips(ctx, &n), ledger.Approve("r", "a", nil, "ann"))
+	if err != nil || res[0].Err != nil {
+		t.Fatal(err, res[0].Err)
+	}
+	if n.Load() < 2 {
+		t.Fatalf("%d round trips: the time an hour ahead was not refused", n.Load())
+	}
+	evs, err := s.Events(ctx, "r", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if ahead := last.At.Sub(time.Now()); ahead > 10*time.Minute {
+		t.Fatalf("event %s recorded at %v, %v ahead of this machine's clock", last.Type, last.At, ahead)
+	}
+}
