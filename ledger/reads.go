@@ -1,5 +1,7 @@
 package ledger
 
+import "slices"
+
 // Reads is what a list of ops will read first, known before the rules run:
 // a backend that fetches (and locks) these records together, in one round
 // trip, answers the rules' usual reads from memory. It is a forecast, not a
@@ -11,10 +13,14 @@ package ledger
 //     the key record each of those rows names (Row.Key, when set);
 //   - Keys: key records by key, with the header of the run that owns each
 //     key and the row of the key's action in that run's current revision.
+//
+// Creates names the runs an op of the list records (NewRun): most often
+// absent before it, with no rows and no keys.
 type Reads struct {
-	Runs []string
-	Rows []RowRef
-	Keys []string
+	Runs    []string
+	Rows    []RowRef
+	Keys    []string
+	Creates []string
 }
 
 // RowRef names a row of a run's current revision.
@@ -57,6 +63,9 @@ func ReadSet(ops []Op) Reads {
 			row(b.runID, b.row.ID)
 		case *createRunOp:
 			run(b.run.ID)
+			if !slices.Contains(r.Creates, b.run.ID) {
+				r.Creates = append(r.Creates, b.run.ID)
+			}
 		case namesRow: // the review marks
 			a := b.namedRow()
 			row(a.runID, a.actionID)

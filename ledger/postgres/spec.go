@@ -119,7 +119,10 @@ func (t *tx) specRun(runID string) (*runEntry, error) {
 	defer r.mu.Unlock()
 	rr := r.runs[runID]
 	if rr == nil {
-		// Taken as absent (a new run, most often); the pipeline checks
+		if !slices.Contains(t.creates, runID) {
+			return nil, t.missed()
+		}
+		// A run the Apply records: taken as absent; the pipeline checks
 		// that it is.
 		t.ver.noRuns = append(t.ver.noRuns, runID)
 		e := &runEntry{}
@@ -342,7 +345,7 @@ func (t *tx) applySpec(ops []ledger.Op, docs []string) (res []ledger.Result, don
 	if !ok && t.s.cfg.Clock == nil {
 		return nil, false, nil
 	}
-	t.spec, t.now = true, now
+	t.spec, t.now, t.creates = true, now, ledger.ReadSet(ops).Creates
 	res, err = ledger.EvalApply(t, ops)
 	if t.specMiss || err != nil {
 		// A hard error is the two round trip path's to report.

@@ -35,7 +35,8 @@ type tx struct {
 	// (spec.go); specMiss: it needed something else; ver: what it read.
 	spec, specMiss bool
 	ver            verify
-	xid            int64 // the transaction's id, read at commit (0: none)
+	creates        []string // the runs the Apply records (ledger.Reads.Creates)
+	xid            int64    // the transaction's id, read at commit (0: none)
 
 	runs  map[string]*runEntry
 	rows  map[rowKey]*rowEntry
