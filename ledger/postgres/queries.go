@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -28,10 +29,13 @@ type queries struct {
 	xid                                              string // the transaction's id as its tuples' xmin (NULL: none)
 
 	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
-	rowForUpdate, upsertRow, updateRow, insertRow, insertPlan    string
+	rowForUpdate, upsertRow, updateRow, insertPlan               string
 	keyForUpdate, insertKey, updateKey                           string
-	insertEvent, notify                                          string
-	memoForUpdate, insertMemo, updateMemo, blob, insertBlob      string
+	notify                                                       string
+	// insertRows[n-1], insertEvents[n-1]: the INSERT of n rows of a
+	// revision, of n events (multiInsert).
+	insertRows, insertEvents                                [maxRowsPerInsert]string
+	memoForUpdate, insertMemo, updateMemo, blob, insertBlob string
 
 	getRun, listRuns, listRunsStatus, plan, doc, key, events, blobRead, lastSeqs string
 
@@ -44,7 +48,7 @@ func makeQueries(schema string) queries {
 	t := func(q string) string { return strings.ReplaceAll(q, "{S}", s) }
 	runRead := `SELECT ` + runCols + `, last_seq FROM {S}.runs`
 	rRunCols := "r." + strings.ReplaceAll(runCols, ", ", ", r.")
-	return queries{
+	q := queries{
 		channel: "docket_events_" + schema,
 
 		registerNode: t(`INSERT INTO {S}.nodes (incarnation, host, pid, started_at, renewed_at, lease_expires)
@@ -168,7 +172,6 @@ func makeQueries(schema string) queries {
 			RETURNING run_id`),
 
 		rowForUpdate: t(`SELECT ` + rowCols + ` FROM {S}.actions WHERE run_id = $1 AND revision = $2 AND action_id = $3 FOR UPDATE`),
-		insertRow:    t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`),
 		upsertRow: t(`INSERT INTO {S}.actions (run_id, revision, ` + rowCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 			ON CONFLICT (run_id, revision, action_id) DO UPDATE SET ord = EXCLUDED.ord, tool = EXCLUDED.tool, class = EXCLUDED.class,
 			key = EXCLUDED.key, status = EXCLUDED.status, attempts = EXCLUDED.attempts, args = EXCLUDED.args, depends_on = EXCLUDED.depends_on,
@@ -183,7 +186,6 @@ func makeQueries(schema string) queries {
 		updateKey: t(`UPDATE {S}.keys SET run_id = $2, action_id = $3, tool = $4, args = $5, state = $6, attempt = $7, owner = $8, claimed_at = $9,
 			output = $10, error = $11, retryable = $12, updated_at = $13, first_claimed_at = $14, maybe_took_effect = $15, failure = $16 WHERE key = $1`),
 
-		insertEvent: t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
 		// One statement, in a transaction of its own that does not wait for
 		// its commit to be flushed (set_config local to it).
 		notify: `SELECT count(pg_notify($1, p)) FROM set_config('synchronous_commit', 'off', true), unnest($2::text[]) AS p`,
@@ -239,4 +241,39 @@ func makeQueries(schema string) queries {
 		getSession:    t(`SELECT token_name, expires FROM {S}.sessions WHERE hash = $1`),
 		deleteSession: t(`DELETE FROM {S}.sessions WHERE hash = $1`),
 	}
+	for n := 1; n <= maxRowsPerInsert; n++ {
+		q.insertRows[n-1] = multiInsert(t(`INSERT INTO {S}.actions (run_id, revision, `+rowCols+`)`), rowParams, n)
+		q.insertEvents[n-1] = multiInsert(t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data, hash)`), eventParams, n)
+	}
+	return q
+}
+
+// maxRowsPerInsert bounds the rows of one multi-row INSERT (of a revision's
+// rows, of an Apply's events); rowParams and eventParams are the parameters
+// of one row of each.
+const (
+	maxRowsPerInsert = 64
+	rowParams        = 18
+	eventParams      = 7
+)
+
+// multiInsert is insert (the statement up to VALUES) with n rows of cols
+// parameters each.
+func multiInsert(insert string, cols, n int) string {
+	var b strings.Builder
+	b.WriteString(insert + " VALUES ")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for j := range cols {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("$" + strconv.Itoa(i*cols+j+1))
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
 }

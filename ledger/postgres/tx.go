@@ -48,6 +48,7 @@ type tx struct {
 
 	batch  pgx.Batch
 	events []ledger.Event
+	evArgs []any // the events' INSERT parameters, eventParams each (queued at commit)
 	// docs[i] names the run whose document commit reads, after the writes,
 	// for the i-th Apply of the transaction ("": none), into docReads[i].
 	docs     []string
@@ -263,11 +264,17 @@ func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 	return nil
 }
 
+// PutRows inserts a revision's rows, up to maxRowsPerInsert of them per
+// statement.
 func (t *tx) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
-	for _, r := range rows {
-		r = cloneRow(r)
-		t.batch.Queue(t.s.q.insertRow, rowArgs(t.s.env, runID, rev, r)...)
-		t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true, dirty: true}
+	for chunk := range slices.Chunk(rows, maxRowsPerInsert) {
+		args := make([]any, 0, len(chunk)*rowParams)
+		for _, r := range chunk {
+			r = cloneRow(r)
+			args = append(args, rowArgs(t.s.env, runID, rev, r)...)
+			t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true, dirty: true}
+		}
+		t.batch.Queue(t.s.q.insertRows[len(chunk)-1], args...)
 	}
 	return nil
 }
@@ -366,7 +373,7 @@ func (t *tx) AppendHashedEvent(runID string, typ ledger.EventType, actionID stri
 		ev.Hash = hash(ev)
 		h = ev.Hash
 	}
-	t.batch.Queue(t.s.q.insertEvent, runID, int64(ev.Seq), string(typ), actionID, ev.At, nilIfEmpty(t.s.env.seal("events.data", ev.Data)), h)
+	t.evArgs = append(t.evArgs, runID, int64(ev.Seq), string(typ), actionID, ev.At, nilIfEmpty(t.s.env.seal("events.data", ev.Data)), h)
 	t.events = append(t.events, ev)
 	r, ok := t.ranges[runID]
 	if !ok {
@@ -709,6 +716,9 @@ func (t *tx) commit() error { return t.commitAfter(nil, nil) }
 // a one round trip Apply) first in the same pipeline, their results read by
 // readPre.
 func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) error {
+	for chunk := range slices.Chunk(t.evArgs, maxRowsPerInsert*eventParams) {
+		t.batch.Queue(t.s.q.insertEvents[len(chunk)/eventParams-1], chunk...)
+	}
 	for _, e := range t.runs {
 		t.queueRun(e)
 	}
