@@ -158,14 +158,22 @@ func (t *Tool) do(ctx context.Context, r *toolsfile.Request, call tools.Call, is
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.def.Spec.Timeout)
 	defer cancel()
-	var wrote atomic.Bool
-	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
+	var writes atomic.Int32
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { writes.Add(1) }}
 	req = req.WithContext(httptrace.WithClientTrace(ctx, trace))
 	// The request's client span (a child of the attempt's or lookup's span,
 	// HTTP semantic conventions, secrets redacted from url.full) and the
 	// trace context headers: the called service's work becomes its child.
 	// Nothing is made or set when ctx carries no span (tracing off).
 	req, end := httpspan.Start(req, t.redact)
+	// Sent once per call: Go's client sends a request with an
+	// Idempotency-Key header again by itself, on a new connection, when a
+	// kept-alive one closes after the request was written and before an
+	// answer; an answer to that copy (a 429: nothing done) would then speak
+	// for a call whose first copy may have taken effect. Without GetBody a
+	// request with a body is never sent again; one without a body that was
+	// (writes) has an unknown outcome whatever the answer says, unless 2xx.
+	req.GetBody = nil
 	resp, err := t.client.Do(req)
 	end(resp, err)
 	if err != nil {
@@ -174,12 +182,15 @@ func (t *Tool) do(ctx context.Context, r *toolsfile.Request, call tools.Call, is
 		if errors.As(err, &ue) {
 			inner = ue.Err // url.Error's text holds the resolved URL
 		}
-		if !wrote.Load() {
+		if writes.Load() == 0 {
 			return nil, nil, tools.NotSent(t.wrap(r, inner, "not sent"))
 		}
 		return nil, nil, t.wrap(r, inner, "sent, outcome unknown")
 	}
 	defer resp.Body.Close()
+	if n := writes.Load(); n > 1 && isCall && (resp.StatusCode < 200 || resp.StatusCode > 299) {
+		return nil, nil, t.errorf(r, "%s to a copy the HTTP client sent again (%d sent: a connection closed after the request and before an answer), outcome unknown", resp.Status, n)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, t.max+1))
 	if err != nil {
 		return nil, nil, t.wrap(r, err, fmt.Sprintf("%d response, reading the body (outcome unknown)", resp.StatusCode))
