@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"slices"
@@ -170,6 +171,8 @@ func (t *tx) specKey(key string) *keyEntry {
 		if rec, ok := rr.keys[key]; ok {
 			t.ver.keys = append(t.ver.keys, recentRef{key, rec.xmin})
 			e.rec, e.found = rec.rec, true
+			// Its own copy, as a read from the database would be.
+			e.rec.Args, e.rec.Output = bytes.Clone(rec.rec.Args), bytes.Clone(rec.rec.Output)
 		}
 	}
 	if !e.found {
