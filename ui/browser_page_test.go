@@ -268,7 +268,8 @@ func TestBrowserPlanSubmitWithoutModel(t *testing.T) {
 		t.Fatalf("creating %s = %d", longID, code)
 	}
 	p.do("open the long run", chromedp.Navigate(b.hs.URL+"/#run="+longID), chromedp.Reload())
-	p.poll("the long run", fmt.Sprintf(`document.getElementById("run-title").textContent === %q && document.querySelector('.run-item[data-run=%q]') !== null`, longID, longID))
+	// Right after the reload the page may not have its elements yet.
+	p.poll("the long run", fmt.Sprintf(`document.getElementById("run-title")?.textContent === %q && document.querySelector('.run-item[data-run=%q]') !== null`, longID, longID))
 	p.shot("3-long-run-id")
 	if !p.truth(`document.documentElement.scrollWidth <= window.innerWidth`) {
 		t.Fatalf("the page scrolls sideways: %s wide in a %s window", p.eval(`String(document.documentElement.scrollWidth)`), p.eval(`String(window.innerWidth)`))
