@@ -126,7 +126,7 @@ func (t *tx) Hold(key string) (ledger.Hold, bool, error) {
 	}
 	e := &holdEntry{}
 	if t.spec {
-		if t.s.recent.knownPresent("", key) {
+		if t.s.recent.hasHold(key) {
 			return ledger.Hold{}, false, t.missed()
 		}
 		// Taken as absent; the pipeline checks that it is.

@@ -193,8 +193,7 @@ func (t *tx) missed() error {
 // the order every Apply locks them in; then what it took as absent).
 func (t *tx) verifyBatch() *pgx.Batch {
 	var b pgx.Batch
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+	queueBegin(&b)
 	v := &t.ver
 	slices.SortFunc(v.runs, func(a, b recentRef) int { return strings.Compare(a.id, b.id) })
 	ids, xs := make([]string, len(v.runs)), make([]int64, len(v.runs))
@@ -238,12 +237,9 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// specStale starts the failure of a check of verifyBatch.
+// specStale starts the failure of a check of verifyBatch (the text of the
+// server's error: the failure is told by its code, as any other).
 const specStale = "docket-stale"
-
-func isStale(err error) bool {
-	return err != nil && strings.Contains(err.Error(), specStale)
-}
 
 // remember records what t committed in transaction xid: the records it
 // wrote, and (spec: they were checked unchanged) the ones it read. A record
@@ -356,9 +352,9 @@ func (t *tx) applySpec(ops []ledger.Op, docs []string) (res []ledger.Result, don
 	}
 	t.docs = docs
 	pre := t.verifyBatch()
-	checks := pre.Len() - 2 // after BEGIN and SET LOCAL
+	checks := pre.Len() - beginStatements
 	err = t.commitAfter(pre, func(br pgx.BatchResults) error {
-		for range 2 {
+		for range beginStatements {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
@@ -383,23 +379,27 @@ func (t *tx) applySpec(ops []ledger.Op, docs []string) (res []ledger.Result, don
 		return res, true, nil
 	case errors.As(err, &lease):
 		return nil, false, err
-	case isStale(err) || pgCode(err) != "":
-		// A record changed, or the server refused a write the checks did
-		// not foresee (a key another node inserted since): nothing was
-		// written; the two round trip path decides.
+	case pgCode(err) != "":
+		// A check failed (a record changed: specStale), or the server
+		// refused a write the checks did not foresee (a key another node
+		// inserted since): nothing was written; the two round trip path
+		// decides.
 		t.s.forget(t)
 		return nil, false, nil
 	}
 	return nil, false, err
 }
 
-// knownPresent reports whether a commit saw tool's limit row (tool != "")
-// or key's budget hold.
-func (r *recent) knownPresent(tool, key string) bool {
+// hasLimit reports whether a commit saw tool's limit row.
+func (r *recent) hasLimit(tool string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if tool != "" {
-		return r.limited[tool]
-	}
+	return r.limited[tool]
+}
+
+// hasHold reports whether a commit saw key's budget hold.
+func (r *recent) hasHold(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.held[key]
 }

@@ -484,17 +484,22 @@ func (s *Store) Close() error {
 // error saying the commit's outcome is unknown (the connection broke
 // during COMMIT: read the records to find out).
 func (s *Store) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, error) {
+	res, _, err := s.applyWith(ctx, ops, "")
+	return res, err
+}
+
+// applyWith is Apply, reading run doc's document in the commit ("": none).
+func (s *Store) applyWith(ctx context.Context, ops []ledger.Op, doc string) ([]ledger.Result, docRead, error) {
 	if len(ops) == 0 {
-		return nil, nil
+		return nil, docRead{}, nil
 	}
 	if err := ledger.Check(ops); err != nil {
-		return ledger.FailedResults(len(ops), err), err
+		return ledger.FailedResults(len(ops), err), docRead{}, err
 	}
 	if s.closed.Load() {
-		return ledger.FailedResults(len(ops), ledger.ErrClosed), ledger.ErrClosed
+		return ledger.FailedResults(len(ops), ledger.ErrClosed), docRead{}, ledger.ErrClosed
 	}
-	res, _, err := s.group.apply(ctx, ops, "")
-	return res, err
+	return s.group.apply(ctx, ops, doc)
 }
 
 // ApplyDoc is Apply, and run runID's document read in the same transaction
@@ -503,16 +508,7 @@ func (s *Store) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, e
 // the Apply failed, the run has no rows or a blob of its args could not be
 // read (Doc says why).
 func (s *Store) ApplyDoc(ctx context.Context, runID string, ops ...ledger.Op) ([]ledger.Result, ledger.RunDoc, error) {
-	if len(ops) == 0 {
-		return nil, ledger.RunDoc{}, nil
-	}
-	if err := ledger.Check(ops); err != nil {
-		return ledger.FailedResults(len(ops), err), ledger.RunDoc{}, err
-	}
-	if s.closed.Load() {
-		return ledger.FailedResults(len(ops), ledger.ErrClosed), ledger.RunDoc{}, ledger.ErrClosed
-	}
-	res, read, err := s.group.apply(ctx, ops, runID)
+	res, read, err := s.applyWith(ctx, ops, runID)
 	if err != nil || len(read.doc.Actions) == 0 {
 		return res, ledger.RunDoc{}, err
 	}

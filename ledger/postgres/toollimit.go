@@ -97,7 +97,7 @@ func (t *tx) Limit(tool string) (ledger.LimitRecord, bool, error) {
 	}
 	e := &limitEntry{}
 	if t.spec {
-		if t.s.recent.knownPresent(tool, "") {
+		if t.s.recent.hasLimit(tool) {
 			return ledger.LimitRecord{}, false, t.missed()
 		}
 		// Taken as absent; the pipeline checks that it is.

@@ -497,7 +497,7 @@ func (t *tx) begin(rs ledger.Reads) error {
 	b := t.queueReads(f)
 	br := t.ptx.SendBatch(t.ctx, b)
 	defer br.Close()
-	for range 2 { // BEGIN, SET LOCAL
+	for range beginStatements {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -568,12 +568,7 @@ func (f forecast) lockHolds() bool { return len(f.keys) > 0 }
 // queueReads is begin's pipeline.
 func (t *tx) queueReads(f forecast) *pgx.Batch {
 	var b pgx.Batch
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	// The plans of the Apply's statements do not depend on their
-	// arguments (lookups by primary key): planning them again at every
-	// execution, which PostgreSQL does when it estimates a generic plan
-	// dearer than a custom one, would cost more than running them.
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+	queueBegin(&b)
 	if f.lockRuns() {
 		b.Queue(t.s.q.lockRuns, f.runs, f.keys)
 	}
@@ -589,6 +584,20 @@ func (t *tx) queueReads(f forecast) *pgx.Batch {
 		b.Queue(t.s.q.clock)
 	}
 	return &b
+}
+
+// beginStatements is how many statements queueBegin queues.
+const beginStatements = 2
+
+// queueBegin queues the start of an Apply's transaction (beginStatements
+// statements, each answered by an Exec).
+func queueBegin(b *pgx.Batch) {
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	// The plans of the Apply's statements do not depend on their
+	// arguments (lookups by primary key): planning them again at every
+	// execution, which PostgreSQL does when it estimates a generic plan
+	// dearer than a custom one, would cost more than running them.
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 }
 
 // eachRow reads the next result of br, one row at a time.
