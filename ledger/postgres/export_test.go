@@ -24,6 +24,16 @@ func (s *Store) LeaseExpired(ctx context.Context, inc string) (bool, error) {
 
 func init() { countingTrips = true }
 
+// Unsettled returns the runs whose unsettled column is set (the adopt
+// sweep's candidates among cancelled runs), sorted.
+func (s *Store) Unsettled(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, s.bq(`SELECT run_id FROM {S}.runs WHERE unsettled ORDER BY run_id`))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // CountTrips returns ctx with a counter of the round trips the Store's
 // statements run with it make (a batch is one; see countTrips).
 func CountTrips(ctx context.Context, n *atomic.Int64) context.Context { return countTrips(ctx, n) }
@@ -47,6 +57,9 @@ func (s *Store) LoadRuns(ctx context.Context, n int) error {
 		`INSERT INTO {S}.keys (key, run_id, action_id, tool, state, attempt, owner, claimed_at, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure)
 		SELECT key, run_id, action_id, tool, status, 1, 'inc_gone', now(), '', false, now(), now(), false, '' FROM {S}.actions
 		WHERE run_id LIKE 'f%' AND status <> 'skipped'`,
+		// The runs are written here as no Apply writes them: their
+		// unsettled column as the migration that added it sets it.
+		markUnsettled,
 		`VACUUM ANALYZE {S}.runs, {S}.actions, {S}.keys`,
 	} {
 		var args []any

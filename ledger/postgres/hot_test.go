@@ -12,12 +12,13 @@ import (
 	"github.com/docketrun/docket/ledger/postgres"
 )
 
-// TestOutcomeUpdatesKeyInPlace: an outcome rewrites its key's record as a
-// heap-only update (no index of keys names the state that changes, and the
-// page has room), so it adds no index entries. PostgreSQL's statistics are
-// read once they have counted every update (they are flushed after the
-// transactions, not in them).
-func TestOutcomeUpdatesKeyInPlace(t *testing.T) {
+// TestStepUpdatesInPlace: a claim and an outcome rewrite the action's row,
+// and an outcome its key's record, as heap-only updates (no index of
+// actions or keys names a column that changes, and the pages have room),
+// so they add no index entries. PostgreSQL's statistics are read once they
+// have counted every update (they are flushed after the transactions, not
+// in them).
+func TestStepUpdatesInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	schema := schemaFor(t.Name())
@@ -37,25 +38,28 @@ func TestOutcomeUpdatesKeyInPlace(t *testing.T) {
 		}
 	}
 	conn := rawConn(t)
-	var upd, hot int64
-	for range 300 { // the statistics collector flushes within a second or so
-		if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
-			t.Fatal(err)
+	// keys: one update per outcome; actions: one per claim, one per outcome.
+	for table, want := range map[string]int64{"keys": int64(n), "actions": int64(2 * n)} {
+		var upd, hot int64
+		for range 300 { // the statistics collector flushes within a second or so
+			if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+				t.Fatal(err)
+			}
+			err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`,
+				schema, table).Scan(&upd, &hot)
+			if err != nil && err != pgx.ErrNoRows {
+				t.Fatal(err)
+			}
+			if upd >= want {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'keys'`,
-			schema).Scan(&upd, &hot)
-		if err != nil && err != pgx.ErrNoRows {
-			t.Fatal(err)
+		if upd < want {
+			t.Fatalf("the statistics counted %d updates of %s, want %d", upd, table, want)
 		}
-		if upd >= int64(n) {
-			break
+		if hot != upd {
+			t.Errorf("%d of %d updates of %s were heap-only: a step added index entries", hot, upd, table)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if upd < int64(n) {
-		t.Fatalf("the statistics counted %d updates of keys, want %d", upd, n)
-	}
-	if hot != upd {
-		t.Fatalf("%d of %d updates of keys were heap-only: an outcome added index entries", hot, upd)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/plan"
@@ -248,12 +250,37 @@ func TestAdoptCancelledInFlight(t *testing.T) {
 		}
 		return k
 	}
+	unsettled := func(want ...string) {
+		t.Helper()
+		got, err := c.Unsettled(ctx)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("unsettled runs %v (%v), want %v", got, err, want)
+		}
+	}
 	kb := claim(a, "by-b") // A calls the tool; B cancels the run (B drives it now, by the log)
+	unsettled()            // a running run is not
 	cancel(b, "by-b")
 	ka := claim(a, "by-a") // A calls the tool and cancels the run itself
 	cancel(a, "by-a")
 	onePlanRun(t, a, "idle") // nothing in flight
 	cancel(a, "idle")
+	// Between attempts: its claim failed and may be tried again.
+	kr := claim(a, "retry")
+	if _, err := ledger.ApplyOne(ctx, a, ledger.Fail(kr, 1, "503", true, nil)); err != nil {
+		t.Fatal(err)
+	}
+	cancel(a, "retry")
+	// Its call's answer comes after the cancel.
+	ks := claim(a, "answered")
+	cancel(a, "answered")
+	unsettled("answered", "by-a", "by-b", "retry")
+	if _, err := ledger.ApplyOne(ctx, a, ledger.Skip("retry", "a1", "cancelled")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.ApplyOne(ctx, a, ledger.Succeed(ks, 1, json.RawMessage(`{}`))); err != nil {
+		t.Fatal(err)
+	}
+	unsettled("by-a", "by-b")
 
 	const why = "outcome unknown"
 	_, err := ledger.ApplyOne(ctx, b, ledger.NeedsReview(kb, 1, why))
@@ -282,6 +309,7 @@ func TestAdoptCancelledInFlight(t *testing.T) {
 			t.Fatalf("needs_review once the owner is gone: %v", err)
 		}
 	}
+	unsettled()
 	for _, s := range []*postgres.Store{b, c} {
 		if ids, err := s.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
 			t.Fatalf("adopted %v (%v) once nothing is in flight", ids, err)
@@ -337,5 +365,49 @@ func TestAdoptWaitingRuns(t *testing.T) {
 	}
 	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || len(ids) != 0 {
 		t.Fatalf("adopted %v (%v) again", ids, err)
+	}
+}
+
+// A ledger written before runs had their unsettled column: the upgrade
+// sets it on the cancelled runs with an action in flight, and the adopt
+// sweep finds them through it once their nodes are gone.
+func TestUpgradeMarksUnsettledRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name())
+	a := open(t, shortLease(schema))
+	k, args := onePlanRun(t, a, "left")
+	if _, err := ledger.ApplyOne(ctx, a, ledger.Claim("left", "a1", "pay", k, args, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.ApplyOne(ctx, a, ledger.SetRunStatus("left", ledger.RunCancelled, ledger.EventRunCancelled, "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	onePlanRun(t, a, "idle")
+	if _, err := ledger.ApplyOne(ctx, a, ledger.SetRunStatus("idle", ledger.RunCancelled, ledger.EventRunCancelled, "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	// The tables as version 11 had them.
+	conn := rawConn(t)
+	qs := pgx.Identifier{schema}.Sanitize()
+	for _, q := range []string{
+		`DROP INDEX ` + qs + `.runs_unsettled`,
+		`ALTER TABLE ` + qs + `.runs DROP COLUMN unsettled`,
+		`CREATE INDEX actions_in_flight ON ` + qs + `.actions (run_id)
+			WHERE key <> '' AND (status = 'claimed' OR (status IN ('pending', 'approved') AND attempts > 0 AND NOT undo))`,
+		`UPDATE ` + qs + `.meta SET value = '11' WHERE name = 'schema_version'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.PauseHeartbeat(true)
+	b := open(t, shortLease(schema))
+	if got, err := b.Unsettled(ctx); err != nil || !slices.Equal(got, []string{"left"}) {
+		t.Fatalf("after the upgrade, unsettled runs %v (%v), want [left]", got, err)
+	}
+	waitExpired(t, b, a.Incarnation())
+	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || !slices.Equal(ids, []string{"left"}) {
+		t.Fatalf("adopted %v (%v), want [left]", ids, err)
 	}
 }

@@ -13,6 +13,24 @@ const (
 	keyCols = `key, run_id, action_id, tool, args, state, attempt, owner, claimed_at, output, error, retryable, updated_at, first_claimed_at, maybe_took_effect, failure`
 )
 
+// inFlight: an action a whose call may be under way (claimed), or a keyed
+// call's action between attempts. A cancelled run with such an action of
+// its revision is one the adopt sweep concludes.
+const inFlight = `a.key <> '' AND (a.status = 'claimed' OR (a.status IN ('pending', 'approved') AND a.attempts > 0 AND NOT a.undo))`
+
+// unsettled is the value every write of a run gives its unsettled column,
+// from the run's id, status and revision as written and the rows of the
+// same transaction's writes before it: whether it is a cancelled run with
+// an action in flight (the adopt sweep finds those through the index
+// runs_unsettled). Only a cancel and the conclusion of a cancelled run's
+// last action in flight change it: no index of runs or actions names a
+// column that a running run's step changes, so those updates are
+// heap-only.
+func unsettled(id, status, rev string) string {
+	return `CASE WHEN ` + status + ` = 'cancelled' THEN EXISTS (SELECT 1 FROM {S}.actions a WHERE a.run_id = ` + id +
+		` AND a.revision = ` + rev + ` AND ` + inFlight + `) ELSE false END`
+}
+
 // livePeers counts the other live nodes of the ledger (those a commit's
 // NOTIFY is for), $1 being this node's incarnation.
 const livePeers = `(SELECT count(*) FROM {S}.nodes o WHERE o.incarnation <> $1 AND o.stopped_at IS NULL AND o.lease_expires > clock_timestamp())`
@@ -125,14 +143,14 @@ func makeQueries(schema string) queries {
 				SELECT 1 FROM unnest($3::text[]) AS y (tool), LATERAL (SELECT 1 FROM {S}.tool_limits WHERE tool = y.tool OFFSET 0) AS l) AS f`),
 		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
-		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`),
+		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver, unsettled)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, ` + unsettled("$1", "$2", "$3") + `)`),
 		// $23 NULL: the driver is kept (no event appended).
 		updateRun: t(`UPDATE {S}.runs SET status = $2, revision = $3, goal = $4, policy = $5, plan_hash = $6, tools_hash = $7,
 			created_at = $8, updated_at = $9, error = $10, paused_by = $11, rows = $12, rev_hash = $13,
 			created_by = $14, audit = $15, audit_hash = $16, audit_seq = $17, wake_at = $18, retention_ms = $19, ended_at = $20, keys_until = $21,
-			last_seq = $22, driver = coalesce($23, driver) WHERE run_id = $1`),
-		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3 WHERE run_id = $1`),
+			last_seq = $22, driver = coalesce($23, driver), unsettled = ` + unsettled("$1", "$2", "$3") + ` WHERE run_id = $1`),
+		setLastSeq: t(`UPDATE {S}.runs SET last_seq = $2, driver = $3, unsettled = ` + unsettled("run_id", "status", "revision") + ` WHERE run_id = $1`),
 		// Orphans: running runs whose driver is gone; runs paused by the
 		// executor with nothing left in needs_review, or awaiting approval
 		// with an action approved, whose driver is gone (the node that
@@ -146,14 +164,13 @@ func makeQueries(schema string) queries {
 		// when the driver is gone. A drive of a cancelled run concludes them
 		// and starts nothing.
 		// The candidates come from indexes of live runs (runs_status) and
-		// of actions in flight (actions_in_flight), never a scan of every
-		// run.
+		// of cancelled runs with an action in flight (runs_unsettled),
+		// never a scan of every run.
 		adoptOrphans: t(`UPDATE {S}.runs SET driver = $1 WHERE run_id IN (
 			SELECT r.run_id FROM (
 				SELECT c.run_id FROM {S}.runs c WHERE c.status IN ('running', 'paused', 'awaiting_approval')
 				UNION
-				SELECT f.run_id FROM {S}.actions f
-				WHERE f.key <> '' AND (f.status = 'claimed' OR (f.status IN ('pending', 'approved') AND f.attempts > 0 AND NOT f.undo))
+				SELECT u.run_id FROM {S}.runs u WHERE u.unsettled
 			) AS cand JOIN {S}.runs r ON r.run_id = cand.run_id LEFT JOIN {S}.nodes n ON n.incarnation = r.driver
 			WHERE (r.status = 'running' AND (n.incarnation IS NULL OR n.lease_expires <= clock_timestamp()))
 			OR (r.status IN ('paused', 'awaiting_approval') AND r.paused_by = ''

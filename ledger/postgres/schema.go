@@ -16,7 +16,7 @@ import (
 
 // SchemaVersion is the version of the tables this binary writes. A database
 // whose meta table says more is refused.
-const SchemaVersion = 11
+const SchemaVersion = 12
 
 // migrations[i] upgrades version i to i+1. {S} is the schema, quoted.
 var migrations = []string{
@@ -233,7 +233,7 @@ CREATE TABLE {S}.tool_limits (
 	`
 ALTER TABLE {S}.actions ADD COLUMN tool_wait bytea;
 `,
-	// 11: no index reads the keys by owner (the adopt sweep goes through
+	// 11: no index reads the keys by owner (the adopt sweep went through
 	// actions_in_flight), and one whose predicate names state made every
 	// outcome's update of its key a new tuple with new entries in every
 	// index of keys: without it, and with room on each page, an outcome
@@ -242,7 +242,24 @@ ALTER TABLE {S}.actions ADD COLUMN tool_wait bytea;
 DROP INDEX {S}.keys_claimed_owner;
 ALTER TABLE {S}.keys SET (fillfactor = 80);
 `,
+	// 12: the adopt sweep finds cancelled runs with an action in flight
+	// through a column of the run (unsettled, set by every write of the
+	// run: queries.go) and its index, not through an index of actions that
+	// names their status: an action's claim and outcome update its row in
+	// place (HOT) when its page has room.
+	`
+ALTER TABLE {S}.runs ADD COLUMN unsettled boolean NOT NULL DEFAULT false;
+` + markUnsettled + `;
+CREATE INDEX runs_unsettled ON {S}.runs (run_id) WHERE unsettled;
+DROP INDEX {S}.actions_in_flight;
+ALTER TABLE {S}.actions SET (fillfactor = 80);
+ALTER TABLE {S}.runs SET (fillfactor = 80);
+`,
 }
+
+// markUnsettled sets the unsettled column of each run that had it before
+// the column was there (a cancelled run with an action in flight).
+var markUnsettled = `UPDATE {S}.runs SET unsettled = true WHERE ` + unsettled("runs.run_id", "runs.status", "runs.revision")
 
 // migrate creates or upgrades the schema under a transaction-level
 // advisory lock (one per schema name), so processes opening together take
