@@ -72,6 +72,7 @@ type driver struct {
 
 	sched
 	inbox chan *act // workers send their act back when done with it
+	idle  chan *act // an idle worker's next act (spawn)
 	// resumed: markRunning ran in this drive (the loop's commit or a
 	// worker's claim may be first).
 	resumed atomic.Bool
@@ -83,6 +84,7 @@ func newDriver(e *Engine, runID string, g *gate) *driver {
 		e: e, runID: runID, g: g, inc: e.led.Incarnation(),
 		sched: sched{nodes: map[string]*node{}, undo: map[string]ledger.Action{}},
 		inbox: make(chan *act, max(e.cfg.Parallelism, 1)),
+		idle:  make(chan *act),
 	}
 }
 
@@ -207,6 +209,7 @@ func (d *driver) proceed(ctx context.Context, rows []ledger.Action) (ledger.RunD
 		return d.doc(ctx, err)
 	}
 	d.loop(ctx)
+	d.stopWorkers()
 	if d.create != nil || d.before != nil {
 		return ledger.RunDoc{}, nil // nothing recorded (driveNew)
 	}

@@ -72,12 +72,34 @@ func (d *driver) receive(ctx context.Context, a *act) {
 }
 
 // spawn hands acts to workers; each sends its act back on inbox.
+//
+// A worker that sent its act back waits for the drive's next one (idle),
+// until the loop stops: a call goes deep (the tool, its argument checks,
+// the transport), and a new goroutine would grow its stack, copying it, at
+// every call of a chain. An act never waits for a worker: with none idle,
+// it gets a new one.
 func (d *driver) spawn(ctx context.Context, acts []*act) {
 	for _, a := range acts {
 		a.row = a.n.row // the worker's copy; the loop takes it back with the outcome
-		go d.work(ctx, a)
+		select {
+		case d.idle <- a:
+		default:
+			go d.worker(ctx, a)
+		}
 	}
 }
+
+// worker works a, then each act spawn hands it, until the loop stops
+// (stopWorkers).
+func (d *driver) worker(ctx context.Context, a *act) {
+	for ok := true; ok; a, ok = <-d.idle {
+		d.work(ctx, a)
+	}
+}
+
+// stopWorkers ends the idle workers once the loop stopped (nothing is in
+// flight, so every worker is idle or on its way there).
+func (d *driver) stopWorkers() { close(d.idle) }
 
 // absorbEnd takes in a worker's act that ended other than with an output
 // to record: its row, how the run fails, and it leaves the flight.
