@@ -23,17 +23,33 @@ import (
 // deniedPrefix starts the reason recorded on an action the policy denied.
 const deniedPrefix = "denied by policy"
 
-// rules lists the rules that apply to spec's calls, in order.
+// rules lists the rules that apply to spec's calls, in order. The slice
+// is only read: with neither a rule of the tool's own nor an approval in
+// the tools file, it is the shared one of the registry and Config.
 func (e *Engine) rules(spec tools.Spec) []policy.Rule {
-	rules := make([]policy.Rule, 0, len(spec.Policy)+1+len(e.reg.Policy())+len(e.cfg.Policy))
-	rules = append(rules, spec.Policy...)
-	if spec.Approval.Always || len(spec.Approval.Above) > 0 {
-		rules = append(rules, policy.Rule{Name: "tools file approval", Where: fmt.Sprintf("tool %q approval", spec.Name),
-			Outcome: policy.Approve, Approvers: 1,
-			Func: func(args json.RawMessage) (bool, string) { return tools.NeedsApproval(spec, args) }})
+	approval := spec.Approval.Always || len(spec.Approval.Above) > 0
+	global := e.reg.Policy()
+	switch {
+	case len(spec.Policy) == 0 && !approval && len(e.cfg.Policy) == 0:
+		return global
+	case len(spec.Policy) == 0 && !approval && len(global) == 0:
+		return e.cfg.Policy
 	}
-	rules = append(rules, e.reg.Policy()...)
+	rules := make([]policy.Rule, 0, len(spec.Policy)+1+len(global)+len(e.cfg.Policy))
+	rules = append(rules, spec.Policy...)
+	if approval {
+		rules = append(rules, approvalRule(spec))
+	}
+	rules = append(rules, global...)
 	return append(rules, e.cfg.Policy...)
+}
+
+// approvalRule is the tools file's approval or approve_above of spec's
+// tool as a rule.
+func approvalRule(spec tools.Spec) policy.Rule {
+	return policy.Rule{Name: "tools file approval", Where: fmt.Sprintf("tool %q approval", spec.Name),
+		Outcome: policy.Approve, Approvers: 1,
+		Func: func(args json.RawMessage) (bool, string) { return tools.NeedsApproval(spec, args) }}
 }
 
 // gateFor evaluates the policy for one action. planned: the args are as
