@@ -111,3 +111,49 @@ func TestSharedRunLeaseBusy(t *testing.T) {
 		}
 	})
 }
+
+// The commands that drive a run on after a person acts (resume, approve,
+// reject, resolve, run-now) wait for the lease of a killed process's claim
+// as docket run does. `docket approve` right after the process performing an
+// at-most-once action was SIGKILLed: with --lease-wait 0 it exits 4 (busy)
+// and changes nothing; then it says what it waits for, takes the run over,
+// and the action whose outcome is unknown waits for a person (exit 3),
+// taking effect once. Before, it failed (exit 1) on the live claim.
+func TestSharedApproveWaitsForLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	url, _ := sharedLedger(t)
+	c := crashClasses[4] // at_most_once
+	plan := b.plan(t, "plan", crashPlan(c))
+	base := []string{"--ledger", url, "--tools", b.tools}
+	first := child(t, "after_call:t", append([]string{"run", "--plan", plan, "--approve", "all", "--run-id", "r1"}, base...)...)
+	if !first.killed {
+		t.Fatalf("the first run never reached the call of t:\n%s", first)
+	}
+	busy := child(t, "", append([]string{"approve", "--lease-wait", "0"}, append(base, "r1")...)...)
+	wantCode(t, busy, exitBusy)
+	if !strings.Contains(busy.stderr, "action t is claimed by another process (incarnation inc_") {
+		t.Fatalf("want a message naming the claim\n%s", busy)
+	}
+	if d := doc(t, busy); d.action("t").Status != "claimed" || d.action("t").Attempts != 1 {
+		t.Fatalf("the refused approve changed t\n%s", busy)
+	}
+	r := child(t, "", append([]string{"approve"}, append(base, "r1")...)...)
+	wantCode(t, r, exitPaused)
+	if !strings.Contains(r.stderr, "waiting up to") || !strings.Contains(r.stderr, "on action t to expire") {
+		t.Fatalf("approve does not say what it waits for\n%s", r)
+	}
+	d := doc(t, r)
+	if d.Status != "paused" || d.action("t").Status != "needs_review" {
+		t.Fatalf("want the run paused with t in needs_review\n%s", r)
+	}
+	if n := b.world.Effect(c.effect); n != 1 {
+		t.Fatalf("%s took effect %d times, want once", c.effect, n)
+	}
+	if n := b.world.Effect("payments/ref-next"); n != 0 {
+		t.Fatalf("the dependent invoice ran while t waits for a person (%d)", n)
+	}
+	if neg := child(t, "", append([]string{"resume", "--lease-wait", "-1s"}, append(base, "r1")...)...); neg.code != exitBad || !strings.Contains(neg.stderr, "must not be negative") {
+		t.Fatalf("a negative --lease-wait: exit %d, want %d saying it must not be negative\n%s", neg.code, exitBad, neg)
+	}
+}

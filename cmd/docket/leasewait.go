@@ -24,9 +24,30 @@ import (
 // out.
 const defaultLeaseWait = time.Minute
 
-// leaseWaitFlag adds --lease-wait to a command that drives runs.
+// leaseWaitFlag adds --lease-wait to a command that drives runs; a
+// negative duration is refused when the flags are parsed, before the
+// command does anything.
 func leaseWaitFlag(fs *flag.FlagSet) *time.Duration {
-	return fs.Duration("lease-wait", defaultLeaseWait, "with --ledger: how long to wait for the lease of a process that was stopped while performing an action of this run, before taking the run over (0: do not wait; exit 4 at once)")
+	d := defaultLeaseWait
+	fs.Var((*leaseWaitValue)(&d), "lease-wait", "with --ledger: how long to wait for the lease of a process that was stopped while performing an action of this run, before taking the run over (0: do not wait; exit 4 at once)")
+	return &d
+}
+
+// leaseWaitValue is a time.Duration flag that is not negative.
+type leaseWaitValue time.Duration
+
+func (v *leaseWaitValue) String() string { return time.Duration(*v).String() }
+
+func (v *leaseWaitValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return errors.New("must not be negative")
+	}
+	*v = leaseWaitValue(d)
+	return nil
 }
 
 // leaseWaitMargin is added to a lease's remaining time before looking
@@ -165,7 +186,7 @@ func driveShared(ctx context.Context, l ledger.Store, runID string, bound time.D
 	}
 	start := time.Now()
 	for i := 0; ; i++ {
-		if err := waitLeases(ctx, sharedStore{l, lr}, runID, bound-time.Since(start), w); err != nil {
+		if err := waitLeases(ctx, sharedStore{l, lr}, runID, max(bound-time.Since(start), 0), w); err != nil {
 			return ledger.RunDoc{}, err
 		}
 		doc, err := drive()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/docketrun/docket/executor"
 	"github.com/docketrun/docket/ledger"
@@ -44,6 +45,9 @@ type runFlags struct {
 	policy      *string
 	as          *string // --as: who approves (default cli:$USER)
 	srv         *serverFlags
+	// leaseWait: --lease-wait of a command that drives the run on (resume,
+	// approve, reject, resolve, run-now); nil for the others.
+	leaseWait *time.Duration
 }
 
 // runAndAction parses the arguments of a command on one action of a run
@@ -113,8 +117,21 @@ func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
 
 // resume continues the run, prints its Run JSON and returns the result its
 // status calls for.
+//
+// On the shared ledger it first waits, up to --lease-wait, for the leases of
+// other processes' claims on the run (a process killed while it performed
+// an action holds its claim until its lease expires), as docket run does.
 func (f runFlags) resume(ctx context.Context, env Env, s *session, runID string) error {
-	doc, err := s.engine.Resume(ctx, runID, &executor.RunOptions{AcceptToolsChange: *f.acceptTools})
+	var bound time.Duration
+	if f.leaseWait != nil {
+		bound = *f.leaseWait
+	}
+	doc, err := driveShared(ctx, s.ledger, runID, bound, env.Stderr, func() (ledger.RunDoc, error) {
+		return s.engine.Resume(ctx, runID, &executor.RunOptions{AcceptToolsChange: *f.acceptTools})
+	})
+	if err != nil && doc.Run.ID == "" {
+		doc, _ = storedDoc(ctx, s.ledger, runID) // the run as it is (busy: untouched)
+	}
 	return finish(env, doc, toolsChanged(err, runID), *f.data, *f.tools)
 }
 
@@ -146,6 +163,7 @@ type approveCmd struct{ env Env }
 func (c *approveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("approve", "approve [--data DIR] --tools FILE RUN [ACTION...]", c.env.Stderr)
 	f := addRunFlags(fs, c.env.Getenv)
+	f.leaseWait = leaseWaitFlag(fs)
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
 	if err != nil {
@@ -197,6 +215,7 @@ type rejectCmd struct{ env Env }
 func (c *rejectCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("reject", "reject [--data DIR] --tools FILE RUN ACTION [--reason R]", c.env.Stderr)
 	f := addRunFlags(fs, c.env.Getenv)
+	f.leaseWait = leaseWaitFlag(fs)
 	reason := fs.String("reason", "", "why (recorded with the rejection)")
 	runID, action, err := f.runAndAction(fs, "reject", args, &c.env)
 	if err != nil {
@@ -222,6 +241,7 @@ type resolveCmd struct{ env Env }
 func (c *resolveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("resolve", "resolve [--data DIR] --tools FILE RUN ACTION (--done OUTPUT_JSON | --retry | --skip)", c.env.Stderr)
 	f := addRunFlags(fs, c.env.Getenv)
+	f.leaseWait = leaseWaitFlag(fs)
 	done := fs.String("done", "", "the action did happen: record this JSON as its output")
 	retry := fs.Bool("retry", false, "the action did not happen: try it once more (counts as approval of that attempt)")
 	skip := fs.Bool("skip", false, "leave the action out: dependents get no output")

@@ -74,9 +74,6 @@ func (c *runCmd) Run(ctx context.Context, args []string) error {
 		if sf.remote() {
 			return c.remote(ctx, sf, *planPath, *goal, runID, policy)
 		}
-		if *leaseWait < 0 {
-			return ledger.RunDoc{}, usageError("--lease-wait must not be negative")
-		}
 		c.leaseWait, c.waitTimers = *leaseWait, *waitTimers
 		return c.exec(ctx, *data, *toolsPath, *planPath, *goal, runID, policy, *acceptTools, mf)
 	}()
