@@ -72,7 +72,7 @@ type driver struct {
 
 	sched
 	inbox chan *act // workers send their act back when done with it
-	idle  chan *act // an idle worker's next act (spawn)
+	idle  chan job  // an idle worker's next act (spawn)
 	// resumed: markRunning ran in this drive (the loop's commit or a
 	// worker's claim may be first).
 	resumed atomic.Bool
@@ -84,7 +84,7 @@ func newDriver(e *Engine, runID string, g *gate) *driver {
 		e: e, runID: runID, g: g, inc: e.led.Incarnation(),
 		sched: sched{nodes: map[string]*node{}, undo: map[string]ledger.Action{}},
 		inbox: make(chan *act, max(e.cfg.Parallelism, 1)),
-		idle:  make(chan *act),
+		idle:  make(chan job),
 	}
 }
 

@@ -81,19 +81,26 @@ func (d *driver) receive(ctx context.Context, a *act) {
 func (d *driver) spawn(ctx context.Context, acts []*act) {
 	for _, a := range acts {
 		a.row = a.n.row // the worker's copy; the loop takes it back with the outcome
+		j := job{ctx, a}
 		select {
-		case d.idle <- a:
+		case d.idle <- j:
 		default:
-			go d.worker(ctx, a)
+			go d.worker(j)
 		}
 	}
 }
 
-// worker works a, then each act spawn hands it, until the loop stops
+// job is an act for a worker, with the context spawn gave it.
+type job struct {
+	ctx context.Context
+	a   *act
+}
+
+// worker works j, then each job spawn hands it, until the loop stops
 // (stopWorkers).
-func (d *driver) worker(ctx context.Context, a *act) {
-	for ok := true; ok; a, ok = <-d.idle {
-		d.work(ctx, a)
+func (d *driver) worker(j job) {
+	for ok := true; ok; j, ok = <-d.idle {
+		d.work(j.ctx, j.a)
 	}
 }
 
