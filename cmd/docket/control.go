@@ -79,8 +79,7 @@ type resumeCmd struct{ env Env }
 
 func (c *resumeCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("resume", "resume [--data DIR] --tools FILE RUN [--accept-tools-change] [--server URL --token T]", c.env.Stderr)
-	f := addRunFlags(fs, c.env.Getenv)
-	f.leaseWait = leaseWaitFlag(fs)
+	f := addDriveFlags(fs, c.env.Getenv)
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
 	if err != nil {

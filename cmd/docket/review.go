@@ -45,8 +45,8 @@ type runFlags struct {
 	policy      *string
 	as          *string // --as: who approves (default cli:$USER)
 	srv         *serverFlags
-	// leaseWait: --lease-wait of a command that drives the run on (resume,
-	// approve, reject, resolve, run-now); nil for the others.
+	// leaseWait: --lease-wait of a command that drives the run on
+	// (addDriveFlags); nil for the others.
 	leaseWait *time.Duration
 }
 
@@ -78,6 +78,15 @@ func addRunFlags(fs *flag.FlagSet, getenv func(string) string) runFlags {
 		as:          identityFlag(fs),
 		srv:         addServerFlags(fs),
 	}
+}
+
+// addDriveFlags is addRunFlags with --lease-wait, for the commands that
+// drive the run on after they act (resume, approve, reject, resolve,
+// run-now: runFlags.resume).
+func addDriveFlags(fs *flag.FlagSet, getenv func(string) string) runFlags {
+	f := addRunFlags(fs, getenv)
+	f.leaseWait = leaseWaitFlag(fs)
+	return f
 }
 
 // remote sends one review or control request to the service (--server), then
@@ -121,12 +130,9 @@ func (f runFlags) open(ctx context.Context, env Env) (*session, error) {
 // On the shared ledger it first waits, up to --lease-wait, for the leases of
 // other processes' claims on the run (a process killed while it performed
 // an action holds its claim until its lease expires), as docket run does.
+// f comes from addDriveFlags.
 func (f runFlags) resume(ctx context.Context, env Env, s *session, runID string) error {
-	var bound time.Duration
-	if f.leaseWait != nil {
-		bound = *f.leaseWait
-	}
-	doc, err := driveShared(ctx, s.ledger, runID, bound, env.Stderr, func() (ledger.RunDoc, error) {
+	doc, err := driveShared(ctx, s.ledger, runID, *f.leaseWait, env.Stderr, func() (ledger.RunDoc, error) {
 		return s.engine.Resume(ctx, runID, &executor.RunOptions{AcceptToolsChange: *f.acceptTools})
 	})
 	if err != nil && doc.Run.ID == "" {
@@ -162,8 +168,7 @@ type approveCmd struct{ env Env }
 
 func (c *approveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("approve", "approve [--data DIR] --tools FILE RUN [ACTION...]", c.env.Stderr)
-	f := addRunFlags(fs, c.env.Getenv)
-	f.leaseWait = leaseWaitFlag(fs)
+	f := addDriveFlags(fs, c.env.Getenv)
 	pos, err := parseArgs(fs, args)
 	c.env.As = *f.as
 	if err != nil {
@@ -214,8 +219,7 @@ type rejectCmd struct{ env Env }
 
 func (c *rejectCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("reject", "reject [--data DIR] --tools FILE RUN ACTION [--reason R]", c.env.Stderr)
-	f := addRunFlags(fs, c.env.Getenv)
-	f.leaseWait = leaseWaitFlag(fs)
+	f := addDriveFlags(fs, c.env.Getenv)
 	reason := fs.String("reason", "", "why (recorded with the rejection)")
 	runID, action, err := f.runAndAction(fs, "reject", args, &c.env)
 	if err != nil {
@@ -240,8 +244,7 @@ type resolveCmd struct{ env Env }
 
 func (c *resolveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("resolve", "resolve [--data DIR] --tools FILE RUN ACTION (--done OUTPUT_JSON | --retry | --skip)", c.env.Stderr)
-	f := addRunFlags(fs, c.env.Getenv)
-	f.leaseWait = leaseWaitFlag(fs)
+	f := addDriveFlags(fs, c.env.Getenv)
 	done := fs.String("done", "", "the action did happen: record this JSON as its output")
 	retry := fs.Bool("retry", false, "the action did not happen: try it once more (counts as approval of that attempt)")
 	skip := fs.Bool("skip", false, "leave the action out: dependents get no output")

@@ -16,8 +16,7 @@ type runNowCmd struct{ env Env }
 
 func (c *runNowCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run-now", "run-now [--data DIR] --tools FILE RUN ACTION [--server URL --token T]", c.env.Stderr)
-	f := addRunFlags(fs, c.env.Getenv)
-	f.leaseWait = leaseWaitFlag(fs)
+	f := addDriveFlags(fs, c.env.Getenv)
 	runID, action, err := f.runAndAction(fs, "run-now", args, &c.env)
 	if err != nil {
 		return err
