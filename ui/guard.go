@@ -390,7 +390,8 @@ func (l *limitListener) release(addr string) {
 	}
 }
 
-// limitConn gives its place back once, when closed.
+// limitConn gives its place back once, when closed: before the socket
+// closes, so that a client that sees its connection end may open another.
 type limitConn struct {
 	net.Conn
 	once    sync.Once
@@ -398,7 +399,6 @@ type limitConn struct {
 }
 
 func (c *limitConn) Close() error {
-	err := c.Conn.Close()
 	c.once.Do(c.release)
-	return err
+	return c.Conn.Close()
 }

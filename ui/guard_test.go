@@ -582,3 +582,32 @@ func TestSubmitBytesPerToken(t *testing.T) {
 		t.Fatalf("after Retry-After = %d", code)
 	}
 }
+
+// TestConnectionPlaceFreeWhenClosed: a client that sees the server close
+// its connection may open another at once: the place is given back before
+// the socket closes, not after (a client at its cap would otherwise be
+// refused now and then, right after an answer with Connection: close).
+func TestConnectionPlaceFreeWhenClosed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	hcfg := ui.HTTPConfig{MaxConnsPerClient: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := ui.NewHTTPServer(b.srv.Handler(), hcfg)
+	go hs.Serve(ui.LimitListener(ln, hcfg))
+	t.Cleanup(func() { hs.Close() })
+	for i := range 300 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", ln.Addr())
+		closed, got := closedByServer(c)
+		c.Close()
+		if !closed || !strings.Contains(got, "200 OK") {
+			t.Fatalf("connection %d, opened right after the server closed the one before: %q", i, got)
+		}
+	}
+}
