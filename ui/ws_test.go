@@ -379,10 +379,13 @@ func TestWebSocketAllRunsFromTheUpgradeAnswer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	hdr := http.Header{"Authorization": {"Bearer " + testToken}}
-	held, release := make(chan struct{}), make(chan struct{})
+	passed, held, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var upgrades atomic.Int32
 	b.srv.SetAfterUpgrade(func() {
-		if upgrades.Add(1) == 2 { // the late client's
+		switch upgrades.Add(1) {
+		case 1: // the first client's
+			close(passed)
+		case 2: // the late client's
 			close(held)
 			<-release
 		}
@@ -392,6 +395,10 @@ func TestWebSocketAllRunsFromTheUpgradeAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Close()
+	// The first client's server side is past the hook before the late one
+	// dials: the dial returns at the upgrade answer, and under load the late
+	// client's hook could otherwise run first and hold the wrong socket.
+	<-passed
 	late, _, err := b.dialer().Dial(b.wsURL("/v1/ws"), hdr)
 	if err != nil {
 		t.Fatal(err)
