@@ -56,7 +56,8 @@
 // arrive meanwhile commit together in one transaction (group commit,
 // group.go), each evaluated after the ones before it as if they had come
 // one by one. A group that fails as a whole runs its Applies again one by
-// one.
+// one. An Apply whose context ends while it waits leaves the queue, with
+// nothing written.
 //
 // # Nodes, leases and fencing
 //

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -60,7 +61,22 @@ func (g *grouper) apply(ctx context.Context, ops []ledger.Op, doc string) ([]led
 	r := &applyReq{ctx: ctx, ops: ops, doc: doc, done: make(chan struct{})}
 	g.pending = append(g.pending, r)
 	g.mu.Unlock()
-	<-r.done
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		// Still waiting: it leaves the queue, and nothing of it is written.
+		// Already taken into a group: that group's COMMIT decides, so it
+		// waits for the outcome like any other member.
+		g.mu.Lock()
+		if i := slices.Index(g.pending, r); i >= 0 {
+			g.pending = slices.Delete(g.pending, i, i+1)
+			g.mu.Unlock()
+			err := ctx.Err()
+			return ledger.FailedResults(len(ops), err), docRead{}, err
+		}
+		g.mu.Unlock()
+		<-r.done
+	}
 	return r.results, r.read, r.err
 }
 

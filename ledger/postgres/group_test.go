@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -147,6 +148,67 @@ func TestGroupCommit(t *testing.T) {
 		if d.Actions[0].Status != ledger.StatusClaimed {
 			t.Errorf("%s/a: %s, want claimed", run, d.Actions[0].Status)
 		}
+	}
+}
+
+// An Apply waiting for a group returns when its context ends, with the
+// context's error and nothing written: it leaves the queue (without that,
+// it waited for a writer to come free, however long that took). The Applies
+// queued with it commit as before.
+func TestGroupWaitEndsWithContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name() + t.TempDir()) // a new one for every run of the test
+	s := open(t, postgres.Config{Schema: schema, Writers: 1})
+	claim := groupRuns(t, s, "w0", "w1", "w2")
+
+	hold, holder := holdRow(t, schema, "w0")
+	first, _ := claim("w0", "a")
+	firstDone := applyAsync(s, first)
+	waitFor(t, "the first Apply to wait on the held row", func() bool { return blockedBy(t, holder) > 0 })
+
+	waiting, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c1, k1 := claim("w1", "a")
+	gaveUp := make(chan applied, 1)
+	go func() {
+		res, err := s.Apply(waiting, c1)
+		gaveUp <- applied{res, err}
+	}()
+	waitFor(t, "the Apply to queue", func() bool { return s.PendingApplies() == 1 })
+	c2, k2 := claim("w2", "a")
+	other := applyAsync(s, c2)
+	waitFor(t, "the second Apply to queue", func() bool { return s.PendingApplies() == 2 })
+
+	cancel()
+	select {
+	case a := <-gaveUp:
+		if !errors.Is(a.err, context.Canceled) || len(a.res) != 1 || !errors.Is(a.res[0].Err, context.Canceled) {
+			t.Fatalf("an Apply whose context ended while it waited: %v %+v", a.err, a.res)
+		}
+	case <-time.After(30 * time.Second): // a guard against a hang, not a speed assertion
+		t.Fatalf("an Apply whose context ended still waited for a writer after 30s")
+	}
+	if n := s.PendingApplies(); n != 1 {
+		t.Fatalf("%d Applies queued after one gave up, want 1", n)
+	}
+
+	hold()
+	if a := <-firstDone; a.err != nil || a.res[0].Err != nil {
+		t.Fatalf("first Apply: %v %+v", a.err, a.res)
+	}
+	if a := <-other; a.err != nil || a.res[0].Err != nil {
+		t.Fatalf("the Apply queued with it: %v %+v", a.err, a.res)
+	}
+	if rec, err := s.Key(ctx, k2); err != nil || rec.State != ledger.StatusClaimed {
+		t.Fatalf("w2/a: %+v %v, want claimed", rec, err)
+	}
+	if _, err := s.Key(ctx, k1); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the key of the Apply that gave up: %v, want not found (nothing written)", err)
+	}
+	// It can be made again.
+	if res, err := s.Apply(ctx, c1); err != nil || res[0].Err != nil {
+		t.Fatalf("the claim again: %v %+v", err, res)
 	}
 }
 
