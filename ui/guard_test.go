@@ -186,6 +186,21 @@ func TestWebSocketOutlivesBodyTimeout(t *testing.T) {
 	}
 }
 
+// serveCapped serves b's handler with hcfg (its Logger discarding) on a
+// listener capped by LimitListener, until the test ends.
+func serveCapped(t *testing.T, b *bundle, hcfg ui.HTTPConfig) net.Listener {
+	t.Helper()
+	hcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := ui.NewHTTPServer(b.srv.Handler(), hcfg)
+	go hs.Serve(ui.LimitListener(ln, hcfg))
+	t.Cleanup(func() { hs.Close() })
+	return ln
+}
+
 // TestConnectionsPerClientCapped: one client address holds at most
 // MaxConnsPerClient connections; one more is closed at once, and once one
 // of the first closes, a new one is served. Connections that never send a
@@ -195,14 +210,7 @@ func TestConnectionsPerClientCapped(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	const max = 3
-	hcfg := ui.HTTPConfig{MaxConnsPerClient: max, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := ui.NewHTTPServer(b.srv.Handler(), hcfg)
-	go hs.Serve(ui.LimitListener(ln, hcfg))
-	t.Cleanup(func() { hs.Close() })
+	ln := serveCapped(t, b, ui.HTTPConfig{MaxConnsPerClient: max, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second})
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
@@ -590,14 +598,7 @@ func TestSubmitBytesPerToken(t *testing.T) {
 func TestConnectionPlaceFreeWhenClosed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	hcfg := ui.HTTPConfig{MaxConnsPerClient: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := ui.NewHTTPServer(b.srv.Handler(), hcfg)
-	go hs.Serve(ui.LimitListener(ln, hcfg))
-	t.Cleanup(func() { hs.Close() })
+	ln := serveCapped(t, b, ui.HTTPConfig{MaxConnsPerClient: 1})
 	for i := range 300 {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
