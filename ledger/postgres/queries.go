@@ -31,6 +31,15 @@ func unsettled(id, status, rev string) string {
 		` AND a.revision = ` + rev + ` AND ` + inFlight + `) ELSE false END`
 }
 
+// nodeKeep is how long a node's row outlives the end of its lease, and
+// pruneNodes how many such rows one registration deletes at most (each
+// registration adds one row, so the table stays bounded by the nodes
+// started within nodeKeep).
+const (
+	nodeKeep   = "1 day"
+	pruneNodes = "1000"
+)
+
 // livePeers counts the other live nodes of the ledger (those a commit's
 // NOTIFY is for), $1 being this node's incarnation.
 const livePeers = `(SELECT count(*) FROM {S}.nodes o WHERE o.incarnation <> $1 AND o.stopped_at IS NULL AND o.lease_expires > clock_timestamp())`
@@ -69,7 +78,16 @@ func makeQueries(schema string) queries {
 	q := queries{
 		channel: "docket_events_" + schema,
 
-		registerNode: t(`INSERT INTO {S}.nodes (incarnation, host, pid, started_at, renewed_at, lease_expires)
+		// A node registering also deletes up to pruneNodes rows of nodes
+		// whose lease ended over nodeKeep ago: a node with no row counts as
+		// gone everywhere (its claims, its runs, its own lease check), just
+		// as one whose lease ended, so only the host and pid of a long
+		// dead process go. Without it every process started (each CLI
+		// command on a shared ledger is one) left a row for good.
+		registerNode: t(`WITH gone AS (DELETE FROM {S}.nodes WHERE incarnation IN (
+				SELECT incarnation FROM {S}.nodes WHERE lease_expires < clock_timestamp() - interval '` + nodeKeep + `'
+				LIMIT ` + pruneNodes + ` FOR UPDATE SKIP LOCKED))
+			INSERT INTO {S}.nodes (incarnation, host, pid, started_at, renewed_at, lease_expires)
 			VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $4::bigint / 1e6))
 			RETURNING clock_timestamp(), ` + livePeers),
 		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
