@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/postgres"
@@ -97,5 +99,73 @@ func TestOpenKeywordForm(t *testing.T) {
 	}
 	if _, err := postgres.Open(ctx, postgres.Config{URL: "host=127.0.0.1 password='unterminated"}); !errors.Is(err, ledger.ErrInvalid) || strings.Contains(err.Error(), "unterminated") {
 		t.Fatalf("a broken keyword/value string: %v, want ErrInvalid without the password", err)
+	}
+}
+
+// The URL's pool_max_conns sizes the pool when Config.MaxConns is left
+// zero (before, the default of 16 replaced it silently: a node could open
+// more connections than the operator allowed), and its application_name is
+// kept (else "docket"). A pool_max_conns below 2 is refused, naming it.
+func TestOpenURLPoolSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := fmt.Sprintf("docket_pool_%d", time.Now().UnixNano())
+	sep := "?"
+	if strings.Contains(database(t), "?") {
+		sep = "&"
+	}
+	dsn := database(t) + sep + "pool_max_conns=3&application_name=" + name
+	schema := schemaFor(t.Name() + t.TempDir())
+	s, err := postgres.Open(ctx, postgres.Config{URL: dsn, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.PoolMax(); got != 3 {
+		t.Fatalf("pool size with pool_max_conns=3 in the URL: %d", got)
+	}
+	// Load: many reads and Applies at once, then count the server's
+	// connections of this application.
+	claim := groupRuns(t, s, "c0", "c1", "c2", "c3")
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Go(func() {
+			run := fmt.Sprintf("c%d", i%4)
+			if i < 4 {
+				op, _ := claim(run, "a")
+				if _, err := s.Apply(ctx, op); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			if _, err := s.Doc(ctx, run); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	conn := rawConn(t)
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	// The pool's connections, and the one that listens for other nodes'
+	// events (outside the pool).
+	if n < 1 || n > 3+1 {
+		t.Fatalf("%d server connections named %s with pool_max_conns=3 (want 1 to 4)", n, name)
+	}
+	_, err = postgres.Open(ctx, postgres.Config{URL: database(t) + sep + "pool_max_conns=1", Schema: schema})
+	if !errors.Is(err, ledger.ErrInvalid) || !strings.Contains(err.Error(), "pool_max_conns") {
+		t.Fatalf("pool_max_conns=1: %v, want ErrInvalid naming pool_max_conns", err)
+	}
+	// Config.MaxConns, when set, wins.
+	o, err := postgres.Open(ctx, postgres.Config{URL: dsn, Schema: schema, MaxConns: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if got := o.PoolMax(); got != 5 {
+		t.Fatalf("pool size with Config.MaxConns 5 and pool_max_conns=3: %d", got)
 	}
 }

@@ -154,3 +154,6 @@ func (s *Store) SkewSpecClock(d time.Duration) {
 
 // SetSpeculation turns one round trip Applies on (the default) or off.
 func (s *Store) SetSpeculation(on bool) { s.noSpec = !on }
+
+// PoolMax is the connection pool's size.
+func (s *Store) PoolMax() int32 { return s.pool.Config().MaxConns }

@@ -65,7 +65,8 @@ type Config struct {
 	// another node can take to reach a subscriber when its notification was
 	// lost. Default 1s.
 	Poll time.Duration
-	// MaxConns is the connection pool's size; default 16.
+	// MaxConns is the connection pool's size; default: the URL's
+	// pool_max_conns, else 16.
 	MaxConns int
 	// Writers is how many Apply transactions this node runs at once;
 	// default 2 (raise it on a database with many cores). Applies that
@@ -119,6 +120,9 @@ const (
 	DefaultPoolerLoginRetry = 15 * time.Second
 )
 
+// maxConnsParam is the pool size parameter of pgxpool's connection strings.
+const maxConnsParam = "pool_max_conns"
+
 // WithDefaults returns cfg with zero fields set to their defaults.
 func (cfg Config) WithDefaults() Config {
 	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
@@ -154,8 +158,10 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("%w: SkewMargin %v must be under half the lease (%v)", ledger.ErrInvalid, cfg.SkewMargin, cfg.Lease)
 	case cfg.Heartbeat <= 0 || cfg.Heartbeat > (cfg.Lease-cfg.SkewMargin)/2:
 		return fmt.Errorf("%w: Heartbeat %v must be positive and at most (Lease - SkewMargin)/2 = %v", ledger.ErrInvalid, cfg.Heartbeat, (cfg.Lease-cfg.SkewMargin)/2)
-	case cfg.Poll <= 0 || cfg.MaxConns < 2 || cfg.Outage < 0:
-		return fmt.Errorf("%w: Poll must be positive, MaxConns at least 2, Outage not negative", ledger.ErrInvalid)
+	case cfg.Poll <= 0 || cfg.Outage < 0:
+		return fmt.Errorf("%w: Poll must be positive, Outage not negative", ledger.ErrInvalid)
+	case cfg.MaxConns < 2:
+		return fmt.Errorf("%w: MaxConns (or the URL's %s) is %d: at least 2 (one Apply transaction, and one more for the heartbeat and reads)", ledger.ErrInvalid, maxConnsParam, cfg.MaxConns)
 	case cfg.Writers < 1 || cfg.Writers >= cfg.MaxConns:
 		return fmt.Errorf("%w: Writers %d must be at least 1 and below MaxConns (%d)", ledger.ErrInvalid, cfg.Writers, cfg.MaxConns)
 	}
@@ -235,20 +241,25 @@ var (
 // schema), and connection or permission errors that say what failed
 // (never with the password).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil && strings.TrimSpace(cfg.URL) != "" {
+		return nil, fmt.Errorf("%w: database URL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(cfg.URL)))
+	}
+	if cfg.MaxConns == 0 && strings.Contains(cfg.URL, maxConnsParam) {
+		cfg.MaxConns = int(pc.MaxConns) // the URL's, when the Config leaves it
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	pc, err := pgxpool.ParseConfig(cfg.URL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: database URL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(cfg.URL)))
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "ledger/postgres"), secret: pc.ConnConfig.Password,
 		stop: make(chan struct{}), seen: map[string]uint64{}, q: makeQueries(cfg.Schema), lq: makeLimitQueries(cfg.Schema), notes: make(chan []string, 4096)}
 	s.group = grouper{s: s, max: cfg.Writers}
 	s.heartbeat.Store(true)
 	pc.MaxConns = int32(cfg.MaxConns)
-	pc.ConnConfig.RuntimeParams["application_name"] = "docket"
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = "docket" // unless the URL names one
+	}
 	if countingTrips {
 		pc.ConnConfig.Tracer = tripTracer{}
 	}
