@@ -72,6 +72,13 @@
 // database's clock (ledger.OwnerChecker); Close ends the lease at once, so
 // a cleanly stopped node's claims are taken over without waiting.
 //
+// The same statement checks the tables' schema version: once a newer
+// binary upgraded them, this node's commits are refused with a
+// *SchemaMovedError (errors.Is ledger.ErrFormat), nothing written, and its
+// lease is no longer renewed, so the newer nodes adopt its runs. A node
+// registering deletes rows of nodes whose lease ended over a day ago (a
+// node without a row counts as gone, as one whose lease ended).
+//
 // # Clock
 //
 // Without Config.Clock, times recorded in claims and events and Store.Now

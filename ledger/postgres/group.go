@@ -139,8 +139,10 @@ func (g *grouper) run(reqs []*applyReq) {
 	}
 	var cu *commitUnknownError
 	var lease *LeaseError
-	if errors.As(err, &cu) || errors.As(err, &lease) || errors.Is(err, ledger.ErrClosed) {
-		// Decided for all of them: the same COMMIT, the same lease.
+	var moved *SchemaMovedError
+	if errors.As(err, &cu) || errors.As(err, &lease) || errors.As(err, &moved) || errors.Is(err, ledger.ErrClosed) {
+		// Decided for all of them: the same COMMIT, the same lease, the
+		// same tables.
 		for _, r := range live {
 			e := g.s.applyErr(r.ctx, err)
 			r.finish(ledger.FailedResults(len(r.ops), e), docRead{}, e)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -409,5 +410,53 @@ func TestUpgradeMarksUnsettledRuns(t *testing.T) {
 	waitExpired(t, b, a.Incarnation())
 	if ids, err := b.AdoptOrphans(ctx, 10); err != nil || !slices.Equal(ids, []string{"left"}) {
 		t.Fatalf("adopted %v (%v), want [left]", ids, err)
+	}
+}
+
+// A node whose tables a newer docket upgraded stops writing: its next
+// commit is refused inside the transaction (nothing written, the error
+// naming both versions, errors.Is ErrFormat), every Apply after it fails at
+// once the same way, and its lease is no longer renewed, so that it ends
+// and the newer nodes adopt its runs. A node of the tables' version goes on.
+func TestSchemaMovedStopsWriting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name() + t.TempDir())
+	old := open(t, shortLease(schema))
+	claim := groupRuns(t, old, "m0", "m1")
+	conn := rawConn(t)
+	defer conn.Close(ctx)
+	meta := pgx.Identifier{schema, "meta"}.Sanitize()
+	newer := strconv.Itoa(postgres.SchemaVersion + 1)
+	if _, err := conn.Exec(ctx, `UPDATE `+meta+` SET value = $1 WHERE name = 'schema_version'`, newer); err != nil {
+		t.Fatal(err)
+	}
+	op, k := claim("m0", "a")
+	res, err := old.Apply(ctx, op)
+	var me *postgres.SchemaMovedError
+	if !errors.As(err, &me) || !errors.Is(err, ledger.ErrFormat) || me.Tables != newer || me.Binary != postgres.SchemaVersion ||
+		!strings.Contains(err.Error(), "version "+newer) || len(res) != 1 || res[0].Err == nil {
+		t.Fatalf("a commit after the tables moved to version %s: %v %+v", newer, err, res)
+	}
+	var keys int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "keys"}.Sanitize()+` WHERE key = $1`, k).Scan(&keys); err != nil || keys != 0 {
+		t.Fatalf("the refused claim's key: %d rows, %v (want none written)", keys, err)
+	}
+	op2, _ := claim("m1", "a")
+	if _, err := old.Apply(ctx, op2); !errors.As(err, &me) {
+		t.Fatalf("the next Apply: %v, want the same refusal", err)
+	}
+	// Its lease ends: no renewal after the tables moved.
+	waitExpired(t, old, old.Incarnation())
+	if old.LeaseValid() {
+		t.Fatal("the node still counts its lease as valid after the tables moved")
+	}
+	// Back at this binary's version, a new node writes.
+	if _, err := conn.Exec(ctx, `UPDATE `+meta+` SET value = $1 WHERE name = 'schema_version'`, strconv.Itoa(postgres.SchemaVersion)); err != nil {
+		t.Fatal(err)
+	}
+	fresh := open(t, shortLease(schema))
+	if res, err := fresh.Apply(ctx, op); err != nil || res[0].Err != nil {
+		t.Fatalf("a node of the tables' version: %v %+v", err, res)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,6 +169,32 @@ func (cfg Config) validate() error {
 	return nil
 }
 
+// SchemaMovedError is a commit refused because the ledger's tables are at
+// another version than this binary writes: a newer docket upgraded them
+// while this node ran (errors.Is ledger.ErrFormat). Nothing of it was
+// written; from then on the node writes nothing, stops renewing its lease
+// (so the newer nodes adopt its runs once the lease ends) and every Apply
+// returns this error at once.
+type SchemaMovedError struct {
+	Tables string // the version the meta table names
+	Binary int    // SchemaVersion
+}
+
+func (e *SchemaMovedError) Error() string {
+	return fmt.Sprintf("the ledger's tables are at version %s, not %d as this binary writes them (a newer docket upgraded them): this node no longer writes; run the newer version", e.Tables, e.Binary)
+}
+
+func (e *SchemaMovedError) Unwrap() error { return ledger.ErrFormat }
+
+// markMoved records that the tables moved past this binary (once, logged).
+func (s *Store) markMoved(e *SchemaMovedError) {
+	if s.moved.CompareAndSwap(nil, e) {
+		s.validUntil.Store(0)
+		s.log.Error("the ledger's tables were upgraded by a newer docket: this node stops writing and lets its lease end, so that the newer nodes adopt its runs",
+			"tables", e.Tables, "binary", e.Binary, "incarnation", s.Incarnation())
+	}
+}
+
 // LeaseError is a commit refused because the writer's node lease lapsed
 // (errors.Is ledger.ErrLeaseExpired). Nothing of it was written.
 type LeaseError struct {
@@ -207,9 +234,10 @@ type Store struct {
 	lq           limitQueries
 	takes        atomic.Int64 // TakeTokens calls (sweepEvery)
 
-	inc        atomic.Pointer[string] // current incarnation
-	validUntil atomic.Int64           // local unix nanos until which the lease counts as valid (LeaseValid)
-	offset     atomic.Int64           // database clock minus local clock, nanos
+	inc        atomic.Pointer[string]           // current incarnation
+	validUntil atomic.Int64                     // local unix nanos until which the lease counts as valid (LeaseValid)
+	moved      atomic.Pointer[SchemaMovedError] // set once the tables moved past this binary (markMoved): it writes nothing more
+	offset     atomic.Int64                     // database clock minus local clock, nanos
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -394,7 +422,7 @@ func (s *Store) heartbeatLoop() {
 			return
 		case <-t.C:
 		}
-		if !s.heartbeat.Load() {
+		if !s.heartbeat.Load() || s.moved.Load() != nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
@@ -415,6 +443,11 @@ func (s *Store) renew(ctx context.Context) {
 		s.renewed(sent, dbNow)
 		s.peers.Store(peers)
 	case errors.Is(err, pgx.ErrNoRows):
+		var v string
+		if err := s.pool.QueryRow(ctx, s.q.schemaVersion).Scan(&v); err == nil && v != strconv.Itoa(SchemaVersion) {
+			s.markMoved(&SchemaMovedError{Tables: v, Binary: SchemaVersion})
+			return
+		}
 		s.lapsed(inc)
 	default:
 		s.log.Warn("renewing the node lease failed; retrying", "incarnation", inc, "err", s.redact(err))
@@ -509,6 +542,9 @@ func (s *Store) applyWith(ctx context.Context, ops []ledger.Op, doc string) ([]l
 	}
 	if s.closed.Load() {
 		return ledger.FailedResults(len(ops), ledger.ErrClosed), docRead{}, ledger.ErrClosed
+	}
+	if me := s.moved.Load(); me != nil {
+		return ledger.FailedResults(len(ops), me), docRead{}, me
 	}
 	return s.group.apply(ctx, ops, doc)
 }
