@@ -7,24 +7,37 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/docketrun/docket/ledger"
 )
 
 // lockDir takes the lock Badger takes on a data directory (an exclusive
 // flock of the directory itself), for work on its files while no handle has
-// it open. Errors: ledger.ErrLocked.
+// it open. Like Open it waits up to lockWait for a lock held a moment
+// longer by a child process forked before the holder closed it (see
+// lockWait). Errors: ledger.ErrLocked.
 func lockDir(dir string) (unlock func(), err error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: opening %s: %w", dir, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	deadline := time.Now().Add(lockWait)
+	for {
+		f, err := os.Open(dir)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: opening %s: %w", dir, err)
+		}
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("ledger: locking %s: %w", dir, err)
+		}
+		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: %s", ledger.ErrLocked, dir)
 		}
-		return nil, fmt.Errorf("ledger: locking %s: %w", dir, err)
+		if lockRetried != nil {
+			lockRetried()
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return func() { f.Close() }, nil
 }

@@ -55,10 +55,31 @@ func TestOpenWaitsForALockLetGo(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The lock Rekey and the other offline tools take (lockDir) waits the
+	// same way.
+	f = hold()
+	retries = 0
+	once = sync.Once{}
+	lockRetried = func() {
+		retries++
+		once.Do(func() { f.Close() })
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		t.Fatalf("lockDir after the lock was let go: %v", err)
+	}
+	if retries == 0 {
+		t.Fatal("lockDir did not wait: the lock was free at the first try")
+	}
+	unlock()
+
 	f = hold()
 	defer f.Close()
 	lockRetried = nil
 	if _, err := Open(ctx, Config{Dir: dir}); !errors.Is(err, ledger.ErrLocked) {
 		t.Fatalf("Open while the lock is held: %v, want ErrLocked", err)
+	}
+	if _, err := lockDir(dir); !errors.Is(err, ledger.ErrLocked) {
+		t.Fatalf("lockDir while the lock is held: %v, want ErrLocked", err)
 	}
 }
