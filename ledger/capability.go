@@ -46,12 +46,15 @@ type NodeLease struct {
 	PID         int
 	Expires     time.Time // when the lease ends (or ended), by the ledger's clock
 	Now         time.Time // the ledger's clock when it was read
-	Stopped     bool      // the process closed its ledger (its lease was ended at once)
+	// Stopped: the process closed its ledger (its lease was ended at once),
+	// or a newer binary upgraded the tables under it (its lease runs out:
+	// it writes nothing more, and its claims are another's only then).
+	Stopped bool
 }
 
 // Live reports whether the lease still holds: another process may not take
 // over its claims yet.
-func (l NodeLease) Live() bool { return !l.Stopped && l.Expires.After(l.Now) }
+func (l NodeLease) Live() bool { return l.Expires.After(l.Now) }
 
 // Left is how long the lease still holds (0 once it expired).
 func (l NodeLease) Left() time.Duration {

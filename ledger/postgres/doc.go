@@ -72,12 +72,13 @@
 // database's clock (ledger.OwnerChecker); Close ends the lease at once, so
 // a cleanly stopped node's claims are taken over without waiting.
 //
-// The same statement checks the tables' schema version: once a newer
-// binary upgraded them, this node's commits are refused with a
-// *SchemaMovedError (errors.Is ledger.ErrFormat), nothing written, and its
-// lease is no longer renewed, so the newer nodes adopt its runs. A node
-// registering deletes rows of nodes whose lease ended over a day ago (a
-// node without a row counts as gone, as one whose lease ended).
+// An upgrade of the tables by a newer binary marks every running node
+// stopped in its transaction (its lease left to run out): such a node's
+// next commit fails the lease check, its registration finds the tables
+// moved, and every Apply after it returns a *SchemaMovedError (errors.Is
+// ledger.ErrFormat). A node registering deletes rows of nodes whose lease
+// ended over a day ago (a node without a row counts as gone, as one whose
+// lease ended).
 //
 // # Clock
 //

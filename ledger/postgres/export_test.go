@@ -157,3 +157,7 @@ func (s *Store) SetSpeculation(on bool) { s.noSpec = !on }
 
 // PoolMax is the connection pool's size.
 func (s *Store) PoolMax() int32 { return s.pool.Config().MaxConns }
+
+// StopNodesSQL is the statement an upgrade of schema's tables marks the
+// running nodes stopped with.
+func StopNodesSQL(schema string) string { return stopNodes(pgx.Identifier{schema}.Sanitize()) }

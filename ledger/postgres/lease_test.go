@@ -404,6 +404,14 @@ func TestUpgradeMarksUnsettledRuns(t *testing.T) {
 	}
 	a.PauseHeartbeat(true)
 	b := open(t, shortLease(schema))
+	// The upgrade marked the node of the older tables stopped, its lease
+	// left to run out: its next commit is refused.
+	if l, err := b.Lease(ctx, a.Incarnation()); err != nil || !l.Stopped || !l.Live() {
+		t.Fatalf("the node of the older tables after the upgrade: %+v %v, want stopped with its lease running", l, err)
+	}
+	if _, err := ledger.ApplyOne(ctx, a, ledger.SetRunStatus("idle", ledger.RunCancelled, "", "", nil)); !errors.Is(err, ledger.ErrLeaseExpired) {
+		t.Fatalf("a commit of the node of the older tables after the upgrade: %v, want ErrLeaseExpired", err)
+	}
 	if got, err := b.Unsettled(ctx); err != nil || !slices.Equal(got, []string{"left"}) {
 		t.Fatalf("after the upgrade, unsettled runs %v (%v), want [left]", got, err)
 	}
@@ -413,46 +421,67 @@ func TestUpgradeMarksUnsettledRuns(t *testing.T) {
 	}
 }
 
-// A node whose tables a newer docket upgraded stops writing: its next
-// commit is refused inside the transaction (nothing written, the error
-// naming both versions, errors.Is ErrFormat), every Apply after it fails at
-// once the same way, and its lease is no longer renewed, so that it ends
-// and the newer nodes adopt its runs. A node of the tables' version goes on.
+// A node whose tables a newer docket upgraded stops writing. The upgrade
+// (as migrate does it: the version and the nodes marked stopped in one
+// transaction) makes its next commit fail the lease check, nothing
+// written; its registration again finds the tables moved, so every Apply
+// after it fails at once naming both versions (errors.Is ErrFormat). Its
+// lease is not shortened: its claim is taken over only once the lease
+// ended. A node of the tables' version goes on.
 func TestSchemaMovedStopsWriting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	schema := schemaFor(t.Name() + t.TempDir())
 	old := open(t, shortLease(schema))
-	claim := groupRuns(t, old, "m0", "m1")
+	claim := groupRuns(t, old, "m0", "m1", "m2")
+	held, _ := claim("m2", "a")
+	if res, err := old.Apply(ctx, held); err != nil || res[0].Err != nil {
+		t.Fatalf("a claim before the upgrade: %v %+v", err, res)
+	}
 	conn := rawConn(t)
 	defer conn.Close(ctx)
-	meta := pgx.Identifier{schema, "meta"}.Sanitize()
 	newer := strconv.Itoa(postgres.SchemaVersion + 1)
-	if _, err := conn.Exec(ctx, `UPDATE `+meta+` SET value = $1 WHERE name = 'schema_version'`, newer); err != nil {
+	upgrade, err := conn.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := upgrade.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "meta"}.Sanitize()+` SET value = $1 WHERE name = 'schema_version'`, newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := upgrade.Exec(ctx, postgres.StopNodesSQL(schema)); err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	op, k := claim("m0", "a")
-	res, err := old.Apply(ctx, op)
-	var me *postgres.SchemaMovedError
-	if !errors.As(err, &me) || !errors.Is(err, ledger.ErrFormat) || me.Tables != newer || me.Binary != postgres.SchemaVersion ||
-		!strings.Contains(err.Error(), "version "+newer) || len(res) != 1 || res[0].Err == nil {
-		t.Fatalf("a commit after the tables moved to version %s: %v %+v", newer, err, res)
+	if _, err := old.Apply(ctx, op); !errors.Is(err, ledger.ErrLeaseExpired) && !errors.Is(err, ledger.ErrFormat) {
+		t.Fatalf("the first commit after the upgrade: %v, want the lease check refusing it", err)
 	}
 	var keys int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "keys"}.Sanitize()+` WHERE key = $1`, k).Scan(&keys); err != nil || keys != 0 {
 		t.Fatalf("the refused claim's key: %d rows, %v (want none written)", keys, err)
 	}
 	op2, _ := claim("m1", "a")
-	if _, err := old.Apply(ctx, op2); !errors.As(err, &me) {
-		t.Fatalf("the next Apply: %v, want the same refusal", err)
+	_, err = old.Apply(ctx, op2)
+	var me *postgres.SchemaMovedError
+	if !errors.As(err, &me) || !errors.Is(err, ledger.ErrFormat) || me.Tables != newer || me.Binary != postgres.SchemaVersion ||
+		!strings.Contains(err.Error(), "version "+newer) {
+		t.Fatalf("an Apply after the node learnt of the upgrade: %v, want SchemaMovedError naming version %s", err, newer)
 	}
-	// Its lease ends: no renewal after the tables moved.
-	waitExpired(t, old, old.Incarnation())
 	if old.LeaseValid() {
 		t.Fatal("the node still counts its lease as valid after the tables moved")
 	}
+	// Its claim is not another node's to take until its lease ended.
+	inc := old.Incarnation()
+	if gone, err := old.LeaseExpired(ctx, inc); err != nil || gone {
+		t.Fatalf("right after the upgrade the lease counts as ended (%v, %v): it must not be shortened", gone, err)
+	}
+	waitExpired(t, old, inc)
+
 	// Back at this binary's version, a new node writes.
-	if _, err := conn.Exec(ctx, `UPDATE `+meta+` SET value = $1 WHERE name = 'schema_version'`, strconv.Itoa(postgres.SchemaVersion)); err != nil {
+	if _, err := conn.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "meta"}.Sanitize()+` SET value = $1 WHERE name = 'schema_version'`, strconv.Itoa(postgres.SchemaVersion)); err != nil {
 		t.Fatal(err)
 	}
 	fresh := open(t, shortLease(schema))

@@ -91,24 +91,19 @@ func makeQueries(schema string) queries {
 			VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $4::bigint / 1e6))
 			RETURNING clock_timestamp(), ` + livePeers),
 		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
-			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL
-				AND (SELECT value FROM {S}.meta WHERE name = 'schema_version') = '` + strconv.Itoa(SchemaVersion) + `'
-			RETURNING clock_timestamp(), ` + livePeers),
+			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp(), ` + livePeers),
 		stopNode: t(`UPDATE {S}.nodes SET stopped_at = clock_timestamp(), lease_expires = least(lease_expires, clock_timestamp()) WHERE incarnation = $1`),
 		// The commit's lease check fails its statement when the lease
 		// lapsed, so that the server skips the COMMIT sent after it: the
 		// failure is a cast of a marked text (leaseError reads it back)
 		// holding the lease's end and the database's clock in microseconds
 		// since the epoch ("-": the node has no row).
-		// It also fails, with its own mark, when the tables were upgraded
-		// past this binary's version by a newer one: a node of an older
-		// version stops writing at once, inside the commit, instead of
-		// writing as its version does beside the newer nodes.
-		leaseCheck: t(`SELECT CASE WHEN l.v IS DISTINCT FROM '` + strconv.Itoa(SchemaVersion) + `' THEN ('` + schemaMoved + ` ' || coalesce(l.v, '-'))::int
-			WHEN l.e > l.n THEN 0 ELSE ('` + leaseLapsed + ` ' || coalesce((extract(epoch FROM l.e) * 1000000)::bigint::text, '-')
-			|| ' ' || (extract(epoch FROM l.n) * 1000000)::bigint::text)::int END
-			FROM (SELECT (SELECT lease_expires FROM {S}.nodes WHERE incarnation = $1) AS e, clock_timestamp() AS n,
-				(SELECT value FROM {S}.meta WHERE name = 'schema_version') AS v) AS l`),
+		// A node marked stopped (an upgrade of the tables by a newer
+		// binary, migrate) fails it too, its end being when it was stopped.
+		leaseCheck: t(`SELECT CASE WHEN x.lease_expires > c.n AND x.stopped_at IS NULL THEN 0 ELSE ('` + leaseLapsed + ` '
+			|| coalesce((extract(epoch FROM least(x.lease_expires, x.stopped_at)) * 1000000)::bigint::text, '-')
+			|| ' ' || (extract(epoch FROM c.n) * 1000000)::bigint::text)::int END
+			FROM (SELECT clock_timestamp() AS n) AS c LEFT JOIN {S}.nodes x ON x.incarnation = $1`),
 		schemaVersion: t(`SELECT coalesce((SELECT value FROM {S}.meta WHERE name = 'schema_version'), '-')`),
 		ownerGone:     t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
 		clock:         `SELECT clock_timestamp()`,

@@ -312,11 +312,29 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			return fmt.Errorf("upgrading schema %s to version %d: %w", schema, v+1, err)
 		}
 	}
+	if have > 0 {
+		// The nodes still running an older binary would write as their
+		// version does: they are marked stopped in this transaction, so
+		// that each one's next commit is refused (the lease check reads
+		// its row), its lease is not renewed and its registration finds
+		// the tables moved (register). Their leases are not shortened: a
+		// node counts on its lease until it ends, so their claims are
+		// taken over, and their runs adopted, only then.
+		if _, err := tx.Exec(ctx, stopNodes(qs)); err != nil {
+			return fmt.Errorf("stopping the nodes of version %d: %w", have, err)
+		}
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO `+qs+`.meta (name, value) VALUES ('schema_version', $1)
 		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`, strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("recording the schema version: %w", err)
 	}
 	return tx.Commit(ctx)
+}
+
+// stopNodes marks every running node of schema qs (quoted) stopped: an
+// upgrade's statement (migrate).
+func stopNodes(qs string) string {
+	return `UPDATE ` + qs + `.nodes SET stopped_at = clock_timestamp() WHERE stopped_at IS NULL`
 }
 
 // PostgreSQL error codes the store tells apart.

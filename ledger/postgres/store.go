@@ -169,12 +169,13 @@ func (cfg Config) validate() error {
 	return nil
 }
 
-// SchemaMovedError is a commit refused because the ledger's tables are at
-// another version than this binary writes: a newer docket upgraded them
-// while this node ran (errors.Is ledger.ErrFormat). Nothing of it was
-// written; from then on the node writes nothing, stops renewing its lease
-// (so the newer nodes adopt its runs once the lease ends) and every Apply
-// returns this error at once.
+// SchemaMovedError says that the ledger's tables are at another version
+// than this binary writes: a newer docket upgraded them while this node ran
+// (errors.Is ledger.ErrFormat). The upgrade ended every node's lease in its
+// own transaction, so this node's first commit after it was refused (a
+// *LeaseError, nothing written) and its registration again found the
+// tables moved: from then on every Apply returns this error at once and the
+// node holds no lease, so the newer nodes adopt its runs.
 type SchemaMovedError struct {
 	Tables string // the version the meta table names
 	Binary int    // SchemaVersion
@@ -190,7 +191,7 @@ func (e *SchemaMovedError) Unwrap() error { return ledger.ErrFormat }
 func (s *Store) markMoved(e *SchemaMovedError) {
 	if s.moved.CompareAndSwap(nil, e) {
 		s.validUntil.Store(0)
-		s.log.Error("the ledger's tables were upgraded by a newer docket: this node stops writing and lets its lease end, so that the newer nodes adopt its runs",
+		s.log.Error("the ledger's tables were upgraded by a newer docket: this node stops writing (the newer nodes adopt its runs); run the newer version",
 			"tables", e.Tables, "binary", e.Binary, "incarnation", s.Incarnation())
 	}
 }
@@ -383,6 +384,18 @@ func (s *Store) explain(doing string, err error) error {
 
 // register makes a new incarnation and its node row with a fresh lease.
 func (s *Store) register(ctx context.Context) error {
+	// A newer binary's upgrade of the tables ends every node's lease in
+	// its transaction (migrate): this node learns of it at its next commit
+	// or renewal, and its registration again finds the tables moved.
+	var v string
+	if err := s.pool.QueryRow(ctx, s.q.schemaVersion).Scan(&v); err != nil {
+		return err
+	}
+	if v != strconv.Itoa(SchemaVersion) {
+		me := &SchemaMovedError{Tables: v, Binary: SchemaVersion}
+		s.markMoved(me)
+		return me
+	}
 	var b [8]byte
 	rand.Read(b[:])
 	inc := "inc_" + hex.EncodeToString(b[:])
@@ -443,11 +456,6 @@ func (s *Store) renew(ctx context.Context) {
 		s.renewed(sent, dbNow)
 		s.peers.Store(peers)
 	case errors.Is(err, pgx.ErrNoRows):
-		var v string
-		if err := s.pool.QueryRow(ctx, s.q.schemaVersion).Scan(&v); err == nil && v != strconv.Itoa(SchemaVersion) {
-			s.markMoved(&SchemaMovedError{Tables: v, Binary: SchemaVersion})
-			return
-		}
 		s.lapsed(inc)
 	default:
 		s.log.Warn("renewing the node lease failed; retrying", "incarnation", inc, "err", s.redact(err))
@@ -466,6 +474,9 @@ func (s *Store) lapsed(inc string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease)
 	defer cancel()
 	if err := s.register(ctx); err != nil {
+		if errors.Is(err, ledger.ErrFormat) {
+			return // the tables moved past this binary (markMoved said so)
+		}
 		s.log.Error("the node lease lapsed and registering again failed; retrying at the next heartbeat", "incarnation", inc, "err", s.redact(err))
 		return
 	}

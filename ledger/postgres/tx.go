@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -769,10 +768,6 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) e
 			if le := leaseError(t.inc, err); le != nil {
 				return le
 			}
-			if me := movedError(err); me != nil {
-				t.s.markMoved(me)
-				return me
-			}
 			return err
 		}
 		t.docReads = make([]docRead, len(t.docs))
@@ -831,26 +826,6 @@ func leaseError(inc string, err error) *LeaseError {
 		le.Now = time.UnixMicro(us).UTC()
 	}
 	return le
-}
-
-// schemaMoved marks the lease check's failure when the tables' version is
-// not this binary's (queries.leaseCheck).
-const schemaMoved = "docket-schema-moved"
-
-var schemaMovedRe = regexp.MustCompile(schemaMoved + ` (\S+)`)
-
-// movedError turns the lease check's schema failure into a
-// *SchemaMovedError (nil: err is another error).
-func movedError(err error) *SchemaMovedError {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return nil
-	}
-	m := schemaMovedRe.FindStringSubmatch(pe.Message)
-	if m == nil {
-		return nil
-	}
-	return &SchemaMovedError{Tables: strings.Trim(m[1], `"`), Binary: SchemaVersion}
 }
 
 func nilIfEmpty(b []byte) any {
