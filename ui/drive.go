@@ -70,7 +70,10 @@ func (s *Server) loop(runID string, fn func(ctx context.Context) error) {
 		s.metrics.drives.Add(1)
 		if err := fn(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("drive stopped with an error", "run_id", runID, "err", err)
-			if errors.Is(err, ledger.ErrNoSpace) || errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, ledger.ErrLeaseExpired) {
+			// Not when the shared ledger's tables moved past this binary
+			// (ErrFormat too): this node writes nothing more, and the nodes
+			// of the newer version adopt the run.
+			if (errors.Is(err, ledger.ErrNoSpace) || errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, ledger.ErrLeaseExpired)) && !errors.Is(err, ledger.ErrFormat) {
 				// The disk filled mid-run: nothing was lost, and the run
 				// goes on by itself once space is back (no restart needed).
 				if errors.Is(err, ledger.ErrNoSpace) {

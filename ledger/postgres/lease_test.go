@@ -466,7 +466,7 @@ func TestSchemaMovedStopsWriting(t *testing.T) {
 	op2, _ := claim("m1", "a")
 	_, err = old.Apply(ctx, op2)
 	var me *postgres.SchemaMovedError
-	if !errors.As(err, &me) || !errors.Is(err, ledger.ErrFormat) || me.Tables != newer || me.Binary != postgres.SchemaVersion ||
+	if !errors.As(err, &me) || !errors.Is(err, ledger.ErrFormat) || !errors.Is(err, ledger.ErrUnavailable) || me.Tables != newer || me.Binary != postgres.SchemaVersion ||
 		!strings.Contains(err.Error(), "version "+newer) {
 		t.Fatalf("an Apply after the node learnt of the upgrade: %v, want SchemaMovedError naming version %s", err, newer)
 	}

@@ -171,11 +171,12 @@ func (cfg Config) validate() error {
 
 // SchemaMovedError says that the ledger's tables are at another version
 // than this binary writes: a newer docket upgraded them while this node ran
-// (errors.Is ledger.ErrFormat). The upgrade ended every node's lease in its
-// own transaction, so this node's first commit after it was refused (a
-// *LeaseError, nothing written) and its registration again found the
-// tables moved: from then on every Apply returns this error at once and the
-// node holds no lease, so the newer nodes adopt its runs.
+// (errors.Is ledger.ErrFormat and ledger.ErrUnavailable). The upgrade
+// marked every running node stopped in its own transaction, so this node's
+// first commit after it was refused (a *LeaseError, nothing written) and
+// its registration again found the tables moved: from then on every Apply
+// returns this error at once and the node holds no lease, so the newer
+// nodes adopt its runs once the lease it had ends.
 type SchemaMovedError struct {
 	Tables string // the version the meta table names
 	Binary int    // SchemaVersion
@@ -185,7 +186,9 @@ func (e *SchemaMovedError) Error() string {
 	return fmt.Sprintf("the ledger's tables are at version %s, not %d as this binary writes them (a newer docket upgraded them): this node no longer writes; run the newer version", e.Tables, e.Binary)
 }
 
-func (e *SchemaMovedError) Unwrap() error { return ledger.ErrFormat }
+// Unwrap: ledger.ErrFormat, and ledger.ErrUnavailable (this node cannot
+// write; a node of the tables' version can: a service answers 503).
+func (e *SchemaMovedError) Unwrap() []error { return []error{ledger.ErrFormat, ledger.ErrUnavailable} }
 
 // markMoved records that the tables moved past this binary (once, logged).
 func (s *Store) markMoved(e *SchemaMovedError) {
