@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"net/url"
 	"strings"
 )
 
@@ -134,6 +135,21 @@ func isKeywordValue(s string) bool {
 		}
 	}
 	return false
+}
+
+// hasParam reports whether connection string s (a URL or the keyword/value
+// form) sets parameter name: a URL's query parameter or a keyword.
+func hasParam(s, name string) bool {
+	if kvs, ok := parseKeywordValue(s); ok && !strings.Contains(s, "://") {
+		for _, kv := range kvs {
+			if kv.key == name {
+				return true
+			}
+		}
+		return false
+	}
+	u, err := url.Parse(s)
+	return err == nil && u.Query().Has(name)
 }
 
 // quoteValue writes a value as libpq reads it back.

@@ -168,4 +168,23 @@ func TestOpenURLPoolSettings(t *testing.T) {
 	if got := o.PoolMax(); got != 5 {
 		t.Fatalf("pool size with Config.MaxConns 5 and pool_max_conns=3: %d", got)
 	}
+	// The parameter itself counts, not the words: a name that contains
+	// it leaves the default; the keyword/value form sets it too.
+	named, err := postgres.Open(ctx, postgres.Config{URL: database(t) + sep + "application_name=pool_max_conns_watch", Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	if got := named.PoolMax(); got != postgres.DefaultMaxConns {
+		t.Fatalf("pool size with an application_name that contains pool_max_conns: %d, want the default %d", got, postgres.DefaultMaxConns)
+	}
+	kw, _ := keywordForm(t, database(t))
+	k, err := postgres.Open(ctx, postgres.Config{URL: kw + " pool_max_conns=4", Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if got := k.PoolMax(); got != 4 {
+		t.Fatalf("pool size with pool_max_conns=4 in the keyword/value form: %d", got)
+	}
 }

@@ -76,9 +76,11 @@
 // stopped in its transaction (its lease left to run out): such a node's
 // next commit fails the lease check, its registration finds the tables
 // moved, and every Apply after it returns a *SchemaMovedError (errors.Is
-// ledger.ErrFormat). A node registering deletes rows of nodes whose lease
-// ended over a day ago (a node without a row counts as gone, as one whose
-// lease ended).
+// ledger.ErrFormat). A registration reads the version's row FOR SHARE
+// and an upgrade locks it first, so one waits for the other: a node
+// starting during an upgrade is never left out of it. A node registering
+// deletes rows of nodes whose lease ended over a day ago (a node without
+// a row counts as gone, as one whose lease ended).
 //
 // # Clock
 //

@@ -138,9 +138,7 @@ func (g *grouper) run(reqs []*applyReq) {
 		return
 	}
 	var cu *commitUnknownError
-	var lease *LeaseError
-	var moved *SchemaMovedError
-	if errors.As(err, &cu) || errors.As(err, &lease) || errors.As(err, &moved) || errors.Is(err, ledger.ErrClosed) {
+	if errors.As(err, &cu) || refused(err) || errors.Is(err, ledger.ErrClosed) {
 		// Decided for all of them: the same COMMIT, the same lease, the
 		// same tables.
 		for _, r := range live {

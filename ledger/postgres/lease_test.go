@@ -489,3 +489,84 @@ func TestSchemaMovedStopsWriting(t *testing.T) {
 		t.Fatalf("a node of the tables' version: %v %+v", err, res)
 	}
 }
+
+// TestRegistrationWaitsForAnUpgrade: a node registering while a newer
+// binary upgrades the tables waits for the upgrade and then finds the
+// tables moved; it never registers as a running node of the old version
+// that the upgrade's marking of the nodes missed.
+func TestRegistrationWaitsForAnUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name() + t.TempDir())
+	old := open(t, shortLease(schema))
+	claim := groupRuns(t, old, "w0", "w1")
+	// Its lease lapses: its next commit is refused and it registers again.
+	old.PauseHeartbeat(true)
+	waitExpired(t, old, old.Incarnation())
+
+	conn := rawConn(t)
+	defer conn.Close(ctx)
+	newer := strconv.Itoa(postgres.SchemaVersion + 1)
+	meta := pgx.Identifier{schema, "meta"}.Sanitize()
+	upgrade, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upgrade.Rollback(ctx)
+	// As migrate does: the version's row locked first, the nodes marked
+	// stopped, the version changed.
+	if _, err := upgrade.Exec(ctx, `SELECT value FROM `+meta+` WHERE name = 'schema_version' FOR NO KEY UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := upgrade.Exec(ctx, postgres.StopNodesSQL(schema)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := upgrade.Exec(ctx, `UPDATE `+meta+` SET value = $1 WHERE name = 'schema_version'`, newer); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		op, _ := claim("w0", "a")
+		_, err := old.Apply(ctx, op)
+		done <- err
+	}()
+	// The registration waits on the version's row while the upgrade is
+	// under way.
+	watch := rawConn(t)
+	defer watch.Close(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%nodes%' AND strpos(query, $1) > 0`, schema).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the Apply returned (%v) while the upgrade was under way: its registration did not wait for it", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no registration waiting for the upgrade after 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := upgrade.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ledger.ErrLeaseExpired) && !errors.Is(err, ledger.ErrFormat) {
+		t.Fatalf("the Apply whose lease lapsed: %v", err)
+	}
+	var running int
+	if err := watch.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "nodes"}.Sanitize()+` WHERE stopped_at IS NULL`).Scan(&running); err != nil || running != 0 {
+		t.Fatalf("%d nodes registered as running after the upgrade (%v), want none", running, err)
+	}
+	op, _ := claim("w1", "a")
+	var me *postgres.SchemaMovedError
+	if _, err := old.Apply(ctx, op); !errors.As(err, &me) || me.Tables != newer {
+		t.Fatalf("an Apply after the upgrade: %v, want SchemaMovedError naming version %s", err, newer)
+	}
+}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,7 +71,7 @@ func probePooler(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 
 // setsExecMode reports whether the connection string chooses pgx's exec
 // mode itself.
-func setsExecMode(connString string) bool { return strings.Contains(connString, execModeParam) }
+func setsExecMode(connString string) bool { return hasParam(connString, execModeParam) }
 
 // Pooled reports whether Open found the database behind a pooler that
 // shares server connections between clients (transaction pooling): the

@@ -78,6 +78,12 @@ func makeQueries(schema string) queries {
 	q := queries{
 		channel: "docket_events_" + schema,
 
+		// A node registers only while the tables are at its version ($5):
+		// it reads the version's row FOR SHARE, so a registration and an
+		// upgrade (migrate, which locks that row first) take turns. One
+		// that waited for an upgrade finds the new version and inserts
+		// nothing; an upgrade that waited for a registration marks the new
+		// node stopped with the others.
 		// A node registering also deletes up to pruneNodes rows of nodes
 		// whose lease ended over nodeKeep ago: a node with no row counts as
 		// gone everywhere (its claims, its runs, its own lease check), just
@@ -88,7 +94,8 @@ func makeQueries(schema string) queries {
 				SELECT incarnation FROM {S}.nodes WHERE lease_expires < clock_timestamp() - interval '` + nodeKeep + `'
 				LIMIT ` + pruneNodes + ` FOR UPDATE SKIP LOCKED))
 			INSERT INTO {S}.nodes (incarnation, host, pid, started_at, renewed_at, lease_expires)
-			VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $4::bigint / 1e6))
+			SELECT $1, $2, $3, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $4::bigint / 1e6)
+			FROM {S}.meta WHERE name = 'schema_version' AND value = $5 FOR SHARE
 			RETURNING clock_timestamp(), ` + livePeers),
 		renewNode: t(`UPDATE {S}.nodes SET renewed_at = clock_timestamp(), lease_expires = clock_timestamp() + make_interval(secs => $2::bigint / 1e6)
 			WHERE incarnation = $1 AND lease_expires > clock_timestamp() AND stopped_at IS NULL RETURNING clock_timestamp(), ` + livePeers),

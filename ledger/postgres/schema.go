@@ -284,7 +284,10 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	}
 	if meta != nil {
 		var v string
-		err := tx.QueryRow(ctx, `SELECT value FROM `+qs+`.meta WHERE name = 'schema_version'`).Scan(&v)
+		// Locked so that a registration (which reads it FOR SHARE) waits
+		// for an upgrade and then finds the tables moved, or an upgrade
+		// waits for a registration and then marks its node stopped.
+		err := tx.QueryRow(ctx, `SELECT value FROM `+qs+`.meta WHERE name = 'schema_version' FOR NO KEY UPDATE`).Scan(&v)
 		if err != nil {
 			return fmt.Errorf("reading the schema version: %w", err)
 		}

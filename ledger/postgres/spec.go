@@ -373,12 +373,10 @@ func (t *tx) applySpec(ops []ledger.Op, docs []string) (res []ledger.Result, don
 		}
 		return nil
 	})
-	var lease *LeaseError
-	var moved *SchemaMovedError
 	switch {
 	case err == nil:
 		return res, true, nil
-	case errors.As(err, &lease), errors.As(err, &moved):
+	case refused(err):
 		return nil, false, err
 	case pgCode(err) != "":
 		// A check failed (a record changed: specStale), or the server

@@ -218,6 +218,15 @@ func (e *LeaseError) Error() string {
 // Is makes errors.Is(err, ledger.ErrLeaseExpired) true.
 func (e *LeaseError) Is(target error) bool { return target == ledger.ErrLeaseExpired }
 
+// refused reports whether err is this node being refused as a writer (its
+// lease lapsed, or its tables moved past it): the same for every Apply of
+// a commit, and never worth a retry of that commit.
+func refused(err error) bool {
+	var lease *LeaseError
+	var moved *SchemaMovedError
+	return errors.As(err, &lease) || errors.As(err, &moved)
+}
+
 // Store is the shared ledger (see the package doc).
 type Store struct {
 	cfg    Config
@@ -277,7 +286,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil && strings.TrimSpace(cfg.URL) != "" {
 		return nil, fmt.Errorf("%w: database URL: %s", ledger.ErrInvalid, redactString(err.Error(), passwordOf(cfg.URL)))
 	}
-	if cfg.MaxConns == 0 && strings.Contains(cfg.URL, maxConnsParam) {
+	if cfg.MaxConns == 0 && hasParam(cfg.URL, maxConnsParam) {
 		cfg.MaxConns = int(pc.MaxConns) // the URL's, when the Config leaves it
 	}
 	cfg = cfg.WithDefaults()
@@ -387,18 +396,6 @@ func (s *Store) explain(doing string, err error) error {
 
 // register makes a new incarnation and its node row with a fresh lease.
 func (s *Store) register(ctx context.Context) error {
-	// A newer binary's upgrade of the tables ends every node's lease in
-	// its transaction (migrate): this node learns of it at its next commit
-	// or renewal, and its registration again finds the tables moved.
-	var v string
-	if err := s.pool.QueryRow(ctx, s.q.schemaVersion).Scan(&v); err != nil {
-		return err
-	}
-	if v != strconv.Itoa(SchemaVersion) {
-		me := &SchemaMovedError{Tables: v, Binary: SchemaVersion}
-		s.markMoved(me)
-		return me
-	}
 	var b [8]byte
 	rand.Read(b[:])
 	inc := "inc_" + hex.EncodeToString(b[:])
@@ -406,7 +403,22 @@ func (s *Store) register(ctx context.Context) error {
 	sent := time.Now()
 	var dbNow time.Time
 	var peers int64
-	err := s.pool.QueryRow(ctx, s.q.registerNode, inc, host, os.Getpid(), s.cfg.Lease.Microseconds()).Scan(&dbNow, &peers)
+	err := s.pool.QueryRow(ctx, s.q.registerNode, inc, host, os.Getpid(), s.cfg.Lease.Microseconds(), strconv.Itoa(SchemaVersion)).Scan(&dbNow, &peers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// No row: the tables are not at this binary's version. A newer
+		// binary upgraded them (and marked this node stopped, migrate):
+		// this node learns of it at its next commit or renewal, and here.
+		var v string
+		if err := s.pool.QueryRow(ctx, s.q.schemaVersion).Scan(&v); err != nil {
+			return err
+		}
+		if v == strconv.Itoa(SchemaVersion) { // set back in between: not moved
+			return fmt.Errorf("the tables' version changed while this node registered: %w", ledger.ErrUnavailable)
+		}
+		me := &SchemaMovedError{Tables: v, Binary: SchemaVersion}
+		s.markMoved(me)
+		return me
+	}
 	if err != nil {
 		return err
 	}
