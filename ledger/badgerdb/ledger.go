@@ -302,11 +302,17 @@ const lockWait = time.Second
 var lockRetried func()
 
 func openWaitingForLock(opts badger.Options) (*badger.DB, error) {
+	return retryLocked(func() (*badger.DB, error) { return badger.Open(opts) }, isLockErr)
+}
+
+// retryLocked calls try until it returns anything but an error that
+// locked says is a lock held by another, or lockWait passed.
+func retryLocked[T any](try func() (T, error), locked func(error) bool) (T, error) {
 	deadline := time.Now().Add(lockWait)
 	for {
-		db, err := badger.Open(opts)
-		if !isLockErr(err) || time.Now().After(deadline) {
-			return db, err
+		v, err := try()
+		if err == nil || !locked(err) || time.Now().After(deadline) {
+			return v, err
 		}
 		if lockRetried != nil {
 			lockRetried()

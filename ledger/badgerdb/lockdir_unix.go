@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"syscall"
-	"time"
 
 	"github.com/docketrun/docket/ledger"
 )
@@ -18,8 +17,7 @@ import (
 // longer by a child process forked before the holder closed it (see
 // lockWait). Errors: ledger.ErrLocked.
 func lockDir(dir string) (unlock func(), err error) {
-	deadline := time.Now().Add(lockWait)
-	for {
+	return retryLocked(func() (func(), error) {
 		f, err := os.Open(dir)
 		if err != nil {
 			return nil, fmt.Errorf("ledger: opening %s: %w", dir, err)
@@ -29,15 +27,9 @@ func lockDir(dir string) (unlock func(), err error) {
 			return func() { f.Close() }, nil
 		}
 		f.Close()
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("ledger: locking %s: %w", dir, err)
-		}
-		if time.Now().After(deadline) {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s", ledger.ErrLocked, dir)
 		}
-		if lockRetried != nil {
-			lockRetried()
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil, fmt.Errorf("ledger: locking %s: %w", dir, err)
+	}, func(err error) bool { return errors.Is(err, ledger.ErrLocked) })
 }
