@@ -73,6 +73,7 @@ type driver struct {
 	sched
 	inbox chan *act // workers send their act back when done with it
 	idle  chan job  // an idle worker's next act (spawn)
+	solo  *job      // an act alone in flight, for the loop to work itself (spawn)
 	// resumed: markRunning ran in this drive (the loop's commit or a
 	// worker's claim may be first).
 	resumed atomic.Bool

@@ -45,6 +45,17 @@ func (d *driver) loop(ctx context.Context) {
 		if idle {
 			continue // something changed while we looked: look again
 		}
+		if j := d.solo; j != nil {
+			// The loop would only wait for it: worked here, without a
+			// hand-off to a worker and back (two goroutine switches, each
+			// waking a thread, at every step of a chain).
+			d.solo = nil
+			if d.inflight == 1 {
+				d.work(j.ctx, j.a)
+			} else {
+				d.handOff(*j)
+			}
+		}
 		d.receive(ctx, <-d.inbox)
 	}
 }
@@ -78,15 +89,35 @@ func (d *driver) receive(ctx context.Context, a *act) {
 // the transport), and a new goroutine would grow its stack, copying it, at
 // every call of a chain. An act never waits for a worker: with none idle,
 // it gets a new one.
+//
+// An act that would be alone in flight is kept for the loop instead
+// (solo), which works it itself when it is still alone once the loop has
+// nothing else to do but wait for it.
 func (d *driver) spawn(ctx context.Context, acts []*act) {
+	if len(acts) == 0 {
+		return
+	}
+	if j := d.solo; j != nil {
+		d.solo = nil
+		d.handOff(*j)
+	}
 	for _, a := range acts {
 		a.row = a.n.row // the worker's copy; the loop takes it back with the outcome
 		j := job{ctx, a}
-		select {
-		case d.idle <- j:
-		default:
-			go d.worker(j)
+		if len(acts) == 1 && d.inflight == 1 {
+			d.solo = &j
+			return
 		}
+		d.handOff(j)
+	}
+}
+
+// handOff gives j to an idle worker, or to a new one.
+func (d *driver) handOff(j job) {
+	select {
+	case d.idle <- j:
+	default:
+		go d.worker(j)
 	}
 }
 
