@@ -231,3 +231,32 @@ func TestAtMostOnceUnknownOutcomeEachResolution(t *testing.T) {
 		})
 	}
 }
+
+// A call says its arguments were validated (tools.Call.ArgsValidated, which
+// lets Func skip validating them again) only when this drive validated
+// them: a fresh claim, not a claim resumed from the ledger after a crash.
+func TestArgsValidatedOnlyWhenThisDriveValidatedThem(t *testing.T) {
+	t.Parallel()
+	w := tooltest.NewWorld()
+	s := spec("t", tools.Keyed)
+	s.KeyTTL = time.Hour
+	ft := w.Tool(s)
+	var b *bundle
+	b = setup(t, []tools.Tool{ft}, crashAfterCall(&b, "a1"))
+	p := mkPlan(t, pa("a1", "t", `{"n":1}`), pa("a2", "t", `{"n":2}`, "a1"))
+	if _, err := b.eng.Run(context.Background(), "r1", p, &RunOptions{Policy: PolicyAll}); err == nil {
+		t.Fatal("Run after the ledger closed: no error")
+	}
+	b.restart()
+	doc := b.resume("r1")
+	wantStatus(t, doc, ledger.RunCompleted)
+	calls := ft.Calls()
+	if len(calls) != 3 {
+		t.Fatalf("%d calls, want 3 (a1, a1 again after the crash, a2)", len(calls))
+	}
+	for i, want := range []bool{true, false, true} {
+		if calls[i].ArgsValidated != want {
+			t.Fatalf("call %d (%s, attempt %d): ArgsValidated %v, want %v", i, calls[i].Action, calls[i].Attempt, calls[i].ArgsValidated, want)
+		}
+	}
+}

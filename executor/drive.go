@@ -362,7 +362,8 @@ func sentBefore(r ledger.Action) bool {
 type act struct {
 	n       *node
 	key     string
-	args    json.RawMessage // resolved and validated
+	args    json.RawMessage // resolved
+	checked bool            // args validated against the tool's input schema by this drive (prepare)
 	attempt int             // attempt number of the claim we hold (0: none)
 	claimAt time.Time       // when our claim was recorded
 	release func()          // in-process reservation of the key

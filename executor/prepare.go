@@ -42,6 +42,7 @@ func (d *driver) prepare(ctx context.Context, n *node, outputs map[string]json.R
 		return d.prepFail(n, fmt.Sprintf("derive key: %v", err))
 	}
 	a := newAct(n, key, resolved)
+	a.checked = true
 	if row.Key == key && row.Attempts > 0 {
 		return prepWork{a: a} // attempted before under this key: decide from the record
 	}

@@ -455,7 +455,7 @@ func (d *driver) waitOtherNode(ctx context.Context) bool {
 // a retry was claimed (or must be decided from a.rec: a.attempt is 0).
 func (d *driver) attemptCall(ctx context.Context, a *act) (out json.RawMessage, how end, again bool) {
 	spec := a.n.spec
-	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: a.attempt, Args: a.args}
+	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: a.attempt, Args: a.args, ArgsValidated: a.checked}
 	if ctx.Err() != nil {
 		d.abandon(ctx, a, "interrupted before the call")
 		return nil, endStopped, false
@@ -631,7 +631,7 @@ func (d *driver) lookupPhase(ctx context.Context, a *act, dec decision) (res dec
 		return decision{verb: doCall, trusted: true}, nil, false
 	}
 	n := dec.attempt
-	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: n, Args: a.args}
+	call := tools.Call{Key: a.key, RunID: d.runID, Action: a.n.id, Attempt: n, Args: a.args, ArgsValidated: a.checked}
 	noted := false
 	errs := 0
 	for {

@@ -15,7 +15,9 @@ import (
 // from In (invopop/jsonschema, inlined, no root $ref, additionalProperties
 // false, a field is required unless it is `json:",omitempty"`), the output
 // schema from Out. Arguments are validated against the input schema before fn
-// runs (failures are Permanent *ArgsError values naming each path) and decoded
+// runs, unless the call says they were (Call.ArgsValidated: the executor
+// validated them against the same schema); failures are Permanent
+// *ArgsError values naming each path. They are decoded
 // into In (unknown fields refused, numbers in `any` fields as json.Number).
 // Errors from fn pass through unchanged, so fn can return Permanent,
 // RetryAfter, NotSent or InFlight. Out is encoded as the output.
@@ -57,8 +59,10 @@ func (t *funcTool[In, Out]) decode(call Call) (In, error) {
 	if t.schemaErr != nil {
 		return in, Permanent(fmt.Errorf("tool %q: input schema: %w", t.spec.Name, t.schemaErr))
 	}
-	if err := validateArgs(t.spec.Name, t.input, call.Args, false); err != nil {
-		return in, Permanent(err)
+	if !call.ArgsValidated {
+		if err := validateArgs(t.spec.Name, t.input, call.Args, false); err != nil {
+			return in, Permanent(err)
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(call.Args))
 	dec.DisallowUnknownFields()

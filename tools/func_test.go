@@ -78,6 +78,19 @@ func TestFunc(t *testing.T) {
 	if o, _ := Classify(err); o != Definite || err.Error() != "account blocked" {
 		t.Errorf("fn error not passed through: %v", err)
 	}
+
+	// Arguments the caller validated are not validated again: the schema's
+	// minimum is not checked, decoding still is.
+	below := json.RawMessage(`{"amount": 0, "to": "carol"}`)
+	if _, err := tool.Call(context.Background(), Call{Args: below}); !errors.As(err, &ae) {
+		t.Fatalf("amount 0 without ArgsValidated: %v, want an ArgsError", err)
+	}
+	if out, err := tool.Call(context.Background(), Call{Args: below, ArgsValidated: true}); err != nil || string(out) != `{"id":"t-carol"}` {
+		t.Fatalf("amount 0 with ArgsValidated: %s, %v, want fn to run", out, err)
+	}
+	if _, err := tool.Call(context.Background(), Call{Args: json.RawMessage(`{"amount": 1, "to": "x", "extra": 1}`), ArgsValidated: true}); !errors.As(err, &ae) {
+		t.Fatalf("an unknown field with ArgsValidated: %v, want the decoding's ArgsError", err)
+	}
 }
 
 func TestFuncNonObjectInput(t *testing.T) {

@@ -133,7 +133,11 @@ type Call struct {
 	RunID   string          // the run
 	Action  string          // the action id
 	Attempt int             // 1 for the first attempt
-	Args    json.RawMessage // resolved, validated arguments
+	Args    json.RawMessage // resolved arguments
+	// ArgsValidated says Args were validated against this tool's input
+	// schema before the call (the executor sets it when it did so), so a
+	// tool need not validate them again (Func does not).
+	ArgsValidated bool
 }
 
 // Tool is something the executor can call. Implementations must be safe for
