@@ -47,6 +47,8 @@ type Result struct {
 	// the next step's function being entered, within a run (sequential phase).
 	GapP50US float64 `json:"gap_p50_us"`
 	GapP99US float64 `json:"gap_p99_us"`
+	// Its mean: what the sequential rate follows, tail included.
+	GapMeanUS float64 `json:"gap_mean_us"`
 	// Start and end of a run: from the call that starts it to the first step,
 	// plus from the last step to the caller getting the result.
 	RunOverheadP50US float64 `json:"run_overhead_p50_us"`
@@ -251,6 +253,7 @@ func runSide(ctx context.Context, spec childSpec, mark func(name string) error) 
 	res.SeqStepsPerSec = float64(spec.SeqRuns*spec.Steps) / seq.Seconds()
 	res.GapP50US = usQ(rec.gaps, 0.50)
 	res.GapP99US = usQ(rec.gaps, 0.99)
+	res.GapMeanUS = usMean(rec.gaps)
 	res.RunOverheadP50US = usQ(rec.overheads, 0.50)
 
 	// Concurrent phase: spec.Concurrency workers, each spec.ConcRuns runs in turn.
@@ -326,6 +329,17 @@ func cpuMS() float64 {
 		return 0
 	}
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6
+}
+
+func usMean(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return float64(sum) / float64(len(ds)) / float64(time.Microsecond)
 }
 
 func usQ(ds []time.Duration, q float64) float64 {

@@ -313,8 +313,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				}
 				res.Round = r + 1
 				rep.Results = append(rep.Results, res)
-				logf("round %d %-4s %-9s gap p50 %6.0f µs p99 %6.0f µs, seq %6.0f steps/s, %d in flight %6.0f steps/s, peak %5.1f MiB, cpu %5.0f µs/step",
-					r+1, w, side, res.GapP50US, res.GapP99US, res.SeqStepsPerSec, cfg.Concurrency, res.ConcStepsPerSec,
+				logf("round %d %-4s %-9s gap p50 %6.0f µs p99 %6.0f µs mean %6.0f µs, seq %6.0f steps/s, %d in flight %6.0f steps/s, peak %5.1f MiB, cpu %5.0f µs/step",
+					r+1, w, side, res.GapP50US, res.GapP99US, res.GapMeanUS, res.SeqStepsPerSec, cfg.Concurrency, res.ConcStepsPerSec,
 					res.PeakMiB(), res.CPUPerStepUS())
 				if side == "docket" {
 					os.RemoveAll(spec.Dir)

@@ -58,7 +58,7 @@ func TestSmoke(t *testing.T) {
 	for _, r := range rep.Results {
 		where := r.Workload + "/" + r.Side
 		for name, v := range map[string]float64{
-			"gap p50": r.GapP50US, "gap p99": r.GapP99US, "run overhead": r.RunOverheadP50US,
+			"gap p50": r.GapP50US, "gap p99": r.GapP99US, "gap mean": r.GapMeanUS, "run overhead": r.RunOverheadP50US,
 			"sequential rate": r.SeqStepsPerSec, "concurrent rate": r.ConcStepsPerSec,
 			"child peak": float64(r.ChildPeakKiB), "child CPU": r.ChildCPUMS,
 		} {
