@@ -495,6 +495,7 @@ type notification struct {
 func (t *tx) begin(rs ledger.Reads) error {
 	f := newForecast(rs)
 	b := t.queueReads(f)
+	primeSend(t.ptx)
 	br := t.ptx.SendBatch(t.ctx, b)
 	defer br.Close()
 	for range beginStatements {
@@ -745,6 +746,7 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) e
 		pre.QueuedQueries = append(pre.QueuedQueries, t.batch.QueuedQueries...)
 		b = pre
 	}
+	primeSend(t.ptx)
 	br := t.ptx.SendBatch(t.ctx, b)
 	err := func() error {
 		if readPre != nil {
