@@ -53,7 +53,6 @@ type queries struct {
 	lockRuns, lockRows, lockKeys, lockHolds string // an Apply's first reads (tx.begin)
 
 	verifyRuns, verifyRows, verifyKeys, verifyAbsent string // a one round trip Apply's checks (spec.go)
-	xid                                              string // the transaction's id as its tuples' xmin (NULL: none)
 
 	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
 	rowForUpdate, upsertRow, updateRow, insertPlan               string
@@ -107,14 +106,15 @@ func makeQueries(schema string) queries {
 		// since the epoch ("-": the node has no row).
 		// A node marked stopped (an upgrade of the tables by a newer
 		// binary, migrate) fails it too, its end being when it was stopped.
+		// It also returns the transaction's id (null: it wrote nothing), for
+		// the records the commit leaves (remember), in the same statement.
 		leaseCheck: t(`SELECT CASE WHEN x.lease_expires > c.n AND x.stopped_at IS NULL THEN 0 ELSE ('` + leaseLapsed + ` '
 			|| coalesce((extract(epoch FROM least(x.lease_expires, x.stopped_at)) * 1000000)::bigint::text, '-')
-			|| ' ' || (extract(epoch FROM c.n) * 1000000)::bigint::text)::int END
+			|| ' ' || (extract(epoch FROM c.n) * 1000000)::bigint::text)::int END, txid_current_if_assigned() % 4294967296
 			FROM (SELECT clock_timestamp() AS n) AS c LEFT JOIN {S}.nodes x ON x.incarnation = $1`),
 		schemaVersion: t(`SELECT coalesce((SELECT value FROM {S}.meta WHERE name = 'schema_version'), '-')`),
 		ownerGone:     t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
 		clock:         `SELECT clock_timestamp()`,
-		xid:           `SELECT txid_current_if_assigned() % 4294967296`,
 
 		// The runs named and the runs of the keys named ($2: a key's run
 		// never changes), the rows named ($1, $2) in their run's current

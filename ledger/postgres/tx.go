@@ -733,7 +733,6 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) e
 		t.queueRun(e)
 	}
 	n := t.batch.Len()
-	t.batch.Queue(t.s.q.xid)
 	t.batch.Queue(t.s.q.leaseCheck, t.inc)
 	for _, id := range t.docs {
 		if id != "" {
@@ -759,18 +758,16 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) e
 				return err
 			}
 		}
+		var ok int
 		var xid *int64
-		if err := br.QueryRow().Scan(&xid); err != nil {
-			return err
-		}
-		if xid != nil {
-			t.xid = *xid
-		}
-		if _, err := br.Exec(); err != nil {
+		if err := br.QueryRow().Scan(&ok, &xid); err != nil {
 			if le := leaseError(t.inc, err); le != nil {
 				return le
 			}
 			return err
+		}
+		if xid != nil {
+			t.xid = *xid
 		}
 		t.docReads = make([]docRead, len(t.docs))
 		for i, id := range t.docs {
