@@ -25,7 +25,7 @@ func (s *Store) LeaseExpired(ctx context.Context, inc string) (bool, error) {
 func init() { countingTrips = true }
 
 // SendBuf turns the connections' own pipeline buffers (sendBuf) on or off.
-func SendBuf(on bool) { noSendBuf = !on }
+func SendBuf(on bool) { noSendBuf.Store(!on) }
 
 // Unsettled returns the runs whose unsettled column is set (the adopt
 // sweep's candidates among cancelled runs), sorted.
