@@ -252,7 +252,8 @@ func (b *batch) event(runID string, typ EventType, actionID string, data json.Ra
 	if !ok || !run.Audit {
 		return b.tx.AppendEvent(runID, typ, actionID, data)
 	}
-	ev, err := ha.AppendHashedEvent(runID, typ, actionID, data, func(ev Event) string { return ChainHash(run.AuditHash, ev) })
+	prev := run.AuditHash // the closure takes the hash alone: run stays off the heap
+	ev, err := ha.AppendHashedEvent(runID, typ, actionID, data, func(ev Event) string { return ChainHash(prev, ev) })
 	if err != nil {
 		return err
 	}
