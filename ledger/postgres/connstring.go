@@ -140,7 +140,7 @@ func isKeywordValue(s string) bool {
 // hasParam reports whether connection string s (a URL or the keyword/value
 // form) sets parameter name: a URL's query parameter or a keyword.
 func hasParam(s, name string) bool {
-	if kvs, ok := parseKeywordValue(s); ok && !strings.Contains(s, "://") {
+	if kvs, ok := parseKeywordValue(s); ok { // a URL is never one
 		for _, kv := range kvs {
 			if kv.key == name {
 				return true
