@@ -570,3 +570,53 @@ func TestRegistrationWaitsForAnUpgrade(t *testing.T) {
 		t.Fatalf("an Apply after the upgrade: %v, want SchemaMovedError naming version %s", err, newer)
 	}
 }
+
+// An open that upgrades nothing does not lock the version's row, so it never
+// waits for a registration (which reads it FOR SHARE), nor holds one up.
+func TestOpenWithoutUpgradeDoesNotWaitForARegistration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := schemaFor(t.Name() + t.TempDir())
+	open(t, postgres.Config{Schema: schema}) // creates the tables
+	conn := rawConn(t)
+	reg, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Rollback(ctx)
+	meta := pgx.Identifier{schema, "meta"}.Sanitize()
+	if _, err := reg.Exec(ctx, `SELECT value FROM `+meta+` WHERE name = 'schema_version' FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		s, err := postgres.Open(ctx, postgres.Config{URL: database(t), Schema: schema, MaxConns: 6})
+		if err == nil {
+			s.Close()
+		}
+		done <- err
+	}()
+	watch := rawConn(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			return
+		default:
+		}
+		var waiting int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%schema_version%' AND strpos(query, $1) > 0`, schema).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			t.Fatal("the open waits on the version's row while a registration reads it")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Open did not return in 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

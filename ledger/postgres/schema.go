@@ -282,12 +282,10 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := tx.QueryRow(ctx, `SELECT to_regclass($1)::text`, qs+".meta").Scan(&meta); err != nil {
 		return fmt.Errorf("looking for the schema: %w", err)
 	}
+	readVersion := `SELECT value FROM ` + qs + `.meta WHERE name = 'schema_version'`
 	if meta != nil {
 		var v string
-		// Locked so that a registration (which reads it FOR SHARE) waits
-		// for an upgrade and then finds the tables moved, or an upgrade
-		// waits for a registration and then marks its node stopped.
-		err := tx.QueryRow(ctx, `SELECT value FROM `+qs+`.meta WHERE name = 'schema_version' FOR NO KEY UPDATE`).Scan(&v)
+		err := tx.QueryRow(ctx, readVersion).Scan(&v)
 		if err != nil {
 			return fmt.Errorf("reading the schema version: %w", err)
 		}
@@ -301,6 +299,16 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	}
 	if have == SchemaVersion {
 		return tx.Commit(ctx)
+	}
+	if meta != nil {
+		// An upgrade locks the version's row (the schema lock keeps its
+		// value) so that a registration (which reads it FOR SHARE) waits
+		// for the upgrade and then finds the tables moved, or the upgrade
+		// waits for a registration and then marks its node stopped. An
+		// open that upgrades nothing does not hold up registrations.
+		if _, err := tx.Exec(ctx, readVersion+` FOR NO KEY UPDATE`); err != nil {
+			return fmt.Errorf("locking the schema version: %w", err)
+		}
 	}
 	if meta == nil {
 		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+qs); err != nil {
