@@ -709,24 +709,38 @@ func (h *harness) drop(ctx context.Context, ns string) error {
 // person decides an action in needs_review the way a careful person would:
 // look at the external system (the world's audit, once nothing is in
 // flight), and say "done, here is what happened" (the returned output) or
-// "retry" (nil). What can be found: a charge by its Idempotency-Key, a
-// contact or lead by the key in its note, an email by recipient and template
-// (one that no other action of the run already accounts for). Anything else
-// is retried: its class says a repeat is safe.
+// "retry" (nil). doc must not be older than the audit where a drive may go
+// on meanwhile (the nodes experiment reads the run again: nodesExp.person);
+// here nothing drives the run while the person looks.
 func (h *harness) person(ctx context.Context, ns string, doc *runDoc, a *docAction) (json.RawMessage, error) {
 	w, err := h.audit(ctx, ns)
 	if err != nil {
 		return nil, err
 	}
+	out, _ := decide(w, doc, a)
+	return out, nil
+}
+
+// decide is the person's decision on action a of doc from the world's audit
+// w, and why (for the record of what the person did). What can be found: a
+// charge by its Idempotency-Key, a contact or lead by the key in its note,
+// an email by recipient and template (one that no other action of the run
+// already accounts for). Anything else is retried: its class says a repeat
+// is safe.
+func decide(w *Audit, doc *runDoc, a *docAction) (json.RawMessage, string) {
 	var args map[string]any
 	json.Unmarshal(a.Args, &args)
 	s := func(k string) string { v, _ := args[k].(string); return v }
+	found := func(v any) (json.RawMessage, string) {
+		b, _ := json.Marshal(v)
+		return b, "found in the world"
+	}
 	switch {
 	case a.Tool == ToolCharge && a.Key != "":
 		for _, c := range w.Charges {
 			if c.Key == a.Key {
 				c.Key = ""
-				return json.Marshal(c)
+				return found(c)
 			}
 		}
 	case (a.Tool == ToolContact || a.Tool == ToolLead) && a.Class == "lookup":
@@ -736,7 +750,7 @@ func (h *harness) person(ctx context.Context, ns string, doc *runDoc, a *docActi
 		}
 		for _, c := range list {
 			if c.Note == a.Key {
-				return json.Marshal(c)
+				return found(c)
 			}
 		}
 	case a.Tool == ToolSettings:
@@ -744,7 +758,7 @@ func (h *harness) person(ctx context.Context, ns string, doc *runDoc, a *docActi
 		// simply sent again): set if the world holds the action's value.
 		acct := s("account")
 		if st, ok := w.Settings[acct]; ok && string(st.Value) == canonicalJSON(args["settings"]) {
-			return json.Marshal(map[string]any{"account": acct, "settings": st.Value})
+			return found(map[string]any{"account": acct, "settings": st.Value})
 		}
 	case a.Tool == ToolEmail && a.Class == "at_most_once":
 		// An email is this action's only when the world holds more unclaimed
@@ -770,17 +784,20 @@ func (h *harness) person(ctx context.Context, ns string, doc *runDoc, a *docActi
 				}
 			}
 		}
-		var found []Email
+		var unclaimed []Email
 		for _, e := range w.Emails {
 			if e.To == s("to") && e.Template == s("template") && !used[e.MessageID] {
-				found = append(found, e)
+				unclaimed = append(unclaimed, e)
 			}
 		}
-		if len(found) > unsettled {
-			return json.Marshal(found[0])
+		why := fmt.Sprintf("%d unclaimed in the world, %d identical siblings unsettled", len(unclaimed), unsettled)
+		if len(unclaimed) > unsettled {
+			b, _ := json.Marshal(unclaimed[0])
+			return b, why
 		}
+		return nil, why
 	}
-	return nil, nil
+	return nil, "not found in the world"
 }
 
 // lastLine returns the last non-empty line of s.

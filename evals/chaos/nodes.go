@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -196,8 +198,9 @@ type nodesExp struct {
 	restarting sync.WaitGroup
 	rep        NodesReport
 	finals     []runDoc
-	retries    map[string]int // person --retry decisions, by run/action
-	numbers    map[string]int // plan number by run id
+	retries    map[string]int      // person --retry decisions, by run/action
+	decisions  map[string][]string // what the person decided and why, by run (for findings)
+	numbers    map[string]int      // plan number by run id
 	crossed    map[string]*crossRecord
 	seconds    []float64
 	ended      int
@@ -242,16 +245,17 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	}
 	started := time.Now()
 	x := &nodesExp{
-		cfg:     cfg,
-		http:    &http.Client{Timeout: time.Minute},
-		tag:     strconv.FormatInt(started.UnixNano()%1e9, 36),
-		retries: map[string]int{},
-		numbers: map[string]int{},
-		crossed: map[string]*crossRecord{},
-		half:    make(chan struct{}),
-		nodes:   make([]*serveProc, cfg.Nodes),
-		killed:  make([]bool, cfg.Nodes),
-		down:    make([]bool, cfg.Nodes),
+		cfg:       cfg,
+		http:      &http.Client{Timeout: time.Minute},
+		tag:       strconv.FormatInt(started.UnixNano()%1e9, 36),
+		retries:   map[string]int{},
+		decisions: map[string][]string{},
+		numbers:   map[string]int{},
+		crossed:   map[string]*crossRecord{},
+		half:      make(chan struct{}),
+		nodes:     make([]*serveProc, cfg.Nodes),
+		killed:    make([]bool, cfg.Nodes),
+		down:      make([]bool, cfg.Nodes),
 	}
 	x.dk = cfg.Docket
 	x.dk.Env = append(append([]string{}, cfg.Docket.Env...), "DOCKET_LEDGER="+cfg.Ledger)
@@ -366,11 +370,15 @@ func RunNodes(ctx context.Context, cfg NodesConfig) (*NodesReport, error) {
 	if err == nil && cfg.Control {
 		violations, err = x.crossAudit(ctx, token, audit)
 	}
+	var ra RunAudit
+	if err == nil {
+		ra = auditRun(&all, audit, x.retries)
+		ra.Findings = append(ra.Findings, x.trails(ctx, token, ra.Findings)...)
+	}
 	x.stopAll()
 	if err != nil {
 		return nil, err
 	}
-	ra := auditRun(&all, audit, x.retries)
 	r := &x.rep
 	r.Duplicates.add(ra.Duplicates)
 	r.LostMissing, r.LostUnexplain = ra.LostMissing, ra.LostUnexplained
@@ -706,12 +714,16 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 				break
 			}
 		}
-		if review != nil && (d.Status == "paused" || d.Status == "failed" || d.Status == "cancelled") {
-			decision, err := x.person(ctx, &d, review)
+		if review != nil && waitsForPerson(&d) {
+			fresh, decision, err := x.person(ctx, token, runPath, review.ID)
 			if err != nil {
 				fail(err)
 				return
 			}
+			if fresh == nil {
+				continue // the run moved on while the person looked: look again
+			}
+			d = *fresh
 			rb := map[string]any{"done": decision}
 			switch {
 			case decision != nil:
@@ -812,10 +824,83 @@ func (x *nodesExp) audit(ctx context.Context) (*Audit, error) {
 	return worldAudit(ctx, x.http, x.world.url, nodesNS, 2*time.Minute, x.cfg.Control)
 }
 
-// person decides an action in needs_review as harness.person does, from the
-// shared namespace at a moment when no request of any run is being
-// processed (so every late commit has landed).
-func (x *nodesExp) person(ctx context.Context, doc *runDoc, a *docAction) (json.RawMessage, error) {
-	h := &harness{world: x.world, http: x.http}
-	return h.person(ctx, nodesNS, doc, a)
+// trails returns, for each run a finding names, what the person decided in
+// it and the ledger's events of the actions named, so that a finding can be
+// explained after the experiment's database is gone.
+func (x *nodesExp) trails(ctx context.Context, token string, findings []string) []string {
+	var out []string
+	for _, d := range x.finals {
+		named := map[string]bool{}
+		for _, f := range findings {
+			for _, a := range d.Actions {
+				if strings.Contains(f, d.RunID+"/"+a.ID+" ") || strings.Contains(f, d.RunID+"/"+a.ID+"]") {
+					named[a.ID] = true
+				}
+			}
+		}
+		if len(named) == 0 {
+			continue
+		}
+		x.mu.Lock()
+		for _, s := range x.decisions[d.RunID] {
+			out = append(out, fmt.Sprintf("%s: the person decided %s", d.RunID, s))
+		}
+		x.mu.Unlock()
+		evs, err := x.events(ctx, token, d.RunID)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: its events: %v", d.RunID, err))
+			continue
+		}
+		var line []string
+		for _, e := range evs {
+			if e.ActionID == "" || named[e.ActionID] {
+				line = append(line, fmt.Sprintf("%d %s %s %s", e.Seq, e.At.Format("15:04:05.000"), e.Type, e.ActionID))
+			}
+		}
+		out = append(out, fmt.Sprintf("%s: events of %v: %s", d.RunID, slices.Sorted(maps.Keys(named)), strings.Join(line, "; ")))
+	}
+	return out
+}
+
+// waitsForPerson reports whether a person settles d's action in
+// needs_review now: nothing more happens in the run until then.
+func waitsForPerson(d *runDoc) bool {
+	return d.Status == "paused" || d.Status == "failed" || d.Status == "cancelled"
+}
+
+// person decides action id in needs_review as a careful person would (see
+// decide): first the shared namespace, at a moment when no request of any
+// run is being processed (so every late commit has landed), then the run,
+// read again. In that order: a drive may go on meanwhile on another node,
+// and a sibling it claims and sends after an earlier read of the run would
+// be counted by neither, its email taken for this action's. It returns the
+// run as read (nil when the action no longer waits for a person: look
+// again) and the decision.
+func (x *nodesExp) person(ctx context.Context, token, runPath, id string) (*runDoc, json.RawMessage, error) {
+	w, err := x.audit(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	code, b, _, err := x.call(ctx, token, "GET", runPath, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	var d runDoc
+	if code != http.StatusOK || json.Unmarshal(b, &d) != nil || d.RunID == "" {
+		return nil, nil, fmt.Errorf("GET answered %d: %s", code, bytes.TrimSpace(b))
+	}
+	for i := range d.Actions {
+		if a := &d.Actions[i]; a.ID == id && a.Status == "needs_review" && waitsForPerson(&d) {
+			out, why := decide(w, &d, a)
+			verdict := "retry"
+			if out != nil {
+				verdict = "done " + compactJSON(out)
+			}
+			x.mu.Lock()
+			x.decisions[d.RunID] = append(x.decisions[d.RunID], fmt.Sprintf("%s (run %s): %s: %s", id, d.Status, verdict, why))
+			x.mu.Unlock()
+			return &d, out, nil
+		}
+	}
+	return nil, nil, nil
 }
