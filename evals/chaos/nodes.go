@@ -691,14 +691,9 @@ func (x *nodesExp) runOne(ctx context.Context, token string, n int) {
 				return
 			}
 		}
-		code, b, _, err := x.call(ctx, token, "GET", runPath, nil)
+		d, err := x.getRun(ctx, token, runPath)
 		if err != nil {
 			fail(err)
-			return
-		}
-		var d runDoc
-		if code != http.StatusOK || json.Unmarshal(b, &d) != nil || d.RunID == "" {
-			fail(fmt.Errorf("GET answered %d: %s", code, bytes.TrimSpace(b)))
 			return
 		}
 		if ps != nil {
@@ -862,6 +857,19 @@ func (x *nodesExp) trails(ctx context.Context, token string, findings []string) 
 	return out
 }
 
+// getRun reads a run's document through any node.
+func (x *nodesExp) getRun(ctx context.Context, token, runPath string) (runDoc, error) {
+	var d runDoc
+	code, b, _, err := x.call(ctx, token, "GET", runPath, nil)
+	if err != nil {
+		return d, err
+	}
+	if code != http.StatusOK || json.Unmarshal(b, &d) != nil || d.RunID == "" {
+		return d, fmt.Errorf("GET answered %d: %s", code, bytes.TrimSpace(b))
+	}
+	return d, nil
+}
+
 // waitsForPerson reports whether a person settles d's action in
 // needs_review now: nothing more happens in the run until then.
 func waitsForPerson(d *runDoc) bool {
@@ -881,16 +889,12 @@ func (x *nodesExp) person(ctx context.Context, token, runPath, id string) (*runD
 	if err != nil {
 		return nil, nil, err
 	}
-	code, b, _, err := x.call(ctx, token, "GET", runPath, nil)
-	if err != nil {
+	d, err := x.getRun(ctx, token, runPath)
+	if err != nil || !waitsForPerson(&d) {
 		return nil, nil, err
 	}
-	var d runDoc
-	if code != http.StatusOK || json.Unmarshal(b, &d) != nil || d.RunID == "" {
-		return nil, nil, fmt.Errorf("GET answered %d: %s", code, bytes.TrimSpace(b))
-	}
 	for i := range d.Actions {
-		if a := &d.Actions[i]; a.ID == id && a.Status == "needs_review" && waitsForPerson(&d) {
+		if a := &d.Actions[i]; a.ID == id && a.Status == "needs_review" {
 			out, why := decide(w, &d, a)
 			verdict := "retry"
 			if out != nil {
