@@ -309,8 +309,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		if _, err := tx.Exec(ctx, readVersion+` FOR NO KEY UPDATE`); err != nil {
 			return fmt.Errorf("locking the schema version: %w", err)
 		}
-	}
-	if meta == nil {
+	} else {
 		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+qs); err != nil {
 			return fmt.Errorf("creating schema %s: %w", schema, err)
 		}
