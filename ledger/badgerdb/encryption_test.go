@@ -1,12 +1,14 @@
 package badgerdb_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -335,6 +337,7 @@ func rekeyChild(dir, keyA, keyB string) int {
 		fmt.Fprintln(os.Stderr, errA, errB)
 		return 2
 	}
+	fmt.Println("ready") // the parent's kill point counts from here, not from the process start
 	for i := 0; ; i++ {
 		from, to := a, b
 		if i%2 == 1 {
@@ -366,16 +369,30 @@ func TestRekeyKill(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"=rekey", "DOCKET_LEDGER_DIR="+dir,
 			"DOCKET_KEY_A="+a.Hex(), "DOCKET_KEY_B="+b.Hex())
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
+		}
+		// The kill point is random within the rekeys, whatever the child's
+		// start-up takes on a loaded machine.
+		r := bufio.NewReader(out)
+		if line, err := r.ReadString('\n'); line != "ready\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("round %d (seed %d): the child said %q (%v), want ready\n%s", round, seed, line, err, stderr.String())
 		}
 		time.Sleep(time.Duration(rng.IntN(100_000)) * time.Microsecond) // a random kill point, not a wait
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		err := cmd.Wait()
+		rest, _ := io.ReadAll(r)
+		stdout := string(rest)
+		err = cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
 			t.Fatalf("round %d (seed %d): child ended by itself: %v\n%s", round, seed, err, stderr.String())
 		}
@@ -390,13 +407,13 @@ func TestRekeyKill(t *testing.T) {
 			}
 		}
 		if opened == nil {
-			t.Fatalf("round %d (seed %d): the directory opens with neither key (%d rekeys done)", round, seed, strings.Count(stdout.String(), "\n"))
+			t.Fatalf("round %d (seed %d): the directory opens with neither key (%d rekeys done)", round, seed, strings.Count(stdout, "\n"))
 		}
 		if got := readRunState(t, opened, "r1"); !reflect.DeepEqual(got, want) {
 			t.Fatalf("round %d (seed %d): after kill: %+v, want %+v", round, seed, got, want)
 		}
 		opened.Close()
-		rekeys += strings.Count(stdout.String(), "\n")
+		rekeys += strings.Count(stdout, "\n")
 		if with != a {
 			underB++ // start the next round from a
 			if err := badgerdb.Rekey(context.Background(), dir, b, a); err != nil {
