@@ -53,6 +53,9 @@ type queries struct {
 	lockRuns, lockRows, lockKeys, lockHolds string // an Apply's first reads (tx.begin)
 
 	verifyRuns, verifyRows, verifyKeys, verifyAbsent string // a one round trip Apply's checks (spec.go)
+	// A one round trip Apply's writes of the records it remembered, each
+	// its record's check as well (guard).
+	updateRunIf, setLastSeqIf, updateRowIf, updateKeyIf string
 
 	runForUpdate, insertRun, updateRun, setLastSeq, adoptOrphans string
 	rowForUpdate, upsertRow, updateRow, insertPlan               string
@@ -291,7 +294,23 @@ func makeQueries(schema string) queries {
 		q.insertRows[n-1] = multiInsert(t(`INSERT INTO {S}.actions (run_id, revision, `+rowCols+`)`), rowParams, n)
 		q.insertEvents[n-1] = multiInsert(t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data, hash)`), eventParams, n)
 	}
+	q.updateRunIf, q.setLastSeqIf = guard(q.updateRun, 24), guard(q.setLastSeq, 4)
+	q.updateRowIf, q.updateKeyIf = guard(q.updateRow, 19)+"", guard(q.updateKey, 17)
 	return q
+}
+
+// guard makes update (an UPDATE of one record by its primary key, its
+// WHERE last, n-1 parameters) a check of a one round trip Apply as well:
+// it writes the record only when it is still the version remembered ($n:
+// its xmin), which the UPDATE reads with the record locked, then fails, as
+// the verify statements do (a cast of the failure's text, $n+2), unless it
+// wrote it and the database's clock has reached the Apply's time ($n+1); it
+// returns the clock.
+func guard(update string, n int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	return `WITH u AS (` + update + ` AND xmin::text::bigint = ` + p(0) + ` RETURNING 1)
+		SELECT CASE WHEN count(*) = 1 AND clock_timestamp() >= ` + p(1) + `::timestamptz THEN clock_timestamp()
+			ELSE (` + p(2) + `::text || ' ' || count(*))::timestamptz END FROM u`
 }
 
 // maxRowsPerInsert bounds the rows of one multi-row INSERT (of a revision's

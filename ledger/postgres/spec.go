@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -20,9 +21,10 @@ import (
 // store remembers them with the transaction id that wrote them (recent);
 // an Apply whose every read is remembered is evaluated on them at once,
 // and its one pipeline sends BEGIN, statements that lock those records and
-// fail unless each is still the version remembered (its xmin) and each
-// record remembered absent is still absent, the writes, the lease check
-// and COMMIT. The rules' decision is made on exactly what the transaction
+// fail unless each is still the version remembered (its xmin; a record the
+// Apply writes is checked by its write, an UPDATE of that version only)
+// and each record remembered absent is still absent, the other writes, the
+// lease check and COMMIT. The rules' decision is made on exactly what the transaction
 // holds locked, as in the two round trip path (tx.begin); when a record
 // changed (another node, a person's review, a sweep), the pipeline fails
 // before anything is written and the Apply runs the two round trip path.
@@ -92,25 +94,13 @@ func (r *recent) now() (time.Time, bool) {
 	return r.clock.Add(time.Since(r.at)).UTC().Truncate(time.Microsecond), true
 }
 
-// verify is what a one round trip Apply read from recent: checked, locked,
-// by its first statements.
+// verify is what a one round trip Apply took as absent, checked by its
+// first statements (the records it read from recent are the entries of
+// the transaction with an xmin, and its keys).
 type verify struct {
-	runs   []recentRef
-	rows   []rowRef
-	keys   []recentRef // xmin 0: taken as absent
-	noRuns []string    // runs taken as absent
-	holds  []string    // budget holds taken as absent
-	limits []string    // tool limits taken as absent
-}
-
-type recentRef struct {
-	id   string
-	xmin int64
-}
-
-type rowRef struct {
-	k    rowKey
-	xmin int64
+	noRuns []string // runs taken as absent
+	holds  []string // budget holds taken as absent
+	limits []string // tool limits taken as absent
 }
 
 // specRun is the run of a one round trip Apply: from recent, else errSpec.
@@ -130,8 +120,7 @@ func (t *tx) specRun(runID string) (*runEntry, error) {
 		t.runs[runID] = e
 		return e, nil
 	}
-	t.ver.runs = append(t.ver.runs, recentRef{runID, rr.xmin})
-	e := &runEntry{rec: rr.rec, found: true, inDB: true, lastSeq: rr.lastSeq}
+	e := &runEntry{rec: rr.rec, found: true, inDB: true, lastSeq: rr.lastSeq, xmin: rr.xmin}
 	t.runs[runID] = e
 	return e, nil
 }
@@ -154,14 +143,13 @@ func (t *tx) specRow(k rowKey) (*rowEntry, error) {
 	if !ok {
 		return nil, t.missed()
 	}
-	t.ver.rows = append(t.ver.rows, rowRef{k, rec.xmin})
-	e := &rowEntry{rec: cloneRow(rec.rec), found: true}
+	e := &rowEntry{rec: cloneRow(rec.rec), found: true, xmin: rec.xmin}
 	t.rows[k] = e
 	return e, nil
 }
 
 // specKey is a key from recent; a key recent does not know is taken as
-// absent, and the pipeline checks that it is.
+// absent (xmin 0), and the pipeline checks that it is.
 func (t *tx) specKey(key string) *keyEntry {
 	r := &t.s.recent
 	r.mu.Lock()
@@ -169,14 +157,10 @@ func (t *tx) specKey(key string) *keyEntry {
 	e := &keyEntry{}
 	if rr := r.runs[r.keys[key]]; rr != nil {
 		if rec, ok := rr.keys[key]; ok {
-			t.ver.keys = append(t.ver.keys, recentRef{key, rec.xmin})
-			e.rec, e.found = rec.rec, true
+			e.rec, e.found, e.xmin = rec.rec, true, rec.xmin
 			// Its own copy, as a read from the database would be.
 			e.rec.Args, e.rec.Output = bytes.Clone(rec.rec.Args), bytes.Clone(rec.rec.Output)
 		}
-	}
-	if !e.found {
-		t.ver.keys = append(t.ver.keys, recentRef{key, 0})
 	}
 	t.keys[key] = e
 	return e
@@ -188,51 +172,94 @@ func (t *tx) missed() error {
 	return errSpec
 }
 
-// verifyBatch is the start of a one round trip Apply's pipeline: BEGIN and
-// the statements that lock and check what it read (runs, rows, keys, in
-// the order every Apply locks them in; then what it took as absent).
+// verifyBatch is the start of a one round trip Apply's pipeline: BEGIN,
+// then a statement for each record the Apply read from recent that locks it
+// and fails unless it is still the version remembered: the Apply's write of
+// the record (guard) when it writes it, else a verify statement (runs,
+// rows, keys, each set sorted, the order every Apply locks them in). Then
+// what it took as absent: the INSERT of a key taken as absent is its check,
+// verifyAbsent checks the rest. The first statement also checks that the
+// database's clock has reached the Apply's time, and returns the clock.
 func (t *tx) verifyBatch() *pgx.Batch {
 	var b pgx.Batch
 	queueBegin(&b)
-	v := &t.ver
-	slices.SortFunc(v.runs, func(a, b recentRef) int { return strings.Compare(a.id, b.id) })
-	ids, xs := make([]string, len(v.runs)), make([]int64, len(v.runs))
-	for i, r := range v.runs {
-		ids[i], xs[i] = r.id, r.xmin
-	}
 	now := t.now
 	if t.s.cfg.Clock != nil {
 		now = time.Time{} // a configured clock: nothing to check
 	}
-	b.Queue(t.s.q.verifyRuns, ids, xs, now, specStale+" runs")
-	if len(v.rows) > 0 {
-		slices.SortFunc(v.rows, func(a, b rowRef) int {
-			return cmp.Or(strings.Compare(a.k.run, b.k.run), strings.Compare(a.k.id, b.k.id))
-		})
-		runs, revs, acts, xs := make([]string, len(v.rows)), make([]int32, len(v.rows)), make([]string, len(v.rows)), make([]int64, len(v.rows))
-		for i, r := range v.rows {
-			runs[i], revs[i], acts[i], xs[i] = r.k.run, int32(r.k.rev), r.k.id, r.xmin
+	var ids, written []string
+	var xs []int64
+	for _, id := range slices.Sorted(maps.Keys(t.runs)) {
+		switch e := t.runs[id]; {
+		case e.xmin == 0:
+		case e.dirty || e.seqs:
+			written = append(written, id)
+		default:
+			ids, xs = append(ids, id), append(xs, e.xmin)
 		}
+	}
+	if len(ids) > 0 || len(written) == 0 {
+		b.Queue(t.s.q.verifyRuns, nonNil(ids), nonNil(xs), now, specStale+" runs")
+	}
+	for _, id := range written {
+		e := t.runs[id]
+		q, args := t.runWrite(e, true)
+		b.Queue(q, append(args, e.xmin, now, specStale+" run")...)
+	}
+
+	var rows []rowKey
+	for k, e := range t.rows {
+		if e.xmin != 0 {
+			rows = append(rows, k)
+		}
+	}
+	slices.SortFunc(rows, func(a, b rowKey) int {
+		return cmp.Or(strings.Compare(a.run, b.run), strings.Compare(a.id, b.id))
+	})
+	var runs, acts []string
+	var revs []int32
+	xs = nil
+	for _, k := range rows {
+		if e := t.rows[k]; !e.dirty {
+			runs, revs, acts, xs = append(runs, k.run), append(revs, int32(k.rev)), append(acts, k.id), append(xs, e.xmin)
+		}
+	}
+	if len(runs) > 0 {
 		b.Queue(t.s.q.verifyRows, runs, revs, acts, xs, specStale+" rows")
 	}
-	if len(v.keys) > 0 {
-		// A key remembered absent has xmin 0 (no transaction has id 0).
-		slices.SortFunc(v.keys, func(a, b recentRef) int { return strings.Compare(a.id, b.id) })
-		ks, xs := make([]string, len(v.keys)), make([]int64, len(v.keys))
-		for i, k := range v.keys {
-			ks[i], xs[i] = k.id, k.xmin
+	for _, k := range rows {
+		if e := t.rows[k]; e.dirty {
+			b.Queue(t.s.q.updateRowIf, append(rowArgs(t.s.env, k.run, k.rev, e.rec), e.xmin, now, specStale+" row")...)
 		}
-		b.Queue(t.s.q.verifyKeys, ks, xs, specStale+" keys")
 	}
+
+	ids, xs = nil, nil
+	keys := slices.Sorted(maps.Keys(t.keys))
+	for _, k := range keys {
+		// A key remembered absent has xmin 0 (no transaction has id 0);
+		// written, it is inserted, which fails if it is not.
+		if e := t.keys[k]; !e.dirty {
+			ids, xs = append(ids, k), append(xs, e.xmin)
+		}
+	}
+	if len(ids) > 0 {
+		b.Queue(t.s.q.verifyKeys, ids, xs, specStale+" keys")
+	}
+	for _, k := range keys {
+		if e := t.keys[k]; e.dirty && e.xmin != 0 {
+			b.Queue(t.s.q.updateKeyIf, append(keyArgs(t.s.env, e.rec), e.xmin, now, specStale+" key")...)
+		}
+	}
+	v := &t.ver
 	if len(v.noRuns)+len(v.holds)+len(v.limits) > 0 {
 		b.Queue(t.s.q.verifyAbsent, nonNil(v.noRuns), nonNil(v.holds), nonNil(v.limits), specStale+" absent")
 	}
 	return &b
 }
 
-func nonNil(s []string) []string {
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }

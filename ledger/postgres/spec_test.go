@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/plan"
@@ -129,6 +131,79 @@ func TestOneRoundTripDecidesOnWhatAnotherNodeWrote(t *testing.T) {
 	}
 	if run, err := b.GetRun(ctx, "r"); err != nil || run.Status != ledger.RunCancelled {
 		t.Fatalf("run: %s, %v; want cancelled", run.Status, err)
+	}
+}
+
+// A one round trip Apply writes a record it remembered only when the
+// record is still that version, whoever changed it since: a write that
+// leaves every value as it was (a sweep, a re-encryption, a person's
+// statement) is a change all the same. The Apply then decides again on
+// what the database holds, and records its outcome.
+func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
+	t.Parallel()
+	schema := schemaFor(t.Name())
+	a := open(t, postgres.Config{Schema: schema})
+	conn := rawConn(t)
+	ctx := context.Background()
+	args := json.RawMessage(`{}`)
+	ids := []string{"a1", "a2", "a3"}
+	key := func(id string) string {
+		k, err := plan.Key("r", id, "t", args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	p := &plan.Plan{Goal: "versions"}
+	var rows []ledger.Action
+	for _, id := range ids {
+		p.Actions = append(p.Actions, plan.Action{ID: id, Tool: "t", Args: args})
+		rows = append(rows, ledger.Action{ID: id, Tool: "t", Args: args, Status: ledger.StatusApproved})
+	}
+	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r", Policy: "all"}, p, rows); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(what string, op ledger.Op) int64 {
+		t.Helper()
+		var n atomic.Int64
+		res, err := a.Apply(postgres.CountTrips(ctx, &n), op)
+		if err == nil {
+			err = res[0].Err
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return n.Load()
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+	for i, c := range []struct{ record, touch, arg string }{
+		{"its row", `UPDATE ` + s + `.actions SET attempts = attempts WHERE run_id = 'r' AND action_id = $1`, ids[0]},
+		{"its key", `UPDATE ` + s + `.keys SET attempt = attempt WHERE key = $1`, key(ids[1])},
+		{"the run", `UPDATE ` + s + `.runs SET status = status WHERE run_id = $1`, "r"},
+	} {
+		id := ids[i]
+		claim := ledger.Claim("r", id, "t", key(id), args, 1).Decided(args, ledger.Gate{Outcome: "allow"}, false)
+		apply("claim "+id, claim) // the row, the key and the run: remembered
+		tag, err := conn.Exec(ctx, c.touch, c.arg)
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("touch %s: %v, %d rows", c.record, err, tag.RowsAffected())
+		}
+		if n := apply("succeed "+id, ledger.Succeed(key(id), 1, json.RawMessage(`{"ok":true}`))); n < 2 {
+			t.Errorf("succeed %s after another writer touched %s: %d round trip; want it to find the new version and read again", id, c.record, n)
+		}
+		k, err := a.Key(ctx, key(id))
+		if err != nil || k.State != ledger.StatusSucceeded || string(k.Output) != `{"ok":true}` {
+			t.Fatalf("key of %s: %s %s, %v; want succeeded with its output", id, k.State, k.Output, err)
+		}
+	}
+	acts, err := a.Actions(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, act := range acts {
+		if act.Status != ledger.StatusSucceeded {
+			t.Errorf("action %s: %s; want succeeded", act.ID, act.Status)
+		}
 	}
 }
 

@@ -62,7 +62,8 @@ type runEntry struct {
 	inDB    bool // a row exists in the database (UPDATE, not INSERT)
 	dirty   bool // rec was written: it is sent at commit, once
 	lastSeq uint64
-	seqs    bool // events were appended: last_seq is written at commit
+	seqs    bool  // events were appended: last_seq is written at commit
+	xmin    int64 // the version a one round trip Apply remembered (0: none)
 }
 
 type rowKey struct {
@@ -71,16 +72,21 @@ type rowKey struct {
 	id  string
 }
 
+// A row or key with an xmin was read by a one round trip Apply from
+// recent: when the Apply writes it, the write is queued at commit, by the
+// statement that checks it (verifyBatch), and once.
 type rowEntry struct {
 	rec   ledger.RowRecord
 	found bool
-	dirty bool // written by this transaction
+	dirty bool  // written by this transaction
+	xmin  int64 // the version remembered (0: none)
 }
 
 type keyEntry struct {
 	rec   ledger.KeyRecord
 	found bool
-	dirty bool // written by this transaction
+	dirty bool  // written by this transaction
+	xmin  int64 // the version remembered (0: none, or remembered absent)
 }
 
 type pair struct{ a, b string }
@@ -176,8 +182,19 @@ func (t *tx) PutRun(r ledger.RunRecord) error {
 }
 
 // queueRun queues the statement that writes run e at commit (none when it
-// is unchanged).
+// is unchanged, or a one round trip Apply's check wrote it: verifyBatch).
 func (t *tx) queueRun(e *runEntry) {
+	if e.xmin != 0 {
+		return
+	}
+	if q, args := t.runWrite(e, false); q != "" {
+		t.batch.Queue(q, args...)
+	}
+}
+
+// runWrite is the statement that writes run e, and its arguments ("": none;
+// guarded: its guard's, which checks the version remembered).
+func (t *tx) runWrite(e *runEntry, guarded bool) (string, []any) {
 	r := e.rec
 	args := []any{r.ID, string(r.Status), r.Revision, t.s.env.sealText("runs.goal", r.Goal), r.Policy, r.PlanHash, r.ToolsHash,
 		r.CreatedAt.UTC(), r.UpdatedAt.UTC(), t.s.env.sealText("runs.error", r.Error), r.PausedBy, r.Rows, r.RevHash, r.CreatedBy, r.Audit, r.AuditHash, int64(r.AuditSeq), wakeArg(r.WakeAt),
@@ -188,12 +205,17 @@ func (t *tx) queueRun(e *runEntry) {
 	}
 	switch {
 	case e.dirty && !e.inDB:
-		t.batch.Queue(t.s.q.insertRun, append(args, int64(e.lastSeq), driver)...)
+		return t.s.q.insertRun, append(args, int64(e.lastSeq), driver)
+	case e.dirty && guarded:
+		return t.s.q.updateRunIf, append(args, int64(e.lastSeq), driver)
 	case e.dirty:
-		t.batch.Queue(t.s.q.updateRun, append(args, int64(e.lastSeq), driver)...)
+		return t.s.q.updateRun, append(args, int64(e.lastSeq), driver)
+	case e.seqs && guarded:
+		return t.s.q.setLastSeqIf, []any{r.ID, int64(e.lastSeq), t.inc}
 	case e.seqs:
-		t.batch.Queue(t.s.q.setLastSeq, r.ID, int64(e.lastSeq), t.inc)
+		return t.s.q.setLastSeq, []any{r.ID, int64(e.lastSeq), t.inc}
 	}
+	return "", nil
 }
 
 func (t *tx) Row(runID string, rev int, actionID string) (ledger.RowRecord, bool, error) {
@@ -253,10 +275,15 @@ func rowArgs(e *envelope, runID string, rev int, r ledger.RowRecord) []any {
 func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 	r = cloneRow(r)
 	k := rowKey{runID, rev, r.ID}
+	e, ok := t.rows[k]
+	if ok && e.xmin != 0 {
+		t.rows[k] = &rowEntry{rec: r, found: true, dirty: true, xmin: e.xmin}
+		return nil
+	}
 	// A row this transaction read or wrote before is there (statements run
 	// in the order queued): an UPDATE by its key, cheaper than an upsert.
 	q := t.s.q.upsertRow
-	if e, ok := t.rows[k]; ok && e.found {
+	if ok && e.found {
 		q = t.s.q.updateRow
 	}
 	t.batch.Queue(q, rowArgs(t.s.env, runID, rev, r)...)
@@ -334,19 +361,24 @@ func (t *tx) PutKeyRec(rec ledger.KeyRecord, isNew bool) error {
 		return err
 	}
 	rec.Args, rec.Output = bytes.Clone(rec.Args), bytes.Clone(rec.Output)
-	env := t.s.env
-	args := []any{rec.Key, rec.RunID, rec.ActionID, rec.Tool, nilIfEmpty(env.seal("keys.args", rec.Args)), string(rec.State), rec.Attempt, rec.Owner,
-		timeOrNil(rec.ClaimedAt), nilIfEmpty(env.seal("keys.output", rec.Output)), env.sealText("keys.error", rec.Error), rec.Retryable, timeOrNil(rec.UpdatedAt),
-		timeOrNil(rec.FirstClaimedAt), rec.MaybeTookEffect, string(rec.Failure)}
-	if e.found {
-		t.batch.Queue(t.s.q.updateKey, args...)
-	} else {
+	switch {
+	case e.xmin != 0:
+		// Remembered: written at commit by its check (verifyBatch).
+	case e.found:
+		t.batch.Queue(t.s.q.updateKey, keyArgs(t.s.env, rec)...)
+	default:
 		// A plain INSERT: a concurrent first claim of the same key meets
 		// this one on the primary key, and the loser runs again.
-		t.batch.Queue(t.s.q.insertKey, args...)
+		t.batch.Queue(t.s.q.insertKey, keyArgs(t.s.env, rec)...)
 	}
 	e.rec, e.found, e.dirty = rec, true, true
 	return nil
+}
+
+func keyArgs(env *envelope, rec ledger.KeyRecord) []any {
+	return []any{rec.Key, rec.RunID, rec.ActionID, rec.Tool, nilIfEmpty(env.seal("keys.args", rec.Args)), string(rec.State), rec.Attempt, rec.Owner,
+		timeOrNil(rec.ClaimedAt), nilIfEmpty(env.seal("keys.output", rec.Output)), env.sealText("keys.error", rec.Error), rec.Retryable, timeOrNil(rec.UpdatedAt),
+		timeOrNil(rec.FirstClaimedAt), rec.MaybeTookEffect, string(rec.Failure)}
 }
 
 func (t *tx) AppendEvent(runID string, typ ledger.EventType, actionID string, data json.RawMessage) error {
