@@ -52,7 +52,7 @@ type queries struct {
 
 	lockRuns, lockRows, lockKeys, lockHolds string // an Apply's first reads (tx.begin)
 
-	verifyRuns, verifyRows, verifyKeys, verifyAbsent string // a one round trip Apply's checks (spec.go)
+	verifyRuns, verifyRows, verifyKeys string // a one round trip Apply's checks (spec.go)
 	// A one round trip Apply's writes of the records it remembered, each
 	// its record's check as well (guard).
 	updateRunIf, setLastSeqIf, updateRowIf, updateKeyIf string
@@ -111,9 +111,21 @@ func makeQueries(schema string) queries {
 		// binary, migrate) fails it too, its end being when it was stopped.
 		// It also returns the transaction's id (null: it wrote nothing), for
 		// the records the commit leaves (remember), in the same statement.
+		// And it is a one round trip Apply's check of what it took as
+		// absent and did not write ($2 runs, $3 budget holds, $4 tool
+		// limit rows; what it wrote, a plain INSERT checks): it fails, as
+		// the verify statements do ($5: the failure's text), unless none
+		// is there. Each a lookup per id (LATERAL) whatever the statistics
+		// when the plan was made.
 		leaseCheck: t(`SELECT CASE WHEN x.lease_expires > c.n AND x.stopped_at IS NULL THEN 0 ELSE ('` + leaseLapsed + ` '
 			|| coalesce((extract(epoch FROM least(x.lease_expires, x.stopped_at)) * 1000000)::bigint::text, '-')
-			|| ' ' || (extract(epoch FROM c.n) * 1000000)::bigint::text)::int END, txid_current_if_assigned() % 4294967296
+			|| ' ' || (extract(epoch FROM c.n) * 1000000)::bigint::text)::int END, txid_current_if_assigned() % 4294967296,
+			(SELECT CASE WHEN count(*) = 0 THEN 0 ELSE ($5::text || ' ' || count(*))::int END FROM (
+				SELECT 1 FROM unnest($2::text[]) AS r (id), LATERAL (SELECT 1 FROM {S}.runs WHERE run_id = r.id OFFSET 0) AS g
+				UNION ALL
+				SELECT 1 FROM unnest($3::text[]) AS x (key), LATERAL (SELECT 1 FROM {S}.budget_holds WHERE key = x.key OFFSET 0) AS h
+				UNION ALL
+				SELECT 1 FROM unnest($4::text[]) AS y (tool), LATERAL (SELECT 1 FROM {S}.tool_limits WHERE tool = y.tool OFFSET 0) AS l) AS f)
 			FROM (SELECT clock_timestamp() AS n) AS c LEFT JOIN {S}.nodes x ON x.incarnation = $1`),
 		schemaVersion: t(`SELECT coalesce((SELECT value FROM {S}.meta WHERE name = 'schema_version'), '-')`),
 		ownerGone:     t(`SELECT coalesce((SELECT lease_expires <= clock_timestamp() FROM {S}.nodes WHERE incarnation = $1), true)`),
@@ -160,19 +172,11 @@ func makeQueries(schema string) queries {
 			LEFT JOIN LATERAL (SELECT xmin::text::bigint AS x FROM {S}.actions
 				WHERE run_id = w.run_id AND revision = w.rev AND action_id = w.action_id FOR UPDATE) AS a ON a.x = w.xm`),
 		// verifyKeys: a key remembered absent ($2 = 0) must still be
-		// absent. verifyAbsent: the runs, budget holds and tool limit rows
-		// taken as absent must be. Each a lookup per id (LATERAL) whatever the
-		// statistics when the plan was made.
+		// absent.
 		verifyKeys: t(`SELECT CASE WHEN count(*) FILTER (WHERE k.x IS NOT DISTINCT FROM nullif(w.xm, 0)) = cardinality($1::text[]) THEN 0
 				ELSE ($3::text || ' ' || count(k.x))::int END
 			FROM (SELECT * FROM unnest($1::text[], $2::bigint[]) AS u (key, xm) ORDER BY 1) AS w
 			LEFT JOIN LATERAL (SELECT xmin::text::bigint AS x FROM {S}.keys WHERE key = w.key FOR UPDATE) AS k ON true`),
-		verifyAbsent: t(`SELECT CASE WHEN count(*) = 0 THEN 0 ELSE ($4::text || ' ' || count(*))::int END FROM (
-				SELECT 1 FROM unnest($1::text[]) AS r (id), LATERAL (SELECT 1 FROM {S}.runs WHERE run_id = r.id OFFSET 0) AS g
-				UNION ALL
-				SELECT 1 FROM unnest($2::text[]) AS x (key), LATERAL (SELECT 1 FROM {S}.budget_holds WHERE key = x.key OFFSET 0) AS h
-				UNION ALL
-				SELECT 1 FROM unnest($3::text[]) AS y (tool), LATERAL (SELECT 1 FROM {S}.tool_limits WHERE tool = y.tool OFFSET 0) AS l) AS f`),
 		lockHolds:    t(`SELECT ` + holdCols + ` FROM {S}.budget_holds WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE`),
 		runForUpdate: t(runRead + ` WHERE run_id = $1 FOR UPDATE`),
 		insertRun: t(`INSERT INTO {S}.runs (` + runCols + `, last_seq, driver, unsettled)

@@ -176,9 +176,9 @@ func (t *tx) missed() error {
 // then a statement for each record the Apply read from recent that locks it
 // and fails unless it is still the version remembered: the Apply's write of
 // the record (guard) when it writes it, else a verify statement (runs,
-// rows, keys, each set sorted, the order every Apply locks them in). Then
-// what it took as absent: the INSERT of a key taken as absent is its check,
-// verifyAbsent checks the rest. The first statement also checks that the
+// rows, keys, each set sorted, the order every Apply locks them in). What
+// it took as absent is checked by its INSERT when it writes it, else by the
+// lease check (stillAbsent). The first statement also checks that the
 // database's clock has reached the Apply's time, and returns the clock.
 func (t *tx) verifyBatch() *pgx.Batch {
 	var b pgx.Batch
@@ -250,11 +250,30 @@ func (t *tx) verifyBatch() *pgx.Batch {
 			b.Queue(t.s.q.updateKeyIf, append(keyArgs(t.s.env, e.rec), e.xmin, now, specStale+" key")...)
 		}
 	}
-	v := &t.ver
-	if len(v.noRuns)+len(v.holds)+len(v.limits) > 0 {
-		b.Queue(t.s.q.verifyAbsent, nonNil(v.noRuns), nonNil(v.holds), nonNil(v.limits), specStale+" absent")
-	}
 	return &b
+}
+
+// stillAbsent is what a one round trip Apply took as absent and did not
+// write (the commit's lease check checks them; a plain INSERT checks the
+// rest): runs, budget holds, tool limit rows. Never nil.
+func (t *tx) stillAbsent() (runs, holds, limits []string) {
+	runs, holds, limits = []string{}, []string{}, []string{}
+	for _, id := range t.ver.noRuns {
+		if e := t.runs[id]; e == nil || !e.found {
+			runs = append(runs, id)
+		}
+	}
+	for _, key := range t.ver.holds {
+		if e := t.bud.holds[key]; e == nil || !e.found {
+			holds = append(holds, key)
+		}
+	}
+	for _, tool := range t.ver.limits {
+		if e := t.lim[tool]; e == nil || !e.found {
+			limits = append(limits, tool)
+		}
+	}
+	return runs, holds, limits
 }
 
 func nonNil[T any](s []T) []T {

@@ -137,8 +137,9 @@ func TestOneRoundTripDecidesOnWhatAnotherNodeWrote(t *testing.T) {
 // A one round trip Apply writes a record it remembered only when the
 // record is still that version, whoever changed it since: a write that
 // leaves every value as it was (a sweep, a re-encryption, a person's
-// statement) is a change all the same. The Apply then decides again on
-// what the database holds, and records its outcome.
+// statement) is a change all the same. And a record it took as absent (its
+// tool's limit row) must still be absent when it commits. Otherwise the
+// Apply decides again on what the database holds, and records its outcome.
 func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
 	t.Parallel()
 	schema := schemaFor(t.Name())
@@ -146,7 +147,7 @@ func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
 	conn := rawConn(t)
 	ctx := context.Background()
 	args := json.RawMessage(`{}`)
-	ids := []string{"a1", "a2", "a3"}
+	ids := []string{"a1", "a2", "a3", "a4"}
 	key := func(id string) string {
 		k, err := plan.Key("r", id, "t", args)
 		if err != nil {
@@ -180,6 +181,7 @@ func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
 		{"its row", `UPDATE ` + s + `.actions SET attempts = attempts WHERE run_id = 'r' AND action_id = $1`, ids[0]},
 		{"its key", `UPDATE ` + s + `.keys SET attempt = attempt WHERE key = $1`, key(ids[1])},
 		{"the run", `UPDATE ` + s + `.runs SET status = status WHERE run_id = $1`, "r"},
+		{"its tool's limit row, absent until then", `INSERT INTO ` + s + `.tool_limits (tool, record) VALUES ($1, '{"tool":"t"}')`, "t"},
 	} {
 		id := ids[i]
 		claim := ledger.Claim("r", id, "t", key(id), args, 1).Decided(args, ledger.Gate{Outcome: "allow"}, false)

@@ -765,7 +765,8 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) e
 		t.queueRun(e)
 	}
 	n := t.batch.Len()
-	t.batch.Queue(t.s.q.leaseCheck, t.inc)
+	runs, holds, limits := t.stillAbsent()
+	t.batch.Queue(t.s.q.leaseCheck, t.inc, runs, holds, limits, specStale+" absent")
 	for _, id := range t.docs {
 		if id != "" {
 			t.batch.Queue(t.s.q.doc, id)
@@ -790,9 +791,9 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) e
 				return err
 			}
 		}
-		var ok int
+		var ok, absent int
 		var xid *int64
-		if err := br.QueryRow().Scan(&ok, &xid); err != nil {
+		if err := br.QueryRow().Scan(&ok, &xid, &absent); err != nil {
 			if le := leaseError(t.inc, err); le != nil {
 				return le
 			}
