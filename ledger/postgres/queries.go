@@ -299,7 +299,7 @@ func makeQueries(schema string) queries {
 		q.insertEvents[n-1] = multiInsert(t(`INSERT INTO {S}.events (run_id, seq, type, action_id, at, data, hash)`), eventParams, n)
 	}
 	q.updateRunIf, q.setLastSeqIf = guard(q.updateRun, 24), guard(q.setLastSeq, 4)
-	q.updateRowIf, q.updateKeyIf = guard(q.updateRow, 19)+"", guard(q.updateKey, 17)
+	q.updateRowIf, q.updateKeyIf = guard(q.updateRow, 19), guard(q.updateKey, 17)
 	return q
 }
 
