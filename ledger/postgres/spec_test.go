@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -236,5 +237,100 @@ func TestOneRoundTripTimeIsTheDatabases(t *testing.T) {
 	last := evs[len(evs)-1]
 	if ahead := time.Until(last.At); ahead > 10*time.Minute {
 		t.Fatalf("event %s recorded at %v, %v ahead of this machine's clock", last.Type, last.At, ahead)
+	}
+}
+
+// A one round trip Apply's write that meets a row another transaction
+// holds waits for it, then writes only the version it remembered: after
+// that transaction changed the row the Apply decides again on what the
+// database holds; after it only locked the row and let go, the Apply goes
+// through in its one round trip.
+func TestOneRoundTripWriteWaitsThenChecks(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		what, hold string
+		changed    bool
+	}{
+		{"changed", `UPDATE %s.actions SET attempts = attempts WHERE run_id = 'r' AND action_id = 'a1'`, true},
+		{"only locked", `SELECT 1 FROM %s.actions WHERE run_id = 'r' AND action_id = 'a1' FOR UPDATE`, false},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			schema := schemaFor(t.Name())
+			a := open(t, postgres.Config{Schema: schema})
+			conn, watch := rawConn(t), rawConn(t)
+			ctx := context.Background()
+			args := json.RawMessage(`{}`)
+			key, err := plan.Key("r", "a1", "t", args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &plan.Plan{Goal: "wait", Actions: []plan.Action{{ID: "a1", Tool: "t", Args: args}}}
+			if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r", Policy: "all"},
+				p, []ledger.Action{{ID: "a1", Tool: "t", Args: args, Status: ledger.StatusApproved}}); err != nil {
+				t.Fatal(err)
+			}
+			claim := ledger.Claim("r", "a1", "t", key, args, 1).Decided(args, ledger.Gate{Outcome: "allow"}, false)
+			if res, err := a.Apply(ctx, claim); err != nil || res[0].Err != nil {
+				t.Fatal(err, res[0].Err)
+			}
+
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, fmt.Sprintf(c.hold, pgx.Identifier{schema}.Sanitize())); err != nil {
+				t.Fatal(err)
+			}
+			type outcome struct {
+				err   error
+				trips int64
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				var n atomic.Int64
+				res, err := a.Apply(postgres.CountTrips(ctx, &n), ledger.Succeed(key, 1, json.RawMessage(`{"ok":true}`)))
+				if err == nil {
+					err = res[0].Err
+				}
+				done <- outcome{err, n.Load()}
+			}()
+			// The Apply's write waits for the row.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var waiting int
+				if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE%actions%' AND strpos(query, $1) > 0`, schema).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				if waiting == 1 {
+					break
+				}
+				select {
+				case o := <-done:
+					t.Fatalf("the Apply returned (%v, %d round trips) while another transaction held its row", o.err, o.trips)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no Apply waiting for the row after 30 s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			o := <-done
+			switch {
+			case o.err != nil:
+				t.Fatalf("the outcome: %v", o.err)
+			case c.changed && o.trips < 2:
+				t.Errorf("the row changed while the Apply waited, and it went through in %d round trip; want it to read the row again", o.trips)
+			case !c.changed && o.trips != 1:
+				t.Errorf("the row was only locked, and the Apply took %d round trips; want 1", o.trips)
+			}
+			k, err := a.Key(ctx, key)
+			if err != nil || k.State != ledger.StatusSucceeded || string(k.Output) != `{"ok":true}` {
+				t.Fatalf("key: %s %s, %v; want succeeded with its output", k.State, k.Output, err)
+			}
+		})
 	}
 }
