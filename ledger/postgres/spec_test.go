@@ -144,13 +144,15 @@ func TestOneRoundTripDecidesOnWhatAnotherNodeWrote(t *testing.T) {
 func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
 	t.Parallel()
 	schema := schemaFor(t.Name())
+	// A run and a tool of its own: the schema outlives the test (-count).
+	run, tool := fmt.Sprintf("r%d", time.Now().UnixNano()), fmt.Sprintf("t%d", time.Now().UnixNano())
 	a := open(t, postgres.Config{Schema: schema})
 	conn := rawConn(t)
 	ctx := context.Background()
 	args := json.RawMessage(`{}`)
 	ids := []string{"a1", "a2", "a3", "a4"}
 	key := func(id string) string {
-		k, err := plan.Key("r", id, "t", args)
+		k, err := plan.Key(run, id, tool, args)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,10 +161,10 @@ func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
 	p := &plan.Plan{Goal: "versions"}
 	var rows []ledger.Action
 	for _, id := range ids {
-		p.Actions = append(p.Actions, plan.Action{ID: id, Tool: "t", Args: args})
-		rows = append(rows, ledger.Action{ID: id, Tool: "t", Args: args, Status: ledger.StatusApproved})
+		p.Actions = append(p.Actions, plan.Action{ID: id, Tool: tool, Args: args})
+		rows = append(rows, ledger.Action{ID: id, Tool: tool, Args: args, Status: ledger.StatusApproved})
 	}
-	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r", Policy: "all"}, p, rows); err != nil {
+	if _, _, err := a.CreateRun(ctx, ledger.Run{ID: run, Policy: "all"}, p, rows); err != nil {
 		t.Fatal(err)
 	}
 	apply := func(what string, op ledger.Op) int64 {
@@ -178,16 +180,19 @@ func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
 		return n.Load()
 	}
 	s := pgx.Identifier{schema}.Sanitize()
-	for i, c := range []struct{ record, touch, arg string }{
-		{"its row", `UPDATE ` + s + `.actions SET attempts = attempts WHERE run_id = 'r' AND action_id = $1`, ids[0]},
-		{"its key", `UPDATE ` + s + `.keys SET attempt = attempt WHERE key = $1`, key(ids[1])},
-		{"the run", `UPDATE ` + s + `.runs SET status = status WHERE run_id = $1`, "r"},
-		{"its tool's limit row, absent until then", `INSERT INTO ` + s + `.tool_limits (tool, record) VALUES ($1, '{"tool":"t"}')`, "t"},
+	for i, c := range []struct {
+		record, touch string
+		args          []any
+	}{
+		{"its row", `UPDATE ` + s + `.actions SET attempts = attempts WHERE run_id = $1 AND action_id = $2`, []any{run, ids[0]}},
+		{"its key", `UPDATE ` + s + `.keys SET attempt = attempt WHERE key = $1`, []any{key(ids[1])}},
+		{"the run", `UPDATE ` + s + `.runs SET status = status WHERE run_id = $1`, []any{run}},
+		{"its tool's limit row, absent until then", `INSERT INTO ` + s + `.tool_limits (tool, record) VALUES ($1, '{}')`, []any{tool}},
 	} {
 		id := ids[i]
-		claim := ledger.Claim("r", id, "t", key(id), args, 1).Decided(args, ledger.Gate{Outcome: "allow"}, false)
+		claim := ledger.Claim(run, id, tool, key(id), args, 1).Decided(args, ledger.Gate{Outcome: "allow"}, false)
 		apply("claim "+id, claim) // the row, the key and the run: remembered
-		tag, err := conn.Exec(ctx, c.touch, c.arg)
+		tag, err := conn.Exec(ctx, c.touch, c.args...)
 		if err != nil || tag.RowsAffected() != 1 {
 			t.Fatalf("touch %s: %v, %d rows", c.record, err, tag.RowsAffected())
 		}
@@ -199,7 +204,7 @@ func TestOneRoundTripWritesOnlyTheVersionRemembered(t *testing.T) {
 			t.Fatalf("key of %s: %s %s, %v; want succeeded with its output", id, k.State, k.Output, err)
 		}
 	}
-	acts, err := a.Actions(ctx, "r")
+	acts, err := a.Actions(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,25 +256,26 @@ func TestOneRoundTripWriteWaitsThenChecks(t *testing.T) {
 		what, hold string
 		changed    bool
 	}{
-		{"changed", `UPDATE %s.actions SET attempts = attempts WHERE run_id = 'r' AND action_id = 'a1'`, true},
-		{"only locked", `SELECT 1 FROM %s.actions WHERE run_id = 'r' AND action_id = 'a1' FOR UPDATE`, false},
+		{"changed", `UPDATE %s.actions SET attempts = attempts WHERE run_id = $1 AND action_id = 'a1'`, true},
+		{"only locked", `SELECT 1 FROM %s.actions WHERE run_id = $1 AND action_id = 'a1' FOR UPDATE`, false},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			schema := schemaFor(t.Name())
+			run := fmt.Sprintf("r%d", time.Now().UnixNano()) // the schema outlives the test (-count)
 			a := open(t, postgres.Config{Schema: schema})
 			conn, watch := rawConn(t), rawConn(t)
 			ctx := context.Background()
 			args := json.RawMessage(`{}`)
-			key, err := plan.Key("r", "a1", "t", args)
+			key, err := plan.Key(run, "a1", "t", args)
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := &plan.Plan{Goal: "wait", Actions: []plan.Action{{ID: "a1", Tool: "t", Args: args}}}
-			if _, _, err := a.CreateRun(ctx, ledger.Run{ID: "r", Policy: "all"},
+			if _, _, err := a.CreateRun(ctx, ledger.Run{ID: run, Policy: "all"},
 				p, []ledger.Action{{ID: "a1", Tool: "t", Args: args, Status: ledger.StatusApproved}}); err != nil {
 				t.Fatal(err)
 			}
-			claim := ledger.Claim("r", "a1", "t", key, args, 1).Decided(args, ledger.Gate{Outcome: "allow"}, false)
+			claim := ledger.Claim(run, "a1", "t", key, args, 1).Decided(args, ledger.Gate{Outcome: "allow"}, false)
 			if res, err := a.Apply(ctx, claim); err != nil || res[0].Err != nil {
 				t.Fatal(err, res[0].Err)
 			}
@@ -279,7 +285,7 @@ func TestOneRoundTripWriteWaitsThenChecks(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, fmt.Sprintf(c.hold, pgx.Identifier{schema}.Sanitize())); err != nil {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(c.hold, pgx.Identifier{schema}.Sanitize()), run); err != nil {
 				t.Fatal(err)
 			}
 			type outcome struct {
