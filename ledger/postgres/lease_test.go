@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -535,25 +536,14 @@ func TestRegistrationWaitsForAnUpgrade(t *testing.T) {
 	// under way.
 	watch := rawConn(t)
 	defer watch.Close(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting int
-		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%nodes%' AND strpos(query, $1) > 0`, schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 1 {
-			break
-		}
+	waitForLock(ctx, t, watch, schema, "%INSERT INTO%nodes%", "registration waiting for the upgrade", func() string {
 		select {
 		case err := <-done:
-			t.Fatalf("the Apply returned (%v) while the upgrade was under way: its registration did not wait for it", err)
+			return fmt.Sprintf("the Apply returned (%v) while the upgrade was under way: its registration did not wait for it", err)
 		default:
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no registration waiting for the upgrade after 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
 	if err := upgrade.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

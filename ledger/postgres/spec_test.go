@@ -302,25 +302,14 @@ func TestOneRoundTripWriteWaitsThenChecks(t *testing.T) {
 				done <- outcome{err, n.Load()}
 			}()
 			// The Apply's write waits for the row.
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				var waiting int
-				if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE%actions%' AND strpos(query, $1) > 0`, schema).Scan(&waiting); err != nil {
-					t.Fatal(err)
-				}
-				if waiting == 1 {
-					break
-				}
+			waitForLock(ctx, t, watch, schema, "%UPDATE%actions%", "Apply waiting for the row", func() string {
 				select {
 				case o := <-done:
-					t.Fatalf("the Apply returned (%v, %d round trips) while another transaction held its row", o.err, o.trips)
+					return fmt.Sprintf("the Apply returned (%v, %d round trips) while another transaction held its row", o.err, o.trips)
 				default:
+					return ""
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("no Apply waiting for the row after 30 s")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			})
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/docketrun/docket/ledger"
 	"github.com/docketrun/docket/ledger/postgres"
 	"github.com/docketrun/docket/plan"
@@ -44,5 +46,30 @@ func watchRun(ctx context.Context, t *testing.T, a, b *postgres.Store) (expect f
 				t.Fatalf("seq %d did not arrive within 30s%s", next, why)
 			}
 		}
+	}
+}
+
+// waitForLock waits until a statement of schema that matches like (a LIKE
+// pattern) waits on a lock, and fails the test after 30 s ("no " + what).
+// ended reports, with what to fail with, that the statement's caller
+// returned first ("": not yet).
+func waitForLock(ctx context.Context, t *testing.T, watch *pgx.Conn, schema, like, what string, ended func() string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $2 AND strpos(query, $1) > 0`, schema, like).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			return
+		}
+		if why := ended(); why != "" {
+			t.Fatal(why)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 30 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
