@@ -135,3 +135,77 @@ func roundTrips(t *testing.T, what string, fn func(ctx context.Context) error) i
 	}
 	return n.Load()
 }
+
+// A new run's rows are inserted as the Apply that records the run leaves
+// them: its first claim, made in the same Apply, is not an UPDATE of a row
+// inserted a statement earlier. Every row carries the command id (cmin) of
+// the one statement that inserted the revision's rows; a row rewritten in
+// the same transaction would carry a later one. The rows the Apply wrote
+// read back as it wrote them (the claim, the approval, the rest pending).
+func TestNewRunRowsInsertedOnce(t *testing.T) {
+	t.Parallel()
+	schema := schemaFor(t.Name())
+	s := open(t, postgres.Config{Schema: schema})
+	ctx := context.Background()
+	p := &plan.Plan{Goal: "insert once"}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		p.Actions = append(p.Actions, plan.Action{ID: id, Tool: "t", Args: json.RawMessage(`{"id":"` + id + `"}`)})
+	}
+	p.Actions[1].DependsOn = []string{"a"}
+	p.Actions[2].DependsOn = []string{"a"}
+	p.Actions[3].DependsOn = []string{"b", "c"} // a diamond
+	create, err := ledger.NewRun(ledger.Run{ID: "r1", Policy: "none"}, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := plan.Key("r1", "a", "t", p.Actions[0].Args)
+	res, err := s.Apply(ctx, create, ledger.Approve("r1", "a", nil, "alice"), ledger.Approve("r1", "d", nil, "alice"),
+		ledger.Claim("r1", "a", "t", k, p.Actions[0].Args, 1))
+	for _, r := range res {
+		if err == nil {
+			err = r.Err
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	conn := rawConn(t)
+	rows, err := conn.Query(ctx, `SELECT action_id, cmin::text FROM `+schema+`.actions WHERE run_id = 'r1' ORDER BY action_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmins := map[string]string{}
+	for rows.Next() {
+		var id, cmin string
+		if err := rows.Scan(&id, &cmin); err != nil {
+			t.Fatal(err)
+		}
+		cmins[id] = cmin
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cmins) != 4 {
+		t.Fatalf("%d rows, want 4", len(cmins))
+	}
+	for id, c := range cmins {
+		if c != cmins["b"] {
+			t.Errorf("row %s was written by command %s, row b by command %s: want every row inserted by the same statement, once", id, c, cmins["b"])
+		}
+	}
+
+	acts, err := s.Actions(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]ledger.Status{"a": ledger.StatusClaimed, "b": ledger.StatusPending, "c": ledger.StatusPending, "d": ledger.StatusApproved}
+	for _, a := range acts {
+		if a.Status != want[a.ID] {
+			t.Errorf("action %s is %s, want %s", a.ID, a.Status, want[a.ID])
+		}
+	}
+	if len(acts) != 4 || acts[0].ID != "a" || acts[0].Attempts != 1 || acts[0].Key != k {
+		t.Errorf("actions read back: %+v", acts)
+	}
+}

@@ -54,6 +54,7 @@ type tx struct {
 	docs     []string
 	docReads []docRead
 	ranges   map[string][2]uint64 // run -> first, last seq appended
+	inserts  [][]rowKey           // PutRows' rows, a statement each, queued at commit
 }
 
 type runEntry struct {
@@ -76,10 +77,11 @@ type rowKey struct {
 // recent: when the Apply writes it, the write is queued at commit, by the
 // statement that checks it (verifyBatch), and once.
 type rowEntry struct {
-	rec   ledger.RowRecord
-	found bool
-	dirty bool  // written by this transaction
-	xmin  int64 // the version remembered (0: none)
+	rec    ledger.RowRecord
+	found  bool
+	dirty  bool  // written by this transaction
+	xmin   int64 // the version remembered (0: none)
+	unsent bool  // inserted by PutRows: its INSERT is queued at commit, with rec as it is then
 }
 
 type keyEntry struct {
@@ -276,6 +278,11 @@ func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 	r = cloneRow(r)
 	k := rowKey{runID, rev, r.ID}
 	e, ok := t.rows[k]
+	if ok && e.unsent {
+		// Not sent yet: its INSERT carries this version.
+		e.rec = r
+		return nil
+	}
 	if ok && e.xmin != 0 {
 		t.rows[k] = &rowEntry{rec: r, found: true, dirty: true, xmin: e.xmin}
 		return nil
@@ -292,18 +299,34 @@ func (t *tx) PutRow(runID string, rev int, r ledger.RowRecord) error {
 }
 
 // PutRows inserts a revision's rows, up to maxRowsPerInsert of them per
-// statement.
+// statement. The statements are queued at commit (queueInserts), so that a
+// row the same transaction writes again (a new run's first claim) is
+// inserted once, as it is written last.
 func (t *tx) PutRows(runID string, rev int, rows []ledger.RowRecord) error {
 	for chunk := range slices.Chunk(rows, maxRowsPerInsert) {
-		args := make([]any, 0, len(chunk)*rowParams)
-		for _, r := range chunk {
-			r = cloneRow(r)
-			args = append(args, rowArgs(t.s.env, runID, rev, r)...)
-			t.rows[rowKey{runID, rev, r.ID}] = &rowEntry{rec: r, found: true, dirty: true}
+		ks := make([]rowKey, len(chunk))
+		for i, r := range chunk {
+			ks[i] = rowKey{runID, rev, r.ID}
+			t.rows[ks[i]] = &rowEntry{rec: cloneRow(r), found: true, dirty: true, unsent: true}
 		}
-		t.batch.Queue(t.s.q.insertRows[len(chunk)-1], args...)
+		t.inserts = append(t.inserts, ks)
 	}
 	return nil
+}
+
+// queueInserts queues PutRows' statements, before the statements that read
+// the rows (the runs' writes, the documents).
+func (t *tx) queueInserts() {
+	for _, ks := range t.inserts {
+		args := make([]any, 0, len(ks)*rowParams)
+		for _, k := range ks {
+			e := t.rows[k]
+			args = append(args, rowArgs(t.s.env, k.run, k.rev, e.rec)...)
+			e.unsent = false
+		}
+		t.batch.Queue(t.s.q.insertRows[len(ks)-1], args...)
+	}
+	t.inserts = nil
 }
 
 func (t *tx) PutPlan(runID string, rev int, planJSON []byte, argRefs map[string]string) error {
@@ -758,6 +781,7 @@ func (t *tx) commit() error { return t.commitAfter(nil, nil) }
 // a one round trip Apply) first in the same pipeline, their results read by
 // readPre.
 func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) error {
+	t.queueInserts()
 	for chunk := range slices.Chunk(t.evArgs, maxRowsPerInsert*eventParams) {
 		t.batch.Queue(t.s.q.insertEvents[len(chunk)/eventParams-1], chunk...)
 	}
