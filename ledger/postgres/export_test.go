@@ -27,6 +27,11 @@ func init() { countingTrips = true }
 // SendBuf turns the connections' own pipeline buffers (sendBuf) on or off.
 func SendBuf(on bool) { noSendBuf.Store(!on) }
 
+// RawPipelines turns the commit pipelines this package writes itself
+// (rawpipe.go) on or off; RawSends counts those written so far.
+func RawPipelines(on bool) { noRaw.Store(!on) }
+func RawSends() int64      { return rawSends.Load() }
+
 // Unsettled returns the runs whose unsettled column is set (the adopt
 // sweep's candidates among cancelled runs), sorted.
 func (s *Store) Unsettled(ctx context.Context) ([]string, error) {

@@ -399,7 +399,7 @@ func (t *tx) applySpec(ops []ledger.Op, docs []string) (res []ledger.Result, don
 	t.docs = docs
 	pre := t.verifyBatch()
 	checks := pre.Len() - beginStatements
-	err = t.commitAfter(pre, func(br pgx.BatchResults) error {
+	err = t.commitAfter(pre, func(br results) error {
 		for range beginStatements {
 			if _, err := br.Exec(); err != nil {
 				return err

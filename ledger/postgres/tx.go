@@ -780,7 +780,7 @@ func (t *tx) commit() error { return t.commitAfter(nil, nil) }
 // commitAfter is commit with the statements of pre (BEGIN and the checks of
 // a one round trip Apply) first in the same pipeline, their results read by
 // readPre.
-func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) error {
+func (t *tx) commitAfter(pre *pgx.Batch, readPre func(results) error) error {
 	t.queueInserts()
 	for chunk := range slices.Chunk(t.evArgs, maxRowsPerInsert*eventParams) {
 		t.batch.Queue(t.s.q.insertEvents[len(chunk)/eventParams-1], chunk...)
@@ -802,8 +802,20 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(pgx.BatchResults) error) e
 		pre.QueuedQueries = append(pre.QueuedQueries, t.batch.QueuedQueries...)
 		b = pre
 	}
-	primeSend(t.ptx)
-	br := t.ptx.SendBatch(t.ctx, b)
+	var br results
+	if !slices.ContainsFunc(t.docs, func(id string) bool { return id != "" }) && t.s.rawOK(t.ptx, b) {
+		rr, err := sendRaw(t.ctx, t.ptx, b)
+		if err != nil {
+			if pgCode(err) == "" && !pgconn.SafeToRetry(err) {
+				return &commitUnknownError{err}
+			}
+			return err
+		}
+		br = rr
+	} else {
+		primeSend(t.ptx)
+		br = t.ptx.SendBatch(t.ctx, b)
+	}
 	err := func() error {
 		if readPre != nil {
 			if err := readPre(br); err != nil {

@@ -1,0 +1,326 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// A commit's pipeline, written by this package rather than by pgx's
+// SendBatch.
+//
+// Before every write pgx arms a 15 ms timer (it guards against a write that
+// blocks while the server blocks writing results back to us) and stops it
+// after. Arming a timer due before anything else the Go runtime waits for
+// makes it wake a thread (wakep), which finds nothing to do and sleeps
+// again: on a chain of steps, one wasted thread wake per step, at the
+// moment PostgreSQL needs the CPU to run the pipeline just sent. Without
+// the timer a chain's step took a tenth less time on a 2-core machine
+// (evals/bench/README.md). A commit's pipeline cannot block that way: it
+// is small (rawMaxBytes, far below a socket's buffers) and its results are
+// a few bytes per statement, so it is written here, with the statements
+// pgx prepared on the connection, and its results are read through pgx's
+// ReceiveMessage. A pipeline that reads documents (large results), or a
+// connection that may not prepare statements (a pooler in transaction
+// mode, or another exec mode asked for in the URL), takes SendBatch.
+
+// rawMaxBytes bounds the bind parameters of a pipeline written here.
+const rawMaxBytes = 32 << 10
+
+// rawOK reports whether b may be sent by sendRaw on conn.
+func (s *Store) rawOK(conn *pgx.Conn, b *pgx.Batch) bool {
+	if s.pooled || noRaw.Load() || conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return false
+	}
+	n := 0
+	for _, q := range b.QueuedQueries {
+		for _, a := range q.Arguments {
+			switch v := a.(type) {
+			case []byte:
+				n += len(v)
+			case string:
+				n += len(v)
+			default:
+				n += 16
+			}
+		}
+	}
+	return n <= rawMaxBytes
+}
+
+// sendRaw sends b's statements in one pipeline (Bind and Execute each,
+// then Sync) and returns its results, which must be read in order and then
+// closed. Preparing a statement the connection has not prepared yet is a
+// round trip of its own, before anything of the pipeline is sent.
+func sendRaw(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*rawResults, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pc := conn.PgConn()
+	r := &rawResults{ctx: ctx, conn: conn, sds: make([]*pgconn.StatementDescription, len(b.QueuedQueries))}
+	binds := make([]pgproto3.Bind, len(b.QueuedQueries))
+	for i, q := range b.QueuedQueries {
+		sd, err := conn.Prepare(ctx, rawName(q.SQL), q.SQL)
+		if err != nil {
+			if pgCode(err) != "" {
+				return nil, err // the server's answer
+			}
+			return nil, &rawPrepareError{err}
+		}
+		var eqb pgx.ExtendedQueryBuilder
+		if err := eqb.Build(conn.TypeMap(), sd, q.Arguments); err != nil {
+			return nil, fmt.Errorf("postgres: statement %d of the pipeline: %w", i, err)
+		}
+		r.sds[i] = sd
+		binds[i] = pgproto3.Bind{PreparedStatement: sd.Name, ParameterFormatCodes: eqb.ParamFormats,
+			Parameters: eqb.ParamValues, ResultFormatCodes: eqb.ResultFormats}
+	}
+	if countingTrips {
+		count(ctx)
+	}
+	primeSend(conn)
+	fe := pc.Frontend()
+	for i := range binds {
+		fe.SendBind(&binds[i])
+		fe.SendExecute(&pgproto3.Execute{})
+	}
+	fe.SendSync(&pgproto3.Sync{})
+	// A context that ends while the pipeline is under way ends the reads
+	// and writes on the connection at once (then closed: rawResults.Close).
+	nc := pc.Conn()
+	r.unwatch = context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	if err := fe.Flush(); err != nil {
+		r.unwatch()
+		closeConn(pc)
+		if pgconn.SafeToRetry(err) {
+			return nil, err // nothing was written
+		}
+		return nil, &rawConnError{err}
+	}
+	rawSends.Add(1)
+	return r, nil
+}
+
+// noRaw turns sendRaw off: every pipeline takes SendBatch (tests measure
+// and compare); rawSends counts the pipelines sendRaw wrote.
+var (
+	noRaw    atomic.Bool
+	rawSends atomic.Int64
+)
+
+// rawNames are the names sendRaw prepares its statements under, by SQL
+// (short: every Bind carries its statement's name).
+var rawNames sync.Map
+
+func rawName(sql string) string {
+	if n, ok := rawNames.Load(sql); ok {
+		return n.(string)
+	}
+	h := sha256.Sum256([]byte(sql))
+	n := "docket_" + hex.EncodeToString(h[:12])
+	rawNames.Store(sql, n)
+	return n
+}
+
+// rawPrepareError is a failure to prepare a statement before anything of
+// the pipeline was written: safe to try again.
+type rawPrepareError struct{ err error }
+
+func (e *rawPrepareError) Error() string     { return e.err.Error() }
+func (e *rawPrepareError) Unwrap() error     { return e.err }
+func (e *rawPrepareError) SafeToRetry() bool { return true }
+
+// results are a pipeline's results, read in order, then closed: what
+// commit reads of pgx's BatchResults and of rawResults.
+type results interface {
+	Exec() (pgconn.CommandTag, error)
+	Query() (pgx.Rows, error)
+	QueryRow() pgx.Row
+	Close() error
+}
+
+// rawResults reads a pipeline's results.
+type rawResults struct {
+	ctx     context.Context
+	conn    *pgx.Conn
+	sds     []*pgconn.StatementDescription
+	next    int   // the statement whose result is read next
+	err     error // the first error: the server's, or the connection's
+	synced  bool  // ReadyForQuery was read
+	unwatch func() bool
+}
+
+var (
+	_ results = (*rawResults)(nil)
+	_ results = pgx.BatchResults(nil)
+)
+
+// rawConnError is a failure of the connection after the pipeline began to
+// be written: its outcome, COMMIT included, is unknown (never safe to try
+// again, whatever the error under it says).
+type rawConnError struct{ err error }
+
+func (e *rawConnError) Error() string     { return e.err.Error() }
+func (e *rawConnError) Unwrap() error     { return e.err }
+func (e *rawConnError) SafeToRetry() bool { return false }
+
+// receive reads the next message, or fails the pipeline.
+func (r *rawResults) receive() (pgproto3.BackendMessage, error) {
+	msg, err := r.conn.PgConn().ReceiveMessage(context.Background())
+	if err != nil {
+		if r.ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", r.ctx.Err(), err)
+		}
+		r.fail(&rawConnError{err})
+		return nil, r.err
+	}
+	return msg, nil
+}
+
+func (r *rawResults) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// result reads the next statement's result to its end, with the values of
+// its first row (copied; nil: none).
+func (r *rawResults) result() (sd *pgconn.StatementDescription, first [][]byte, tag pgconn.CommandTag, err error) {
+	if r.err != nil {
+		return nil, nil, tag, r.err
+	}
+	if r.next >= len(r.sds) {
+		return nil, nil, tag, errors.New("postgres: no more results in the pipeline")
+	}
+	sd = r.sds[r.next]
+	r.next++
+	rows := 0
+	for {
+		msg, err := r.receive()
+		if err != nil {
+			return nil, nil, tag, err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.BindComplete:
+		case *pgproto3.DataRow:
+			if rows == 0 {
+				first = make([][]byte, len(m.Values))
+				for i, v := range m.Values {
+					if v != nil {
+						first[i] = append([]byte{}, v...)
+					}
+				}
+			}
+			rows++
+		case *pgproto3.CommandComplete:
+			return sd, first, pgconn.NewCommandTag(string(m.CommandTag)), nil
+		case *pgproto3.EmptyQueryResponse:
+			return sd, first, tag, nil
+		case *pgproto3.ErrorResponse:
+			r.fail(pgconn.ErrorResponseToPgError(m))
+			return nil, nil, tag, r.err
+		case *pgproto3.ReadyForQuery:
+			r.synced = true
+			r.fail(errors.New("postgres: the pipeline ended before its results"))
+			return nil, nil, tag, r.err
+		}
+		// Notices, notifications and parameter statuses: pgx's handlers
+		// saw them.
+	}
+}
+
+func (r *rawResults) Exec() (pgconn.CommandTag, error) {
+	_, _, tag, err := r.result()
+	return tag, err
+}
+
+// Query is not offered: a pipeline that reads rows takes SendBatch.
+func (r *rawResults) Query() (pgx.Rows, error) {
+	r.fail(errors.New("postgres: a raw pipeline reads no rows"))
+	return nil, r.err
+}
+
+func (r *rawResults) QueryRow() pgx.Row {
+	sd, first, _, err := r.result()
+	return rawRow{r: r, sd: sd, values: first, err: err}
+}
+
+// Close reads what is left of the pipeline, to its ReadyForQuery, and
+// returns its first error. After a failure of the connection, or a context
+// that ended, the connection is closed (the pool drops it).
+func (r *rawResults) Close() error {
+	for r.err == nil && !r.synced {
+		msg, err := r.receive()
+		if err != nil {
+			break
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			r.fail(pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.ReadyForQuery:
+			r.synced = true
+		}
+	}
+	// After a server's error the connection is still in step: read up to
+	// its ReadyForQuery (the statements after the error were skipped).
+	var ce *rawConnError
+	for r.err != nil && !errors.As(r.err, &ce) && !r.synced {
+		msg, err := r.receive()
+		if err != nil {
+			break
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			r.synced = true
+		}
+	}
+	// Its deadline is set, it broke, or a statement it prepared no longer
+	// fits the tables (another node upgraded them): the pool drops it, and
+	// a new connection prepares them again.
+	code := pgCode(r.err)
+	if fired := !r.unwatch(); fired || errors.As(r.err, &ce) || code == "0A000" || code == "26000" {
+		closeConn(r.conn.PgConn())
+	}
+	return r.err
+}
+
+// closeConn closes a connection that is out of step (the pool drops it),
+// waiting at most a second for a broken one.
+func closeConn(pc *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	pc.Close(ctx)
+}
+
+// rawRow is a statement's first row (pgx.Row).
+type rawRow struct {
+	r      *rawResults
+	sd     *pgconn.StatementDescription
+	values [][]byte
+	err    error
+}
+
+func (w rawRow) Scan(dest ...any) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.values == nil {
+		return pgx.ErrNoRows
+	}
+	// The formats the results came in are the ones the Bind asked for.
+	fields := make([]pgconn.FieldDescription, len(w.sd.Fields))
+	copy(fields, w.sd.Fields)
+	tm := w.r.conn.TypeMap()
+	for i := range fields {
+		fields[i].Format = tm.FormatCodeForOID(fields[i].DataTypeOID)
+	}
+	return pgx.ScanRow(tm, fields, w.values, dest...)
+}
