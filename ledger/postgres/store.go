@@ -552,7 +552,8 @@ func (s *Store) Close() error {
 // constructor), a *LeaseError (ledger.ErrLeaseExpired), a database error
 // (after waiting up to Config.Outage for an unreachable database), or an
 // error saying the commit's outcome is unknown (the connection broke
-// during COMMIT: read the records to find out).
+// during COMMIT, or ctx ended while the server had the commit: read the
+// records to find out; in the latter case the error also Is ctx's).
 func (s *Store) Apply(ctx context.Context, ops ...ledger.Op) ([]ledger.Result, error) {
 	res, _, err := s.applyWith(ctx, ops, "")
 	return res, err
@@ -627,7 +628,7 @@ func (s *Store) applyErr(ctx context.Context, err error) error {
 type commitUnknownError struct{ err error }
 
 func (e *commitUnknownError) Error() string {
-	return "the connection broke during COMMIT: the commit's outcome is unknown (read the records to find out): " + e.err.Error()
+	return "the connection broke, or the context ended, during COMMIT: the commit's outcome is unknown (read the records to find out): " + e.err.Error()
 }
 func (e *commitUnknownError) Unwrap() []error { return []error{e.err, ledger.ErrUnavailable} }
 
@@ -648,7 +649,12 @@ func (s *Store) retry(ctx context.Context, fn func(ctx context.Context) error) e
 			return nil
 		}
 		var cu *commitUnknownError
-		if errors.As(err, &cu) || !transient(err) || ctx.Err() != nil {
+		if errors.As(err, &cu) {
+			// Even when ctx ended: the server may have committed what it
+			// was sent (the error still Is ctx's).
+			return err
+		}
+		if !transient(err) || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
