@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // A commit's pipeline, written by this package rather than by pgx's
@@ -26,12 +27,13 @@ import (
 // moment PostgreSQL needs the CPU to run the pipeline just sent. Without
 // the timer a chain's step took a tenth less time on a 2-core machine
 // (evals/bench/README.md). A commit's pipeline cannot block that way: it
-// is small (rawMaxBytes, far below a socket's buffers) and its results are
-// a few bytes per statement, so it is written here, with the statements
-// pgx prepared on the connection, and its results are read through pgx's
-// ReceiveMessage. A pipeline that reads documents (large results), or a
-// connection that may not prepare statements (a pooler in transaction
-// mode, or another exec mode asked for in the URL), takes SendBatch.
+// is small (rawMaxBytes, far below the buffers of the server's socket, so
+// the write ends even while the server is busy writing results, a
+// document's rows among them), so it is written here, with the statements
+// pgx prepared on the connection, and its results are read after, through
+// pgx's ReceiveMessage. A larger pipeline, or a connection that may not
+// prepare statements (a pooler in transaction mode, or another exec mode
+// asked for in the URL), takes SendBatch.
 
 // rawMaxBytes bounds the bind parameters of a pipeline written here.
 const rawMaxBytes = 32 << 10
@@ -193,17 +195,16 @@ func (r *rawResults) fail(err error) {
 }
 
 // result reads the next statement's result to its end, with the values of
-// its first row (copied; nil: none).
-func (r *rawResults) result() (sd *pgconn.StatementDescription, first [][]byte, tag pgconn.CommandTag, err error) {
+// its rows (copied; all of them, or only the first).
+func (r *rawResults) result(all bool) (fields []pgconn.FieldDescription, rows [][][]byte, tag pgconn.CommandTag, err error) {
 	if r.err != nil {
 		return nil, nil, tag, r.err
 	}
 	if r.next >= len(r.sds) {
 		return nil, nil, tag, errors.New("postgres: no more results in the pipeline")
 	}
-	sd = r.sds[r.next]
+	sd := r.sds[r.next]
 	r.next++
-	rows := 0
 	for {
 		msg, err := r.receive()
 		if err != nil {
@@ -212,19 +213,19 @@ func (r *rawResults) result() (sd *pgconn.StatementDescription, first [][]byte, 
 		switch m := msg.(type) {
 		case *pgproto3.BindComplete:
 		case *pgproto3.DataRow:
-			if rows == 0 {
-				first = make([][]byte, len(m.Values))
+			if all || len(rows) == 0 {
+				row := make([][]byte, len(m.Values))
 				for i, v := range m.Values {
 					if v != nil {
-						first[i] = append([]byte{}, v...)
+						row[i] = append([]byte{}, v...)
 					}
 				}
+				rows = append(rows, row)
 			}
-			rows++
 		case *pgproto3.CommandComplete:
-			return sd, first, pgconn.NewCommandTag(string(m.CommandTag)), nil
+			return r.fields(sd), rows, pgconn.NewCommandTag(string(m.CommandTag)), nil
 		case *pgproto3.EmptyQueryResponse:
-			return sd, first, tag, nil
+			return r.fields(sd), rows, tag, nil
 		case *pgproto3.ErrorResponse:
 			r.fail(pgconn.ErrorResponseToPgError(m))
 			return nil, nil, tag, r.err
@@ -238,20 +239,31 @@ func (r *rawResults) result() (sd *pgconn.StatementDescription, first [][]byte, 
 	}
 }
 
+// fields are sd's result columns in the formats the Bind asked for.
+func (r *rawResults) fields(sd *pgconn.StatementDescription) []pgconn.FieldDescription {
+	fields := make([]pgconn.FieldDescription, len(sd.Fields))
+	copy(fields, sd.Fields)
+	tm := r.conn.TypeMap()
+	for i := range fields {
+		fields[i].Format = tm.FormatCodeForOID(fields[i].DataTypeOID)
+	}
+	return fields
+}
+
 func (r *rawResults) Exec() (pgconn.CommandTag, error) {
-	_, _, tag, err := r.result()
+	_, _, tag, err := r.result(false)
 	return tag, err
 }
 
-// Query is not offered: a pipeline that reads rows takes SendBatch.
+// Query reads the whole result (a document's rows) before it returns.
 func (r *rawResults) Query() (pgx.Rows, error) {
-	r.fail(errors.New("postgres: a raw pipeline reads no rows"))
-	return nil, r.err
+	fields, rows, tag, err := r.result(true)
+	return &rawRows{conn: r.conn, fields: fields, rows: rows, tag: tag, err: err}, err
 }
 
 func (r *rawResults) QueryRow() pgx.Row {
-	sd, first, _, err := r.result()
-	return rawRow{r: r, sd: sd, values: first, err: err}
+	fields, rows, _, err := r.result(false)
+	return &rawRows{conn: r.conn, fields: fields, rows: rows, err: err, one: true}
 }
 
 // Close reads what is left of the pipeline, to its ReadyForQuery, and
@@ -300,27 +312,65 @@ func closeConn(pc *pgconn.PgConn) {
 	pc.Close(ctx)
 }
 
-// rawRow is a statement's first row (pgx.Row).
-type rawRow struct {
-	r      *rawResults
-	sd     *pgconn.StatementDescription
-	values [][]byte
+// rawRows are a statement's rows, read (pgx.Rows; as a pgx.Row, the
+// first).
+type rawRows struct {
+	conn   *pgx.Conn
+	fields []pgconn.FieldDescription
+	rows   [][][]byte
+	tag    pgconn.CommandTag
 	err    error
+	at     int  // 1 + the current row (0: before the first)
+	one    bool // a QueryRow's
 }
 
-func (w rawRow) Scan(dest ...any) error {
-	if w.err != nil {
-		return w.err
+var _ pgx.Rows = (*rawRows)(nil)
+
+func (w *rawRows) Close()                                       {}
+func (w *rawRows) Err() error                                   { return w.err }
+func (w *rawRows) CommandTag() pgconn.CommandTag                { return w.tag }
+func (w *rawRows) FieldDescriptions() []pgconn.FieldDescription { return w.fields }
+func (w *rawRows) Conn() *pgx.Conn                              { return w.conn }
+func (w *rawRows) TypeMap() *pgtype.Map                         { return w.conn.TypeMap() }
+
+func (w *rawRows) Next() bool {
+	if w.err != nil || w.at >= len(w.rows) {
+		return false
 	}
-	if w.values == nil {
-		return pgx.ErrNoRows
+	w.at++
+	return true
+}
+
+func (w *rawRows) RawValues() [][]byte {
+	if w.at == 0 {
+		return nil
 	}
-	// The formats the results came in are the ones the Bind asked for.
-	fields := make([]pgconn.FieldDescription, len(w.sd.Fields))
-	copy(fields, w.sd.Fields)
-	tm := w.r.conn.TypeMap()
-	for i := range fields {
-		fields[i].Format = tm.FormatCodeForOID(fields[i].DataTypeOID)
+	return w.rows[w.at-1]
+}
+
+// Scan scans the current row; for a QueryRow's, its first (pgx.ErrNoRows:
+// none).
+func (w *rawRows) Scan(dest ...any) error {
+	if w.one {
+		if w.err != nil {
+			return w.err
+		}
+		if len(w.rows) == 0 {
+			return pgx.ErrNoRows
+		}
+		w.at = 1
 	}
-	return pgx.ScanRow(tm, fields, w.values, dest...)
+	if w.at == 0 {
+		return errors.New("postgres: Scan before Next")
+	}
+	return pgx.ScanRow(w.conn.TypeMap(), w.fields, w.rows[w.at-1], dest...)
+}
+
+func (w *rawRows) Values() ([]any, error) {
+	vals := make([]any, len(w.fields))
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	return vals, w.Scan(dest...)
 }

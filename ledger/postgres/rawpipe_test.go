@@ -17,8 +17,9 @@ import (
 )
 
 // A step's commit is written by the package itself (rawpipe.go), not by
-// pgx's SendBatch, and records the same as SendBatch does; with it turned
-// off, SendBatch takes every pipeline. Not parallel: it turns the raw
+// pgx's SendBatch, and records the same as SendBatch does, a document read
+// in the commit included; with it turned off, SendBatch takes every
+// pipeline. Not parallel: it turns the raw
 // pipelines off for a while, for every store of the process.
 func TestRawPipelineTaken(t *testing.T) {
 	ctx := context.Background()
@@ -37,8 +38,17 @@ func TestRawPipelineTaken(t *testing.T) {
 		if res, err := s.Apply(ctx, ledger.Succeed(key, 1, json.RawMessage(`{"ok":true}`))); err != nil || res[0].Err != nil {
 			t.Fatalf("outcome (raw pipelines %s): %v %+v", id, err, res)
 		}
-		if n := postgres.RawSends() - before; on != (n >= 2) || !on && n != 0 {
-			t.Errorf("raw pipelines %s: %d written by the package, want %s", id, n, map[bool]string{true: "both commits", false: "none"}[on])
+		// The commit that ends a run reads its document in the same pipeline.
+		res, doc, err := s.ApplyDoc(ctx, id, ledger.SetRunStatus(id, ledger.RunFailed, ledger.EventRunFailed, "b failed", nil))
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("run status with its document (raw pipelines %s): %v %+v", id, err, res)
+		}
+		if n := postgres.RawSends() - before; on != (n >= 3) || !on && n != 0 {
+			t.Errorf("raw pipelines %s: %d written by the package, want %s", id, n, map[bool]string{true: "all three commits", false: "none"}[on])
+		}
+		if doc.Run.Status != ledger.RunFailed || len(doc.Actions) != 2 || doc.Actions[0].Status != ledger.StatusSucceeded ||
+			string(doc.Actions[0].Output) != `{"ok":true}` || doc.Actions[1].Status != ledger.StatusPending {
+			t.Errorf("raw pipelines %s: document %+v, want the run failed, a succeeded with its output, b pending", id, doc)
 		}
 		acts, err := s.Actions(ctx, id)
 		if err != nil {

@@ -803,7 +803,7 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(results) error) error {
 		b = pre
 	}
 	var br results
-	if !slices.ContainsFunc(t.docs, func(id string) bool { return id != "" }) && t.s.rawOK(t.ptx, b) {
+	if t.s.rawOK(t.ptx, b) {
 		rr, err := sendRaw(t.ctx, t.ptx, b)
 		if err != nil {
 			if pgCode(err) == "" && !pgconn.SafeToRetry(err) {
