@@ -51,6 +51,10 @@ func (s *Store) rawOK(conn *pgx.Conn, b *pgx.Batch) bool {
 				n += len(v)
 			case string:
 				n += len(v)
+			case []string:
+				for _, x := range v {
+					n += len(x) + 4
+				}
 			default:
 				n += 16
 			}

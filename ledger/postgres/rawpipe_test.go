@@ -62,6 +62,26 @@ func TestRawPipelineTaken(t *testing.T) {
 			t.Errorf("raw pipelines %s: key %+v %v, want succeeded with its output", id, k, err)
 		}
 	}
+
+	// A pipeline whose parameters pass 32 KiB (an outcome's large output)
+	// takes SendBatch, whose slow-write timer guards a write that could block.
+	postgres.RawPipelines(true)
+	big := groupRuns(t, s, "big")
+	op, key := big("big", "a")
+	if res, err := s.Apply(ctx, op); err != nil || res[0].Err != nil {
+		t.Fatalf("claim (big): %v %+v", err, res)
+	}
+	out := json.RawMessage(`{"blob":"` + strings.Repeat("x", 40<<10) + `"}`)
+	before := postgres.RawSends()
+	if res, err := s.Apply(ctx, ledger.Succeed(key, 1, out)); err != nil || res[0].Err != nil {
+		t.Fatalf("outcome (big): %v %+v", err, res)
+	}
+	if n := postgres.RawSends() - before; n != 0 {
+		t.Errorf("an outcome of %d bytes: %d pipelines written by the package, want none (SendBatch)", len(out), n)
+	}
+	if k, err := s.Key(ctx, key); err != nil || string(k.Output) != string(out) {
+		t.Errorf("the big outcome read back: %d bytes, %v", len(k.Output), err)
+	}
 }
 
 // A context that ends while a commit's pipeline waits for a lock ends the
