@@ -73,7 +73,6 @@ func sendRaw(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*rawResults, er
 	}
 	pc := conn.PgConn()
 	r := &rawResults{ctx: ctx, conn: conn, sds: make([]*pgconn.StatementDescription, len(b.QueuedQueries))}
-	binds := make([]pgproto3.Bind, len(b.QueuedQueries))
 	for i, q := range b.QueuedQueries {
 		sd, err := conn.Prepare(ctx, rawName(q.SQL), q.SQL)
 		if err != nil {
@@ -82,21 +81,30 @@ func sendRaw(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*rawResults, er
 			}
 			return nil, &rawPrepareError{err}
 		}
-		var eqb pgx.ExtendedQueryBuilder
-		if err := eqb.Build(conn.TypeMap(), sd, q.Arguments); err != nil {
-			return nil, fmt.Errorf("postgres: statement %d of the pipeline: %w", i, err)
-		}
 		r.sds[i] = sd
-		binds[i] = pgproto3.Bind{PreparedStatement: sd.Name, ParameterFormatCodes: eqb.ParamFormats,
-			Parameters: eqb.ParamValues, ResultFormatCodes: eqb.ResultFormats}
 	}
 	if countingTrips {
 		count(ctx)
 	}
 	primeSend(conn)
 	fe := pc.Frontend()
-	for i := range binds {
-		fe.SendBind(&binds[i])
+	// The connection's builder keeps its buffers from one pipeline to the
+	// next; each Bind is copied into the frontend's buffer as it is sent.
+	data := pc.CustomData()
+	eqb, _ := data["docket.eqb"].(*pgx.ExtendedQueryBuilder)
+	if eqb == nil {
+		eqb = &pgx.ExtendedQueryBuilder{}
+		data["docket.eqb"] = eqb
+	}
+	for i, q := range b.QueuedQueries {
+		if err := eqb.Build(conn.TypeMap(), r.sds[i], q.Arguments); err != nil {
+			// Part of the pipeline is in the frontend's buffer: the
+			// connection goes (nothing was written to it).
+			closeConn(pc)
+			return nil, fmt.Errorf("postgres: statement %d of the pipeline: %w", i, err)
+		}
+		fe.SendBind(&pgproto3.Bind{PreparedStatement: r.sds[i].Name, ParameterFormatCodes: eqb.ParamFormats,
+			Parameters: eqb.ParamValues, ResultFormatCodes: eqb.ResultFormats})
 		fe.SendExecute(&pgproto3.Execute{})
 	}
 	fe.SendSync(&pgproto3.Sync{})
