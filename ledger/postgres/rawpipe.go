@@ -79,7 +79,7 @@ func sendRaw(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*rawResults, er
 			if pgCode(err) != "" {
 				return nil, err // the server's answer
 			}
-			return nil, &rawPrepareError{err}
+			return nil, &rawError{err, true}
 		}
 		r.sds[i] = sd
 	}
@@ -118,7 +118,7 @@ func sendRaw(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*rawResults, er
 		if pgconn.SafeToRetry(err) {
 			return nil, err // nothing was written
 		}
-		return nil, &rawConnError{err}
+		return nil, &rawError{err, false}
 	}
 	rawSends.Add(1)
 	return r, nil
@@ -145,13 +145,18 @@ func rawName(sql string) string {
 	return n
 }
 
-// rawPrepareError is a failure to prepare a statement before anything of
-// the pipeline was written: safe to try again.
-type rawPrepareError struct{ err error }
+// rawError is a failure of the connection, not an answer of the server:
+// safe to try again when nothing of the pipeline was written (preparing
+// its statements), never once it began to be written (its outcome, COMMIT
+// included, is unknown, whatever the error under it says).
+type rawError struct {
+	err  error
+	safe bool
+}
 
-func (e *rawPrepareError) Error() string     { return e.err.Error() }
-func (e *rawPrepareError) Unwrap() error     { return e.err }
-func (e *rawPrepareError) SafeToRetry() bool { return true }
+func (e *rawError) Error() string     { return e.err.Error() }
+func (e *rawError) Unwrap() error     { return e.err }
+func (e *rawError) SafeToRetry() bool { return e.safe }
 
 // results are a pipeline's results, read in order, then closed: what
 // commit reads of pgx's BatchResults and of rawResults.
@@ -178,15 +183,6 @@ var (
 	_ results = pgx.BatchResults(nil)
 )
 
-// rawConnError is a failure of the connection after the pipeline began to
-// be written: its outcome, COMMIT included, is unknown (never safe to try
-// again, whatever the error under it says).
-type rawConnError struct{ err error }
-
-func (e *rawConnError) Error() string     { return e.err.Error() }
-func (e *rawConnError) Unwrap() error     { return e.err }
-func (e *rawConnError) SafeToRetry() bool { return false }
-
 // receive reads the next message, or fails the pipeline.
 func (r *rawResults) receive() (pgproto3.BackendMessage, error) {
 	msg, err := r.conn.PgConn().ReceiveMessage(context.Background())
@@ -194,7 +190,7 @@ func (r *rawResults) receive() (pgproto3.BackendMessage, error) {
 		if r.ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", r.ctx.Err(), err)
 		}
-		r.fail(&rawConnError{err})
+		r.fail(&rawError{err, false})
 		return nil, r.err
 	}
 	return msg, nil
@@ -206,16 +202,16 @@ func (r *rawResults) fail(err error) {
 	}
 }
 
-// result reads the next statement's result to its end, with the values of
-// its rows (copied; all of them, or only the first).
-func (r *rawResults) result(all bool) (fields []pgconn.FieldDescription, rows [][][]byte, tag pgconn.CommandTag, err error) {
+// result reads the next statement's result to its end, with copies of
+// the values of its first keep rows (-1: all of them).
+func (r *rawResults) result(keep int) (sd *pgconn.StatementDescription, rows [][][]byte, tag pgconn.CommandTag, err error) {
 	if r.err != nil {
 		return nil, nil, tag, r.err
 	}
 	if r.next >= len(r.sds) {
 		return nil, nil, tag, errors.New("postgres: no more results in the pipeline")
 	}
-	sd := r.sds[r.next]
+	sd = r.sds[r.next]
 	r.next++
 	for {
 		msg, err := r.receive()
@@ -225,7 +221,7 @@ func (r *rawResults) result(all bool) (fields []pgconn.FieldDescription, rows []
 		switch m := msg.(type) {
 		case *pgproto3.BindComplete:
 		case *pgproto3.DataRow:
-			if all || len(rows) == 0 {
+			if keep < 0 || len(rows) < keep {
 				row := make([][]byte, len(m.Values))
 				for i, v := range m.Values {
 					if v != nil {
@@ -235,9 +231,9 @@ func (r *rawResults) result(all bool) (fields []pgconn.FieldDescription, rows []
 				rows = append(rows, row)
 			}
 		case *pgproto3.CommandComplete:
-			return r.fields(sd), rows, pgconn.NewCommandTag(string(m.CommandTag)), nil
+			return sd, rows, pgconn.NewCommandTag(string(m.CommandTag)), nil
 		case *pgproto3.EmptyQueryResponse:
-			return r.fields(sd), rows, tag, nil
+			return sd, rows, tag, nil
 		case *pgproto3.ErrorResponse:
 			r.fail(pgconn.ErrorResponseToPgError(m))
 			return nil, nil, tag, r.err
@@ -251,38 +247,46 @@ func (r *rawResults) result(all bool) (fields []pgconn.FieldDescription, rows []
 	}
 }
 
-// fields are sd's result columns in the formats the Bind asked for.
-func (r *rawResults) fields(sd *pgconn.StatementDescription) []pgconn.FieldDescription {
-	fields := make([]pgconn.FieldDescription, len(sd.Fields))
-	copy(fields, sd.Fields)
-	tm := r.conn.TypeMap()
-	for i := range fields {
-		fields[i].Format = tm.FormatCodeForOID(fields[i].DataTypeOID)
+// rows are a statement's rows read by result, with its result columns in
+// the formats the Bind asked for.
+func (r *rawResults) rows(sd *pgconn.StatementDescription, rows [][][]byte, tag pgconn.CommandTag, err error) *rawRows {
+	w := &rawRows{conn: r.conn, rows: rows, tag: tag, err: err}
+	if sd != nil {
+		w.fields = make([]pgconn.FieldDescription, len(sd.Fields))
+		copy(w.fields, sd.Fields)
+		tm := r.conn.TypeMap()
+		for i := range w.fields {
+			w.fields[i].Format = tm.FormatCodeForOID(w.fields[i].DataTypeOID)
+		}
 	}
-	return fields
+	return w
 }
 
 func (r *rawResults) Exec() (pgconn.CommandTag, error) {
-	_, _, tag, err := r.result(false)
+	_, _, tag, err := r.result(0)
 	return tag, err
 }
 
 // Query reads the whole result (a document's rows) before it returns.
 func (r *rawResults) Query() (pgx.Rows, error) {
-	fields, rows, tag, err := r.result(true)
-	return &rawRows{conn: r.conn, fields: fields, rows: rows, tag: tag, err: err}, err
+	w := r.rows(r.result(-1))
+	return w, w.err
 }
 
 func (r *rawResults) QueryRow() pgx.Row {
-	fields, rows, _, err := r.result(false)
-	return &rawRows{conn: r.conn, fields: fields, rows: rows, err: err, one: true}
+	w := r.rows(r.result(1))
+	w.one = true
+	return w
 }
 
 // Close reads what is left of the pipeline, to its ReadyForQuery, and
 // returns its first error. After a failure of the connection, or a context
 // that ended, the connection is closed (the pool drops it).
 func (r *rawResults) Close() error {
-	for r.err == nil && !r.synced {
+	// After a server's error the connection is still in step: read up to
+	// its ReadyForQuery (the statements after the error were skipped).
+	var re *rawError
+	for !r.synced && !errors.As(r.err, &re) {
 		msg, err := r.receive()
 		if err != nil {
 			break
@@ -294,23 +298,11 @@ func (r *rawResults) Close() error {
 			r.synced = true
 		}
 	}
-	// After a server's error the connection is still in step: read up to
-	// its ReadyForQuery (the statements after the error were skipped).
-	var ce *rawConnError
-	for r.err != nil && !errors.As(r.err, &ce) && !r.synced {
-		msg, err := r.receive()
-		if err != nil {
-			break
-		}
-		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
-			r.synced = true
-		}
-	}
 	// Its deadline is set, it broke, or a statement it prepared no longer
 	// fits the tables (another node upgraded them): the pool drops it, and
 	// a new connection prepares them again.
 	code := pgCode(r.err)
-	if fired := !r.unwatch(); fired || errors.As(r.err, &ce) || code == "0A000" || code == "26000" {
+	if fired := !r.unwatch(); fired || errors.As(r.err, &re) || code == "0A000" || code == "26000" {
 		closeConn(r.conn.PgConn())
 	}
 	return r.err

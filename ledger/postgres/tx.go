@@ -806,10 +806,7 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(results) error) error {
 	if t.s.rawOK(t.ptx, b) {
 		rr, err := sendRaw(t.ctx, t.ptx, b)
 		if err != nil {
-			if pgCode(err) == "" && !pgconn.SafeToRetry(err) {
-				return &commitUnknownError{err}
-			}
-			return err
+			return commitErr(err)
 		}
 		br = rr
 	} else {
@@ -863,8 +860,14 @@ func (t *tx) commitAfter(pre *pgx.Batch, readPre func(results) error) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	return commitErr(err)
+}
+
+// commitErr is the error of a commit's pipeline that failed with err: one
+// that is not an answer of the server, and not safe to try again, says
+// that COMMIT may have been carried out.
+func commitErr(err error) error {
 	if err != nil && pgCode(err) == "" && !errors.Is(err, ledger.ErrLeaseExpired) && !pgconn.SafeToRetry(err) {
-		// Not an answer of the server: COMMIT may have been carried out.
 		return &commitUnknownError{err}
 	}
 	return err
